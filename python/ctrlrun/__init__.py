@@ -1,0 +1,51 @@
+"""ctrlrun: an agent's side-effecting tools happen at most once per named consequence.
+
+::
+
+    import ctrlrun
+
+    @ctrlrun.protect("stripe.refund", effect="refund:{payment_id}")
+    def refund(payment_id: str, amount: int) -> dict: ...
+
+The key ``refund:pi_1`` is reserved in one atomic write before ``refund`` runs; a retry, a
+second agent or a second host proposing the same consequence is refused.
+"""
+
+from ._core import __version__
+from ._protect import DEFAULT_LEASE, idempotency_token, protect
+from ._records import EffectRecord, EffectState, Reservation
+from ._store import Store, default_store, open_store, set_default_store
+from .errors import (
+    AmbiguousEffect,
+    CTRLRunError,
+    DuplicateEffect,
+    EffectKeyError,
+    InvalidArgument,
+    NotExecuted,
+    StoreError,
+    StoreUnresolved,
+    StoreWriteFailed,
+)
+
+__all__ = [
+    "__version__",
+    "protect",
+    "idempotency_token",
+    "DEFAULT_LEASE",
+    "EffectRecord",
+    "EffectState",
+    "Reservation",
+    "Store",
+    "open_store",
+    "default_store",
+    "set_default_store",
+    "CTRLRunError",
+    "InvalidArgument",
+    "EffectKeyError",
+    "NotExecuted",
+    "DuplicateEffect",
+    "AmbiguousEffect",
+    "StoreError",
+    "StoreWriteFailed",
+    "StoreUnresolved",
+]

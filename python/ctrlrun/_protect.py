@@ -1,0 +1,333 @@
+"""``protect``: reserve the effect key, run the executor, record the outcome."""
+
+from __future__ import annotations
+
+import contextvars
+import enum
+import functools
+import hashlib
+import inspect
+import logging
+import os
+import time
+import uuid
+from datetime import timedelta
+from typing import Any, Callable, List, Optional, Tuple, TypeVar, Union
+
+from . import _core
+from ._records import result_to_json
+from ._store import Store, default_store, lease_to_micros, open_store
+from .errors import (
+    AmbiguousEffect,
+    DuplicateEffect,
+    EffectKeyError,
+    InvalidArgument,
+    NotExecuted,
+    StoreError,
+    StoreUnresolved,
+    StoreWriteFailed,
+)
+
+__all__ = ["protect", "idempotency_token", "DEFAULT_LEASE"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The lease a reservation gets when ``protect`` is given none.
+DEFAULT_LEASE = timedelta(minutes=5)
+
+log = logging.getLogger("ctrlrun")
+
+# (effect key, attempt) of the executor running in this context.
+_current: contextvars.ContextVar[Optional[Tuple[str, int]]] = contextvars.ContextVar(
+    "ctrlrun_current_effect", default=None
+)
+
+# Outcome writes are compare-and-sets, so re-issuing them is safe: this many tries, these pauses.
+_OUTCOME_PAUSES = (0.05, 0.25, 1.0)
+
+
+def idempotency_token() -> str:
+    """A token for the remote API's own idempotency header, derived from the running
+    executor's (effect key, attempt): the same on every call within one attempt, different
+    after a renewal. Raises ``InvalidArgument`` outside a protected executor."""
+    cur = _current.get()
+    if cur is None:
+        raise InvalidArgument("idempotency_token() is only available inside a protected executor")
+    key, attempt = cur
+    digest = hashlib.sha256(f"{attempt}\x1f{key}".encode("utf-8", "surrogatepass")).hexdigest()
+    return f"ctrlrun-{digest[:40]}"
+
+
+def _render_value(template: str, name: str, value: Any) -> str:
+    """One placeholder's value as key text (SPEC §7)."""
+    t = type(value)
+    if t is str:
+        if value:
+            return value
+    elif t is int:
+        return str(value)
+    elif isinstance(value, enum.Enum):
+        inner = value.value
+        if isinstance(inner, str) and not isinstance(inner, enum.Enum) and inner:
+            return str.__str__(inner)
+        if isinstance(inner, int) and not isinstance(inner, (bool, enum.Enum)):
+            return int.__repr__(inner)
+    elif isinstance(value, uuid.UUID):
+        return str(value)
+    elif isinstance(value, str):
+        if value:
+            return str.__str__(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        return int.__repr__(value)
+    if value == "":
+        what = "an empty string"
+    else:
+        try:
+            shown = repr(value)
+        except Exception:
+            shown = "?"
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        what = f"a {t.__qualname__} ({shown})"
+    raise EffectKeyError(
+        f"effect template {template!r}: placeholder '{name}' got {what}; an effect key is "
+        f"made of non-empty str, int, uuid.UUID and str/int Enum values only"
+    )
+
+
+class _KeyBinder:
+    """Binds a call to the function's signature and renders the effect key."""
+
+    __slots__ = ("template", "signature", "names", "defaults", "qualname")
+
+    def __init__(self, template: _core.Template, fn: Callable[..., Any], action: str) -> None:
+        self.template = template
+        self.qualname = getattr(fn, "__qualname__", repr(fn))
+        try:
+            self.signature = inspect.signature(fn)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(
+                f"protect({action!r}): cannot read the signature of {self.qualname}: {exc}"
+            ) from None
+        params = self.signature.parameters
+        for p in params.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                star = "*" if p.kind is p.VAR_POSITIONAL else "**"
+                raise InvalidArgument(
+                    f"protect({action!r}): {self.qualname} takes {star}{p.name}; an effect key "
+                    f"is bound from named parameters only, so *args/**kwargs are refused"
+                )
+        self.names: List[str] = list(template.placeholders)
+        for name in self.names:
+            if name not in params:
+                raise EffectKeyError(
+                    f"protect({action!r}): effect template {template.source!r} names "
+                    f"'{name}', which is not a parameter of {self.qualname}; available: "
+                    f"{', '.join(params) or '(none)'}"
+                )
+        self.defaults = {n: params[n].default for n in self.names}
+
+    def key(self, args: Tuple[Any, ...], kwargs: dict) -> str:
+        # A call the signature refuses raises TypeError here, before anything is reserved.
+        arguments = self.signature.bind(*args, **kwargs).arguments
+        src = self.template.source
+        values = []
+        for name in self.names:
+            if name in arguments:
+                value = arguments[name]
+            else:
+                value = self.defaults[name]
+                if value is inspect.Parameter.empty:
+                    raise EffectKeyError(
+                        f"effect template {src!r}: no value for placeholder '{name}'; "
+                        f"available: {', '.join(arguments) or '(none)'}"
+                    )
+            values.append(_render_value(src, name, value))
+        return self.template.render(values)
+
+
+class _StoreRef:
+    """The ``store=`` argument: a Store, a URL opened on first use, or the default."""
+
+    __slots__ = ("_given", "_store")
+
+    def __init__(self, given: Union[Store, str, None]) -> None:
+        if given is not None and not isinstance(given, (Store, str)):
+            raise InvalidArgument(
+                f"store must be a Store, a URL or None, got {type(given).__name__}"
+            )
+        self._given = given
+        self._store: Optional[Store] = given if isinstance(given, Store) else None
+
+    def get(self) -> Store:
+        if self._store is not None:
+            return self._store
+        if self._given is None:
+            return default_store()
+        assert isinstance(self._given, str)
+        self._store = open_store(self._given)
+        return self._store
+
+
+def _write_outcome(
+    store: Store, key: str, action_id: str, attempt: int, kind: str, payload: Optional[str]
+) -> None:
+    """Record the executor's outcome, re-issuing the compare-and-set on store failures."""
+    core = store._core
+    last: Optional[StoreError] = None
+    for pause in (*_OUTCOME_PAUSES, None):
+        try:
+            core.transition(key, action_id, attempt, kind, payload, store._now())
+            return
+        except (StoreWriteFailed, StoreUnresolved) as exc:
+            last = exc
+            log.warning("ctrlrun: recording %s for %r failed (%s); retrying", kind, key, exc)
+            if pause is not None:
+                time.sleep(pause)
+    raise StoreError(
+        f"the executor for effect '{key}' has already run (attempt {attempt}, action "
+        f"{action_id}), but recording its outcome ({kind}) failed {len(_OUTCOME_PAUSES) + 1} "
+        f"times: {last}. The effect stays executing and turns ambiguous when a contender "
+        f"meets its lapsed lease; do not retry it blindly"
+    ) from last
+
+
+def _fail_unstarted(store: Store, key: str, action_id: str, attempt: int, why: BaseException) -> None:
+    """The call stopped after the reservation landed but before the body began: nothing ran,
+    so record ``failed`` (a retry may run). If that write fails too, the lease lapses into
+    ``ambiguous``."""
+    try:
+        store._core.transition(
+            key,
+            action_id,
+            attempt,
+            "fail",
+            f"the executor never started: {type(why).__name__}: {why}",
+            store._now(),
+        )
+    except Exception as exc:  # the original error is what the caller must see
+        log.warning("ctrlrun: could not record %r as failed after %r: %s", key, why, exc)
+
+
+def _run(
+    store: Store,
+    key: str,
+    lease_us: int,
+    fn: Callable[..., Any],
+    args: Tuple[Any, ...],
+    kwargs: dict,
+) -> Any:
+    core = store._core
+    action_id = "act_" + os.urandom(16).hex()
+    attempt = core.reserve(key, action_id, lease_us, store._now())[3]
+    try:
+        core.transition(key, action_id, attempt, "begin", None, store._now())
+    except BaseException as exc:
+        _fail_unstarted(store, key, action_id, attempt, exc)
+        raise
+    token = _current.set((key, attempt))
+    try:
+        result = fn(*args, **kwargs)
+    except NotExecuted as exc:
+        _outcome_after_raise(store, key, action_id, attempt, "fail", f"NotExecuted: {exc}", exc)
+        raise
+    except BaseException as exc:
+        _outcome_after_raise(
+            store,
+            key,
+            action_id,
+            attempt,
+            "ambiguous",
+            f"the executor raised {type(exc).__name__}: {exc}; whether the effect happened "
+            f"is unknown",
+            exc,
+        )
+        raise
+    finally:
+        _current.reset(token)
+    _write_outcome(store, key, action_id, attempt, "commit", result_to_json(result))
+    return result
+
+
+def _outcome_after_raise(
+    store: Store, key: str, action_id: str, attempt: int, kind: str, text: str, exc: BaseException
+) -> None:
+    try:
+        _write_outcome(store, key, action_id, attempt, kind, text)
+    except (StoreError, DuplicateEffect, AmbiguousEffect, InvalidArgument) as refusal:
+        raise refusal from exc
+
+
+def protect(
+    name: str,
+    *,
+    effect: Optional[str] = None,
+    lease: Union[timedelta, int, float, None] = None,
+    store: Union[Store, str, None] = None,
+) -> Callable[[F], F]:
+    """Make a side-effecting function run at most once per effect key.
+
+    Args:
+        name: the action's name, e.g. ``"stripe.refund"``.
+        effect: the effect-key template, e.g. ``"refund:{payment_id}"``; each placeholder
+            names a parameter. Without it the call runs unreserved.
+        lease: how long a reservation is held for the executor: a ``timedelta`` or seconds
+            (> 0, finite). Default 5 minutes.
+        store: a :class:`Store`, a store URL, or ``None`` for the default store looked up at
+            call time.
+
+    Per call: the arguments are bound to the signature, the key is rendered, the key is
+    reserved in one atomic write, the function runs, and its outcome is recorded: a return
+    value commits; ``NotExecuted`` fails (a retry may run); anything else (any
+    ``BaseException``) makes the effect ambiguous.
+
+    Raises at decoration: ``InvalidArgument`` (bad name, template, lease or store, a
+    generator, ``*args``/``**kwargs``), ``EffectKeyError`` (a placeholder names no
+    parameter). At call time: ``EffectKeyError`` (a value that cannot make a key),
+    ``DuplicateEffect``, ``AmbiguousEffect``, ``StoreError`` and its subclasses; and whatever
+    the executor raised.
+    """
+    if not isinstance(name, str) or not name.strip() or not name.isprintable():
+        raise InvalidArgument(f"protect(): the action name must be a printable str, got {name!r}")
+    lease_us = lease_to_micros(DEFAULT_LEASE if lease is None else lease)
+    if effect is not None and not isinstance(effect, str):
+        raise InvalidArgument(
+            f"protect({name!r}): effect must be a template str, got {type(effect).__name__}"
+        )
+    template = None if effect is None else _core.Template(effect)
+    store_ref = _StoreRef(store)
+
+    def decorate(fn: F) -> F:
+        if not callable(fn):
+            raise InvalidArgument(f"protect({name!r}) decorates a function, got {fn!r}")
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            raise InvalidArgument(
+                f"protect({name!r}): {fn.__qualname__} is a generator; its effect would happen "
+                f"across many resumptions, so it cannot be reserved once. Protect a plain function"
+            )
+        if inspect.iscoroutinefunction(fn):
+            raise InvalidArgument(
+                f"protect({name!r}): {fn.__qualname__} is an async def; this version protects "
+                f"plain def functions only"
+            )
+        if template is None:
+
+            @functools.wraps(fn)
+            def unreserved(*args: Any, **kwargs: Any) -> Any:
+                return fn(*args, **kwargs)
+
+            unreserved.__ctrlrun_action__ = name  # type: ignore[attr-defined]
+            return unreserved  # type: ignore[return-value]
+
+        binder = _KeyBinder(template, fn, name)
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            key = binder.key(args, kwargs)
+            return _run(store_ref.get(), key, lease_us, fn, args, kwargs)
+
+        wrapper.__ctrlrun_action__ = name  # type: ignore[attr-defined]
+        wrapper.__ctrlrun_effect__ = template.source  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    return decorate

@@ -1,0 +1,120 @@
+"""The record a store keeps for each effect key."""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, Optional, Tuple
+
+__all__ = ["EffectState", "EffectRecord", "Reservation"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICRO = timedelta(microseconds=1)
+UNSERIALIZABLE_MARKER = "__ctrlrun_unserializable__"
+
+
+class EffectState(str, enum.Enum):
+    """The stored states of an effect key. (``new`` means no row and is never stored.)"""
+
+    RESERVED = "reserved"
+    EXECUTING = "executing"
+    COMMITTED = "committed"
+    FAILED = "failed"
+    AMBIGUOUS = "ambiguous"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class EffectRecord:
+    """One effect key's row, as read from the store (immutable).
+
+    Attributes:
+        effect_key: the key, compared byte for byte.
+        state: the :class:`EffectState`.
+        action_id: the attempt that holds or last held the key (``act_`` + 32 hex).
+        attempt: 1 on the first reservation, +1 on each renewal after ``failed``.
+        created_at: aware UTC datetime of the first reservation (kept across renewals).
+        updated_at: aware UTC datetime of the last write.
+        lease_expires_at: aware UTC datetime, or ``None`` once committed/failed/ambiguous.
+        result: the executor's return value as JSON data, on ``committed``. A value JSON
+            cannot hold is stored as ``{"__ctrlrun_unserializable__": repr(value)}``.
+        error: why the effect is ``failed`` or ``ambiguous``; annotated by a resolution.
+        resolved_by: who moved it out of ``ambiguous``; cleared by the next renewal.
+    """
+
+    effect_key: str
+    state: EffectState
+    action_id: str
+    attempt: int
+    created_at: datetime
+    updated_at: datetime
+    lease_expires_at: Optional[datetime]
+    result: Any
+    error: Optional[str]
+    resolved_by: Optional[str]
+
+    def lease_live(self, now: Optional[datetime] = None) -> bool:
+        """True when the state is reserved/executing and ``now <= lease_expires_at``."""
+        if self.state not in (EffectState.RESERVED, EffectState.EXECUTING):
+            return False
+        if self.lease_expires_at is None:
+            return False
+        return (now or datetime.now(timezone.utc)) <= self.lease_expires_at
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A granted reservation: the attempt now holds ``effect_key`` until ``lease_expires_at``."""
+
+    effect_key: str
+    action_id: str
+    attempt: int
+    lease_expires_at: datetime
+    record: EffectRecord
+
+
+def micros_to_datetime(us: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=us)
+
+
+def datetime_to_micros(dt: datetime, what: str = "datetime") -> int:
+    from .errors import InvalidArgument
+
+    if not isinstance(dt, datetime):
+        raise InvalidArgument(f"{what} must be an aware datetime, got {type(dt).__name__}")
+    if dt.tzinfo is None or dt.utcoffset() is None:
+        raise InvalidArgument(f"{what} must be timezone-aware (UTC), got naive {dt!r}")
+    return (dt - _EPOCH) // _MICRO
+
+
+def record_from_core(t: Tuple[Any, ...]) -> EffectRecord:
+    key, state, action_id, attempt, created, updated, lease, result, error, resolved_by = t
+    return EffectRecord(
+        effect_key=key,
+        state=EffectState(state),
+        action_id=action_id,
+        attempt=attempt,
+        created_at=micros_to_datetime(created),
+        updated_at=micros_to_datetime(updated),
+        lease_expires_at=None if lease is None else micros_to_datetime(lease),
+        result=None if result is None else json.loads(result),
+        error=error,
+        resolved_by=resolved_by,
+    )
+
+
+def result_to_json(value: Any) -> str:
+    """The executor's return value as JSON text; never raises (SPEC §8.4)."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        pass
+    try:
+        text = repr(value)
+    except Exception:  # a broken __repr__ must not turn a done effect into a failure
+        text = f"<unrepresentable {type(value).__qualname__}>"
+    return json.dumps({UNSERIALIZABLE_MARKER: text})

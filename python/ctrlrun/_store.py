@@ -1,0 +1,272 @@
+"""Opening stores, the store API, and the default store."""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from datetime import datetime, timedelta
+from typing import Callable, Dict, List, Optional, Tuple, Union
+
+from . import _core
+from ._records import (
+    EffectRecord,
+    EffectState,
+    Reservation,
+    datetime_to_micros,
+    micros_to_datetime,
+    record_from_core,
+    result_to_json,
+)
+from .errors import InvalidArgument
+
+__all__ = ["Store", "open_store", "default_store", "set_default_store", "DEFAULT_STATE_PATH"]
+
+Clock = Callable[[], datetime]
+
+#: The default SQLite file, relative to the working directory.
+DEFAULT_STATE_PATH = os.path.join(".ctrlrun", "state.db")
+
+
+def lease_to_micros(lease: Union[timedelta, int, float], what: str = "lease") -> int:
+    """A lease as whole microseconds: a ``timedelta`` or a number of seconds, > 0 and finite."""
+    if isinstance(lease, timedelta):
+        us = lease // timedelta(microseconds=1)
+    elif isinstance(lease, (int, float)) and not isinstance(lease, bool):
+        if not math.isfinite(lease):
+            raise InvalidArgument(f"{what} must be a finite number of seconds, got {lease!r}")
+        us = int(round(lease * 1_000_000))
+    else:
+        raise InvalidArgument(
+            f"{what} must be a timedelta or a number of seconds, got {type(lease).__name__}"
+        )
+    if us <= 0:
+        raise InvalidArgument(f"{what} must be > 0, got {lease!r}")
+    return us
+
+
+class Store:
+    """A durable table of effect records (SQLite file or PostgreSQL database).
+
+    Safe to share across threads; every call releases the GIL while it waits on the database.
+    Open one with :func:`open_store`. Timestamps are aware UTC datetimes.
+
+    ``clock``, when given, is a callable returning an aware datetime that replaces the
+    backend's clock for every lease decision (tests move time with it, without sleeping).
+
+    The transition methods accept ``attempt=`` to narrow the compare-and-set to one attempt;
+    without it, the action id alone is matched.
+    """
+
+    __slots__ = ("_core", "_clock", "__weakref__")
+
+    def __init__(self, core: _core.Store, clock: Optional[Clock] = None) -> None:
+        if clock is not None and not callable(clock):
+            raise InvalidArgument(f"clock must be a callable returning a datetime, got {clock!r}")
+        self._core = core
+        self._clock = clock
+
+    # -- helpers -----------------------------------------------------------------------
+    def _now(self) -> Optional[int]:
+        clock = self._clock
+        if clock is None:
+            return None
+        return datetime_to_micros(clock(), "the store clock's value")
+
+    @property
+    def url(self) -> str:
+        """Where the store lives (``sqlite:////abs/path.db``; never a password)."""
+        return self._core.url
+
+    @property
+    def clock(self) -> Optional[Clock]:
+        return self._clock
+
+    def with_clock(self, clock: Optional[Clock]) -> "Store":
+        """A handle on the same database whose lease decisions use ``clock``."""
+        return Store(self._core, clock)
+
+    # -- the reference's API -------------------------------------------------------------
+    def reserve_effect(
+        self, key: str, action_id: str, lease: Union[timedelta, int, float]
+    ) -> Reservation:
+        """Reserve ``key`` for the attempt ``action_id`` for ``lease`` (timedelta or seconds).
+
+        Raises:
+            DuplicateEffect: the key is committed, or held under a live lease.
+            AmbiguousEffect: the key is ambiguous (or just became so: its lease lapsed).
+            StoreWriteFailed / StoreUnresolved: see SPEC §6.
+        """
+        t = self._core.reserve(key, action_id, lease_to_micros(lease), self._now())
+        rec = record_from_core(t)
+        assert rec.lease_expires_at is not None
+        return Reservation(rec.effect_key, rec.action_id, rec.attempt, rec.lease_expires_at, rec)
+
+    def begin_execution(
+        self, key: str, action_id: str, *, attempt: Optional[int] = None
+    ) -> EffectRecord:
+        """``reserved`` -> ``executing``, just before the executor's body starts."""
+        return record_from_core(
+            self._core.transition(key, action_id, attempt, "begin", None, self._now())
+        )
+
+    def commit_effect(
+        self, key: str, action_id: str, result: object = None, *, attempt: Optional[int] = None
+    ) -> EffectRecord:
+        """``executing`` -> ``committed``; ``result`` is stored as JSON (or its repr)."""
+        return record_from_core(
+            self._core.transition(
+                key, action_id, attempt, "commit", result_to_json(result), self._now()
+            )
+        )
+
+    def fail_effect(
+        self, key: str, action_id: str, error: str, *, attempt: Optional[int] = None
+    ) -> EffectRecord:
+        """``executing`` (or ``reserved``: the body never started) -> ``failed``."""
+        return record_from_core(
+            self._core.transition(key, action_id, attempt, "fail", str(error), self._now())
+        )
+
+    def mark_ambiguous(
+        self, key: str, action_id: str, error: str, *, attempt: Optional[int] = None
+    ) -> EffectRecord:
+        """``reserved``/``executing``/``ambiguous`` -> ``ambiguous`` (outcome unknown)."""
+        return record_from_core(
+            self._core.transition(key, action_id, attempt, "ambiguous", str(error), self._now())
+        )
+
+    def extend_lease(
+        self,
+        key: str,
+        action_id: str,
+        until: Union[datetime, timedelta],
+        *,
+        attempt: Optional[int] = None,
+    ) -> EffectRecord:
+        """Move the live lease of an ``executing`` attempt to ``until``.
+
+        ``until`` is an aware datetime, or a timedelta counted from now. It must not be earlier
+        than the current expiry; a lapsed lease cannot be revived (``InvalidArgument``).
+        """
+        now = self._now()
+        if isinstance(until, timedelta):
+            base = now if now is not None else datetime_to_micros(_utcnow())
+            until_us = base + lease_to_micros(until, "extension")
+        else:
+            until_us = datetime_to_micros(until, "until")
+        return record_from_core(self._core.extend_lease(key, action_id, attempt, until_us, now))
+
+    def resolve_effect(
+        self, key: str, state: Union[EffectState, str], resolver: str
+    ) -> EffectRecord:
+        """A person settles an ``ambiguous`` effect as ``committed`` or ``failed``.
+
+        ``resolver`` names who decided, one printable line (``"ops:alice"``). Anything not
+        ``ambiguous`` is refused with ``InvalidArgument`` naming the state found.
+        """
+        return record_from_core(
+            self._core.resolve(key, _state_text(state), resolver, self._now())
+        )
+
+    def get_effect(self, key: str) -> Optional[EffectRecord]:
+        """The record for ``key``, or ``None``."""
+        t = self._core.get_effect(key)
+        return None if t is None else record_from_core(t)
+
+    def list_effects(
+        self, state: Union[EffectState, str, None] = None
+    ) -> List[EffectRecord]:
+        """Every record (or those in ``state``), oldest first."""
+        st = None if state is None else _state_text(state)
+        return [record_from_core(t) for t in self._core.list_effects(st)]
+
+    def close(self) -> None:
+        """Release the store's connections; later calls raise ``InvalidArgument``."""
+        self._core.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<ctrlrun.Store {self.url}>"
+
+
+def _utcnow() -> datetime:
+    from datetime import timezone
+
+    return datetime.now(timezone.utc)
+
+
+def _state_text(state: Union[EffectState, str]) -> str:
+    if isinstance(state, EffectState):
+        return state.value
+    if isinstance(state, str):
+        return state
+    raise InvalidArgument(f"state must be an EffectState or str, got {type(state).__name__}")
+
+
+def open_store(url: str, *, clock: Optional[Clock] = None) -> Store:
+    """Open (creating if needed) the store ``url`` names.
+
+    * ``sqlite:///relative/state.db`` (relative to the working directory),
+      ``sqlite:////abs/state.db``, or a bare file path. Options: ``?synchronous=full|normal``
+      (default ``full``: a reservation survives power loss), ``busy_timeout=<seconds>``
+      (default 30). In-memory databases are refused.
+
+    Raises:
+        InvalidArgument: a malformed URL, an unknown scheme or option, ``:memory:``.
+        StoreError: the file cannot be created or opened (names the path), it is not a
+            SQLite database, or its schema is newer than this version understands.
+    """
+    if not isinstance(url, (str, os.PathLike)):
+        raise InvalidArgument(f"store URL must be a str, got {type(url).__name__}")
+    return Store(_core.open_store(os.fspath(url)), clock)
+
+
+# -- the default store -------------------------------------------------------------------
+_lock = threading.Lock()
+_override: Optional[Store] = None
+_opened: Dict[Tuple[str, str], Store] = {}
+
+
+def _default_url() -> str:
+    url = os.environ.get("CTRLRUN_STORE")
+    if url:
+        return url
+    return os.environ.get("CTRLRUN_STATE") or DEFAULT_STATE_PATH
+
+
+def default_store() -> Store:
+    """The store ``protect`` uses when none is given, looked up at call time.
+
+    In order: the store set with :func:`set_default_store`; ``CTRLRUN_STORE`` (a URL);
+    ``CTRLRUN_STATE`` (a SQLite path); ``.ctrlrun/state.db`` under the working directory.
+    """
+    if _override is not None:
+        return _override
+    ident = (_default_url(), os.getcwd())
+    store = _opened.get(ident)
+    if store is None:
+        with _lock:
+            store = _opened.get(ident)
+            if store is None:
+                store = open_store(ident[0])
+                _opened[ident] = store
+    return store
+
+
+def set_default_store(store: Union[Store, str, None]) -> Optional[Store]:
+    """Make ``store`` (a Store or URL) the default for ``protect``; ``None`` restores the
+    environment's. Returns the previous override (or ``None``)."""
+    global _override
+    if isinstance(store, str):
+        store = open_store(store)
+    elif store is not None and not isinstance(store, Store):
+        raise InvalidArgument(f"expected a Store, a URL or None, got {type(store).__name__}")
+    with _lock:
+        previous, _override = _override, store
+    return previous

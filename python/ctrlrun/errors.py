@@ -1,0 +1,145 @@
+"""The exceptions ctrlrun raises. Every one is importable from ``ctrlrun``.
+
+::
+
+    CTRLRunError
+    ├── InvalidArgument        wiring errors, impossible transitions
+    ├── EffectKeyError         the template cannot be resolved from the arguments
+    ├── NotExecuted            raised BY an executor: "provably nothing happened"
+    ├── DuplicateEffect        .state ("committed" | "in_progress"), .effect_key, .record
+    ├── AmbiguousEffect        .effect_key, .action_id (the holder), .record
+    └── StoreError
+        ├── StoreWriteFailed   nothing committed; safe to retry the write
+        └── StoreUnresolved    COMMIT outcome unknown and the re-read failed
+
+Exceptions pickle with their attributes (they cross process boundaries in worker pools).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    from ._records import EffectRecord
+
+__all__ = [
+    "CTRLRunError",
+    "InvalidArgument",
+    "EffectKeyError",
+    "NotExecuted",
+    "DuplicateEffect",
+    "AmbiguousEffect",
+    "StoreError",
+    "StoreWriteFailed",
+    "StoreUnresolved",
+]
+
+
+class CTRLRunError(Exception):
+    """Base class of every ctrlrun error."""
+
+
+class InvalidArgument(CTRLRunError):
+    """A wiring error (bad template, lease, URL, name) or an impossible transition."""
+
+
+class EffectKeyError(CTRLRunError):
+    """The effect template cannot be resolved from the call's arguments.
+
+    Raised before anything is reserved or run: a placeholder names no parameter (at decoration
+    time), or a value is ``None``, ``""``, a ``bool``, a ``float``, a container or another type
+    that does not name a consequence unambiguously.
+    """
+
+
+class NotExecuted(CTRLRunError):
+    """Raise this FROM an executor to say that provably nothing happened.
+
+    The effect becomes ``failed`` and a later call may run it again (as the next attempt).
+    Raise anything else and the effect becomes ``ambiguous``.
+    """
+
+
+class DuplicateEffect(CTRLRunError):
+    """The effect key is already ``committed``, or another attempt holds a live lease on it.
+
+    Attributes:
+        state: ``"committed"`` or ``"in_progress"``.
+        effect_key: the key that was refused.
+        record: the :class:`~ctrlrun.EffectRecord` found, or ``None``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        state: Optional[str] = None,
+        effect_key: Optional[str] = None,
+        record: Optional[EffectRecord] = None,
+    ) -> None:
+        super().__init__(message)
+        self.state = state
+        self.effect_key = effect_key
+        self.record = record
+
+
+class AmbiguousEffect(CTRLRunError):
+    """The effect key is ``ambiguous``: a blind retry is refused until a person resolves it.
+
+    Attributes:
+        effect_key: the key.
+        action_id: the attempt that held it when its outcome became unknown.
+        record: the :class:`~ctrlrun.EffectRecord` found, or ``None``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        effect_key: Optional[str] = None,
+        action_id: Optional[str] = None,
+        record: Optional[EffectRecord] = None,
+    ) -> None:
+        super().__init__(message)
+        self.effect_key = effect_key
+        self.action_id = action_id
+        self.record = record
+
+
+class StoreError(CTRLRunError):
+    """The store could not be opened, read or written."""
+
+
+class StoreWriteFailed(StoreError):
+    """The write failed before COMMIT: nothing was committed, retrying the write is safe."""
+
+
+class StoreUnresolved(StoreError):
+    """COMMIT's outcome is unknown and the re-read that should settle it failed.
+
+    Nothing more was written and the executor was not run. The key may stay reserved until its
+    lease lapses; a person then resolves it.
+    """
+
+
+_SIMPLE = {
+    "InvalidArgument": InvalidArgument,
+    "EffectKeyError": EffectKeyError,
+    "StoreError": StoreError,
+    "StoreWriteFailed": StoreWriteFailed,
+    "StoreUnresolved": StoreUnresolved,
+}
+
+
+def _from_core(kind: str, message: str, record: Any) -> CTRLRunError:
+    """Build the exception for a core error (called by the Rust binding only)."""
+    if record is not None:
+        from ._records import record_from_core
+
+        rec = record_from_core(record)
+        if kind == "AmbiguousEffect":
+            return AmbiguousEffect(
+                message, effect_key=rec.effect_key, action_id=rec.action_id, record=rec
+            )
+        return DuplicateEffect(message, state=kind, effect_key=rec.effect_key, record=rec)
+    return _SIMPLE.get(kind, StoreError)(message)

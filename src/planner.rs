@@ -1,0 +1,409 @@
+//! The pure planners: every backend asks these what to do and then only writes.
+//! No I/O and no clock reads: `now` is always an argument.
+
+use crate::error::{DuplicateKind, Error, Result};
+use crate::record::{EffectRecord, EffectState, Micros};
+
+/// The row a compare-and-set expects to find: `WHERE effect_key = .. AND state = .. AND
+/// action_id = .. AND attempt = ..`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Expected {
+    pub state: EffectState,
+    pub action_id: String,
+    pub attempt: i64,
+}
+
+impl Expected {
+    pub fn of(record: &EffectRecord) -> Expected {
+        Expected {
+            state: record.state,
+            action_id: record.action_id.clone(),
+            attempt: record.attempt,
+        }
+    }
+}
+
+/// What a reservation must do, decided from the row found (SPEC §3).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReservationPlan {
+    /// No row: insert this one (attempt 1).
+    Insert(EffectRecord),
+    /// `failed`: overwrite with this row (attempt + 1) if the row is still `expected`.
+    Renew {
+        expected: Expected,
+        record: EffectRecord,
+    },
+    /// A held row whose lease lapsed: write this `ambiguous` row, commit it, then refuse.
+    Lapse {
+        expected: Expected,
+        record: EffectRecord,
+    },
+    /// Refuse and write nothing.
+    Refuse(Refusal),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    Committed(EffectRecord),
+    InProgress(EffectRecord),
+    Ambiguous(EffectRecord),
+}
+
+impl Refusal {
+    pub fn into_error(self) -> Error {
+        match self {
+            Refusal::Committed(r) => Error::duplicate(DuplicateKind::Committed, r),
+            Refusal::InProgress(r) => Error::duplicate(DuplicateKind::InProgress, r),
+            Refusal::Ambiguous(r) => Error::ambiguous(r),
+        }
+    }
+}
+
+/// Check the arguments every reservation needs.
+pub fn check_request(key: &str, action_id: &str, lease: Micros) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::InvalidArgument(
+            "effect key must not be empty".into(),
+        ));
+    }
+    check_action_id(action_id)?;
+    if lease <= 0 {
+        return Err(Error::InvalidArgument(format!(
+            "lease must be > 0 microseconds, got {lease}"
+        )));
+    }
+    Ok(())
+}
+
+pub fn check_action_id(action_id: &str) -> Result<()> {
+    if action_id.is_empty() || action_id.chars().any(char::is_control) {
+        return Err(Error::InvalidArgument(format!(
+            "action id must be non-empty printable text, got {action_id:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// The one reservation planner (SPEC §3), checked in the table's order.
+pub fn plan_reservation(
+    existing: Option<&EffectRecord>,
+    key: &str,
+    action_id: &str,
+    lease: Micros,
+    now: Micros,
+) -> ReservationPlan {
+    let Some(row) = existing else {
+        return ReservationPlan::Insert(EffectRecord {
+            effect_key: key.to_owned(),
+            state: EffectState::Reserved,
+            action_id: action_id.to_owned(),
+            attempt: 1,
+            created_at: now,
+            updated_at: now,
+            lease_expires_at: Some(now.saturating_add(lease)),
+            result: None,
+            error: None,
+            resolved_by: None,
+        });
+    };
+    match row.state {
+        EffectState::Committed => ReservationPlan::Refuse(Refusal::Committed(row.clone())),
+        EffectState::Ambiguous => ReservationPlan::Refuse(Refusal::Ambiguous(row.clone())),
+        EffectState::Failed => ReservationPlan::Renew {
+            expected: Expected::of(row),
+            record: EffectRecord {
+                effect_key: row.effect_key.clone(),
+                state: EffectState::Reserved,
+                action_id: action_id.to_owned(),
+                attempt: row.attempt + 1,
+                created_at: row.created_at,
+                updated_at: now,
+                lease_expires_at: Some(now.saturating_add(lease)),
+                result: None,
+                error: None,
+                resolved_by: None,
+            },
+        },
+        EffectState::Reserved | EffectState::Executing => {
+            if row.lease_live(now) {
+                // Whatever the caller's action id: ids name attempts, not processes.
+                ReservationPlan::Refuse(Refusal::InProgress(row.clone()))
+            } else {
+                let why = match row.lease_expires_at {
+                    Some(exp) => format!(
+                        "the lease of action {} (attempt {}) lapsed at {} while {}; \
+                         nobody knows whether it ran",
+                        row.action_id,
+                        row.attempt,
+                        format_micros(exp),
+                        row.state
+                    ),
+                    None => format!(
+                        "action {} (attempt {}) was {} without a lease; nobody knows whether it ran",
+                        row.action_id, row.attempt, row.state
+                    ),
+                };
+                ReservationPlan::Lapse {
+                    expected: Expected::of(row),
+                    record: EffectRecord {
+                        state: EffectState::Ambiguous,
+                        updated_at: now,
+                        lease_expires_at: None,
+                        error: Some(why),
+                        ..row.clone()
+                    },
+                }
+            }
+        }
+    }
+}
+
+/// A later transition of SPEC §4 made by the attempt that holds the key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Transition {
+    /// `reserved` -> `executing`, just before the executor's body starts.
+    Begin,
+    /// `executing` -> `committed`, with the executor's result as JSON text.
+    Commit { result: Option<String> },
+    /// `executing` (or `reserved`: the body never started) -> `failed`.
+    Fail { error: String },
+    /// `reserved`/`executing`/`ambiguous` -> `ambiguous`.
+    MarkAmbiguous { error: String },
+}
+
+impl Transition {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Transition::Begin => "begin_execution",
+            Transition::Commit { .. } => "commit_effect",
+            Transition::Fail { .. } => "fail_effect",
+            Transition::MarkAmbiguous { .. } => "mark_ambiguous",
+        }
+    }
+
+    /// The states the compare-and-set accepts.
+    pub fn from_states(&self) -> &'static [EffectState] {
+        use EffectState::*;
+        match self {
+            Transition::Begin => &[Reserved],
+            Transition::Commit { .. } => &[Executing],
+            Transition::Fail { .. } => &[Executing, Reserved],
+            Transition::MarkAmbiguous { .. } => &[Reserved, Executing, Ambiguous],
+        }
+    }
+
+    pub fn target(&self) -> EffectState {
+        match self {
+            Transition::Begin => EffectState::Executing,
+            Transition::Commit { .. } => EffectState::Committed,
+            Transition::Fail { .. } => EffectState::Failed,
+            Transition::MarkAmbiguous { .. } => EffectState::Ambiguous,
+        }
+    }
+
+    /// `(result, error)` columns written by this transition.
+    pub fn payload(&self) -> (Option<&str>, Option<&str>) {
+        match self {
+            Transition::Begin => (None, None),
+            Transition::Commit { result } => (result.as_deref(), None),
+            Transition::Fail { error } | Transition::MarkAmbiguous { error } => {
+                (None, Some(error.as_str()))
+            }
+        }
+    }
+
+    /// Whether the lease column is kept (`begin`) or cleared (every outcome).
+    pub fn keeps_lease(&self) -> bool {
+        matches!(self, Transition::Begin)
+    }
+
+    /// The row after this transition, applied to `row` (used by stores that read first
+    /// and by tests; the compare-and-set `UPDATE` writes the same columns).
+    pub fn apply(&self, row: &EffectRecord, now: Micros) -> EffectRecord {
+        let (result, error) = self.payload();
+        EffectRecord {
+            state: self.target(),
+            updated_at: now,
+            lease_expires_at: if self.keeps_lease() {
+                row.lease_expires_at
+            } else {
+                None
+            },
+            result: result.map(str::to_owned),
+            error: error.map(str::to_owned),
+            ..row.clone()
+        }
+    }
+}
+
+/// After a compare-and-set for `transition` matched no row, decide from the row found
+/// (SPEC §4 and §6): `Ok(row)` when the transition already landed for this attempt,
+/// otherwise the error to raise.
+pub fn settle_mismatch(
+    found: Option<EffectRecord>,
+    key: &str,
+    action_id: &str,
+    attempt: Option<i64>,
+    transition: &Transition,
+    now: Micros,
+) -> Result<EffectRecord> {
+    let Some(row) = found else {
+        return Err(Error::InvalidArgument(format!(
+            "{}: no effect is recorded under key '{key}'",
+            transition.name()
+        )));
+    };
+    if row.state == transition.target() && row.is_attempt(action_id, attempt) {
+        return Ok(row);
+    }
+    Err(refuse_by_row(
+        row,
+        action_id,
+        attempt,
+        transition.name(),
+        transition.from_states(),
+        now,
+    ))
+}
+
+/// SPEC §4's re-read rule for a write that matched nothing.
+pub fn refuse_by_row(
+    row: EffectRecord,
+    action_id: &str,
+    attempt: Option<i64>,
+    what: &str,
+    required: &[EffectState],
+    now: Micros,
+) -> Error {
+    match row.state {
+        EffectState::Ambiguous => Error::ambiguous(row),
+        EffectState::Committed => Error::duplicate(DuplicateKind::Committed, row),
+        _ if row.lease_live(now) && !row.is_attempt(action_id, attempt) => {
+            Error::duplicate(DuplicateKind::InProgress, row)
+        }
+        _ => {
+            let required: Vec<&str> = required.iter().map(|s| s.as_str()).collect();
+            let want = match attempt {
+                Some(a) => format!("action {action_id} attempt {a}"),
+                None => format!("action {action_id}"),
+            };
+            Error::InvalidArgument(format!(
+                "{what} refused for effect '{}': it is {} under action {} (attempt {}); \
+                 {what} requires {} under {want}",
+                row.effect_key,
+                row.state,
+                row.action_id,
+                row.attempt,
+                required.join(" or "),
+            ))
+        }
+    }
+}
+
+/// Lease extension: `executing`, the same attempt, the lease still live, and the new expiry
+/// not earlier than the old one. Returns the row to write.
+pub fn plan_extension(
+    row: Option<EffectRecord>,
+    key: &str,
+    action_id: &str,
+    attempt: Option<i64>,
+    until: Micros,
+    now: Micros,
+) -> Result<EffectRecord> {
+    const WHAT: &str = "extend_lease";
+    let Some(row) = row else {
+        return Err(Error::InvalidArgument(format!(
+            "{WHAT}: no effect is recorded under key '{key}'"
+        )));
+    };
+    if row.state != EffectState::Executing || !row.is_attempt(action_id, attempt) {
+        return Err(refuse_by_row(
+            row,
+            action_id,
+            attempt,
+            WHAT,
+            &[EffectState::Executing],
+            now,
+        ));
+    }
+    let old = row.lease_expires_at.unwrap_or(Micros::MIN);
+    if !row.lease_live(now) {
+        return Err(Error::InvalidArgument(format!(
+            "{WHAT} refused for effect '{key}': its lease lapsed at {}; a lapsed lease cannot be revived",
+            format_micros(old)
+        )));
+    }
+    if until < old {
+        return Err(Error::InvalidArgument(format!(
+            "{WHAT} refused for effect '{key}': the new expiry {} is earlier than the current {}",
+            format_micros(until),
+            format_micros(old)
+        )));
+    }
+    Ok(EffectRecord {
+        lease_expires_at: Some(until),
+        updated_at: now,
+        ..row
+    })
+}
+
+/// A person settles an `ambiguous` effect as `committed` or `failed`.
+pub fn plan_resolution(
+    row: Option<EffectRecord>,
+    key: &str,
+    target: EffectState,
+    resolver: &str,
+    now: Micros,
+) -> Result<EffectRecord> {
+    check_resolver(resolver)?;
+    if !matches!(target, EffectState::Committed | EffectState::Failed) {
+        return Err(Error::InvalidArgument(format!(
+            "an ambiguous effect resolves to 'committed' or 'failed', not '{target}'"
+        )));
+    }
+    let Some(row) = row else {
+        return Err(Error::InvalidArgument(format!(
+            "resolve_effect: no effect is recorded under key '{key}'"
+        )));
+    };
+    if row.state != EffectState::Ambiguous {
+        return Err(Error::InvalidArgument(format!(
+            "resolve_effect refused for effect '{key}': it is {}, and only an ambiguous effect \
+             is resolved by a person",
+            row.state
+        )));
+    }
+    let note = format!("resolved as {target} by {resolver}");
+    let error = match row.error.as_deref() {
+        Some(e) if !e.is_empty() => format!("{e} [{note}]"),
+        _ => note,
+    };
+    Ok(EffectRecord {
+        state: target,
+        updated_at: now,
+        lease_expires_at: None,
+        error: Some(error),
+        resolved_by: Some(resolver.to_owned()),
+        ..row
+    })
+}
+
+/// A resolver is one printable line of text.
+pub fn check_resolver(resolver: &str) -> Result<()> {
+    if resolver.trim().is_empty() || resolver.chars().any(char::is_control) {
+        return Err(Error::InvalidArgument(format!(
+            "resolver must be one printable line naming who resolved the effect, got {resolver:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// `2026-11-29T21:37:27.123456Z` for messages.
+pub fn format_micros(us: Micros) -> String {
+    let t = if us >= 0 {
+        std::time::UNIX_EPOCH + std::time::Duration::from_micros(us as u64)
+    } else {
+        std::time::UNIX_EPOCH - std::time::Duration::from_micros(us.unsigned_abs())
+    };
+    humantime::format_rfc3339_micros(t).to_string()
+}

@@ -1,0 +1,76 @@
+//! The one mapping from core errors to Python exceptions. The exception classes live in
+//! `ctrlrun/errors.py`; `_from_core(kind, message, record)` builds the instance.
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+
+use crate::error::Error;
+use crate::record::EffectRecord;
+
+/// A record as the tuple `ctrlrun._records.record_from_core` reads.
+pub type RecordTuple = (
+    String,
+    &'static str,
+    String,
+    i64,
+    i64,
+    i64,
+    Option<i64>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+pub fn record_tuple(r: EffectRecord) -> RecordTuple {
+    (
+        r.effect_key,
+        r.state.as_str(),
+        r.action_id,
+        r.attempt,
+        r.created_at,
+        r.updated_at,
+        r.lease_expires_at,
+        r.result,
+        r.error,
+        r.resolved_by,
+    )
+}
+
+static FROM_CORE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+pub fn to_py(py: Python<'_>, err: Error) -> PyErr {
+    let (kind, message, record) = match err {
+        Error::InvalidArgument(m) => ("InvalidArgument", m, None),
+        Error::EffectKey(m) => ("EffectKeyError", m, None),
+        Error::Duplicate {
+            kind,
+            record,
+            message,
+        } => (kind.as_str(), message, Some(record_tuple(*record))),
+        Error::Ambiguous { record, message } => {
+            ("AmbiguousEffect", message, Some(record_tuple(*record)))
+        }
+        Error::StoreWriteFailed(m) => ("StoreWriteFailed", m, None),
+        Error::StoreUnresolved(m) => ("StoreUnresolved", m, None),
+        Error::Store(m) => ("StoreError", m, None),
+    };
+    let build = || -> PyResult<PyErr> {
+        let f = FROM_CORE.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+            Ok(py.import("ctrlrun.errors")?.getattr("_from_core")?.unbind())
+        })?;
+        Ok(PyErr::from_value(
+            f.bind(py).call1((kind, message, record))?,
+        ))
+    };
+    build().unwrap_or_else(|e| e)
+}
+
+pub trait IntoPyResult<T> {
+    fn py_err(self, py: Python<'_>) -> PyResult<T>;
+}
+
+impl<T> IntoPyResult<T> for Result<T, Error> {
+    fn py_err(self, py: Python<'_>) -> PyResult<T> {
+        self.map_err(|e| to_py(py, e))
+    }
+}

@@ -1,0 +1,21 @@
+//! `ctrlrun._core`: the thin PyO3 layer. It converts arguments, releases the GIL around every
+//! store call, and maps core errors to Python exceptions in one place (`errors.rs`).
+
+mod errors;
+mod store;
+mod template;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<template::PyTemplate>()?;
+    m.add_class::<store::PyStore>()?;
+    m.add_function(wrap_pyfunction!(store::open_store, m)?)?;
+    m.add(
+        "SQLITE_SCHEMA_VERSION",
+        crate::store::sqlite::SCHEMA_VERSION,
+    )?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

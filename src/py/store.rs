@@ -1,0 +1,172 @@
+use std::sync::{Arc, RwLock};
+
+use pyo3::prelude::*;
+
+use super::errors::{record_tuple, IntoPyResult, RecordTuple};
+use crate::error::Error;
+use crate::planner::Transition;
+use crate::record::{EffectState, Micros};
+use crate::store::Store;
+
+/// A store handle. Every method releases the GIL while it talks to the database.
+/// Timestamps are integer microseconds since the Unix epoch (UTC); `now_us=None` uses the
+/// backend's clock.
+#[pyclass(frozen, name = "Store", module = "ctrlrun._core")]
+pub struct PyStore {
+    inner: RwLock<Option<Arc<dyn Store>>>,
+    description: String,
+}
+
+impl PyStore {
+    fn get(&self) -> Result<Arc<dyn Store>, Error> {
+        self.inner
+            .read()
+            .ok()
+            .and_then(|g| g.clone())
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("the store {} is closed", self.description))
+            })
+    }
+}
+
+fn parse_state(state: &str) -> Result<EffectState, Error> {
+    EffectState::parse(state).ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "unknown effect state {state:?}; expected one of reserved, executing, committed, \
+             failed, ambiguous"
+        ))
+    })
+}
+
+/// Open the store a URL names. Raises `InvalidArgument` for a bad URL and `StoreError` when the
+/// store cannot be opened.
+#[pyfunction]
+pub fn open_store(py: Python<'_>, url: String) -> PyResult<PyStore> {
+    let store = py.detach(|| crate::store::open_store(&url)).py_err(py)?;
+    let description = store.describe();
+    Ok(PyStore {
+        inner: RwLock::new(Some(store)),
+        description,
+    })
+}
+
+#[pymethods]
+impl PyStore {
+    #[getter]
+    fn url(&self) -> &str {
+        &self.description
+    }
+
+    #[pyo3(signature = (key, action_id, lease_us, now_us=None))]
+    fn reserve(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        action_id: &str,
+        lease_us: Micros,
+        now_us: Option<Micros>,
+    ) -> PyResult<RecordTuple> {
+        let store = self.get().py_err(py)?;
+        py.detach(|| store.reserve(key, action_id, lease_us, now_us))
+            .map(record_tuple)
+            .py_err(py)
+    }
+
+    /// `kind` is one of `begin`, `commit` (payload: result JSON), `fail` and `ambiguous`
+    /// (payload: error text).
+    #[pyo3(signature = (key, action_id, attempt, kind, payload=None, now_us=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn transition(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        action_id: &str,
+        attempt: Option<i64>,
+        kind: &str,
+        payload: Option<String>,
+        now_us: Option<Micros>,
+    ) -> PyResult<RecordTuple> {
+        let text = || payload.clone().unwrap_or_default();
+        let t = match kind {
+            "begin" => Transition::Begin,
+            "commit" => Transition::Commit {
+                result: payload.clone(),
+            },
+            "fail" => Transition::Fail { error: text() },
+            "ambiguous" => Transition::MarkAmbiguous { error: text() },
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "unknown transition {other:?}"
+                )))
+                .py_err(py)
+            }
+        };
+        let store = self.get().py_err(py)?;
+        py.detach(|| store.transition(key, action_id, attempt, &t, now_us))
+            .map(record_tuple)
+            .py_err(py)
+    }
+
+    #[pyo3(signature = (key, action_id, attempt, until_us, now_us=None))]
+    fn extend_lease(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        action_id: &str,
+        attempt: Option<i64>,
+        until_us: Micros,
+        now_us: Option<Micros>,
+    ) -> PyResult<RecordTuple> {
+        let store = self.get().py_err(py)?;
+        py.detach(|| store.extend_lease(key, action_id, attempt, until_us, now_us))
+            .map(record_tuple)
+            .py_err(py)
+    }
+
+    #[pyo3(signature = (key, state, resolver, now_us=None))]
+    fn resolve(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        state: &str,
+        resolver: &str,
+        now_us: Option<Micros>,
+    ) -> PyResult<RecordTuple> {
+        let target = parse_state(state).py_err(py)?;
+        let store = self.get().py_err(py)?;
+        py.detach(|| store.resolve(key, target, resolver, now_us))
+            .map(record_tuple)
+            .py_err(py)
+    }
+
+    fn get_effect(&self, py: Python<'_>, key: &str) -> PyResult<Option<RecordTuple>> {
+        let store = self.get().py_err(py)?;
+        py.detach(|| store.get(key))
+            .map(|r| r.map(record_tuple))
+            .py_err(py)
+    }
+
+    #[pyo3(signature = (state=None))]
+    fn list_effects(&self, py: Python<'_>, state: Option<&str>) -> PyResult<Vec<RecordTuple>> {
+        let state = state.map(parse_state).transpose().py_err(py)?;
+        let store = self.get().py_err(py)?;
+        py.detach(|| store.list(state))
+            .map(|v| v.into_iter().map(record_tuple).collect())
+            .py_err(py)
+    }
+
+    /// Release the store's connections. Later calls raise `InvalidArgument`.
+    fn close(&self, py: Python<'_>) {
+        let taken = self.inner.write().ok().and_then(|mut g| g.take());
+        py.detach(move || drop(taken));
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.read().map(|g| g.is_none()).unwrap_or(true)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<ctrlrun._core.Store {}>", self.description)
+    }
+}

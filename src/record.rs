@@ -1,0 +1,86 @@
+//! The stored row: [`EffectRecord`] and its [`EffectState`].
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Microseconds since the Unix epoch, UTC. Every timestamp in the core uses this unit.
+pub type Micros = i64;
+
+/// The wall clock in [`Micros`].
+pub fn now_micros() -> Micros {
+    match SystemTime::now().duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_micros() as Micros,
+        Err(e) => -(e.duration().as_micros() as Micros),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EffectState {
+    Reserved,
+    Executing,
+    Committed,
+    Failed,
+    Ambiguous,
+}
+
+impl EffectState {
+    pub const ALL: [EffectState; 5] = [
+        EffectState::Reserved,
+        EffectState::Executing,
+        EffectState::Committed,
+        EffectState::Failed,
+        EffectState::Ambiguous,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EffectState::Reserved => "reserved",
+            EffectState::Executing => "executing",
+            EffectState::Committed => "committed",
+            EffectState::Failed => "failed",
+            EffectState::Ambiguous => "ambiguous",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<EffectState> {
+        EffectState::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// `reserved` or `executing`: a state that a lease protects.
+    pub fn is_held(self) -> bool {
+        matches!(self, EffectState::Reserved | EffectState::Executing)
+    }
+}
+
+impl std::fmt::Display for EffectState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One effect key's row. `result` holds JSON text as the binding serialised it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EffectRecord {
+    pub effect_key: String,
+    pub state: EffectState,
+    pub action_id: String,
+    pub attempt: i64,
+    pub created_at: Micros,
+    pub updated_at: Micros,
+    pub lease_expires_at: Option<Micros>,
+    pub result: Option<String>,
+    pub error: Option<String>,
+    pub resolved_by: Option<String>,
+}
+
+impl EffectRecord {
+    /// A lease is live when the state is held, the expiry is set and `now <= expiry`
+    /// (the boundary instant is still live).
+    pub fn lease_live(&self, now: Micros) -> bool {
+        self.state.is_held() && matches!(self.lease_expires_at, Some(exp) if now <= exp)
+    }
+
+    /// True when this row is the attempt `(action_id, attempt)`.
+    pub fn is_attempt(&self, action_id: &str, attempt: Option<i64>) -> bool {
+        self.action_id == action_id && attempt.is_none_or(|a| a == self.attempt)
+    }
+}

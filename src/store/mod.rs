@@ -1,0 +1,88 @@
+//! The [`Store`] trait every backend implements. Stores only write: every decision comes
+//! from [`crate::planner`].
+
+pub mod sqlite;
+
+use std::sync::{Arc, OnceLock};
+
+use crate::error::Result;
+use crate::record::{EffectRecord, EffectState, Micros};
+use crate::url::{self, StoreUrl};
+
+pub use crate::planner::Transition;
+
+/// A durable table of effect records. Safe to share across threads.
+///
+/// `now` overrides the backend's clock (tests move time with it); `None` uses the backend's
+/// clock. `attempt` narrows a compare-and-set to one attempt; the decorator always passes it.
+pub trait Store: Send + Sync {
+    /// The store's location for messages (never a password).
+    fn describe(&self) -> String;
+
+    /// Reserve `key` for the attempt `action_id` for `lease` microseconds (SPEC §3). Returns the
+    /// granted row; a refusal is `Error::Duplicate` / `Error::Ambiguous`.
+    fn reserve(
+        &self,
+        key: &str,
+        action_id: &str,
+        lease: Micros,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord>;
+
+    /// A later transition (SPEC §4) as a compare-and-set; returns the row written.
+    fn transition(
+        &self,
+        key: &str,
+        action_id: &str,
+        attempt: Option<i64>,
+        transition: &Transition,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord>;
+
+    /// Move a live lease of an `executing` attempt to `until` (not earlier than today's expiry).
+    fn extend_lease(
+        &self,
+        key: &str,
+        action_id: &str,
+        attempt: Option<i64>,
+        until: Micros,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord>;
+
+    /// A person settles an `ambiguous` effect as `committed` or `failed`.
+    fn resolve(
+        &self,
+        key: &str,
+        target: EffectState,
+        resolver: &str,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord>;
+
+    fn get(&self, key: &str) -> Result<Option<EffectRecord>>;
+
+    /// Every record (or those in `state`), oldest first.
+    fn list(&self, state: Option<EffectState>) -> Result<Vec<EffectRecord>>;
+}
+
+/// Open the store a URL names (see [`crate::url`]).
+pub fn open_store(url: &str) -> Result<Arc<dyn Store>> {
+    match url::parse(url)? {
+        StoreUrl::Sqlite(opts) => Ok(Arc::new(sqlite::SqliteStore::open(opts)?)),
+    }
+}
+
+/// One small thread pool shared by every connection pool, so opening stores spawns no threads
+/// per store.
+pub(crate) fn pool_threads() -> Arc<scheduled_thread_pool::ScheduledThreadPool> {
+    static THREADS: OnceLock<Arc<scheduled_thread_pool::ScheduledThreadPool>> = OnceLock::new();
+    THREADS
+        .get_or_init(|| {
+            Arc::new(
+                scheduled_thread_pool::ScheduledThreadPool::builder()
+                    .num_threads(1)
+                    .thread_name_pattern("ctrlrun-pool-{}")
+                    .build(),
+            )
+        })
+        .clone()
+}

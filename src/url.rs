@@ -1,0 +1,132 @@
+//! Store URLs (SPEC §8.3), following the SQLAlchemy convention for SQLite:
+//! `sqlite:///relative/state.db` (relative to the working directory),
+//! `sqlite:////abs/state.db` (absolute); a bare path is a SQLite file too.
+//! Query options: `synchronous=full|normal`, `busy_timeout=<seconds>`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// SQLite's `PRAGMA synchronous` level for the WAL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Synchronous {
+    /// fsync the WAL on every commit: a committed reservation survives power loss (default).
+    Full,
+    /// fsync at checkpoints only: faster; the last commits can be lost on power loss.
+    Normal,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SqliteOptions {
+    pub path: PathBuf,
+    pub synchronous: Synchronous,
+    /// How long a writer waits for SQLite's write lock before the write fails.
+    pub busy_timeout: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum StoreUrl {
+    Sqlite(SqliteOptions),
+}
+
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn memory_refused(url: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "store URL {url:?} names an in-memory SQLite database, which cannot reserve an effect \
+         across connections or processes; give a file path such as sqlite:///.ctrlrun/state.db"
+    ))
+}
+
+/// Parse a store URL or a bare SQLite path.
+pub fn parse(url: &str) -> Result<StoreUrl> {
+    let url_trim = url.trim();
+    if url_trim.is_empty() {
+        return Err(Error::InvalidArgument("store URL must not be empty".into()));
+    }
+    let (path, query) = match url_trim.split_once("://") {
+        None => {
+            if url_trim.starts_with("file:") || url_trim == ":memory:" {
+                if url_trim.contains(":memory:") || url_trim.contains("mode=memory") {
+                    return Err(memory_refused(url));
+                }
+            }
+            (url_trim.to_owned(), None)
+        }
+        Some((scheme, rest)) => match scheme.to_ascii_lowercase().as_str() {
+            "sqlite" => {
+                let (p, q) = match rest.split_once('?') {
+                    Some((p, q)) => (p, Some(q)),
+                    None => (rest, None),
+                };
+                let Some(p) = p.strip_prefix('/') else {
+                    return Err(Error::InvalidArgument(format!(
+                        "store URL {url:?}: a SQLite URL has no host; write sqlite:///relative/path.db \
+                         or sqlite:////absolute/path.db"
+                    )));
+                };
+                if p.is_empty() {
+                    return Err(Error::InvalidArgument(format!(
+                        "store URL {url:?} has no file path (an in-memory database is refused); \
+                         write sqlite:///relative/path.db or sqlite:////absolute/path.db"
+                    )));
+                }
+                (p.to_owned(), q)
+            }
+            "postgresql" | "postgres" => return Err(Error::InvalidArgument(format!(
+                "store URL scheme '{scheme}': the PostgreSQL store is not part of this build yet"
+            ))),
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "unknown store URL scheme '{other}' in {url:?}; expected sqlite:///path.db \
+                     (or a bare file path)"
+                )))
+            }
+        },
+    };
+    if path == ":memory:" || path.starts_with("file::memory:") {
+        return Err(memory_refused(url));
+    }
+    let mut opts = SqliteOptions {
+        path: PathBuf::from(path),
+        synchronous: Synchronous::Full,
+        busy_timeout: DEFAULT_BUSY_TIMEOUT,
+    };
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "synchronous" => {
+                opts.synchronous = match v.to_ascii_lowercase().as_str() {
+                    "full" => Synchronous::Full,
+                    "normal" => Synchronous::Normal,
+                    _ => {
+                        return Err(Error::InvalidArgument(format!(
+                            "store URL {url:?}: synchronous must be 'full' or 'normal', got {v:?}"
+                        )))
+                    }
+                }
+            }
+            "busy_timeout" => {
+                let secs: f64 = v.parse().map_err(|_| {
+                    Error::InvalidArgument(format!(
+                        "store URL {url:?}: busy_timeout must be a number of seconds, got {v:?}"
+                    ))
+                })?;
+                if !(secs.is_finite() && secs >= 0.0 && secs < 86_400.0) {
+                    return Err(Error::InvalidArgument(format!(
+                        "store URL {url:?}: busy_timeout must be between 0 and 86400 seconds, got {v:?}"
+                    )));
+                }
+                opts.busy_timeout = Duration::from_secs_f64(secs);
+            }
+            "mode" if v == "memory" => return Err(memory_refused(url)),
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "store URL {url:?}: unknown option '{k}' (SQLite accepts synchronous and busy_timeout)"
+                )))
+            }
+        }
+    }
+    Ok(StoreUrl::Sqlite(opts))
+}
