@@ -1,0 +1,36 @@
+# One venv, one editable build of the Rust extension, then the commands a newcomer needs.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+
+.PHONY: dev demo test test-rs test-py lint clean
+
+$(VENV)/.tools: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "maturin>=1.16,<2" "pytest>=7" "click>=8.1"
+	touch $@
+
+## dev: build the extension (incremental) and install the package into .venv, editable
+dev: $(VENV)/.tools
+	$(VENV)/bin/maturin develop --quiet
+
+## demo: the main job, a refund agent on a SQLite file
+demo: dev
+	$(PY) -m ctrlrun demo
+
+## test: every test: Rust core without Python, then pytest through the package
+test: test-rs test-py
+
+test-rs:
+	cargo test --tests --quiet
+
+test-py: dev
+	$(PY) -m pytest tests_py -q
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --all-targets --features python -- -D warnings
+
+clean:
+	rm -rf $(VENV) target
