@@ -407,3 +407,40 @@ pub fn format_micros(us: Micros) -> String {
     };
     humantime::format_rfc3339_micros(t).to_string()
 }
+
+/// After an unknown `COMMIT` of a later transition, what the re-read row says (SPEC §6).
+#[derive(Debug)]
+pub enum AfterUnknown {
+    /// The transition landed (the row is in the target state under our attempt).
+    Landed(EffectRecord),
+    /// The row is still in a pre-state under our attempt: the `COMMIT` did not land; re-issue
+    /// the same compare-and-set once.
+    Reissue,
+    /// Anything else: refuse by SPEC §4's re-read rule.
+    Refuse(Error),
+}
+
+pub fn settle_unknown_transition(
+    found: Option<EffectRecord>,
+    key: &str,
+    action_id: &str,
+    attempt: Option<i64>,
+    transition: &Transition,
+    now: Micros,
+) -> AfterUnknown {
+    match found {
+        Some(row) if row.state == transition.target() && row.is_attempt(action_id, attempt) => {
+            AfterUnknown::Landed(row)
+        }
+        Some(row)
+            if transition.from_states().contains(&row.state)
+                && row.is_attempt(action_id, attempt) =>
+        {
+            AfterUnknown::Reissue
+        }
+        other => match settle_mismatch(other, key, action_id, attempt, transition, now) {
+            Ok(row) => AfterUnknown::Landed(row),
+            Err(e) => AfterUnknown::Refuse(e),
+        },
+    }
+}

@@ -2,6 +2,8 @@
 //! `sqlite:///relative/state.db` (relative to the working directory),
 //! `sqlite:////abs/state.db` (absolute); a bare path is a SQLite file too.
 //! Query options: `synchronous=full|normal`, `busy_timeout=<seconds>`.
+//! PostgreSQL: `postgresql://user@host:port/db?schema=NAME` (schema default `public`); other
+//! options go to the driver.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -28,6 +30,11 @@ pub struct SqliteOptions {
 #[derive(Clone, Debug, PartialEq)]
 pub enum StoreUrl {
     Sqlite(SqliteOptions),
+    /// `url` is the connection URL without the `schema` option.
+    Postgres {
+        url: String,
+        schema: String,
+    },
 }
 
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -74,13 +81,11 @@ pub fn parse(url: &str) -> Result<StoreUrl> {
                 }
                 (p.to_owned(), q)
             }
-            "postgresql" | "postgres" => return Err(Error::InvalidArgument(format!(
-                "store URL scheme '{scheme}': the PostgreSQL store is not part of this build yet"
-            ))),
+            "postgresql" | "postgres" => return parse_postgres(url_trim),
             other => {
                 return Err(Error::InvalidArgument(format!(
                     "unknown store URL scheme '{other}' in {url:?}; expected sqlite:///path.db \
-                     (or a bare file path)"
+                     (or a bare file path) or postgresql://user@host:port/db"
                 )))
             }
         },
@@ -129,4 +134,39 @@ pub fn parse(url: &str) -> Result<StoreUrl> {
         }
     }
     Ok(StoreUrl::Sqlite(opts))
+}
+
+/// `postgresql://user@host:port/db?schema=NAME&...`: pull out `schema` (default `public`); the
+/// rest is the driver's connection URL. A schema name is plain: letters, digits, `_`.
+fn parse_postgres(url: &str) -> Result<StoreUrl> {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, q),
+        None => (url, ""),
+    };
+    let mut schema = String::from("public");
+    let mut rest = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("schema", v)) => schema = v.to_owned(),
+            _ => rest.push(pair),
+        }
+    }
+    let valid = !schema.is_empty()
+        && schema.len() <= 63
+        && schema
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !schema.starts_with(|c: char| c.is_ascii_digit());
+    if !valid {
+        return Err(Error::Store(format!(
+            "PostgreSQL schema name {schema:?} is not allowed: use 1 to 63 ASCII letters, digits \
+             and underscores, not starting with a digit (no quotes, semicolons or spaces)"
+        )));
+    }
+    let url = if rest.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    };
+    Ok(StoreUrl::Postgres { url, schema })
 }

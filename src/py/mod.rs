@@ -2,6 +2,7 @@
 //! store call, and maps core errors to Python exceptions in one place (`errors.rs`).
 
 mod errors;
+mod logging;
 mod store;
 mod template;
 
@@ -9,6 +10,7 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    logging::install();
     m.add_class::<template::PyTemplate>()?;
     m.add_class::<store::PyStore>()?;
     m.add_function(wrap_pyfunction!(store::open_store, m)?)?;

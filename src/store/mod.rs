@@ -1,6 +1,7 @@
 //! The [`Store`] trait every backend implements. Stores only write: every decision comes
 //! from [`crate::planner`].
 
+pub mod postgres;
 pub mod sqlite;
 
 use std::sync::{Arc, OnceLock};
@@ -68,6 +69,9 @@ pub trait Store: Send + Sync {
 pub fn open_store(url: &str) -> Result<Arc<dyn Store>> {
     match url::parse(url)? {
         StoreUrl::Sqlite(opts) => Ok(Arc::new(sqlite::SqliteStore::open(opts)?)),
+        StoreUrl::Postgres { url, schema } => {
+            Ok(Arc::new(postgres::PostgresStore::open(&url, &schema)?))
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 
 use crate::error::{Error, Result};
-use crate::planner::{self, Expected, ReservationPlan, Transition};
+use crate::planner::{self, AfterUnknown, Expected, ReservationPlan, Transition};
 use crate::record::{now_micros, EffectRecord, EffectState, Micros};
 use crate::store::Store;
 use crate::url::{SqliteOptions, Synchronous};
@@ -470,29 +470,24 @@ impl SqliteStore {
             Commit::Unknown(Err(e), _) => Err(e),
             Commit::Unknown(Ok(_), why) => {
                 log::warn!(target: "ctrlrun.store", "commit_unknown: {what} '{key}': {why}");
-                match self.reread(what, key, &why)? {
-                    Some(row) if row.state == t.target() && row.is_attempt(action_id, attempt) => {
+                let found = self.reread(what, key, &why)?;
+                match planner::settle_unknown_transition(found, key, action_id, attempt, t, now) {
+                    AfterUnknown::Landed(row) => {
                         log::warn!(target: "ctrlrun.store", "reread_landed: {what} '{key}'");
                         Ok(row)
                     }
-                    Some(row)
-                        if t.from_states().contains(&row.state)
-                            && row.is_attempt(action_id, attempt) =>
-                    {
-                        if may_reissue {
-                            log::warn!(target: "ctrlrun.store", "reread_unchanged_reissue: {what} '{key}'");
-                            self.transition_step(key, action_id, attempt, t, now, false)
-                        } else {
-                            Err(Error::StoreUnresolved(format!(
-                                "the re-issued COMMIT of {what} for effect '{key}' in the SQLite \
-                                 store at {} failed again ({why}); nothing more was written",
-                                self.opts.path.display()
-                            )))
-                        }
+                    AfterUnknown::Reissue if may_reissue => {
+                        log::warn!(target: "ctrlrun.store", "reread_unchanged_reissue: {what} '{key}'");
+                        self.transition_step(key, action_id, attempt, t, now, false)
                     }
-                    other => {
+                    AfterUnknown::Reissue => Err(Error::StoreUnresolved(format!(
+                        "the re-issued COMMIT of {what} for effect '{key}' in the SQLite store at \
+                         {} failed again ({why}); nothing more was written",
+                        self.opts.path.display()
+                    ))),
+                    AfterUnknown::Refuse(e) => {
                         log::warn!(target: "ctrlrun.store", "reread_other: {what} '{key}'");
-                        planner::settle_mismatch(other, key, action_id, attempt, t, now)
+                        Err(e)
                     }
                 }
             }

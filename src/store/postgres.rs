@@ -1,0 +1,812 @@
+//! The PostgreSQL store: many hosts, one database.
+//!
+//! The reservation is the primary-key index plus compare-and-set: `INSERT … ON CONFLICT
+//! (effect_key) DO NOTHING` with the returned row checked, and `UPDATE … WHERE effect_key AND
+//! state AND action_id AND attempt` with the row count checked, under the default isolation
+//! level. No advisory locks, no `SERIALIZABLE`, no `SELECT … FOR UPDATE`; nothing is held across
+//! the executor. Lease decisions use the server's clock (`clock_timestamp()`) unless the caller
+//! passes `now`.
+//!
+//! Failure classes (SPEC §6): an error before `COMMIT` rolls back and is `StoreWriteFailed`, as
+//! is SQLSTATE 40001/40P01 anywhere. Any other error during `COMMIT` (connection lost, statement
+//! timeout) is unknown: the row is re-read on a fresh connection and decides. A failed re-read
+//! is `StoreUnresolved`. Each branch is logged on `ctrlrun.store` with its name.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use postgres::error::SqlState;
+use postgres::types::ToSql;
+use postgres::{Client, Config, NoTls, Row, Statement, Transaction};
+
+use crate::error::{Error, Result};
+use crate::planner::{self, AfterUnknown, Expected, ReservationPlan, Transition};
+use crate::record::{EffectRecord, EffectState, Micros};
+use crate::store::Store;
+
+/// The schema version this build writes (`ctrlrun_meta.schema_version`).
+pub const SCHEMA_VERSION: i64 = 1;
+
+const COLUMNS: &str = "effect_key, state, action_id, attempt, created_at, updated_at, \
+                       lease_expires_at, result, error, resolved_by";
+
+/// Microseconds since the epoch: the caller's `now` when given, else the server's clock.
+fn now_expr(param: usize) -> String {
+    format!("COALESCE(${param}::int8, (extract(epoch FROM clock_timestamp()) * 1000000)::int8)")
+}
+
+/// The statements, rendered once per store for its schema and prepared once per connection.
+struct Sql {
+    reserve: String,
+    select: String,
+    cas: String,
+    transition: String,
+    list: String,
+}
+
+impl Sql {
+    fn new(schema: &str) -> Sql {
+        let t = format!("\"{schema}\".ctrlrun_effects");
+        Sql {
+            // One round trip for the common cases: the row inserted, or the row in the way.
+            reserve: format!(
+                "WITH clock AS (SELECT {now} AS n), \
+                 ins AS (INSERT INTO {t} (effect_key, state, action_id, attempt, created_at, \
+                         updated_at, lease_expires_at) \
+                         SELECT $1, 'reserved', $2, 1, n, n, n + $3::int8 FROM clock \
+                         ON CONFLICT (effect_key) DO NOTHING RETURNING {COLUMNS}) \
+                 SELECT true, {COLUMNS}, (SELECT n FROM clock) FROM ins \
+                 UNION ALL \
+                 SELECT false, {COLUMNS}, (SELECT n FROM clock) FROM {t} \
+                 WHERE effect_key = $1 AND NOT EXISTS (SELECT 1 FROM ins)",
+                now = now_expr(4)
+            ),
+            select: format!(
+                "SELECT false, {cols}, clock.n FROM (SELECT {now} AS n) clock \
+                 LEFT JOIN {t} e ON e.effect_key = $1",
+                cols = COLUMNS
+                    .split(", ")
+                    .map(|c| format!("e.{c}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                now = now_expr(2)
+            ),
+            cas: format!(
+                "UPDATE {t} SET state = $1, action_id = $2, attempt = $3, created_at = $4, \
+                 updated_at = $5, lease_expires_at = $6, result = $7, error = $8, \
+                 resolved_by = $9 \
+                 WHERE effect_key = $10 AND state = $11 AND action_id = $12 AND attempt = $13"
+            ),
+            transition: format!(
+                "UPDATE {t} SET state = $1, updated_at = {now}, \
+                 lease_expires_at = CASE WHEN $3 THEN lease_expires_at ELSE NULL END, \
+                 result = $4, error = $5 \
+                 WHERE effect_key = $6 AND action_id = $7 AND ($8::int8 IS NULL OR attempt = $8) \
+                 AND state = ANY($2::text[]) RETURNING {COLUMNS}",
+                now = now_expr(9)
+            ),
+            list: format!(
+                "SELECT {COLUMNS} FROM {t} WHERE ($1::text IS NULL OR state = $1) \
+                 ORDER BY created_at, effect_key"
+            ),
+        }
+    }
+}
+
+struct Prepared {
+    reserve: Statement,
+    select: Statement,
+    cas: Statement,
+    transition: Statement,
+    list: Statement,
+}
+
+/// One pooled connection with its prepared statements.
+pub struct Conn {
+    client: Client,
+    st: Prepared,
+}
+
+struct Manager {
+    config: Config,
+    sql: std::sync::Arc<Sql>,
+}
+
+impl Manager {
+    fn connect_client(&self) -> std::result::Result<Conn, postgres::Error> {
+        let mut client = self.config.connect(NoTls)?;
+        let st = Prepared {
+            reserve: client.prepare(&self.sql.reserve)?,
+            select: client.prepare(&self.sql.select)?,
+            cas: client.prepare(&self.sql.cas)?,
+            transition: client.prepare(&self.sql.transition)?,
+            list: client.prepare(&self.sql.list)?,
+        };
+        Ok(Conn { client, st })
+    }
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> std::result::Result<Conn, postgres::Error> {
+        self.connect_client()
+    }
+
+    fn is_valid(&self, conn: &mut Conn) -> std::result::Result<(), postgres::Error> {
+        conn.client.simple_query("").map(|_| ())
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        conn.client.is_closed()
+    }
+}
+
+fn state_of(text: &str) -> std::result::Result<EffectState, Error> {
+    EffectState::parse(text)
+        .ok_or_else(|| Error::Store(format!("the store holds an unknown effect state {text:?}")))
+}
+
+/// A row of `COLUMNS` starting at column `at`; `None` when the key column is NULL.
+fn read_record(row: &Row, at: usize) -> Result<Option<EffectRecord>> {
+    let key: Option<String> = row.get(at);
+    let Some(effect_key) = key else {
+        return Ok(None);
+    };
+    let state: String = row.get(at + 1);
+    Ok(Some(EffectRecord {
+        effect_key,
+        state: state_of(&state)?,
+        action_id: row.get(at + 2),
+        attempt: row.get(at + 3),
+        created_at: row.get(at + 4),
+        updated_at: row.get(at + 5),
+        lease_expires_at: row.get(at + 6),
+        result: row.get(at + 7),
+        error: row.get(at + 8),
+        resolved_by: row.get(at + 9),
+    }))
+}
+
+/// A read: `(inserted, record, server now)` from the `reserve` or `select` statement.
+fn read_found(row: &Row) -> Result<(bool, Option<EffectRecord>, Micros)> {
+    Ok((row.get(0), read_record(row, 1)?, row.get(11)))
+}
+
+fn is_serialization(e: &postgres::Error) -> bool {
+    matches!(
+        e.code(),
+        Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED
+    )
+}
+
+fn describe_pg_error(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => e.to_string(),
+    }
+}
+
+enum Commit<T> {
+    Landed(T),
+    Unknown(T, String),
+}
+
+struct Step {
+    written: Option<EffectRecord>,
+    outcome: Result<EffectRecord>,
+}
+
+pub struct PostgresStore {
+    manager_config: Config,
+    sql: std::sync::Arc<Sql>,
+    description: String,
+    pool: r2d2::Pool<Manager>,
+}
+
+impl PostgresStore {
+    /// Connect, create the schema's tables if missing, check the recorded schema version.
+    pub fn open(url: &str, schema: &str) -> Result<PostgresStore> {
+        let mut config = Config::from_str(url).map_err(|e| {
+            Error::Store(format!(
+                "cannot parse the PostgreSQL URL (password not shown): {e}"
+            ))
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(10));
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("ctrlrun");
+        }
+        config.keepalives_idle(Duration::from_secs(30));
+        let description = describe(&config, schema);
+        let mut client = config.connect(NoTls).map_err(|e| {
+            Error::Store(format!(
+                "cannot connect to the PostgreSQL store {description}: {}",
+                describe_pg_error(&e)
+            ))
+        })?;
+        init_schema(&mut client, schema, &description)?;
+        drop(client);
+        let sql = std::sync::Arc::new(Sql::new(schema));
+        let pool = r2d2::Pool::builder()
+            .max_size(16)
+            .min_idle(Some(0))
+            .test_on_check_out(false)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connection_timeout(Duration::from_secs(30))
+            .thread_pool(super::pool_threads())
+            .error_handler(Box::new(r2d2::NopErrorHandler))
+            .build_unchecked(Manager {
+                config: config.clone(),
+                sql: sql.clone(),
+            });
+        Ok(PostgresStore {
+            manager_config: config,
+            sql,
+            description,
+            pool,
+        })
+    }
+
+    fn conn(&self, what: &str, key: &str) -> Result<r2d2::PooledConnection<Manager>> {
+        self.pool.get().map_err(|e| {
+            Error::StoreWriteFailed(format!(
+                "{what} for effect '{key}': cannot get a connection to the PostgreSQL store {}: \
+                 {e}; nothing was written, so the write may be retried",
+                self.description
+            ))
+        })
+    }
+
+    fn failed(&self, what: &str, key: &str, e: &postgres::Error) -> Error {
+        Error::StoreWriteFailed(format!(
+            "{what} for effect '{key}' failed in the PostgreSQL store {}: {}; nothing was \
+             committed, so the write may be retried",
+            self.description,
+            describe_pg_error(e)
+        ))
+    }
+
+    /// `BEGIN`, `body`, `COMMIT`, classified as SPEC §6 says.
+    fn txn<T>(
+        &self,
+        conn: &mut Conn,
+        what: &str,
+        key: &str,
+        body: impl FnOnce(&mut Transaction<'_>, &Prepared) -> Result<T>,
+    ) -> Result<Commit<T>> {
+        let Conn { client, st } = conn;
+        let mut tx = client
+            .transaction()
+            .map_err(|e| self.failed(what, key, &e))?;
+        let value = body(&mut tx, st)?; // dropping `tx` on error rolls back
+        match tx.commit() {
+            Ok(()) => Ok(Commit::Landed(value)),
+            Err(e) if is_serialization(&e) => {
+                log::warn!(target: "ctrlrun.store", "commit_refused: {what} '{key}': {e}");
+                Err(self.failed(what, key, &e))
+            }
+            Err(e) => Ok(Commit::Unknown(value, describe_pg_error(&e))),
+        }
+    }
+
+    /// Re-read `key` on a fresh connection (never a pooled one) after an unknown `COMMIT`.
+    fn reread(&self, what: &str, key: &str, why: &str) -> Result<(Option<EffectRecord>, Micros)> {
+        let manager = Manager {
+            config: self.manager_config.clone(),
+            sql: self.sql.clone(),
+        };
+        let read = manager.connect_client().and_then(|mut c| {
+            let row = c.client.query_one(&c.st.select, &[&key, &None::<i64>])?;
+            Ok(row)
+        });
+        match read {
+            Ok(row) => {
+                let (_, rec, now) = read_found(&row)?;
+                Ok((rec, now))
+            }
+            Err(e) => {
+                log::error!(target: "ctrlrun.store", "reread_failed: {what} '{key}': {e}");
+                Err(Error::StoreUnresolved(format!(
+                    "the COMMIT of {what} for effect '{key}' in the PostgreSQL store {} may or may \
+                     not have landed ({why}), and re-reading the row on a fresh connection failed \
+                     ({}); nothing more was written and the executor was not run. The key may stay \
+                     reserved until its lease lapses; then a person resolves it",
+                    self.description,
+                    describe_pg_error(&e)
+                )))
+            }
+        }
+    }
+
+    fn select_in(
+        &self,
+        tx: &mut Transaction<'_>,
+        st: &Prepared,
+        what: &str,
+        key: &str,
+        now: Option<Micros>,
+    ) -> Result<(Option<EffectRecord>, Micros)> {
+        let row = tx
+            .query_one(&st.select, &[&key, &now])
+            .map_err(|e| self.failed(what, key, &e))?;
+        let (_, rec, n) = read_found(&row)?;
+        Ok((rec, n))
+    }
+
+    fn write_cas(
+        &self,
+        tx: &mut Transaction<'_>,
+        st: &Prepared,
+        what: &str,
+        expected: &Expected,
+        r: &EffectRecord,
+    ) -> Result<bool> {
+        let params: [&(dyn ToSql + Sync); 13] = [
+            &r.state.as_str(),
+            &r.action_id,
+            &r.attempt,
+            &r.created_at,
+            &r.updated_at,
+            &r.lease_expires_at,
+            &r.result,
+            &r.error,
+            &r.resolved_by,
+            &r.effect_key,
+            &expected.state.as_str(),
+            &expected.action_id,
+            &expected.attempt,
+        ];
+        let n = tx
+            .execute(&st.cas, &params)
+            .map_err(|e| self.failed(what, &r.effect_key, &e))?;
+        Ok(n == 1)
+    }
+
+    /// One reservation transaction. Returns what was written (for the identity re-read).
+    fn reserve_txn(
+        &self,
+        key: &str,
+        action_id: &str,
+        lease: Micros,
+        now: Option<Micros>,
+    ) -> Result<Commit<Step>> {
+        const WHAT: &str = "reserve_effect";
+        let mut conn = self.conn(WHAT, key)?;
+        self.txn(&mut conn, WHAT, key, |tx, st| {
+            let rows = tx
+                .query(&st.reserve, &[&key, &action_id, &lease, &now])
+                .map_err(|e| self.failed(WHAT, key, &e))?;
+            let mut found = match rows.first() {
+                Some(row) => {
+                    let (inserted, rec, n) = read_found(row)?;
+                    if inserted {
+                        let rec = rec.expect("RETURNING gives the inserted row");
+                        return Ok(Step {
+                            written: Some(rec.clone()),
+                            outcome: Ok(rec),
+                        });
+                    }
+                    (rec, n)
+                }
+                // The conflicting row was committed after this statement's snapshot: read it
+                // with a new statement (a new snapshot under READ COMMITTED).
+                None => self.select_in(tx, st, WHAT, key, now)?,
+            };
+            // A compare-and-set that loses a race re-reads and re-plans; a few rounds at most.
+            for _ in 0..4 {
+                let (row, n) = found;
+                match planner::plan_reservation(row.as_ref(), key, action_id, lease, n) {
+                    ReservationPlan::Refuse(r) => {
+                        return Ok(Step {
+                            written: None,
+                            outcome: Err(r.into_error()),
+                        })
+                    }
+                    ReservationPlan::Renew { expected, record } => {
+                        if self.write_cas(tx, st, WHAT, &expected, &record)? {
+                            return Ok(Step {
+                                written: Some(record.clone()),
+                                outcome: Ok(record),
+                            });
+                        }
+                    }
+                    ReservationPlan::Lapse { expected, record } => {
+                        if self.write_cas(tx, st, WHAT, &expected, &record)? {
+                            return Ok(Step {
+                                written: Some(record.clone()),
+                                outcome: Err(Error::ambiguous(record)),
+                            });
+                        }
+                    }
+                    // Rows are never deleted; if one vanished, the next round inserts.
+                    ReservationPlan::Insert(_) => {
+                        let rows = tx
+                            .query(&st.reserve, &[&key, &action_id, &lease, &now])
+                            .map_err(|e| self.failed(WHAT, key, &e))?;
+                        if let Some(row) = rows.first() {
+                            let (inserted, rec, _) = read_found(row)?;
+                            if inserted {
+                                let rec = rec.expect("RETURNING gives the inserted row");
+                                return Ok(Step {
+                                    written: Some(rec.clone()),
+                                    outcome: Ok(rec),
+                                });
+                            }
+                        }
+                    }
+                }
+                found = self.select_in(tx, st, WHAT, key, now)?;
+            }
+            Err(Error::StoreWriteFailed(format!(
+                "{WHAT} for effect '{key}': the row kept changing under concurrent writers; \
+                 nothing was committed, so the write may be retried"
+            )))
+        })
+    }
+
+    /// Whole-row read-plan-write for extension and resolution (no lock: the compare-and-set
+    /// on the row read decides).
+    fn read_plan_write(
+        &self,
+        what: &str,
+        key: &str,
+        now: Option<Micros>,
+        plan: &dyn Fn(Option<EffectRecord>, Micros) -> Result<EffectRecord>,
+        may_retry: bool,
+    ) -> Result<EffectRecord> {
+        let mut conn = self.conn(what, key)?;
+        let committed = self.txn(&mut conn, what, key, |tx, st| {
+            let (found, n) = self.select_in(tx, st, what, key, now)?;
+            let expected = found.as_ref().map(Expected::of);
+            let record = plan(found, n)?;
+            let expected = expected.expect("a plan that writes found a row");
+            if !self.write_cas(tx, st, what, &expected, &record)? {
+                return Err(Error::StoreWriteFailed(format!(
+                    "{what} for effect '{key}': the row changed while it was being written; \
+                     nothing was committed, so the write may be retried"
+                )));
+            }
+            Ok(record)
+        })?;
+        drop(conn);
+        match committed {
+            Commit::Landed(r) => Ok(r),
+            Commit::Unknown(written, why) => {
+                log::warn!(target: "ctrlrun.store", "commit_unknown: {what} '{key}': {why}");
+                let (found, _) = self.reread(what, key, &why)?;
+                if found.as_ref() == Some(&written) {
+                    log::warn!(target: "ctrlrun.store", "reread_landed: {what} '{key}'");
+                    return Ok(written);
+                }
+                if may_retry {
+                    log::warn!(target: "ctrlrun.store", "reread_not_landed_retry: {what} '{key}'");
+                    return self.read_plan_write(what, key, now, plan, false);
+                }
+                Err(Error::StoreUnresolved(format!(
+                    "the retried COMMIT of {what} for effect '{key}' in the PostgreSQL store {} \
+                     failed again ({why}); nothing more was written",
+                    self.description
+                )))
+            }
+        }
+    }
+
+    /// A reservation; after an unknown `COMMIT`, the whole-row identity re-read decides: the
+    /// row we wrote means it landed; no row means it did not, so the insert is retried once;
+    /// any other row goes back to the planner.
+    fn reserve_step(
+        &self,
+        key: &str,
+        action_id: &str,
+        lease: Micros,
+        now: Option<Micros>,
+        may_retry: bool,
+    ) -> Result<EffectRecord> {
+        const WHAT: &str = "reserve_effect";
+        let (step, why) = match self.reserve_txn(key, action_id, lease, now)? {
+            Commit::Landed(step) => return step.outcome,
+            Commit::Unknown(step, why) => (step, why),
+        };
+        let Some(written) = step.written else {
+            // Nothing was written, so nothing is unknown.
+            return step.outcome;
+        };
+        log::warn!(target: "ctrlrun.store", "commit_unknown: {WHAT} '{key}': {why}");
+        let (found, n) = self.reread(WHAT, key, &why)?;
+        if found.as_ref() == Some(&written) {
+            log::warn!(target: "ctrlrun.store", "reread_identical_landed: {WHAT} '{key}'");
+            return step.outcome;
+        }
+        let unresolved = || {
+            Error::StoreUnresolved(format!(
+                "the retried reservation of effect '{key}' in the PostgreSQL store {} did not \
+                 settle ({why}); nothing more was written and the executor was not run",
+                self.description
+            ))
+        };
+        match found {
+            None if may_retry => {
+                log::warn!(target: "ctrlrun.store", "reread_none_retry_insert: {WHAT} '{key}'");
+                self.reserve_step(key, action_id, lease, now, false)
+            }
+            None => Err(unresolved()),
+            Some(row) => {
+                log::warn!(target: "ctrlrun.store", "reread_other_replan: {WHAT} '{key}'");
+                match planner::plan_reservation(Some(&row), key, action_id, lease, now.unwrap_or(n))
+                {
+                    ReservationPlan::Refuse(r) => Err(r.into_error()),
+                    _ if may_retry => self.reserve_step(key, action_id, lease, now, false),
+                    _ => Err(unresolved()),
+                }
+            }
+        }
+    }
+
+    fn transition_step(
+        &self,
+        key: &str,
+        action_id: &str,
+        attempt: Option<i64>,
+        t: &Transition,
+        now: Option<Micros>,
+        may_reissue: bool,
+    ) -> Result<EffectRecord> {
+        let what = t.name();
+        let from: Vec<&str> = t.from_states().iter().map(|s| s.as_str()).collect();
+        let (result, error) = t.payload();
+        let mut conn = self.conn(what, key)?;
+        let committed = self.txn(&mut conn, what, key, |tx, st| {
+            let params: [&(dyn ToSql + Sync); 9] = [
+                &t.target().as_str(),
+                &from,
+                &t.keeps_lease(),
+                &result,
+                &error,
+                &key,
+                &action_id,
+                &attempt,
+                &now,
+            ];
+            let rows = tx
+                .query(&st.transition, &params)
+                .map_err(|e| self.failed(what, key, &e))?;
+            match rows.first() {
+                Some(row) => Ok(Ok(read_record(row, 0)?.expect("RETURNING gives the row"))),
+                None => {
+                    let (found, n) = self.select_in(tx, st, what, key, now)?;
+                    Ok(planner::settle_mismatch(
+                        found, key, action_id, attempt, t, n,
+                    ))
+                }
+            }
+        })?;
+        drop(conn);
+        match committed {
+            Commit::Landed(outcome) => outcome,
+            Commit::Unknown(Err(e), _) => Err(e),
+            Commit::Unknown(Ok(_), why) => {
+                log::warn!(target: "ctrlrun.store", "commit_unknown: {what} '{key}': {why}");
+                let (found, n) = self.reread(what, key, &why)?;
+                match planner::settle_unknown_transition(
+                    found,
+                    key,
+                    action_id,
+                    attempt,
+                    t,
+                    now.unwrap_or(n),
+                ) {
+                    AfterUnknown::Landed(row) => {
+                        log::warn!(target: "ctrlrun.store", "reread_landed: {what} '{key}'");
+                        Ok(row)
+                    }
+                    AfterUnknown::Reissue if may_reissue => {
+                        log::warn!(target: "ctrlrun.store", "reread_unchanged_reissue: {what} '{key}'");
+                        self.transition_step(key, action_id, attempt, t, now, false)
+                    }
+                    AfterUnknown::Reissue => Err(Error::StoreUnresolved(format!(
+                        "the re-issued COMMIT of {what} for effect '{key}' in the PostgreSQL store \
+                         {} failed again ({why}); nothing more was written",
+                        self.description
+                    ))),
+                    AfterUnknown::Refuse(e) => {
+                        log::warn!(target: "ctrlrun.store", "reread_other: {what} '{key}'");
+                        Err(e)
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn describe(config: &Config, schema: &str) -> String {
+    use postgres::config::Host;
+    let user = config.get_user().unwrap_or("");
+    let host = match config.get_hosts().first() {
+        Some(Host::Tcp(h)) => h.clone(),
+        Some(Host::Unix(p)) => p.display().to_string(),
+        None => "localhost".into(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let db = config.get_dbname().unwrap_or(user);
+    format!("postgresql://{user}@{host}:{port}/{db}?schema={schema}")
+}
+
+fn init_schema(client: &mut Client, schema: &str, description: &str) -> Result<()> {
+    let fail = |e: postgres::Error| {
+        Error::Store(format!(
+            "cannot set up the tables of the PostgreSQL store {description}: {}",
+            describe_pg_error(&e)
+        ))
+    };
+    let version_query =
+        format!("SELECT value FROM \"{schema}\".ctrlrun_meta WHERE key = 'schema_version'");
+    let read_version = |client: &mut Client| -> std::result::Result<Option<i64>, postgres::Error> {
+        let rows = client.query(&version_query, &[])?;
+        Ok(rows
+            .first()
+            .and_then(|r| r.get::<_, String>(0).parse::<i64>().ok()))
+    };
+    let version = match read_version(client) {
+        Ok(v) => v,
+        Err(e)
+            if matches!(e.code(), Some(c) if *c == SqlState::UNDEFINED_TABLE
+                || *c == SqlState::INVALID_SCHEMA_NAME) =>
+        {
+            None
+        }
+        Err(e) => return Err(fail(e)),
+    };
+    let version = match version {
+        Some(v) => v,
+        None => {
+            let ddl = format!(
+                "CREATE SCHEMA IF NOT EXISTS \"{schema}\";
+                 CREATE TABLE IF NOT EXISTS \"{schema}\".ctrlrun_effects (
+                     effect_key       text   NOT NULL PRIMARY KEY,
+                     state            text   NOT NULL CHECK (state IN
+                         ('reserved', 'executing', 'committed', 'failed', 'ambiguous')),
+                     action_id        text   NOT NULL,
+                     attempt          bigint NOT NULL CHECK (attempt >= 1),
+                     created_at       bigint NOT NULL,
+                     updated_at       bigint NOT NULL,
+                     lease_expires_at bigint,
+                     result           text,
+                     error            text,
+                     resolved_by      text);
+                 COMMENT ON COLUMN \"{schema}\".ctrlrun_effects.created_at IS
+                     'microseconds since the Unix epoch, UTC';
+                 CREATE TABLE IF NOT EXISTS \"{schema}\".ctrlrun_meta (
+                     key text NOT NULL PRIMARY KEY, value text NOT NULL);
+                 INSERT INTO \"{schema}\".ctrlrun_meta VALUES ('schema_version', '{SCHEMA_VERSION}')
+                     ON CONFLICT (key) DO NOTHING;"
+            );
+            // Several processes may create the same schema at once; the loser of a catalog race
+            // sees a unique violation and simply tries again.
+            let mut tries = 0;
+            loop {
+                let created = client.transaction().and_then(|mut tx| {
+                    tx.batch_execute(&ddl)?;
+                    tx.commit()
+                });
+                match created {
+                    Ok(()) => break,
+                    Err(e)
+                        if tries < 5
+                            && matches!(e.code(), Some(c) if *c == SqlState::UNIQUE_VIOLATION
+                                || *c == SqlState::DUPLICATE_SCHEMA
+                                || *c == SqlState::DUPLICATE_TABLE
+                                || *c == SqlState::T_R_SERIALIZATION_FAILURE) =>
+                    {
+                        tries += 1;
+                        std::thread::sleep(Duration::from_millis(20 * tries));
+                    }
+                    Err(e) => return Err(fail(e)),
+                }
+            }
+            read_version(client)
+                .map_err(fail)?
+                .unwrap_or(SCHEMA_VERSION)
+        }
+    };
+    if version > SCHEMA_VERSION {
+        return Err(Error::Store(format!(
+            "the PostgreSQL store {description} has schema version {version}, newer than this \
+             ctrlrun understands ({SCHEMA_VERSION}); upgrade ctrlrun"
+        )));
+    }
+    Ok(())
+}
+
+impl Store for PostgresStore {
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+
+    fn reserve(
+        &self,
+        key: &str,
+        action_id: &str,
+        lease: Micros,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord> {
+        planner::check_request(key, action_id, lease)?;
+        self.reserve_step(key, action_id, lease, now, true)
+    }
+
+    fn transition(
+        &self,
+        key: &str,
+        action_id: &str,
+        attempt: Option<i64>,
+        transition: &Transition,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord> {
+        planner::check_action_id(action_id)?;
+        self.transition_step(key, action_id, attempt, transition, now, true)
+    }
+
+    fn extend_lease(
+        &self,
+        key: &str,
+        action_id: &str,
+        attempt: Option<i64>,
+        until: Micros,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord> {
+        planner::check_action_id(action_id)?;
+        let plan = |found: Option<EffectRecord>, n: Micros| {
+            planner::plan_extension(found, key, action_id, attempt, until, n)
+        };
+        self.read_plan_write("extend_lease", key, now, &plan, true)
+    }
+
+    fn resolve(
+        &self,
+        key: &str,
+        target: EffectState,
+        resolver: &str,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord> {
+        planner::check_resolver(resolver)?;
+        let plan = |found: Option<EffectRecord>, n: Micros| {
+            planner::plan_resolution(found, key, target, resolver, n)
+        };
+        self.read_plan_write("resolve_effect", key, now, &plan, true)
+    }
+
+    fn get(&self, key: &str) -> Result<Option<EffectRecord>> {
+        let mut conn = self.conn("get_effect", key)?;
+        let Conn { client, st } = &mut *conn;
+        let row = client
+            .query_one(&st.select, &[&key, &None::<i64>])
+            .map_err(|e| {
+                Error::Store(format!(
+                    "reading effect '{key}' from the PostgreSQL store {} failed: {}",
+                    self.description,
+                    describe_pg_error(&e)
+                ))
+            })?;
+        Ok(read_found(&row)?.1)
+    }
+
+    fn list(&self, state: Option<EffectState>) -> Result<Vec<EffectRecord>> {
+        let mut conn = self.conn("list_effects", "*")?;
+        let Conn { client, st } = &mut *conn;
+        let rows = client
+            .query(&st.list, &[&state.map(EffectState::as_str)])
+            .map_err(|e| {
+                Error::Store(format!(
+                    "listing effects in the PostgreSQL store {} failed: {}",
+                    self.description,
+                    describe_pg_error(&e)
+                ))
+            })?;
+        rows.iter()
+            .map(|r| read_record(r, 0).map(|o| o.expect("effect_key is NOT NULL")))
+            .collect()
+    }
+}
