@@ -236,7 +236,13 @@ impl PostgresStore {
             .test_on_check_out(false)
             .idle_timeout(None)
             .max_lifetime(None)
-            .connection_timeout(Duration::from_secs(30))
+            // Waiting for a pooled connection, or for the server: the connect timeout bounds both.
+            .connection_timeout(
+                config
+                    .get_connect_timeout()
+                    .copied()
+                    .unwrap_or(Duration::from_secs(10)),
+            )
             .thread_pool(super::pool_threads())
             .error_handler(Box::new(r2d2::NopErrorHandler))
             .build_unchecked(Manager {

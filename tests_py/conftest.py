@@ -1,0 +1,175 @@
+"""Shared fixtures for the ctrlrun test suite.
+
+The store fixtures run every test that uses them on both backends: a SQLite file under
+``tmp_path`` and a PostgreSQL schema of its own (dropped afterwards). PostgreSQL is the server
+named by ``CTRLRUN_TEST_POSTGRES_URL`` (``postgresql://user@host:port/db``), else a throwaway
+cluster started from the machine's binaries for the session. A server that cannot start is an
+error in every PostgreSQL test, never a skip.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from datetime import datetime, timedelta, timezone
+from typing import Iterator, Optional
+from urllib.parse import urlsplit
+
+import pytest
+
+import ctrlrun
+
+from pgserver import _find_bin, start_cluster
+
+PG_ENV = "CTRLRUN_TEST_POSTGRES_URL"
+
+
+class MovableClock:
+    """A clock for the store: calling it returns an aware UTC datetime that only moves when
+    the test says so (``advance``)."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start if start is not None else datetime.now(timezone.utc)
+        self.calls = 0
+
+    def __call__(self) -> datetime:
+        self.calls += 1
+        return self.now
+
+    def advance(self, seconds: float) -> datetime:
+        self.now = self.now + timedelta(seconds=seconds)
+        return self.now
+
+
+def sqlite_url(path) -> str:
+    """``sqlite:////abs/path`` for an absolute path."""
+    p = str(path)
+    assert p.startswith("/"), p
+    return f"sqlite:///{p}"
+
+
+class PgServer:
+    """The session's PostgreSQL server, and admin SQL through psql."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url.split("?", 1)[0]
+        parts = urlsplit(self.base_url)
+        self.host = parts.hostname or "127.0.0.1"
+        self.port = parts.port or 5432
+        self.user = parts.username or "postgres"
+        self.db = parts.path.lstrip("/") or "postgres"
+        self.password = parts.password
+
+    def url(self, schema: Optional[str] = None, host: Optional[str] = None,
+            port: Optional[int] = None) -> str:
+        auth = self.user + (f":{self.password}" if self.password else "")
+        url = f"postgresql://{auth}@{host or self.host}:{port or self.port}/{self.db}"
+        return url if schema is None else f"{url}?schema={schema}"
+
+    def psql(self, sql: str) -> str:
+        env = dict(os.environ)
+        if self.password:
+            env["PGPASSWORD"] = self.password
+        out = subprocess.run(
+            [_find_bin("psql"), "-h", self.host, "-p", str(self.port), "-U", self.user,
+             "-d", self.db, "-v", "ON_ERROR_STOP=1", "-Atqc", sql],
+            capture_output=True, text=True, env=env, timeout=60,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"psql failed: {out.stderr}")
+        return out.stdout.strip()
+
+    def new_schema(self) -> str:
+        return "t_" + uuid.uuid4().hex[:16]
+
+    def drop_schema(self, schema: str) -> None:
+        self.psql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+    def schemas(self) -> set:
+        return set(self.psql("SELECT nspname FROM pg_namespace").split())
+
+
+@pytest.fixture(scope="session")
+def pg() -> Iterator[PgServer]:
+    given = os.environ.get(PG_ENV)
+    if given:
+        yield PgServer(given)
+        return
+    try:
+        cluster = start_cluster()
+    except Exception as exc:  # an error in every PostgreSQL test, never a skip
+        raise RuntimeError(
+            f"PostgreSQL could not be started for the tests ({exc}); set {PG_ENV} to a server"
+        ) from exc
+    try:
+        yield PgServer(cluster.url())
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def pg_schema(pg: PgServer) -> Iterator[str]:
+    schema = pg.new_schema()
+    yield schema
+    pg.drop_schema(schema)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def store_url(backend, tmp_path, request) -> str:
+    if backend == "sqlite":
+        return sqlite_url(tmp_path / "state.db")
+    pg_server: PgServer = request.getfixturevalue("pg")
+    return pg_server.url(request.getfixturevalue("pg_schema"))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_default_store(tmp_path, monkeypatch):
+    monkeypatch.setenv("CTRLRUN_STATE", str(tmp_path / "default.db"))
+    monkeypatch.delenv("CTRLRUN_STORE", raising=False)
+    ctrlrun.set_default_store(None)
+    yield
+    ctrlrun.set_default_store(None)
+
+
+@pytest.fixture
+def store_path(tmp_path):
+    """The SQLite file of the SQLite-only tests."""
+    return tmp_path / "state.db"
+
+
+def _open(url: str, clock=None):
+    s = ctrlrun.open_store(url, clock=clock)
+    return s
+
+
+@pytest.fixture
+def store(store_url):
+    s = _open(store_url)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def clock():
+    return MovableClock()
+
+
+@pytest.fixture
+def clocked_store(store_url, clock):
+    s = _open(store_url, clock)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def second_store(store_url):
+    """An independent handle on the same database (reads what was really written)."""
+    s = _open(store_url)
+    yield s
+    s.close()
