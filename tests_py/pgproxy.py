@@ -60,6 +60,8 @@ class _Conn:
         self.proxy = proxy
         self.client = client
         self.server = socket.create_connection((proxy.upstream_host, proxy.upstream_port))
+        for sock in (client, self.server):  # no Nagle: small protocol messages go at once
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.statements: dict = {}
         self.txn: List[bytes] = []
         self.swallow = False

@@ -44,9 +44,11 @@ class Cluster:
     user: str
     _as_user: List[str]
     _pg_ctl: str
+    password: Optional[str] = None
 
     def url(self, host: str = "127.0.0.1", db: str = "postgres") -> str:
-        return f"postgresql://{self.user}@{host}:{self.port}/{db}"
+        auth = self.user + (f":{self.password}" if self.password else "")
+        return f"postgresql://{auth}@{host}:{self.port}/{db}"
 
     def stop(self) -> None:
         subprocess.run(
@@ -58,8 +60,11 @@ class Cluster:
         shutil.rmtree(os.path.dirname(self.datadir), ignore_errors=True)
 
 
-def start_cluster(password: Optional[str] = None) -> Cluster:
-    """Create and start a cluster; raises RuntimeError (with the server's log) on failure."""
+def start_cluster(password: Optional[str] = "ctrlrun-test-secret") -> Cluster:
+    """Create and start a cluster; raises RuntimeError (with the server's log) on failure.
+
+    With ``password``, TCP connections authenticate with it (scram-sha-256), so the tests can
+    check that a wrong password fails and that no message leaks one."""
     initdb, pg_ctl = _find_bin("initdb"), _find_bin("pg_ctl")
     root = tempfile.mkdtemp(prefix="ctrlrun-pg-")
     datadir = os.path.join(root, "data")
@@ -109,7 +114,7 @@ def start_cluster(password: Optional[str] = None) -> Cluster:
             break
         except OSError:
             time.sleep(0.1)
-    return Cluster(datadir, port, "postgres", as_user, pg_ctl)
+    return Cluster(datadir, port, "postgres", as_user, pg_ctl, password)
 
 
 if __name__ == "__main__":  # start one by hand: python tests_py/pgserver.py

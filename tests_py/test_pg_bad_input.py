@@ -1,0 +1,90 @@
+"""PostgreSQL: errors that name the problem and leak no password; keys that round-trip."""
+
+from __future__ import annotations
+
+import pytest
+
+import ctrlrun
+from ctrlrun import EffectState, StoreError
+from pgserver import free_port
+
+
+def test_unreachable_server_is_a_store_error(pg):
+    url = f"postgresql://{pg.user}:hunter2-secret@127.0.0.1:{free_port()}/{pg.db}"
+    with pytest.raises(StoreError) as info:
+        ctrlrun.open_store(url)
+    msg = str(info.value)
+    assert "cannot connect" in msg
+    assert "hunter2-secret" not in msg
+
+
+def test_wrong_password_is_a_store_error_that_leaks_nothing(pg):
+    url = f"postgresql://{pg.user}:wrong-secret-123@{pg.host}:{pg.port}/{pg.db}"
+    with pytest.raises(StoreError) as info:
+        ctrlrun.open_store(url)
+    msg = str(info.value)
+    assert "password authentication failed" in msg
+    assert "wrong-secret-123" not in msg
+    assert "postgresql://postgres@" in msg  # names the server, without the password
+
+
+def test_missing_database_is_a_store_error(pg):
+    url = pg.url().rsplit("/", 1)[0] + "/no_such_db_ctrlrun"
+    with pytest.raises(StoreError) as info:
+        ctrlrun.open_store(url)
+    assert 'database "no_such_db_ctrlrun" does not exist' in str(info.value)
+    if pg.password:
+        assert pg.password not in str(info.value)
+
+
+@pytest.mark.parametrize("schema", ['a"b', "x;DROP TABLE y", "sp ace", "1abc", "", "x" * 64])
+def test_schema_names_with_quotes_or_semicolons_are_refused(pg, schema):
+    before = pg.schemas()
+    with pytest.raises(StoreError) as info:
+        ctrlrun.open_store(pg.url() + "?schema=" + schema)
+    assert "schema name" in str(info.value)
+    assert pg.schemas() == before  # nothing was created
+
+
+def test_a_newer_schema_version_is_refused(pg, pg_schema):
+    ctrlrun.open_store(pg.url(pg_schema)).close()
+    pg.psql(f"UPDATE \"{pg_schema}\".ctrlrun_meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(StoreError) as info:
+        ctrlrun.open_store(pg.url(pg_schema))
+    assert "newer" in str(info.value) and "99" in str(info.value)
+
+
+def test_tables_are_created_with_a_recorded_schema_version(pg, pg_schema):
+    ctrlrun.open_store(pg.url(pg_schema)).close()
+    assert pg.psql(f"SELECT value FROM \"{pg_schema}\".ctrlrun_meta") == "1"
+    ctrlrun.open_store(pg.url(pg_schema)).close()  # reopening is fine
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "refund:'; DROP TABLE ctrlrun_effects; --",
+        'quote"double',
+        "back\\slash\\x00\\n",
+        "\x01\x02\x7f\u0080\u00ff binary-looking \ufffd",
+        "émoji 🧾 ключ",
+        "k" * 10_240,
+    ],
+)
+def test_effect_keys_round_trip_exactly(store, second_store, key, backend):
+    runs = []
+
+    @ctrlrun.protect("k", effect="{value}", store=store)
+    def act(value: str) -> str:
+        runs.append(value)
+        return value
+
+    assert act(key) == key
+    with pytest.raises(ctrlrun.DuplicateEffect):
+        act(key)
+    rec = second_store.get_effect(key)
+    assert rec.effect_key == key
+    assert rec.state is EffectState.COMMITTED
+    assert rec.result == key
+    assert [r.effect_key for r in second_store.list_effects()] == [key]
+    assert runs == [key]

@@ -1,0 +1,340 @@
+"""PostgreSQL under faults, through a real TCP proxy that acts on COMMIT (SPEC §6).
+
+The two unknowns that must never be merged: a failure before COMMIT (nothing committed,
+retry the write) and a failure during COMMIT (unknown: re-read on a fresh connection).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+import ctrlrun
+from ctrlrun import DuplicateEffect, EffectState, NotExecuted, StoreUnresolved, StoreWriteFailed
+from conftest import MovableClock
+from pgproxy import PgProxy
+from pgserver import _find_bin
+
+STORE_LOG = "ctrlrun.store"
+
+
+@pytest.fixture
+def proxy(pg):
+    p = PgProxy(pg.host, pg.port)
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def direct(pg, pg_schema):
+    """A store that bypasses the proxy: what the database really holds."""
+    s = ctrlrun.open_store(pg.url(pg_schema))
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def proxied(pg, pg_schema, proxy, direct):
+    s = ctrlrun.open_store(pg.url(pg_schema, host=proxy.host, port=proxy.port))
+    yield s
+    s.close()
+
+
+def counted(store, runs, *, raise_not_executed=False):
+    @ctrlrun.protect("pay", effect="pay:{order}", store=store)
+    def pay(order: str) -> dict:
+        runs.append(order)
+        if raise_not_executed:
+            raise NotExecuted("the gateway refused the request before sending it")
+        return {"order": order, "n": len(runs)}
+
+    return pay
+
+
+def branches(caplog):
+    return [r.getMessage().split(":", 1)[0] for r in caplog.records if r.name == STORE_LOG]
+
+
+# a. -------------------------------------------------------------------------------------
+def test_reservation_commit_lost_after_it_landed_proceeds_once(proxy, proxied, direct, caplog):
+    caplog.set_level(logging.WARNING, logger=STORE_LOG)
+    runs: list = []
+    pay = counted(proxied, runs)
+    rule = proxy.arm("drop_after", b"INSERT INTO")
+    assert pay("o1") == {"order": "o1", "n": 1}
+    assert rule.fired == 1
+    assert runs == ["o1"]
+    rec = direct.get_effect("pay:o1")
+    assert rec.state is EffectState.COMMITTED and rec.attempt == 1
+    assert "reread_identical_landed" in branches(caplog)
+
+
+# b. -------------------------------------------------------------------------------------
+def test_reservation_commit_lost_before_it_landed_retries_the_insert_once(
+    proxy, proxied, direct, caplog
+):
+    caplog.set_level(logging.WARNING, logger=STORE_LOG)
+    runs: list = []
+    pay = counted(proxied, runs)
+    rule = proxy.arm("drop_before", b"INSERT INTO")
+    assert pay("o2")["order"] == "o2"
+    assert rule.fired == 1
+    assert runs == ["o2"]
+    rec = direct.get_effect("pay:o2")
+    assert rec.state is EffectState.COMMITTED and rec.attempt == 1
+    assert "reread_none_retry_insert" in branches(caplog)
+
+
+# c. -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("action,branch", [("drop_after", "reread_landed"),
+                                           ("drop_before", "reread_unchanged_reissue")])
+def test_commit_transition_lost_is_recognised_or_reissued(
+    proxy, proxied, direct, caplog, action, branch
+):
+    caplog.set_level(logging.WARNING, logger=STORE_LOG)
+    runs: list = []
+    pay = counted(proxied, runs)
+    rule = proxy.arm(action, b"committed")
+    assert pay("o3")["n"] == 1
+    assert rule.fired == 1
+    assert runs == ["o3"]
+    rec = direct.get_effect("pay:o3")
+    assert rec.state is EffectState.COMMITTED
+    assert rec.result == {"order": "o3", "n": 1}
+    assert branch in branches(caplog)
+
+
+@pytest.mark.parametrize("action,branch", [("drop_after", "reread_landed"),
+                                           ("drop_before", "reread_unchanged_reissue")])
+def test_fail_transition_lost_is_recognised_or_reissued(
+    proxy, proxied, direct, caplog, action, branch
+):
+    caplog.set_level(logging.WARNING, logger=STORE_LOG)
+    runs: list = []
+    pay = counted(proxied, runs, raise_not_executed=True)
+    rule = proxy.arm(action, b"failed")
+    with pytest.raises(NotExecuted):
+        pay("o4")
+    assert rule.fired == 1
+    assert runs == ["o4"]
+    rec = direct.get_effect("pay:o4")
+    assert rec.state is EffectState.FAILED
+    assert "NotExecuted" in rec.error
+    assert branch in branches(caplog)
+
+
+# d. -------------------------------------------------------------------------------------
+def test_shared_action_id_with_a_live_holder_is_in_progress_when_the_commit_is_lost(
+    proxy, proxied, direct
+):
+    holder = direct.reserve_effect("pay:o5", "act_" + "5" * 32, 60)
+    rule = proxy.arm("drop_after", b"INSERT INTO")
+    with pytest.raises(DuplicateEffect) as info:
+        proxied.reserve_effect("pay:o5", holder.action_id, 60)
+    assert info.value.state == "in_progress"
+    assert rule.fired == 1
+    assert direct.get_effect("pay:o5") == holder.record  # untouched
+    # The holder runs and commits: one execution.
+    direct.begin_execution("pay:o5", holder.action_id, attempt=1)
+    direct.commit_effect("pay:o5", holder.action_id, "done", attempt=1)
+    assert direct.get_effect("pay:o5").state is EffectState.COMMITTED
+
+
+# e. -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("action", ["drop_before", "drop_after"])
+def test_lost_commit_and_a_failed_reread_is_unresolved_and_runs_nothing(
+    proxy, proxied, direct, caplog, action
+):
+    caplog.set_level(logging.WARNING, logger=STORE_LOG)
+    runs: list = []
+    pay = counted(proxied, runs)
+    rule = proxy.arm(action, b"INSERT INTO", then_refuse=True)
+    with pytest.raises(StoreUnresolved) as info:
+        pay("o6")
+    assert rule.fired == 1
+    assert runs == []
+    assert "re-read" in str(info.value) or "re-reading" in str(info.value)
+    rec = direct.get_effect("pay:o6")
+    if action == "drop_before":
+        assert rec is None  # nothing landed, nothing else was written
+    else:
+        assert rec.state is EffectState.RESERVED  # landed, then left alone: the lease lapses
+    assert "reread_failed" in branches(caplog)
+
+
+# f. -------------------------------------------------------------------------------------
+def test_connection_dropped_mid_statement_is_a_failed_write_and_the_retry_succeeds(
+    proxy, proxied, direct
+):
+    runs: list = []
+    pay = counted(proxied, runs)
+    rule = proxy.arm("drop_before", b"INSERT INTO", on="statement")
+    with pytest.raises(StoreWriteFailed):
+        pay("o7")
+    assert rule.fired == 1
+    assert runs == []
+    assert direct.get_effect("pay:o7") is None
+    assert pay("o7")["n"] == 1
+    assert direct.get_effect("pay:o7").state is EffectState.COMMITTED
+
+
+def test_statement_timeout_before_commit_is_a_failed_write(pg, pg_schema, direct):
+    # Another session inserts the key and holds its transaction open: our INSERT waits on it
+    # and hits statement_timeout, before any COMMIT.
+    env = dict(os.environ, PGPASSWORD=pg.password or "")
+    now_us = int(time.time() * 1e6)
+    blocker = subprocess.Popen(
+        [_find_bin("psql"), "-h", pg.host, "-p", str(pg.port), "-U", pg.user, "-d", pg.db, "-Atqc",
+         f"BEGIN; INSERT INTO \"{pg_schema}\".ctrlrun_effects (effect_key, state, action_id, "
+         f"attempt, created_at, updated_at, lease_expires_at) VALUES ('pay:o8', 'reserved', "
+         f"'act_blocker', 1, {now_us}, {now_us}, {now_us + 60_000_000}); "
+         f"SELECT pg_sleep(2); ROLLBACK;"],
+        env=env,
+    )
+    try:
+        time.sleep(0.5)
+        url = pg.url(pg_schema) + "&options=-c%20statement_timeout%3D200"
+        with ctrlrun.open_store(url) as s:
+            with pytest.raises(StoreWriteFailed) as info:
+                s.reserve_effect("pay:o8", "act_" + "8" * 32, 60)
+            assert "statement timeout" in str(info.value)
+            blocker.wait(timeout=30)
+            assert direct.get_effect("pay:o8") is None
+            granted = s.reserve_effect("pay:o8", "act_" + "8" * 32, 60)
+            assert granted.attempt == 1
+    finally:
+        if blocker.poll() is None:
+            blocker.kill()
+
+
+# g. -------------------------------------------------------------------------------------
+WORKER = Path(__file__).with_name("_race_worker.py")
+
+
+def _race(configs, tmp_path):
+    procs = [
+        subprocess.Popen([sys.executable, str(WORKER), json.dumps(c)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=str(tmp_path))
+        for c in configs
+    ]
+    try:
+        for p in procs:
+            assert p.stdout.readline().strip() == "ready", p.stderr.read()
+        start = time.time() + 0.3
+        for p in procs:
+            p.stdin.write(f"{start!r}\n")
+            p.stdin.flush()
+        reports = []
+        for p in procs:
+            out, err = p.communicate(timeout=180)
+            assert p.returncode == 0, err
+            reports.append(json.loads(out.strip().splitlines()[-1]))
+        return reports
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+
+
+@pytest.fixture
+def two_hosts(pg, pg_schema):
+    """Two addresses reaching one server: proxies on 127.0.0.1 and 127.0.0.2."""
+    proxies = [PgProxy(pg.host, pg.port, "127.0.0.1"), PgProxy(pg.host, pg.port, "127.0.0.2")]
+    ctrlrun.open_store(pg.url(pg_schema)).close()  # tables exist before the race
+    yield [pg.url(pg_schema, host=p.host, port=p.port) for p in proxies]
+    for p in proxies:
+        p.close()
+
+
+def test_8_processes_on_two_hosts_race_on_one_key_one_executes(two_hosts, direct, tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    key = f"k{uuid.uuid4().hex[:8]}"
+    reports = _race([{"url": two_hosts[i % 2], "marks": str(marks), "keys": [key], "sleep": 0.3}
+                     for i in range(8)], tmp_path)
+    assert len(list(marks.iterdir())) == 1
+    assert sum(len(r["ran"]) for r in reports) == 1
+    assert direct.get_effect(key).state is EffectState.COMMITTED
+
+
+def test_8_processes_on_two_hosts_over_200_keys_run_each_once(two_hosts, direct, tmp_path):
+    import random
+
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    keys = [f"k{i:03d}" for i in range(200)]
+    configs = []
+    for i in range(8):
+        order = keys[:]
+        random.Random(i).shuffle(order)
+        configs.append({"url": two_hosts[i % 2], "marks": str(marks), "keys": order, "sleep": 0})
+    reports = _race(configs, tmp_path)
+    files = [p.name.split(".")[0] for p in marks.iterdir()]
+    assert sorted(files) == sorted(keys)
+    assert sum(len(r["ran"]) for r in reports) == 200
+    assert {r.state for r in direct.list_effects()} == {EffectState.COMMITTED}
+    assert len(direct.list_effects()) == 200
+
+
+# h. -------------------------------------------------------------------------------------
+KILLED_CLIENT = textwrap.dedent(
+    """
+    import os, sys, ctrlrun
+    store = ctrlrun.open_store(sys.argv[1])
+    @ctrlrun.protect("pay", effect="pay:{order}", store=store, lease=30)
+    def pay(order):
+        os.close(os.open(os.path.join(sys.argv[2], order), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return "sent"
+    print("result", pay("o9"), flush=True)
+    """
+)
+
+
+def test_kill_9_while_the_commit_is_held_leaves_the_store_consistent(
+    pg, pg_schema, proxy, direct, tmp_path
+):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    rule = proxy.arm("hold", b"committed")
+    url = pg.url(pg_schema, host=proxy.host, port=proxy.port)
+    client = subprocess.Popen([sys.executable, "-c", KILLED_CLIENT, url, str(marks)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert rule.wait_fired(60), client.stderr.read() if client.poll() is not None else ""
+        os.kill(client.pid, signal.SIGKILL)
+        client.wait(timeout=30)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    assert list(p.name for p in marks.iterdir()) == ["o9"]  # the executor ran once
+    deadline = time.time() + 10
+    while time.time() < deadline:  # the proxy closes the server side; the server rolls back
+        rec = direct.get_effect("pay:o9")
+        if rec.state is EffectState.EXECUTING:
+            break
+        time.sleep(0.1)
+    # Nothing is failed that was not proven; it is not yet ambiguous either.
+    assert rec.state is EffectState.EXECUTING
+    assert rec.lease_expires_at is not None
+    with pytest.raises(DuplicateEffect) as info:  # a contender under the live lease
+        direct.reserve_effect("pay:o9", "act_" + "c" * 32, 60)
+    assert info.value.state == "in_progress"
+    later = MovableClock(rec.lease_expires_at + timedelta(microseconds=1))
+    with pytest.raises(ctrlrun.AmbiguousEffect):  # a contender meets the lapsed lease
+        direct.with_clock(later).reserve_effect("pay:o9", "act_" + "d" * 32, 60)
+    after = direct.get_effect("pay:o9")
+    assert after.state is EffectState.AMBIGUOUS
+    assert "lapsed" in after.error
+    assert len(list(marks.iterdir())) == 1
