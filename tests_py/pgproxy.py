@@ -13,8 +13,8 @@ Actions on a matching COMMIT:
         (then close the server side: it rolls back).
 Action on a matching statement (``on="statement"``): ``drop_before`` closes both sockets before
 the statement is forwarded (a failure before COMMIT).
-``refuse_new()`` makes the proxy close every new connection at once; ``delay`` holds every
-server reply for that many seconds.
+``refuse_new()`` makes the proxy close every new connection at once; ``delay`` holds the
+server's answer to each client request for that many seconds (once per round trip).
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ class _Conn:
         self.statements: dict = {}
         self.txn: List[bytes] = []
         self.swallow = False
+        self.replied = True  # False from a client message until the server's first reply
         self.closed = False
         self.lock = threading.Lock()
 
@@ -128,6 +129,7 @@ class _Conn:
                 self.txn = []
                 if rule is not None:
                     return self.act(rule, msg)
+        self.replied = False
         self.server.sendall(msg)
         return True
 
@@ -165,8 +167,9 @@ class _Conn:
                         self.close()
                         return
                     continue
-                if self.proxy.delay:
-                    time.sleep(self.proxy.delay)
+                if self.proxy.delay and not self.replied:
+                    time.sleep(self.proxy.delay)  # once per round trip
+                self.replied = True
                 self.client.sendall(kind + struct.pack("!i", length) + body)
         except (ConnectionError, OSError):
             pass

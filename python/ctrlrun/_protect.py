@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextvars
 import enum
 import functools
@@ -12,7 +14,8 @@ import os
 import time
 import uuid
 from datetime import timedelta
-from typing import Any, Callable, List, Optional, Tuple, TypeVar, Union
+import threading
+from typing import Any, Awaitable, Callable, List, Optional, Set, Tuple, TypeVar, Union
 
 from . import _core
 from ._records import result_to_json
@@ -209,6 +212,19 @@ def _fail_unstarted(store: Store, key: str, action_id: str, attempt: int, why: B
         log.warning("ctrlrun: could not record %r as failed after %r: %s", key, why, exc)
 
 
+def _reserve_and_begin(store: Store, key: str, action_id: str, lease_us: int) -> int:
+    """Reserve ``key`` and mark it executing; returns the attempt. If the begin write fails,
+    the body never starts, so the reservation is failed (a retry may run)."""
+    core = store._core
+    attempt: int = core.reserve(key, action_id, lease_us, store._now())[3]
+    try:
+        core.transition(key, action_id, attempt, "begin", None, store._now())
+    except BaseException as exc:
+        _fail_unstarted(store, key, action_id, attempt, exc)
+        raise
+    return attempt
+
+
 def _run(
     store: Store,
     key: str,
@@ -217,14 +233,8 @@ def _run(
     args: Tuple[Any, ...],
     kwargs: dict,
 ) -> Any:
-    core = store._core
     action_id = "act_" + os.urandom(16).hex()
-    attempt = core.reserve(key, action_id, lease_us, store._now())[3]
-    try:
-        core.transition(key, action_id, attempt, "begin", None, store._now())
-    except BaseException as exc:
-        _fail_unstarted(store, key, action_id, attempt, exc)
-        raise
+    attempt = _reserve_and_begin(store, key, action_id, lease_us)
     token = _current.set((key, attempt))
     try:
         result = fn(*args, **kwargs)
@@ -258,6 +268,114 @@ def _outcome_after_raise(
         raise refusal from exc
 
 
+# -- async def ----------------------------------------------------------------------------
+# Store calls are synchronous and release the GIL; coroutines run them on these worker
+# threads, so the event loop never waits on the database.
+_io_lock = threading.Lock()
+_io_pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+_background: Set["asyncio.Future[Any]"] = set()
+
+
+def _io_executor() -> concurrent.futures.ThreadPoolExecutor:
+    global _io_pool
+    if _io_pool is None:
+        with _io_lock:
+            if _io_pool is None:
+                _io_pool = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=16, thread_name_prefix="ctrlrun-io"
+                )
+    return _io_pool
+
+
+def _in_thread(fn: Callable[..., Any], *args: Any) -> "asyncio.Future[Any]":
+    return asyncio.get_running_loop().run_in_executor(_io_executor(), fn, *args)
+
+
+async def _finish(work: Awaitable[Any]) -> Any:
+    """Await ``work`` to the end even if this task is cancelled meanwhile (the cancellation
+    is re-raised afterwards: a store write in flight must settle, not be abandoned)."""
+    task = asyncio.ensure_future(work)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if task.done() and not task.cancelled():
+            task.exception()  # mark retrieved; the cancellation is what propagates
+        raise
+
+
+async def _fail_if_granted(
+    started: "asyncio.Future[int]", store: Store, key: str, action_id: str, why: BaseException
+) -> None:
+    """The caller was cancelled while the reservation was being written: once that write
+    ends, a granted reservation whose body never started is recorded as failed."""
+    try:
+        attempt = await started
+    except BaseException:
+        return  # refused or failed: nothing was granted
+    await _in_thread(_fail_unstarted, store, key, action_id, attempt, why)
+
+
+async def _run_async(
+    store: Store,
+    key: str,
+    lease_us: int,
+    fn: Callable[..., Awaitable[Any]],
+    args: Tuple[Any, ...],
+    kwargs: dict,
+) -> Any:
+    action_id = "act_" + os.urandom(16).hex()
+    started = _in_thread(_reserve_and_begin, store, key, action_id, lease_us)
+    try:
+        attempt = await asyncio.shield(started)
+    except asyncio.CancelledError as cancel:
+        try:
+            await _finish(_fail_if_granted(started, store, key, action_id, cancel))
+        except asyncio.CancelledError:
+            pass
+        raise
+    token = _current.set((key, attempt))
+    try:
+        result = await fn(*args, **kwargs)
+    except NotExecuted as exc:
+        await _outcome_after_raise_async(
+            store, key, action_id, attempt, "fail", f"NotExecuted: {exc}", exc
+        )
+        raise
+    except BaseException as exc:
+        await _outcome_after_raise_async(
+            store,
+            key,
+            action_id,
+            attempt,
+            "ambiguous",
+            f"the executor raised {type(exc).__name__}: {exc}; whether the effect happened "
+            f"is unknown",
+            exc,
+        )
+        raise
+    finally:
+        _current.reset(token)
+    await _finish(
+        _in_thread(_write_outcome, store, key, action_id, attempt, "commit", result_to_json(result))
+    )
+    return result
+
+
+async def _outcome_after_raise_async(
+    store: Store, key: str, action_id: str, attempt: int, kind: str, text: str, exc: BaseException
+) -> None:
+    try:
+        await _finish(_in_thread(_write_outcome, store, key, action_id, attempt, kind, text))
+    except (StoreError, DuplicateEffect, AmbiguousEffect, InvalidArgument) as refusal:
+        raise refusal from exc
+    except asyncio.CancelledError:
+        if isinstance(exc, asyncio.CancelledError):
+            return  # the outcome write goes on in its thread; the cancellation propagates
+        raise
+
+
 def protect(
     name: str,
     *,
@@ -275,6 +393,11 @@ def protect(
             (> 0, finite). Default 5 minutes.
         store: a :class:`Store`, a store URL, or ``None`` for the default store looked up at
             call time.
+
+    Works on ``def`` and ``async def`` functions (generators are refused). For a coroutine,
+    nothing is reserved until it is awaited; store I/O runs on worker threads so the event
+    loop never blocks, and ``asyncio.CancelledError`` (also from ``asyncio.wait_for`` or
+    ``asyncio.timeout``) makes the effect ambiguous and propagates.
 
     Per call: the arguments are bound to the signature, the key is rendered, the key is
     reserved in one atomic write, the function runs, and its outcome is recorded: a return
@@ -305,12 +428,17 @@ def protect(
                 f"protect({name!r}): {fn.__qualname__} is a generator; its effect would happen "
                 f"across many resumptions, so it cannot be reserved once. Protect a plain function"
             )
-        if inspect.iscoroutinefunction(fn):
-            raise InvalidArgument(
-                f"protect({name!r}): {fn.__qualname__} is an async def; this version protects "
-                f"plain def functions only"
-            )
+        is_async = inspect.iscoroutinefunction(fn)
         if template is None:
+            if is_async:
+
+                @functools.wraps(fn)
+                async def unreserved_async(*args: Any, **kwargs: Any) -> Any:
+                    return await fn(*args, **kwargs)
+
+                unreserved_async.__ctrlrun_action__ = name  # type: ignore[attr-defined]
+                return unreserved_async  # type: ignore[return-value]
+
 
             @functools.wraps(fn)
             def unreserved(*args: Any, **kwargs: Any) -> Any:
@@ -320,6 +448,17 @@ def protect(
             return unreserved  # type: ignore[return-value]
 
         binder = _KeyBinder(template, fn, name)
+
+        if is_async:
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                key = binder.key(args, kwargs)
+                return await _run_async(store_ref.get(), key, lease_us, fn, args, kwargs)
+
+            async_wrapper.__ctrlrun_action__ = name  # type: ignore[attr-defined]
+            async_wrapper.__ctrlrun_effect__ = template.source  # type: ignore[attr-defined]
+            return async_wrapper  # type: ignore[return-value]
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
