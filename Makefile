@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 $(VENV)/.tools: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "maturin>=1.16,<2" "pytest>=7" "click>=8.1"
+	$(PY) -m pip install --quiet "maturin>=1.16,<2" "pytest>=7" "click>=8.1" "PyYAML>=6"
 	touch $@
 
 ## dev: build the extension (incremental) and install the package into .venv, editable

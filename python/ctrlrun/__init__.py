@@ -12,16 +12,18 @@ second agent or a second host proposing the same consequence is refused.
 """
 
 from ._core import __version__
-from ._protect import DEFAULT_LEASE, idempotency_token, protect
+from ._protect import DEFAULT_LEASE, PolicyWarning, idempotency_token, protect
 from ._records import EffectRecord, EffectState, Reservation
 from ._store import Store, default_store, open_store, set_default_store
 from .errors import (
+    ActionDenied,
     AmbiguousEffect,
     CTRLRunError,
     DuplicateEffect,
     EffectKeyError,
     InvalidArgument,
     NotExecuted,
+    PolicyError,
     StoreError,
     StoreUnresolved,
     StoreWriteFailed,
@@ -45,6 +47,9 @@ __all__ = [
     "NotExecuted",
     "DuplicateEffect",
     "AmbiguousEffect",
+    "ActionDenied",
+    "PolicyError",
+    "PolicyWarning",
     "StoreError",
     "StoreWriteFailed",
     "StoreUnresolved",

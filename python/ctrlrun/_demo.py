@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Optional
 
 from ._protect import protect
-from ._records import EffectRecord
 from ._store import Store, open_store
+from .cli import table
 from .errors import AmbiguousEffect, DuplicateEffect, NotExecuted
 
 
@@ -27,30 +27,6 @@ class FakeProvider:
         if self.times_out:
             raise TimeoutError("no reply within 10 s after the request was sent")
         return {"refund_id": f"re_{payment_id[3:]}_{self.refunds[payment_id]}", "amount": amount}
-
-
-def _short(text: Optional[str], width: int) -> str:
-    text = "" if text is None else text.replace("\n", " ")
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def format_table(records: List[EffectRecord]) -> str:
-    """Records as a plain-text table, oldest first."""
-    header = ("effect_key", "state", "attempt", "action_id", "resolved_by", "result / error")
-    rows = [
-        (
-            r.effect_key,
-            r.state.value,
-            str(r.attempt),
-            r.action_id[:12] + "…",
-            r.resolved_by or "",
-            _short(repr(r.result) if r.result is not None else r.error, 48),
-        )
-        for r in records
-    ]
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
 
 
 def run(store_url: Optional[str] = None, echo: Callable[[str], None] = print) -> Store:
@@ -112,7 +88,7 @@ def run(store_url: Optional[str] = None, echo: Callable[[str], None] = print) ->
     echo("")
 
     echo("5. What the store holds:")
-    for row in format_table(store.list_effects()).splitlines():
+    for row in table(store.list_effects()).splitlines():
         echo("   " + row)
     total = sum(provider.refunds.values())
     echo(f"\n{total} refunds reached the provider for 3 payments: never twice.")

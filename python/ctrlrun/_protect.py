@@ -15,12 +15,15 @@ import time
 import uuid
 from datetime import timedelta
 import threading
+import warnings
 from typing import Any, Awaitable, Callable, List, Optional, Set, Tuple, TypeVar, Union
 
 from . import _core
+from ._policy import current_policy
 from ._records import result_to_json
 from ._store import Store, default_store, lease_to_micros, open_store
 from .errors import (
+    ActionDenied,
     AmbiguousEffect,
     DuplicateEffect,
     EffectKeyError,
@@ -31,7 +34,11 @@ from .errors import (
     StoreWriteFailed,
 )
 
-__all__ = ["protect", "idempotency_token", "DEFAULT_LEASE"]
+__all__ = ["protect", "idempotency_token", "DEFAULT_LEASE", "PolicyWarning"]
+
+
+class PolicyWarning(UserWarning):
+    """A decorator and the policy file disagree about an action (the decorator wins)."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -147,6 +154,57 @@ class _KeyBinder:
                     )
             values.append(_render_value(src, name, value))
         return self.template.render(values)
+
+
+class _Gate:
+    """Per protected function: which key binder a call uses, after the policy has its say.
+
+    The decorator's template wins over the policy's (with one warning per function when they
+    differ); without one, the policy's template applies; with neither, the call runs
+    unreserved. A ``deny`` decision refuses the call before anything is reserved."""
+
+    __slots__ = ("name", "fn", "own", "from_policy", "warned")
+
+    def __init__(self, name: str, fn: Callable[..., Any], template: Optional[_core.Template]):
+        self.name = name
+        self.fn = fn
+        self.own = None if template is None else _KeyBinder(template, fn, name)
+        self.from_policy: dict = {}
+        self.warned = False
+
+    def binder(self) -> Optional[_KeyBinder]:
+        policy = current_policy()
+        entry = None if policy is None else policy.actions.get(self.name)
+        if entry is None:
+            return self.own
+        if entry.decision == "deny":
+            assert policy is not None
+            raise ActionDenied(
+                f"action {self.name!r} is denied by the policy {policy.path} (line "
+                f"{entry.line}); nothing was reserved or run",
+                action=self.name,
+                policy=policy.path,
+            )
+        if self.own is not None:
+            if entry.effect is not None and entry.effect != self.own.template.source:
+                if not self.warned:
+                    self.warned = True
+                    warnings.warn(
+                        f"protect({self.name!r}) on {self.own.qualname}: the decorator's effect "
+                        f"template {self.own.template.source!r} differs from the policy's "
+                        f"{entry.effect!r} ({policy.path if policy else ''}, line {entry.line}); "
+                        f"the decorator's is used",
+                        PolicyWarning,
+                        stacklevel=3,
+                    )
+            return self.own
+        if entry.effect is None:
+            return None
+        binder = self.from_policy.get(entry.effect)
+        if binder is None:
+            binder = _KeyBinder(_core.Template(entry.effect), self.fn, self.name)
+            self.from_policy[entry.effect] = binder
+        return binder
 
 
 class _StoreRef:
@@ -388,7 +446,8 @@ def protect(
     Args:
         name: the action's name, e.g. ``"stripe.refund"``.
         effect: the effect-key template, e.g. ``"refund:{payment_id}"``; each placeholder
-            names a parameter. Without it the call runs unreserved.
+            names a parameter. Without it, the policy file's template for ``name`` applies
+            (see :mod:`ctrlrun._policy`); with neither, the call runs unreserved.
         lease: how long a reservation is held for the executor: a ``timedelta`` or seconds
             (> 0, finite). Default 5 minutes.
         store: a :class:`Store`, a store URL, or ``None`` for the default store looked up at
@@ -403,6 +462,9 @@ def protect(
     reserved in one atomic write, the function runs, and its outcome is recorded: a return
     value commits; ``NotExecuted`` fails (a retry may run); anything else (any
     ``BaseException``) makes the effect ambiguous.
+
+    A policy ``decision: deny`` for ``name`` raises ``ActionDenied`` before anything is
+    reserved; a broken policy file raises ``PolicyError``.
 
     Raises at decoration: ``InvalidArgument`` (bad name, template, lease or store, a
     generator, ``*args``/``**kwargs``), ``EffectKeyError`` (a placeholder names no
@@ -428,45 +490,30 @@ def protect(
                 f"protect({name!r}): {fn.__qualname__} is a generator; its effect would happen "
                 f"across many resumptions, so it cannot be reserved once. Protect a plain function"
             )
-        is_async = inspect.iscoroutinefunction(fn)
-        if template is None:
-            if is_async:
+        gate = _Gate(name, fn, template)
 
-                @functools.wraps(fn)
-                async def unreserved_async(*args: Any, **kwargs: Any) -> Any:
-                    return await fn(*args, **kwargs)
-
-                unreserved_async.__ctrlrun_action__ = name  # type: ignore[attr-defined]
-                return unreserved_async  # type: ignore[return-value]
-
-
-            @functools.wraps(fn)
-            def unreserved(*args: Any, **kwargs: Any) -> Any:
-                return fn(*args, **kwargs)
-
-            unreserved.__ctrlrun_action__ = name  # type: ignore[attr-defined]
-            return unreserved  # type: ignore[return-value]
-
-        binder = _KeyBinder(template, fn, name)
-
-        if is_async:
+        if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                binder = gate.binder()
+                if binder is None:
+                    return await fn(*args, **kwargs)
                 key = binder.key(args, kwargs)
                 return await _run_async(store_ref.get(), key, lease_us, fn, args, kwargs)
 
             async_wrapper.__ctrlrun_action__ = name  # type: ignore[attr-defined]
-            async_wrapper.__ctrlrun_effect__ = template.source  # type: ignore[attr-defined]
             return async_wrapper  # type: ignore[return-value]
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            binder = gate.binder()
+            if binder is None:
+                return fn(*args, **kwargs)
             key = binder.key(args, kwargs)
             return _run(store_ref.get(), key, lease_us, fn, args, kwargs)
 
         wrapper.__ctrlrun_action__ = name  # type: ignore[attr-defined]
-        wrapper.__ctrlrun_effect__ = template.source  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]
 
     return decorate

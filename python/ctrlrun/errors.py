@@ -8,6 +8,8 @@
     ├── NotExecuted            raised BY an executor: "provably nothing happened"
     ├── DuplicateEffect        .state ("committed" | "in_progress"), .effect_key, .record
     ├── AmbiguousEffect        .effect_key, .action_id (the holder), .record
+    ├── ActionDenied           the policy's decision is deny; nothing reserved (.action, .policy)
+    ├── PolicyError            a policy file that cannot be loaded (.file, .line, .field)
     └── StoreError
         ├── StoreWriteFailed   nothing committed; safe to retry the write
         └── StoreUnresolved    COMMIT outcome unknown and the re-read failed
@@ -29,6 +31,8 @@ __all__ = [
     "NotExecuted",
     "DuplicateEffect",
     "AmbiguousEffect",
+    "ActionDenied",
+    "PolicyError",
     "StoreError",
     "StoreWriteFailed",
     "StoreUnresolved",
@@ -104,6 +108,45 @@ class AmbiguousEffect(CTRLRunError):
         self.effect_key = effect_key
         self.action_id = action_id
         self.record = record
+
+
+class ActionDenied(CTRLRunError):
+    """The policy's decision for this action is ``deny``: nothing was reserved or run.
+
+    Attributes:
+        action: the action name.
+        policy: the policy file's path.
+    """
+
+    def __init__(
+        self, message: str, *, action: Optional[str] = None, policy: Optional[str] = None
+    ) -> None:
+        super().__init__(message)
+        self.action = action
+        self.policy = policy
+
+
+class PolicyError(CTRLRunError):
+    """A policy file that cannot be loaded.
+
+    Attributes:
+        file: the file's path.
+        line: the 1-based line of the problem, or ``None`` when it concerns the whole file.
+        field: the field at fault (``"schema"``, ``"actions.stripe.refund.effect"``, ...).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: Optional[str] = None,
+        line: Optional[int] = None,
+        field: Optional[str] = None,
+    ) -> None:
+        super().__init__(message)
+        self.file = file
+        self.line = line
+        self.field = field
 
 
 class StoreError(CTRLRunError):

@@ -50,6 +50,13 @@ pub fn open_store(py: Python<'_>, url: String) -> PyResult<PyStore> {
     })
 }
 
+/// Drop a `ctrlrun_verify_*` scratch schema (used by `ctrlrun verify`; refuses any other).
+#[pyfunction]
+pub fn drop_scratch_schema(py: Python<'_>, url: String) -> PyResult<()> {
+    py.detach(|| crate::store::postgres::drop_scratch_schema(&url))
+        .py_err(py)
+}
+
 #[pymethods]
 impl PyStore {
     #[getter]

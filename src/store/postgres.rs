@@ -816,3 +816,34 @@ impl Store for PostgresStore {
             .collect()
     }
 }
+
+/// Prefix of the throwaway schemas `ctrlrun verify` works in.
+pub const SCRATCH_PREFIX: &str = "ctrlrun_verify_";
+
+/// Drop a scratch schema made by `ctrlrun verify`. Refuses any schema whose name does not start
+/// with [`SCRATCH_PREFIX`], so it can never drop the user's data.
+pub fn drop_scratch_schema(url: &str) -> Result<()> {
+    let crate::url::StoreUrl::Postgres { url, schema } = crate::url::parse(url)? else {
+        return Err(Error::InvalidArgument(
+            "drop_scratch_schema takes a postgresql:// URL".into(),
+        ));
+    };
+    if !schema.starts_with(SCRATCH_PREFIX) {
+        return Err(Error::InvalidArgument(format!(
+            "refusing to drop schema {schema:?}: only {SCRATCH_PREFIX}* scratch schemas are dropped"
+        )));
+    }
+    let config = Config::from_str(&url)
+        .map_err(|e| Error::Store(format!("cannot parse the PostgreSQL URL: {e}")))?;
+    let description = describe(&config, &schema);
+    let fail = |e: postgres::Error| {
+        Error::Store(format!(
+            "cannot drop the scratch schema of {description}: {}",
+            describe_pg_error(&e)
+        ))
+    };
+    let mut client = config.connect(NoTls).map_err(fail)?;
+    client
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+        .map_err(fail)
+}

@@ -1,0 +1,186 @@
+"""The policy file: effect templates and decisions for actions that have no decorator to
+carry them (tools called through a gateway).
+
+::
+
+    schema: ctrlrun.policy/v2
+    actions:
+      stripe.refund:
+        effect: "refund:{payment_id}"
+        decision: allow          # allow (default) | deny
+
+Found at ``CTRLRUN_CONFIG``, else ``ctrlrun.yaml`` in the working directory; no file means no
+policy. Parsed with PyYAML; every error is a :class:`~ctrlrun.PolicyError` naming the file, the
+line and the field.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+import yaml
+
+from . import _core
+from .errors import InvalidArgument, PolicyError
+
+__all__ = ["Policy", "ActionPolicy", "load_policy", "current_policy", "SCHEMA", "DEFAULT_FILE"]
+
+SCHEMA = "ctrlrun.policy/v2"
+DEFAULT_FILE = "ctrlrun.yaml"
+DECISIONS = ("allow", "deny")
+
+
+@dataclass(frozen=True)
+class ActionPolicy:
+    """One action's entry: its effect template (or ``None``: runs unreserved) and decision."""
+
+    name: str
+    effect: Optional[str]
+    decision: str
+    line: int
+
+
+@dataclass(frozen=True)
+class Policy:
+    path: str
+    actions: Dict[str, ActionPolicy] = field(default_factory=dict)
+
+    def unreserved(self) -> List[ActionPolicy]:
+        """Allowed actions with no effect template: writes that run without a reservation."""
+        return [a for a in self.actions.values() if a.effect is None and a.decision == "allow"]
+
+
+def _fail(path: str, node: Optional[yaml.Node], fieldname: str, problem: str) -> PolicyError:
+    line = node.start_mark.line + 1 if node is not None else None
+    where = f"{path}:{line}" if line is not None else path
+    return PolicyError(f"{where}: {fieldname}: {problem}", file=path, line=line, field=fieldname)
+
+
+def _scalar(path: str, node: yaml.Node, fieldname: str) -> str:
+    if not isinstance(node, yaml.ScalarNode) or node.tag != "tag:yaml.org,2002:str":
+        raise _fail(path, node, fieldname, "must be a string")
+    return str(node.value)
+
+
+def _mapping(path: str, node: yaml.Node, fieldname: str) -> List[Tuple[yaml.Node, yaml.Node]]:
+    if not isinstance(node, yaml.MappingNode):
+        raise _fail(path, node, fieldname, "must be a mapping")
+    seen: Dict[str, yaml.Node] = {}
+    for k, _ in node.value:
+        name = _scalar(path, k, f"{fieldname} key")
+        if name in seen:
+            raise _fail(
+                path, k, f"{fieldname}.{name}",
+                f"appears twice (first on line {seen[name].start_mark.line + 1})",
+            )
+        seen[name] = k
+    return list(node.value)
+
+
+def parse_policy(text: str, path: str) -> Policy:
+    """Parse policy text; raises PolicyError naming ``path``, the line and the field."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        raise PolicyError(
+            f"{path}:{line}: not valid YAML: {getattr(exc, 'problem', exc)}",
+            file=path, line=line, field=None,
+        ) from None
+    if root is None:
+        raise PolicyError(f"{path}: the policy file is empty", file=path, line=None, field=None)
+    top = {str(k.value): (k, v) for k, v in _mapping(path, root, "policy")}
+    for name, (k, _) in top.items():
+        if name not in ("schema", "actions"):
+            raise _fail(path, k, name, "unknown key (expected schema and actions)")
+    if "schema" not in top:
+        raise _fail(path, root, "schema", f"missing; write `schema: {SCHEMA}`")
+    schema_node = top["schema"][1]
+    if _scalar(path, schema_node, "schema") != SCHEMA:
+        raise _fail(path, schema_node, "schema",
+                    f"is {schema_node.value!r}; this version reads {SCHEMA!r}")
+    actions: Dict[str, ActionPolicy] = {}
+    if "actions" in top:
+        actions_node = top["actions"][1]
+        if not (isinstance(actions_node, yaml.ScalarNode) and actions_node.value in ("", "~", "null")):
+            for k, v in _mapping(path, actions_node, "actions"):
+                name = str(k.value)
+                fieldname = f"actions.{name}"
+                if not name.strip() or not name.isprintable():
+                    raise _fail(path, k, fieldname, "an action name must be printable text")
+                effect: Optional[str] = None
+                decision = "allow"
+                for ek, ev in _mapping(path, v, fieldname):
+                    key = str(ek.value)
+                    if key == "effect":
+                        effect = _scalar(path, ev, f"{fieldname}.effect")
+                        try:
+                            _core.Template(effect)
+                        except InvalidArgument as exc:
+                            raise _fail(path, ev, f"{fieldname}.effect", str(exc)) from None
+                    elif key == "decision":
+                        decision = _scalar(path, ev, f"{fieldname}.decision")
+                        if decision == "approve":
+                            raise _fail(
+                                path, ev, f"{fieldname}.decision",
+                                "approvals are not supported in this version of ctrlrun; use "
+                                "allow or deny",
+                            )
+                        if decision not in DECISIONS:
+                            raise _fail(path, ev, f"{fieldname}.decision",
+                                        f"is {decision!r}; expected allow or deny")
+                    else:
+                        raise _fail(path, ek, f"{fieldname}.{key}",
+                                    "unknown key (expected effect and decision)")
+                actions[name] = ActionPolicy(name, effect, decision, k.start_mark.line + 1)
+    return Policy(path, actions)
+
+
+def load_policy(path: str) -> Policy:
+    """Read and parse the policy file at ``path``."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise PolicyError(f"{path}: cannot read the policy file: {exc.strerror or exc}",
+                          file=path, line=None, field=None) from None
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"{path}: the policy file is not UTF-8 text: {exc}",
+                          file=path, line=None, field=None) from None
+    return parse_policy(text, path)
+
+
+_lock = threading.Lock()
+_cache: Dict[str, Tuple[Tuple[int, int], Policy]] = {}
+
+
+def policy_path() -> Tuple[str, bool]:
+    """The policy file to use and whether it was named explicitly (``CTRLRUN_CONFIG``)."""
+    named = os.environ.get("CTRLRUN_CONFIG")
+    if named:
+        return os.path.abspath(named), True
+    return os.path.abspath(DEFAULT_FILE), False
+
+
+def current_policy() -> Optional[Policy]:
+    """The policy in force, re-read when the file changes; ``None`` when there is none."""
+    path, named = policy_path()
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if named:
+            raise PolicyError(f"{path}: CTRLRUN_CONFIG names a policy file that does not exist",
+                              file=path, line=None, field=None) from None
+        return None
+    stamp = (st.st_mtime_ns, st.st_size)
+    hit = _cache.get(path)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    policy = load_policy(path)
+    with _lock:
+        _cache[path] = (stamp, policy)
+    return policy

@@ -1,0 +1,232 @@
+"""The ``ctrlrun`` command: inspect and settle effects, prove the guarantees, run the demo.
+
+Exit status: 0 success; 1 a guarantee failed (``verify``); 2 bad usage, an unknown key, a
+refused request or an unreachable store (one line on stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import sys
+from datetime import datetime, timezone
+from typing import Any, Dict, List, Optional
+
+import click
+
+from ._records import EffectRecord, EffectState
+from ._store import Store, default_store, open_store
+from .errors import CTRLRunError
+
+STATES = [s.value for s in EffectState]
+store_option = click.option(
+    "--store", "store_url", metavar="URL", default=None,
+    help="Store URL (default: CTRLRUN_STORE, else CTRLRUN_STATE, else .ctrlrun/state.db).",
+)
+
+
+def _die(message: str, code: int = 2) -> "NoReturn":  # type: ignore[name-defined]  # noqa: F821
+    click.echo(f"ctrlrun: {message}", err=True)
+    sys.exit(code)
+
+
+def _open(url: Optional[str]) -> Store:
+    try:
+        return open_store(url) if url else default_store()
+    except CTRLRunError as exc:
+        _die(str(exc))
+
+
+def _iso(dt: Optional[datetime]) -> Optional[str]:
+    return None if dt is None else dt.isoformat().replace("+00:00", "Z")
+
+
+def record_dict(r: EffectRecord) -> Dict[str, Any]:
+    return {
+        "effect_key": r.effect_key,
+        "state": r.state.value,
+        "action_id": r.action_id,
+        "attempt": r.attempt,
+        "created_at": _iso(r.created_at),
+        "updated_at": _iso(r.updated_at),
+        "lease_expires_at": _iso(r.lease_expires_at),
+        "result": r.result,
+        "error": r.error,
+        "resolved_by": r.resolved_by,
+    }
+
+
+def _span(seconds: float) -> str:
+    seconds = int(abs(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def lease_text(r: EffectRecord, now: datetime) -> str:
+    if r.state not in (EffectState.RESERVED, EffectState.EXECUTING):
+        return "-"
+    if r.lease_expires_at is None:
+        return "no lease"
+    left = (r.lease_expires_at - now).total_seconds()
+    return f"{_span(left)} left" if left >= 0 else f"lapsed {_span(left)} ago"
+
+
+def _short(text: str, width: int) -> str:
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def table(records: List[EffectRecord], now: Optional[datetime] = None) -> str:
+    """Records as a text table, in the order given (the store lists oldest first)."""
+    now = now or datetime.now(timezone.utc)
+    head = ("EFFECT KEY", "STATE", "ATTEMPT", "LEASE", "UPDATED", "ACTION", "RESOLVED BY",
+            "RESULT / ERROR")
+    rows = [
+        (
+            _short(r.effect_key, 40), r.state.value, str(r.attempt), lease_text(r, now),
+            r.updated_at.strftime("%Y-%m-%d %H:%M:%S"), r.action_id, r.resolved_by or "-",
+            _short(json.dumps(r.result) if r.result is not None else (r.error or ""), 50),
+        )
+        for r in records
+    ]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
+    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([fmt(head), *map(fmt, rows)])
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="ctrlrun")
+def cli() -> None:
+    """ctrlrun: an agent's side-effecting tools happen at most once per effect key."""
+
+
+@cli.group()
+def effects() -> None:
+    """Look at the effects a store holds."""
+
+
+@effects.command("list")
+@click.option("--state", type=click.Choice(STATES), default=None, help="Only effects in this state.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@store_option
+def effects_list(state: Optional[str], as_json: bool, store_url: Optional[str]) -> None:
+    """List effects, oldest first. A live lease shows its remaining time."""
+    store = _open(store_url)
+    try:
+        records = store.list_effects(state)
+    except CTRLRunError as exc:
+        _die(str(exc))
+    if as_json:
+        click.echo(json.dumps([record_dict(r) for r in records], indent=2))
+    elif not records:
+        click.echo(f"no effects{' in state ' + state if state else ''} in {store.url}")
+    else:
+        click.echo(table(records))
+
+
+@effects.command("show")
+@click.argument("key")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@store_option
+def effects_show(key: str, as_json: bool, store_url: Optional[str]) -> None:
+    """Show one effect's whole record."""
+    store = _open(store_url)
+    try:
+        rec = store.get_effect(key)
+    except CTRLRunError as exc:
+        _die(str(exc))
+    if rec is None:
+        _die(f"no effect is recorded under key {key!r} in {store.url}")
+    d = record_dict(rec)
+    if as_json:
+        click.echo(json.dumps(d, indent=2))
+        return
+    d["lease"] = lease_text(rec, datetime.now(timezone.utc))
+    for k, v in d.items():
+        click.echo(f"{k:>17}: {json.dumps(v) if k == 'result' else ('' if v is None else v)}")
+
+
+@cli.command()
+@click.argument("key")
+@click.option("--committed", "target", flag_value="committed", help="It happened.")
+@click.option("--failed", "target", flag_value="failed", help="It provably did not happen.")
+@click.option("--by", "resolver", metavar="NAME", default=None,
+              help="Who decided (default cli:<OS user>).")
+@store_option
+def resolve(key: str, target: Optional[str], resolver: Optional[str], store_url: Optional[str]) -> None:
+    """Settle an ambiguous effect as committed or failed, after checking the remote system."""
+    if target is None:
+        raise click.UsageError("say what happened: --committed or --failed")
+    if resolver is None:
+        try:
+            resolver = f"cli:{getpass.getuser()}"
+        except Exception:
+            resolver = "cli:unknown"
+    store = _open(store_url)
+    try:
+        rec = store.resolve_effect(key, target, resolver)
+    except CTRLRunError as exc:
+        _die(str(exc))
+    click.echo(f"{rec.effect_key}: {rec.state.value} (resolved by {rec.resolved_by})")
+
+
+@cli.command()
+@store_option
+@click.option("--policy", "policy_file", metavar="FILE", default=None,
+              type=click.Path(dir_okay=False),
+              help="Verify every action of this policy file that has an effect template.")
+def verify(store_url: Optional[str], policy_file: Optional[str]) -> None:
+    """Prove G3 (duplicate refused) and G4 (one winner, 8 processes) on your backend, in a
+    scratch store of its own; your data is never opened."""
+    from . import _verify
+
+    progress = lambda msg: click.echo(f"verify: {msg}…", err=True)  # noqa: E731
+    try:
+        verdicts = _verify.run_verify(store_url, policy_file, progress)
+    except CTRLRunError as exc:
+        _die(str(exc))
+    for v in verdicts:
+        click.echo(v.line())
+    sys.exit(_verify.report(verdicts))
+
+
+@cli.group()
+def policy() -> None:
+    """Check a policy file."""
+
+
+@policy.command("check")
+@click.argument("file", required=False, type=click.Path(dir_okay=False))
+def policy_check(file: Optional[str]) -> None:
+    """Validate FILE (default: CTRLRUN_CONFIG, else ./ctrlrun.yaml) and list every action with
+    no effect template: the writes that run unreserved."""
+    from ._policy import load_policy, policy_path
+
+    path = file or policy_path()[0]
+    try:
+        pol = load_policy(path)
+    except CTRLRunError as exc:
+        _die(str(exc))
+    click.echo(f"{path}: valid, {len(pol.actions)} action(s)")
+    unreserved = pol.unreserved()
+    for a in unreserved:
+        click.echo(f"  unreserved: {a.name} (line {a.line}) has no effect template")
+    if not unreserved:
+        click.echo("  every allowed action has an effect template")
+
+
+@cli.command()
+@store_option
+def demo(store_url: Optional[str]) -> None:
+    """Run a small refund agent and show what reservation prevents."""
+    from . import _demo
+
+    try:
+        _demo.run(store_url, echo=click.echo).close()
+    except CTRLRunError as exc:
+        _die(str(exc))
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    cli.main(args=argv, prog_name="ctrlrun")

@@ -1,0 +1,498 @@
+"""``async def`` executors at run time: cancellation (mid-body and while the reservation is
+being written), the begin write failing between reservation and body, the event loop never
+blocking on the store, and many tasks / threads racing over shared keys (SPEC §3, §5, §8.1).
+
+pytest-asyncio is not used: each test drives its coroutines with ``asyncio.run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import struct
+import sys
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+import ctrlrun
+from ctrlrun import AmbiguousEffect, DuplicateEffect, EffectState, StoreWriteFailed
+from pgproxy import PgProxy
+
+LIVE = (EffectState.RESERVED, EffectState.EXECUTING)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@pytest.fixture
+def proxy(pg):
+    p = PgProxy(pg.host, pg.port)
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def direct(pg, pg_schema):
+    """A store that bypasses the proxy: what the database really holds."""
+    s = ctrlrun.open_store(pg.url(pg_schema))
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def proxied(pg, pg_schema, proxy, direct):
+    s = ctrlrun.open_store(pg.url(pg_schema, host=proxy.host, port=proxy.port))
+    yield s
+    s.close()
+
+
+def _warm(store, n=1):
+    """Open ``n`` pooled connections (with no delay in effect), so a later delay only slows
+    the statements under test, not connection start-up."""
+
+    @ctrlrun.protect("warm", effect="warm:{i}", store=store)
+    async def warm(i):
+        await asyncio.sleep(0.05)  # overlap: every call holds its own connection
+        return i
+
+    async def main():
+        await asyncio.gather(*(warm(i) for i in range(n)))
+
+    run(main())
+
+
+# --------------------------------------------------------------------------------------------
+# cancellation mid-body: ambiguous, and the blind retry is refused
+# --------------------------------------------------------------------------------------------
+
+
+def _sleeper(store, runs, started_box):
+    @ctrlrun.protect("slow.send", effect="send:{order}", store=store)
+    async def send(order):
+        runs.append(order)
+        started_box["holder"] = store.get_effect(f"send:{order}").action_id
+        started_box["event"].set()
+        await asyncio.sleep(30)  # the cancellation lands here
+        return "sent"
+
+    return send
+
+
+def _assert_ambiguous_and_refused(send, second_store, key_value, runs, holder, exc_name):
+    key = f"send:{key_value}"
+    rec = second_store.get_effect(key)
+    assert rec is not None
+    assert rec.state == EffectState.AMBIGUOUS
+    assert rec.action_id == holder
+    assert rec.attempt == 1
+    assert rec.lease_expires_at is None
+    assert rec.error is not None and exc_name in rec.error
+
+    for _ in range(2):  # the blind retry is refused, every time, and runs nothing
+        with pytest.raises(AmbiguousEffect) as ei:
+            run(send(key_value))
+        assert ei.value.effect_key == key
+        assert ei.value.action_id == holder
+    assert runs == [key_value]
+    assert second_store.get_effect(key) == rec
+
+
+def test_task_cancel_mid_body_makes_the_effect_ambiguous(store, second_store):
+    runs: list = []
+    box: dict = {}
+    send = _sleeper(store, runs, box)
+
+    async def main():
+        box["event"] = asyncio.Event()
+        task = asyncio.create_task(send("c1"))
+        await asyncio.wait_for(box["event"].wait(), 30)
+        assert second_store.get_effect("send:c1").state == EffectState.EXECUTING
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert task.cancelled()
+
+    t0 = time.monotonic()
+    run(main())
+    assert time.monotonic() - t0 < 10  # the executor's 30 s sleep was really cut short
+    _assert_ambiguous_and_refused(send, second_store, "c1", runs, box["holder"], "CancelledError")
+
+
+def test_wait_for_timeout_mid_body_makes_the_effect_ambiguous(store, second_store):
+    runs: list = []
+    box: dict = {}
+    send = _sleeper(store, runs, box)
+
+    async def main():
+        box["event"] = asyncio.Event()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(send("c2"), 0.5)
+
+    t0 = time.monotonic()
+    run(main())
+    assert time.monotonic() - t0 < 10
+    assert box["event"].is_set()  # the timeout hit the body, not the reservation
+    _assert_ambiguous_and_refused(send, second_store, "c2", runs, box["holder"], "CancelledError")
+
+
+if sys.version_info >= (3, 11):
+
+    def test_asyncio_timeout_mid_body_makes_the_effect_ambiguous(store, second_store):
+        runs: list = []
+        box: dict = {}
+        send = _sleeper(store, runs, box)
+
+        async def main():
+            box["event"] = asyncio.Event()
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.5):
+                    await send("c3")
+
+        t0 = time.monotonic()
+        run(main())
+        assert time.monotonic() - t0 < 10
+        assert box["event"].is_set()
+        _assert_ambiguous_and_refused(
+            send, second_store, "c3", runs, box["holder"], "CancelledError"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# cancellation while the reservation is being written (PostgreSQL through a slow proxy)
+# --------------------------------------------------------------------------------------------
+
+
+def test_cancel_while_the_reservation_is_in_flight_never_leaves_a_live_reservation(
+    proxy, proxied, direct
+):
+    runs: list = []
+
+    @ctrlrun.protect("pay", effect="pay:{order}", store=proxied)
+    async def pay(order):
+        runs.append(order)
+        return "paid"
+
+    _warm(proxied)
+    proxy.delay = 0.3
+
+    async def main():
+        task = asyncio.create_task(pay("o1"))
+        await asyncio.sleep(0.1)
+        assert not task.done()
+        # the reservation round trips are still in flight: nothing has landed yet
+        assert direct.get_effect("pay:o1") is None
+        t0 = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return time.monotonic() - t0
+
+    run(main())
+    assert runs == []  # the executor never ran
+    rec = direct.get_effect("pay:o1")
+    assert rec is None or rec.state == EffectState.FAILED, rec
+    if rec is not None:
+        assert rec.attempt == 1
+        assert rec.lease_expires_at is None
+
+    # nothing keeps writing behind the caller's back: let any stray write finish, look again
+    proxy.delay = 0.0
+    time.sleep(1.0)
+    later = direct.get_effect("pay:o1")
+    assert later is None or later.state == EffectState.FAILED, later
+    assert later == rec
+
+    # the retry (not through the proxy) runs the executor exactly once
+    @ctrlrun.protect("pay", effect="pay:{order}", store=direct)
+    async def pay_direct(order):
+        runs.append(order)
+        return "paid"
+
+    assert run(pay_direct("o1")) == "paid"
+    assert runs == ["o1"]
+    done = direct.get_effect("pay:o1")
+    assert done.state == EffectState.COMMITTED
+    assert done.attempt == (1 if rec is None else 2)
+    with pytest.raises(DuplicateEffect):
+        run(pay_direct("o1"))
+    assert runs == ["o1"]
+
+
+def test_cancel_while_the_commit_write_is_in_flight_still_records_committed(
+    proxy, proxied, direct
+):
+    runs: list = []
+    box: dict = {}
+
+    @ctrlrun.protect("pay", effect="pay:{order}", store=proxied)
+    async def pay(order):
+        runs.append(order)
+        box["returned"].set()
+        return "paid"
+
+    _warm(proxied)
+    proxy.delay = 0.3
+
+    async def main():
+        box["returned"] = asyncio.Event()
+        task = asyncio.create_task(pay("o5"))
+        await asyncio.wait_for(box["returned"].wait(), 30)
+        await asyncio.sleep(0.1)  # the commit write's round trips are in flight
+        assert direct.get_effect("pay:o5").state == EffectState.EXECUTING
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    run(main())
+    assert runs == ["o5"]
+    # the outcome write was not abandoned: the executor ran, and the row says so
+    rec = direct.get_effect("pay:o5")
+    assert rec.state == EffectState.COMMITTED
+    assert rec.result == "paid"
+
+
+# --------------------------------------------------------------------------------------------
+# the begin write fails between reservation and body
+# --------------------------------------------------------------------------------------------
+
+
+def _bind_params(captured: bytes) -> list:
+    """The parameter values of a Bind message as captured by the proxy
+    (``<statement SQL> \\0 <Bind body>``)."""
+    _sql, body = captured.split(b"\0", 1)
+    _portal, body = body.split(b"\0", 1)
+    _stmt, body = body.split(b"\0", 1)
+    (nfmt,) = struct.unpack("!h", body[:2])
+    pos = 2 + 2 * nfmt
+    (nparams,) = struct.unpack("!h", body[pos:pos + 2])
+    pos += 2
+    params = []
+    for _ in range(nparams):
+        (n,) = struct.unpack("!i", body[pos:pos + 4])
+        pos += 4
+        if n < 0:
+            params.append(None)
+        else:
+            params.append(body[pos:pos + n])
+            pos += n
+    return params
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_begin_write_dropped_is_a_failed_write_nothing_ran_and_the_retry_runs_once(
+    proxy, proxied, direct, flavour
+):
+    runs: list = []
+    if flavour == "sync":
+
+        @ctrlrun.protect("pay", effect="pay:{order}", store=proxied)
+        def pay(order):
+            runs.append(order)
+            return "paid"
+
+        call = pay
+    else:
+
+        @ctrlrun.protect("pay", effect="pay:{order}", store=proxied)
+        async def apay(order):
+            runs.append(order)
+            return "paid"
+
+        def call(order):
+            return run(apay(order))
+
+    matched: list = []
+    take = proxy._take_rule
+
+    def spy(on, text):
+        rule = take(on, text)
+        if rule is not None:
+            matched.append(text)
+        return rule
+
+    proxy._take_rule = spy
+    rule = proxy.arm("drop_before", b"executing", on="statement")
+
+    with pytest.raises(StoreWriteFailed):
+        call("o2")
+    assert rule.fired == 1
+    assert runs == []  # the body never started
+
+    # the statement that was dropped is the begin transition: an UPDATE whose target state
+    # (its first parameter) is 'executing', from 'reserved'
+    (text,) = matched
+    assert text.split(b"\0", 1)[0].startswith(b"UPDATE")
+    params = _bind_params(text)
+    assert params[0] == b"executing"
+    assert b"reserved" in params[1]
+    assert b"pay:o2" in params
+
+    rec = direct.get_effect("pay:o2")
+    assert rec is not None
+    assert rec.state == EffectState.FAILED  # nothing ran, so a retry may run
+    assert rec.attempt == 1
+    assert rec.lease_expires_at is None
+    assert rec.error is not None and "never started" in rec.error
+
+    assert call("o2") == "paid"
+    assert runs == ["o2"]
+    done = direct.get_effect("pay:o2")
+    assert done.state == EffectState.COMMITTED
+    assert done.attempt == 2
+    assert done.action_id != rec.action_id
+    with pytest.raises(DuplicateEffect):
+        call("o2")
+    assert runs == ["o2"]
+
+
+# --------------------------------------------------------------------------------------------
+# the event loop never waits on the store
+# --------------------------------------------------------------------------------------------
+
+
+def test_store_io_does_not_block_the_event_loop(proxy, proxied, direct):
+    n = 5
+    runs: list = []
+
+    @ctrlrun.protect("pay", effect="pay:{order}", store=proxied)
+    async def pay(order):
+        await asyncio.sleep(0)
+        runs.append(order)
+        return order
+
+    _warm(proxied, n)
+    proxy.delay = 0.2
+
+    async def main():
+        ticks = [time.monotonic()]
+        stop = asyncio.Event()
+
+        async def ticker():
+            while not stop.is_set():
+                await asyncio.sleep(0.01)
+                ticks.append(time.monotonic())
+
+        tick_task = asyncio.create_task(ticker())
+        await asyncio.sleep(0.05)
+        t0 = time.monotonic()
+        out = await asyncio.gather(*(pay(f"o{i}") for i in range(n)))
+        elapsed = time.monotonic() - t0
+        stop.set()
+        await tick_task
+        return out, elapsed, ticks
+
+    out, elapsed, ticks = run(main())
+    assert out == [f"o{i}" for i in range(n)]
+    assert sorted(runs) == sorted(out)
+    assert elapsed >= 0.6, elapsed  # the delay was in effect: several 0.2 s round trips
+    gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+    assert len(ticks) >= elapsed / 0.02  # the ticker really ran all along
+    assert max(gaps) < 0.05, f"the loop stalled for {max(gaps):.3f} s"
+    assert {r.effect_key for r in direct.list_effects("committed")} >= {
+        f"pay:o{i}" for i in range(n)
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# many tasks, many threads
+# --------------------------------------------------------------------------------------------
+
+
+def test_100_concurrent_tasks_over_10_keys_execute_each_key_once(store, second_store):
+    executed: Counter = Counter()
+
+    @ctrlrun.protect("race.task", effect="task:{k}", store=store)
+    async def effect(k, i):
+        executed[k] += 1
+        await asyncio.sleep(0.02)
+        return i
+
+    async def main():
+        calls = [(f"k{i % 10}", i) for i in range(100)]
+        random.Random(7).shuffle(calls)
+        return calls, await asyncio.gather(*(effect(k, i) for k, i in calls),
+                                           return_exceptions=True)
+
+    calls, results = run(main())
+    dups = [r for r in results if isinstance(r, DuplicateEffect)]
+    ok = [r for r in results if not isinstance(r, BaseException)]
+    other = [r for r in results if isinstance(r, BaseException)
+             and not isinstance(r, DuplicateEffect)]
+    assert other == []
+    assert executed == Counter({f"k{j}": 1 for j in range(10)})
+    assert len(ok) == 10
+    assert len(dups) == 90
+    assert {d.state for d in dups} <= {"in_progress", "committed"}
+    assert "in_progress" in {d.state for d in dups}  # the tasks really overlapped
+    assert Counter(d.effect_key for d in dups) == Counter({f"task:k{j}": 9 for j in range(10)})
+
+    recs = second_store.list_effects()
+    assert len(recs) == 10
+    winners = {calls[idx][0]: r for idx, r in enumerate(results)
+               if not isinstance(r, BaseException)}
+    for rec in recs:
+        assert rec.state == EffectState.COMMITTED
+        assert rec.attempt == 1
+        assert rec.result == winners[rec.effect_key.split(":", 1)[1]]
+
+
+def test_16_threads_over_1000_keys_execute_each_key_once(store, second_store):
+    n_threads, n_keys = 16, 1000
+    keys = [f"k{i:04d}" for i in range(n_keys)]
+    executed: Counter = Counter()
+    lock = threading.Lock()
+
+    @ctrlrun.protect("race.thread", effect="thr:{k}", store=store)
+    def effect(k):
+        with lock:
+            executed[k] += 1
+        return threading.get_ident()
+
+    barrier = threading.Barrier(n_threads)
+    reports: dict = {}
+
+    def worker(idx):
+        order = list(keys)
+        random.Random(idx).shuffle(order)
+        ran, dup, other = [], [], []
+        barrier.wait(timeout=30)
+        for k in order:
+            try:
+                effect(k)
+                ran.append(k)
+            except DuplicateEffect as e:
+                dup.append((k, e.state))
+            except BaseException as e:
+                other.append((k, repr(e)))
+        reports[idx] = (ran, dup, other)
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True)
+               for i in range(n_threads)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    deadline = t0 + 120
+    for t in threads:
+        t.join(timeout=max(0.1, deadline - time.monotonic()))
+    assert not [t for t in threads if t.is_alive()], "a thread is stuck (deadlock?)"
+
+    assert len(reports) == n_threads
+    other = [o for r in reports.values() for o in r[2]]
+    assert other == []
+    assert executed == Counter({k: 1 for k in keys})
+    ran = [k for r in reports.values() for k in r[0]]
+    dup = [d for r in reports.values() for d in r[1]]
+    assert sorted(ran) == keys
+    assert len(dup) == n_threads * n_keys - n_keys
+    assert {s for _, s in dup} <= {"in_progress", "committed"}
+    assert Counter(k for k, _ in dup) == Counter({k: n_threads - 1 for k in keys})
+    for ran_i, dup_i, _ in reports.values():  # every thread met every key exactly once
+        assert sorted(ran_i + [k for k, _ in dup_i]) == keys
+
+    recs = second_store.list_effects()
+    assert len(recs) == n_keys
+    assert all(r.state == EffectState.COMMITTED and r.attempt == 1 for r in recs)
