@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
 import sys
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional
@@ -31,7 +32,14 @@ def _die(message: str, code: int = 2) -> "NoReturn":  # type: ignore[name-define
 
 
 def _open(url: Optional[str]) -> Store:
+    """Open an existing store; a SQLite file that does not exist is an error, not created."""
+    from . import _core
+    from ._store import _default_url
+
     try:
+        path = _core.sqlite_path(url or _default_url())
+        if path is not None and not os.path.exists(path):
+            _die(f"no store at {path} (nothing has been reserved there yet)")
         return open_store(url) if url else default_store()
     except CTRLRunError as exc:
         _die(str(exc))

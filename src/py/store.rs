@@ -50,6 +50,22 @@ pub fn open_store(py: Python<'_>, url: String) -> PyResult<PyStore> {
     })
 }
 
+/// The file a SQLite store URL names (made absolute against the working directory), or
+/// `None` for a PostgreSQL URL. Raises `InvalidArgument` for a malformed URL.
+#[pyfunction]
+pub fn sqlite_path(py: Python<'_>, url: &str) -> PyResult<Option<std::path::PathBuf>> {
+    match crate::url::parse(url).py_err(py)? {
+        crate::url::StoreUrl::Sqlite(opts) => Ok(Some(if opts.path.is_absolute() {
+            opts.path
+        } else {
+            std::env::current_dir()
+                .map(|d| d.join(&opts.path))
+                .unwrap_or(opts.path)
+        })),
+        crate::url::StoreUrl::Postgres { .. } => Ok(None),
+    }
+}
+
 /// Drop a `ctrlrun_verify_*` scratch schema (used by `ctrlrun verify`; refuses any other).
 #[pyfunction]
 pub fn drop_scratch_schema(py: Python<'_>, url: String) -> PyResult<()> {
