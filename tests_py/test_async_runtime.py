@@ -386,6 +386,7 @@ def test_store_io_does_not_block_the_event_loop(proxy, proxied, direct):
         return out, elapsed, ticks
 
     out, elapsed, ticks = run(main())
+    print("ELAPSED", elapsed, proxy.connections_made, max(b - a for a, b in zip(ticks, ticks[1:])))
     assert out == [f"o{i}" for i in range(n)]
     assert sorted(runs) == sorted(out)
     assert elapsed >= 0.6, elapsed  # the delay was in effect: several 0.2 s round trips

@@ -16,7 +16,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store::open_store, m)?)?;
     m.add_function(wrap_pyfunction!(store::drop_scratch_schema, m)?)?;
     m.add_function(wrap_pyfunction!(store::sqlite_path, m)?)?;
-    m.add("SCRATCH_SCHEMA_PREFIX", crate::store::postgres::SCRATCH_PREFIX)?;
+    m.add(
+        "SCRATCH_SCHEMA_PREFIX",
+        crate::store::postgres::SCRATCH_PREFIX,
+    )?;
     m.add(
         "SQLITE_SCHEMA_VERSION",
         crate::store::sqlite::SCHEMA_VERSION,

@@ -66,7 +66,7 @@ pub fn sqlite_path(py: Python<'_>, url: &str) -> PyResult<Option<std::path::Path
     }
 }
 
-/// Drop a `ctrlrun_verify_*` scratch schema (used by `ctrlrun verify`; refuses any other).
+/// Drop a `ctrlrun_scratch_*` schema (`ctrlrun verify`, the pytest plugin; refuses any other).
 #[pyfunction]
 pub fn drop_scratch_schema(py: Python<'_>, url: String) -> PyResult<()> {
     py.detach(|| crate::store::postgres::drop_scratch_schema(&url))

@@ -817,10 +817,10 @@ impl Store for PostgresStore {
     }
 }
 
-/// Prefix of the throwaway schemas `ctrlrun verify` works in.
-pub const SCRATCH_PREFIX: &str = "ctrlrun_verify_";
+/// Prefix of throwaway schemas (`ctrlrun verify`, the pytest plugin).
+pub const SCRATCH_PREFIX: &str = "ctrlrun_scratch_";
 
-/// Drop a scratch schema made by `ctrlrun verify`. Refuses any schema whose name does not start
+/// Drop a throwaway schema made by `ctrlrun verify` or the pytest plugin. Refuses any schema whose name does not start
 /// with [`SCRATCH_PREFIX`], so it can never drop the user's data.
 pub fn drop_scratch_schema(url: &str) -> Result<()> {
     let crate::url::StoreUrl::Postgres { url, schema } = crate::url::parse(url)? else {

@@ -1,0 +1,78 @@
+"""Type stub of ``ctrlrun._core``, the Rust extension (checked with ``mypy.stubtest``).
+
+Timestamps are integer microseconds since the Unix epoch (UTC). A record is the tuple
+``(effect_key, state, action_id, attempt, created_at_us, updated_at_us, lease_expires_at_us,
+result_json, error, resolved_by)``.
+"""
+
+from pathlib import Path
+from typing import List, Optional, Tuple, final
+
+__all__ = [
+    "Template",
+    "Store",
+    "open_store",
+    "drop_scratch_schema",
+    "sqlite_path",
+    "SCRATCH_SCHEMA_PREFIX",
+    "SQLITE_SCHEMA_VERSION",
+    "__version__",
+]
+
+_RecordTuple = Tuple[
+    str, str, str, int, int, int, Optional[int], Optional[str], Optional[str], Optional[str]
+]
+
+__version__: str
+SQLITE_SCHEMA_VERSION: int
+SCRATCH_SCHEMA_PREFIX: str
+
+@final
+class Template:
+    """A parsed effect-key template; raises ``InvalidArgument`` on a bad form."""
+
+    def __new__(cls, source: str) -> "Template": ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def placeholders(self) -> List[str]: ...
+    def render(self, values: List[str]) -> str: ...
+
+@final
+class Store:
+    """A store handle; every method releases the GIL while it waits on the database."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    def reserve(
+        self, key: str, action_id: str, lease_us: int, now_us: Optional[int] = None
+    ) -> _RecordTuple: ...
+    def transition(
+        self,
+        key: str,
+        action_id: str,
+        attempt: Optional[int],
+        kind: str,
+        payload: Optional[str] = None,
+        now_us: Optional[int] = None,
+    ) -> _RecordTuple: ...
+    def extend_lease(
+        self,
+        key: str,
+        action_id: str,
+        attempt: Optional[int],
+        until_us: int,
+        now_us: Optional[int] = None,
+    ) -> _RecordTuple: ...
+    def resolve(
+        self, key: str, state: str, resolver: str, now_us: Optional[int] = None
+    ) -> _RecordTuple: ...
+    def get_effect(self, key: str) -> Optional[_RecordTuple]: ...
+    def list_effects(self, state: Optional[str] = None) -> List[_RecordTuple]: ...
+    def close(self) -> None: ...
+
+def open_store(url: str) -> Store: ...
+def sqlite_path(url: str) -> Optional[Path]: ...
+def drop_scratch_schema(url: str) -> None: ...

@@ -1,0 +1,91 @@
+"""pytest fixtures for code that uses ctrlrun (registered through the ``pytest11`` entry point).
+
+* ``ctrlrun_clock``: a :class:`~ctrlrun.testing.MovableClock`; ``ctrlrun_clock.advance(301)``
+  lapses a 5-minute lease without sleeping.
+* ``ctrlrun_store``: a fresh SQLite store in the test's temp dir, driven by ``ctrlrun_clock``,
+  made the default store of ``protect`` for the test and restored afterwards. Your production
+  store is never touched.
+* ``ctrlrun_postgres_store``: the same on PostgreSQL, in a schema of its own (dropped
+  afterwards), when ``CTRLRUN_TEST_POSTGRES_URL`` names a server; otherwise the test is skipped
+  with that reason.
+* ``ctrlrun_assert``: the :mod:`ctrlrun.testing` assertions bound to ``ctrlrun_store``
+  (``ctrlrun_assert.committed_once(key)``, ``.state(key, "failed")``, ``.no_effect(key)``).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Iterator
+
+import pytest
+
+from . import _core
+from ._records import EffectRecord, EffectState
+from ._store import Store, open_store, set_default_store
+from .testing import MovableClock, assert_committed_once, assert_effect_state, assert_no_effect
+
+POSTGRES_ENV = "CTRLRUN_TEST_POSTGRES_URL"
+
+
+class EffectAssertions:
+    """Assertions on one store (the ``ctrlrun_assert`` fixture)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def committed_once(self, key: str) -> EffectRecord:
+        return assert_committed_once(self.store, key)
+
+    def state(self, key: str, state: "EffectState | str") -> EffectRecord:
+        return assert_effect_state(self.store, key, state)
+
+    def no_effect(self, key: str) -> None:
+        assert_no_effect(self.store, key)
+
+
+def _as_default(store: Store) -> Iterator[Store]:
+    previous = set_default_store(store)
+    try:
+        yield store
+    finally:
+        set_default_store(previous)
+        store.close()
+
+
+@pytest.fixture
+def ctrlrun_clock() -> MovableClock:
+    """A movable clock (starts at the real now); ``advance(seconds)`` moves it."""
+    return MovableClock()
+
+
+@pytest.fixture
+def ctrlrun_store(tmp_path, ctrlrun_clock: MovableClock) -> Iterator[Store]:
+    """A fresh SQLite store in tmp_path, on ``ctrlrun_clock``, the default store for the test."""
+    store = open_store("sqlite:///" + str(tmp_path / "ctrlrun-state.db"), clock=ctrlrun_clock)
+    yield from _as_default(store)
+
+
+@pytest.fixture
+def ctrlrun_postgres_store(ctrlrun_clock: MovableClock) -> Iterator[Store]:
+    """A PostgreSQL store in a throwaway schema of CTRLRUN_TEST_POSTGRES_URL's server, on
+    ``ctrlrun_clock``, the default store for the test; the schema is dropped afterwards."""
+    base = os.environ.get(POSTGRES_ENV)
+    if not base:
+        pytest.skip(f"{POSTGRES_ENV} is not set")
+    base, _, query = base.partition("?")
+    params = [p for p in query.split("&") if p and not p.startswith("schema=")]
+    schema = _core.SCRATCH_SCHEMA_PREFIX + uuid.uuid4().hex[:12]
+    url = f"{base}?{'&'.join(params + ['schema=' + schema])}"
+    store = open_store(url, clock=ctrlrun_clock)
+    try:
+        yield from _as_default(store)
+    finally:
+        _core.drop_scratch_schema(url)
+
+
+@pytest.fixture
+def ctrlrun_assert(ctrlrun_store: Store) -> EffectAssertions:
+    """Assertions on ``ctrlrun_store``: ``committed_once(key)``, ``state(key, s)``,
+    ``no_effect(key)``."""
+    return EffectAssertions(ctrlrun_store)

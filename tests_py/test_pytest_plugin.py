@@ -1,0 +1,102 @@
+"""The pytest plugin, proven in real inner pytest runs (pytester)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+INNER = '''
+import ctrlrun
+from ctrlrun import EffectState
+
+sent = []
+
+@ctrlrun.protect("mail.send", effect="email:{message_id}", lease=60)
+def send(message_id: str) -> str:
+    sent.append(message_id)
+    return "ok"
+
+def test_default_store_is_the_fixture(ctrlrun_store, ctrlrun_assert):
+    assert ctrlrun.default_store() is ctrlrun_store
+    assert send("m1") == "ok"
+    ctrlrun_assert.committed_once("email:m1")
+    assert ctrlrun_store.get_effect("email:m1").state is EffectState.COMMITTED
+    with __import__("pytest").raises(ctrlrun.DuplicateEffect):
+        send("m1")
+
+def test_each_test_gets_a_fresh_store(ctrlrun_store, ctrlrun_assert):
+    ctrlrun_assert.no_effect("email:m1")
+    assert send("m1") == "ok"
+
+def test_clock_lapses_a_lease_without_sleeping(ctrlrun_store, ctrlrun_clock, ctrlrun_assert):
+    ctrlrun_store.reserve_effect("email:m2", "act_" + "a" * 32, 60)
+    ctrlrun_clock.advance(61)
+    with __import__("pytest").raises(ctrlrun.AmbiguousEffect):
+        send("m2")
+    ctrlrun_assert.state("email:m2", "ambiguous")
+
+def test_committed_once_fails_on_a_retried_effect(ctrlrun_store, ctrlrun_assert):
+    r = ctrlrun_store.reserve_effect("k", "act_" + "b" * 32, 60)
+    ctrlrun_store.fail_effect("k", r.action_id, "nothing sent")
+    r = ctrlrun_store.reserve_effect("k", "act_" + "c" * 32, 60)
+    ctrlrun_store.begin_execution("k", r.action_id)
+    ctrlrun_store.commit_effect("k", r.action_id, 1)
+    with __import__("pytest").raises(AssertionError, match="one attempt"):
+        ctrlrun_assert.committed_once("k")
+'''
+
+
+def test_plugin_fixtures_in_an_inner_run(pytester, tmp_path, monkeypatch):
+    monkeypatch.setenv("CTRLRUN_STATE", str(tmp_path / "production.db"))
+    pytester.makepyfile(test_inner=INNER)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=4)
+    assert not (tmp_path / "production.db").exists()  # the user's store was never touched
+
+
+def test_default_store_is_restored_after_the_test(pytester):
+    pytester.makepyfile(test_restore='''
+import ctrlrun
+
+marker = ctrlrun.open_store("sqlite:///" + __import__("os").path.abspath("outer.db"))
+
+def test_a(ctrlrun_store):
+    ctrlrun.set_default_store(marker)
+    ctrlrun.set_default_store(ctrlrun_store)
+
+def test_b_after():
+    # the fixture restored the override that was in force before it (none)
+    assert ctrlrun.set_default_store(None) is None
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=2)
+
+
+def test_postgres_fixture_uses_its_own_schema_and_drops_it(pytester, pg, monkeypatch):
+    before = pg.schemas()
+    pytester.makepyfile(test_pg='''
+import ctrlrun
+
+@ctrlrun.protect("pay", effect="pay:{order}")
+def pay(order: str) -> int:
+    return 1
+
+def test_pg(ctrlrun_postgres_store, ctrlrun_clock):
+    assert ctrlrun.default_store() is ctrlrun_postgres_store
+    assert "schema=ctrlrun_scratch_" in ctrlrun_postgres_store.url
+    assert pay("o1") == 1
+    assert ctrlrun_postgres_store.get_effect("pay:o1").state.value == "committed"
+''')
+    monkeypatch.setenv("CTRLRUN_TEST_POSTGRES_URL", pg.url())
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=1)
+    assert pg.schemas() == before  # the schema was dropped
+
+
+def test_postgres_fixture_without_a_server_says_why(pytester, monkeypatch):
+    monkeypatch.delenv("CTRLRUN_TEST_POSTGRES_URL", raising=False)
+    pytester.makepyfile(test_nopg="def test_pg(ctrlrun_postgres_store):\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*CTRLRUN_TEST_POSTGRES_URL is not set*"])
