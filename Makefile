@@ -5,10 +5,10 @@ PY     := $(VENV)/bin/python
 
 .PHONY: dev demo test test-rs test-py lint clean
 
-$(VENV)/.tools: pyproject.toml
+$(VENV)/.tools: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "maturin>=1.16,<2" "pytest>=7" "click>=8.1" "PyYAML>=6"
+	$(PY) -m pip install --quiet "maturin>=1.16,<2" "pytest>=7" "click>=8.1" "PyYAML>=6" "mypy>=1.10"
 	touch $@
 
 ## dev: build the extension (incremental) and install the package into .venv, editable
@@ -26,6 +26,7 @@ test-rs:
 	cargo test --tests --quiet
 
 test-py: dev
+	$(PY) -m mypy.stubtest ctrlrun._core
 	$(PY) -m pytest tests_py -q
 
 lint:

@@ -222,9 +222,12 @@ def test_cancel_while_the_reservation_is_in_flight_never_leaves_a_live_reservati
     assert runs == ["o1"]
 
 
-def test_cancel_while_the_commit_write_is_in_flight_still_records_committed(
+def test_cancel_while_the_commit_write_is_in_flight_settles_it_before_propagating(
     proxy, proxied, direct
 ):
+    """The body has returned; the caller is cancelled while the commit write is on the wire.
+    The write must settle (the row says ``committed``) before the cancellation reaches the
+    caller, as for the ambiguous write after a mid-body cancellation."""
     runs: list = []
     box: dict = {}
 
@@ -246,13 +249,27 @@ def test_cancel_while_the_commit_write_is_in_flight_still_records_committed(
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        return direct.get_effect("pay:o5").state
 
-    run(main())
+    state_when_cancel_propagated = run(main())
     assert runs == ["o5"]
-    # the outcome write was not abandoned: the executor ran, and the row says so
+
+    # the outcome write itself is not lost: it lands (in its worker thread) ...
+    proxy.delay = 0.0
+    deadline = time.monotonic() + 10
     rec = direct.get_effect("pay:o5")
+    while rec.state != EffectState.COMMITTED and time.monotonic() < deadline:
+        time.sleep(0.05)
+        rec = direct.get_effect("pay:o5")
     assert rec.state == EffectState.COMMITTED
     assert rec.result == "paid"
+
+    # ... but it must have landed before the CancelledError reached the caller: a caller that
+    # handles the cancellation (or retries at once) must not find the effect still executing
+    assert state_when_cancel_propagated == EffectState.COMMITTED, (
+        "CancelledError propagated while the commit write was still in flight "
+        f"(the row was {state_when_cancel_propagated.value})"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -386,16 +403,50 @@ def test_store_io_does_not_block_the_event_loop(proxy, proxied, direct):
         return out, elapsed, ticks
 
     out, elapsed, ticks = run(main())
-    print("ELAPSED", elapsed, proxy.connections_made, max(b - a for a, b in zip(ticks, ticks[1:])))
     assert out == [f"o{i}" for i in range(n)]
     assert sorted(runs) == sorted(out)
     assert elapsed >= 0.6, elapsed  # the delay was in effect: several 0.2 s round trips
     gaps = [b - a for a, b in zip(ticks, ticks[1:])]
     assert len(ticks) >= elapsed / 0.02  # the ticker really ran all along
     assert max(gaps) < 0.05, f"the loop stalled for {max(gaps):.3f} s"
+    proxy.delay = 0.0
     assert {r.effect_key for r in direct.list_effects("committed")} >= {
         f"pay:o{i}" for i in range(n)
     }
+
+
+def test_a_slow_server_does_not_starve_another_stores_connections(pg, pg_schema, proxy, proxied):
+    """Store I/O runs on worker threads; a store whose server is slow must not hold up a
+    different store on a healthy server (here: its very first connection)."""
+    proxy.delay = 0.5
+    slow_done: list = []
+
+    def slow_read():
+        proxied.get_effect("nothing")  # needs a new connection through the slow proxy
+        slow_done.append(time.monotonic())
+
+    readers = [threading.Thread(target=slow_read, daemon=True) for _ in range(4)]
+    for t in readers:
+        t.start()
+    time.sleep(0.3)  # the slow store is busy opening connections
+    healthy = ctrlrun.open_store(pg.url(pg_schema))  # straight to the server
+    try:
+        t0 = time.monotonic()
+        error = None
+        try:
+            healthy.get_effect("nothing")
+        except Exception as exc:  # reported below, with how long it took
+            error = exc
+        took = time.monotonic() - t0
+        for t in readers:
+            t.join(timeout=60)
+        assert not [t for t in readers if t.is_alive()]
+        assert len(slow_done) == 4
+        assert error is None, f"the healthy store failed after {took:.1f} s: {error}"
+        assert took < 2.0, f"a read on the healthy store took {took:.1f} s"
+    finally:
+        proxy.delay = 0.0
+        healthy.close()
 
 
 # --------------------------------------------------------------------------------------------
