@@ -212,6 +212,14 @@ impl Transition {
         }
     }
 
+    /// Whether this write must be durable before it returns. `begin` need not be: if a crash
+    /// loses it, the row is back to `reserved` under the same live-or-lapsed lease, which every
+    /// contender treats exactly like `executing`; and the next durable write of the same
+    /// attempt (its outcome) makes it durable too, since both logs are written in order.
+    pub fn needs_durability(&self) -> bool {
+        !matches!(self, Transition::Begin)
+    }
+
     /// Whether the lease column is kept (`begin`) or cleared (every outcome).
     pub fn keeps_lease(&self) -> bool {
         matches!(self, Transition::Begin)
@@ -398,13 +406,14 @@ pub fn check_resolver(resolver: &str) -> Result<()> {
     Ok(())
 }
 
-/// `2026-11-29T21:37:27.123456Z` for messages.
+/// `2026-11-29T21:37:27.123456Z` for messages; instants outside years 1970..=9999 (which the
+/// formatter cannot show) as raw microseconds. Never panics.
 pub fn format_micros(us: Micros) -> String {
-    let t = if us >= 0 {
-        std::time::UNIX_EPOCH + std::time::Duration::from_micros(us as u64)
-    } else {
-        std::time::UNIX_EPOCH - std::time::Duration::from_micros(us.unsigned_abs())
-    };
+    const YEAR_10000: Micros = 253_402_300_800_000_000;
+    if !(0..YEAR_10000).contains(&us) {
+        return format!("{us} µs since the Unix epoch");
+    }
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_micros(us as u64);
     humantime::format_rfc3339_micros(t).to_string()
 }
 

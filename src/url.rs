@@ -39,6 +39,36 @@ pub enum StoreUrl {
 
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// `url` with any password (`scheme://user:PASSWORD@host`, `password=...`) replaced by `***`,
+/// for messages.
+pub fn redact(url: &str) -> String {
+    let mut out = url.to_owned();
+    if let Some(scheme_end) = out.find("://") {
+        let rest_start = scheme_end + 3;
+        let authority_end = out[rest_start..]
+            .find(['/', '?'])
+            .map_or(out.len(), |i| rest_start + i);
+        if let Some(at) = out[rest_start..authority_end].rfind('@') {
+            let userinfo = &out[rest_start..rest_start + at];
+            if let Some(colon) = userinfo.find(':') {
+                out.replace_range(rest_start + colon + 1..rest_start + at, "***");
+            }
+        }
+    }
+    for marker in ["password=", "PASSWORD="] {
+        let mut from = 0;
+        while let Some(i) = out[from..].find(marker) {
+            let start = from + i + marker.len();
+            let end = out[start..]
+                .find(['&', ' '])
+                .map_or(out.len(), |j| start + j);
+            out.replace_range(start..end, "***");
+            from = start + 3;
+        }
+    }
+    out
+}
+
 fn memory_refused(url: &str) -> Error {
     Error::InvalidArgument(format!(
         "store URL {url:?} names an in-memory SQLite database, which cannot reserve an effect \
@@ -48,15 +78,23 @@ fn memory_refused(url: &str) -> Error {
 
 /// Parse a store URL or a bare SQLite path.
 pub fn parse(url: &str) -> Result<StoreUrl> {
+    let shown = redact(url);
     let url_trim = url.trim();
     if url_trim.is_empty() {
         return Err(Error::InvalidArgument("store URL must not be empty".into()));
     }
     let (path, query) = match url_trim.split_once("://") {
         None => {
+            let words: Vec<&str> = url_trim.split_whitespace().collect();
+            if words.len() > 1 && words.iter().all(|w| w.contains('=')) {
+                return Err(Error::InvalidArgument(format!(
+                    "store URL {shown:?} looks like a libpq keyword string; write it as \
+                     postgresql://user:password@host:port/db (a bare path is a SQLite file)"
+                )));
+            }
             if url_trim.starts_with("file:") || url_trim == ":memory:" {
                 if url_trim.contains(":memory:") || url_trim.contains("mode=memory") {
-                    return Err(memory_refused(url));
+                    return Err(memory_refused(&shown));
                 }
             }
             (url_trim.to_owned(), None)
@@ -69,13 +107,13 @@ pub fn parse(url: &str) -> Result<StoreUrl> {
                 };
                 let Some(p) = p.strip_prefix('/') else {
                     return Err(Error::InvalidArgument(format!(
-                        "store URL {url:?}: a SQLite URL has no host; write sqlite:///relative/path.db \
+                        "store URL {shown:?}: a SQLite URL has no host; write sqlite:///relative/path.db \
                          or sqlite:////absolute/path.db"
                     )));
                 };
                 if p.is_empty() {
                     return Err(Error::InvalidArgument(format!(
-                        "store URL {url:?} has no file path (an in-memory database is refused); \
+                        "store URL {shown:?} has no file path (an in-memory database is refused); \
                          write sqlite:///relative/path.db or sqlite:////absolute/path.db"
                     )));
                 }
@@ -84,14 +122,14 @@ pub fn parse(url: &str) -> Result<StoreUrl> {
             "postgresql" | "postgres" => return parse_postgres(url_trim),
             other => {
                 return Err(Error::InvalidArgument(format!(
-                    "unknown store URL scheme '{other}' in {url:?}; expected sqlite:///path.db \
+                    "unknown store URL scheme '{other}' in {shown:?}; expected sqlite:///path.db \
                      (or a bare file path) or postgresql://user@host:port/db"
                 )))
             }
         },
     };
     if path == ":memory:" || path.starts_with("file::memory:") {
-        return Err(memory_refused(url));
+        return Err(memory_refused(&shown));
     }
     let mut opts = SqliteOptions {
         path: PathBuf::from(path),
@@ -107,7 +145,7 @@ pub fn parse(url: &str) -> Result<StoreUrl> {
                     "normal" => Synchronous::Normal,
                     _ => {
                         return Err(Error::InvalidArgument(format!(
-                            "store URL {url:?}: synchronous must be 'full' or 'normal', got {v:?}"
+                            "store URL {shown:?}: synchronous must be 'full' or 'normal', got {v:?}"
                         )))
                     }
                 }
@@ -115,20 +153,20 @@ pub fn parse(url: &str) -> Result<StoreUrl> {
             "busy_timeout" => {
                 let secs: f64 = v.parse().map_err(|_| {
                     Error::InvalidArgument(format!(
-                        "store URL {url:?}: busy_timeout must be a number of seconds, got {v:?}"
+                        "store URL {shown:?}: busy_timeout must be a number of seconds, got {v:?}"
                     ))
                 })?;
                 if !(secs.is_finite() && secs >= 0.0 && secs < 86_400.0) {
                     return Err(Error::InvalidArgument(format!(
-                        "store URL {url:?}: busy_timeout must be between 0 and 86400 seconds, got {v:?}"
+                        "store URL {shown:?}: busy_timeout must be between 0 and 86400 seconds, got {v:?}"
                     )));
                 }
                 opts.busy_timeout = Duration::from_secs_f64(secs);
             }
-            "mode" if v == "memory" => return Err(memory_refused(url)),
+            "mode" if v == "memory" => return Err(memory_refused(&shown)),
             _ => {
                 return Err(Error::InvalidArgument(format!(
-                    "store URL {url:?}: unknown option '{k}' (SQLite accepts synchronous and busy_timeout)"
+                    "store URL {shown:?}: unknown option '{k}' (SQLite accepts synchronous and busy_timeout)"
                 )))
             }
         }

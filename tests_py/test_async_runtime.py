@@ -185,11 +185,9 @@ def test_cancel_while_the_reservation_is_in_flight_never_leaves_a_live_reservati
         assert not task.done()
         # the reservation round trips are still in flight: nothing has landed yet
         assert direct.get_effect("pay:o1") is None
-        t0 = time.monotonic()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        return time.monotonic() - t0
 
     run(main())
     assert runs == []  # the executor never ran
@@ -460,7 +458,7 @@ def test_100_concurrent_tasks_over_10_keys_execute_each_key_once(store, second_s
     @ctrlrun.protect("race.task", effect="task:{k}", store=store)
     async def effect(k, i):
         executed[k] += 1
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)  # long enough that the other tasks meet the live lease
         return i
 
     async def main():

@@ -69,9 +69,13 @@ def test_tables_are_created_with_a_recorded_schema_version(pg, pg_schema):
         "\x01\x02\x7f\u0080\u00ff binary-looking \ufffd",
         "émoji 🧾 ключ",
         "k" * 10_240,
+        "".join(chr(0x21 + (i * 7919) % 0x5E) + chr(0x400 + (i * 104729) % 0x100)
+                for i in range(5_120)),  # ~15 KB that does not compress
     ],
 )
 def test_effect_keys_round_trip_exactly(store, second_store, key, backend):
+    """On both backends: a PostgreSQL index entry cannot hold a long key, so the store indexes
+    its digest and still compares the key byte for byte."""
     runs = []
 
     @ctrlrun.protect("k", effect="{value}", store=store)
@@ -88,3 +92,26 @@ def test_effect_keys_round_trip_exactly(store, second_store, key, backend):
     assert rec.result == key
     assert [r.effect_key for r in second_store.list_effects()] == [key]
     assert runs == [key]
+
+
+def test_a_key_with_nul_is_refused_on_postgres_before_any_write(pg, pg_schema):
+    with ctrlrun.open_store(pg.url(pg_schema)) as s:
+        with pytest.raises(ctrlrun.InvalidArgument, match="NUL"):
+            s.reserve_effect("a\x00b", "act_" + "0" * 32, 60)
+        assert s.list_effects() == []
+
+
+def test_url_errors_never_show_the_password():
+    for url in ["postgresql+psycopg://app:s3cr3t-pw@db:5432/x",
+                "sqlite:///x.db?bogus=1&password=s3cr3t-pw"]:
+        with pytest.raises(ctrlrun.InvalidArgument) as info:
+            ctrlrun.open_store(url)
+        assert "s3cr3t-pw" not in str(info.value)
+        assert "***" in str(info.value)
+
+
+def test_a_libpq_keyword_string_is_not_taken_for_a_sqlite_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ctrlrun.InvalidArgument, match="postgresql://"):
+        ctrlrun.open_store("host=db user=app password=s3cr3t-pw dbname=prod")
+    assert list(tmp_path.iterdir()) == []

@@ -196,8 +196,9 @@ def test_statement_timeout_before_commit_is_a_failed_write(pg, pg_schema, direct
     now_us = int(time.time() * 1e6)
     blocker = subprocess.Popen(
         [_find_bin("psql"), "-h", pg.host, "-p", str(pg.port), "-U", pg.user, "-d", pg.db, "-Atqc",
-         f"BEGIN; INSERT INTO \"{pg_schema}\".ctrlrun_effects (effect_key, state, action_id, "
-         f"attempt, created_at, updated_at, lease_expires_at) VALUES ('pay:o8', 'reserved', "
+         f"BEGIN; INSERT INTO \"{pg_schema}\".ctrlrun_effects (key_digest, effect_key, state, "
+         f"action_id, attempt, created_at, updated_at, lease_expires_at) VALUES "
+         f"(sha256(convert_to('pay:o8', 'UTF8')), 'pay:o8', 'reserved', "
          f"'act_blocker', 1, {now_us}, {now_us}, {now_us + 60_000_000}); "
          f"SELECT pg_sleep(2); ROLLBACK;"],
         env=env,

@@ -68,6 +68,17 @@ def idempotency_token() -> str:
     return f"ctrlrun-{digest[:40]}"
 
 
+def _exc_text(exc: BaseException) -> str:
+    """``Type: message`` for the record: never raises, and storable as text anywhere (lone
+    surrogates escaped, NUL shown as \\x00)."""
+    try:
+        msg = str(exc)
+    except Exception:
+        msg = "<str() of the exception raised>"
+    text = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
 def _render_value(template: str, name: str, value: Any) -> str:
     """One placeholder's value as key text (SPEC §7)."""
     t = type(value)
@@ -153,7 +164,13 @@ class _KeyBinder:
                         f"available: {', '.join(arguments) or '(none)'}"
                     )
             values.append(_render_value(src, name, value))
-        return self.template.render(values)
+        try:
+            return self.template.render(values)
+        except UnicodeEncodeError:
+            raise EffectKeyError(
+                f"effect template {src!r}: a value holds a lone surrogate, which no store can "
+                f"keep as text"
+            ) from None
 
 
 class _Gate:
@@ -235,7 +252,7 @@ def _write_outcome(
 ) -> None:
     """Record the executor's outcome, re-issuing the compare-and-set on store failures."""
     core = store._core
-    last: Optional[StoreError] = None
+    last: Optional[Exception] = None
     for pause in (*_OUTCOME_PAUSES, None):
         try:
             core.transition(key, action_id, attempt, kind, payload, store._now())
@@ -245,10 +262,14 @@ def _write_outcome(
             log.warning("ctrlrun: recording %s for %r failed (%s); retrying", kind, key, exc)
             if pause is not None:
                 time.sleep(pause)
+        except (DuplicateEffect, AmbiguousEffect):
+            raise  # the row was taken over: the store's refusal is the answer
+        except Exception as exc:  # a closed store, a broken clock: not worth retrying
+            last = exc
+            break
     raise StoreError(
         f"the executor for effect '{key}' has already run (attempt {attempt}, action "
-        f"{action_id}), but recording its outcome ({kind}) failed {len(_OUTCOME_PAUSES) + 1} "
-        f"times: {last}. The effect stays executing and turns ambiguous when a contender "
+        f"{action_id}), but recording its outcome ({kind}) failed: {last}. The effect stays executing and turns ambiguous when a contender "
         f"meets its lapsed lease; do not retry it blindly"
     ) from last
 
@@ -263,7 +284,7 @@ def _fail_unstarted(store: Store, key: str, action_id: str, attempt: int, why: B
             action_id,
             attempt,
             "fail",
-            f"the executor never started: {type(why).__name__}: {why}",
+            f"the executor never started: {_exc_text(why)}",
             store._now(),
         )
     except Exception as exc:  # the original error is what the caller must see
@@ -274,11 +295,15 @@ def _reserve_and_begin(store: Store, key: str, action_id: str, lease_us: int) ->
     """Reserve ``key`` and mark it executing; returns the attempt. If the begin write fails,
     the body never starts, so the reservation is failed (a retry may run)."""
     core = store._core
-    attempt: int = core.reserve(key, action_id, lease_us, store._now())[3]
+    attempt: Optional[int] = None
     try:
+        # Inside the try: a KeyboardInterrupt landing just after the reservation returned
+        # still records it as failed (nothing ran).
+        attempt = core.reserve(key, action_id, lease_us, store._now())[3]
         core.transition(key, action_id, attempt, "begin", None, store._now())
     except BaseException as exc:
-        _fail_unstarted(store, key, action_id, attempt, exc)
+        if attempt is not None:
+            _fail_unstarted(store, key, action_id, attempt, exc)
         raise
     return attempt
 
@@ -297,7 +322,7 @@ def _run(
     try:
         result = fn(*args, **kwargs)
     except NotExecuted as exc:
-        _outcome_after_raise(store, key, action_id, attempt, "fail", f"NotExecuted: {exc}", exc)
+        _outcome_after_raise(store, key, action_id, attempt, "fail", _exc_text(exc), exc)
         raise
     except BaseException as exc:
         _outcome_after_raise(
@@ -306,8 +331,7 @@ def _run(
             action_id,
             attempt,
             "ambiguous",
-            f"the executor raised {type(exc).__name__}: {exc}; whether the effect happened "
-            f"is unknown",
+            f"the executor raised {_exc_text(exc)}; whether the effect happened is unknown",
             exc,
         )
         raise
@@ -350,17 +374,23 @@ def _in_thread(fn: Callable[..., Any], *args: Any) -> "asyncio.Future[Any]":
 
 
 async def _finish(work: Awaitable[Any]) -> Any:
-    """Await ``work`` to the end even if this task is cancelled meanwhile (the cancellation
-    is re-raised afterwards: a store write in flight must settle, not be abandoned)."""
+    """Await ``work`` to the end even if this task is cancelled meanwhile; a cancellation is
+    re-raised only once the work is done (a store write in flight must settle, not be
+    abandoned: a caller who sees the cancellation may retry at once)."""
     task = asyncio.ensure_future(work)
     _background.add(task)
     task.add_done_callback(_background.discard)
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        if task.done() and not task.cancelled():
-            task.exception()  # mark retrieved; the cancellation is what propagates
-        raise
+    interrupted: Optional[BaseException] = None
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError as exc:
+            interrupted = exc
+    if interrupted is not None:
+        if not task.cancelled():
+            task.exception()  # retrieved; the cancellation is what propagates
+        raise interrupted
+    return task.result()
 
 
 async def _fail_if_granted(
@@ -397,9 +427,7 @@ async def _run_async(
     try:
         result = await fn(*args, **kwargs)
     except NotExecuted as exc:
-        await _outcome_after_raise_async(
-            store, key, action_id, attempt, "fail", f"NotExecuted: {exc}", exc
-        )
+        await _outcome_after_raise_async(store, key, action_id, attempt, "fail", _exc_text(exc), exc)
         raise
     except BaseException as exc:
         await _outcome_after_raise_async(
@@ -408,8 +436,7 @@ async def _run_async(
             action_id,
             attempt,
             "ambiguous",
-            f"the executor raised {type(exc).__name__}: {exc}; whether the effect happened "
-            f"is unknown",
+            f"the executor raised {_exc_text(exc)}; whether the effect happened is unknown",
             exc,
         )
         raise

@@ -28,6 +28,9 @@ Clock = Callable[[], datetime]
 DEFAULT_STATE_PATH = os.path.join(".ctrlrun", "state.db")
 
 
+_MAX_LEASE_US = 10 * 366 * 86_400 * 1_000_000  # the core's MAX_LEASE
+
+
 def lease_to_micros(lease: Union[timedelta, int, float], what: str = "lease") -> int:
     """A lease as whole microseconds: a ``timedelta`` or a number of seconds, > 0 and finite."""
     if isinstance(lease, timedelta):
@@ -35,6 +38,8 @@ def lease_to_micros(lease: Union[timedelta, int, float], what: str = "lease") ->
     elif isinstance(lease, (int, float)) and not isinstance(lease, bool):
         if not math.isfinite(lease):
             raise InvalidArgument(f"{what} must be a finite number of seconds, got {lease!r}")
+        if abs(lease) > 1e12:
+            raise InvalidArgument(f"{what} must be at most ten years, got {lease!r}")
         us = int(round(lease * 1_000_000))
     else:
         raise InvalidArgument(
@@ -42,6 +47,8 @@ def lease_to_micros(lease: Union[timedelta, int, float], what: str = "lease") ->
         )
     if us <= 0:
         raise InvalidArgument(f"{what} must be > 0, got {lease!r}")
+    if us > _MAX_LEASE_US:
+        raise InvalidArgument(f"{what} must be at most ten years, got {lease!r}")
     return us
 
 
@@ -257,6 +264,19 @@ def default_store() -> Store:
                 store = open_store(ident[0])
                 _opened[ident] = store
     return store
+
+
+def _forget_after_fork() -> None:
+    # A forked child opens its own connections: the environment's default stores are re-opened
+    # on first use. A store set with set_default_store stays, and refuses use in the child
+    # with a clear error rather than silently switching stores.
+    global _lock
+    _lock = threading.Lock()
+    _opened.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def set_default_store(store: Union[Store, str, None]) -> Optional[Store]:

@@ -157,15 +157,18 @@ def effects_show(key: str, as_json: bool, store_url: Optional[str]) -> None:
 
 @cli.command()
 @click.argument("key")
-@click.option("--committed", "target", flag_value="committed", help="It happened.")
-@click.option("--failed", "target", flag_value="failed", help="It provably did not happen.")
+@click.option("--committed", is_flag=True, help="It happened.")
+@click.option("--failed", is_flag=True, help="It provably did not happen (a retry may run).")
 @click.option("--by", "resolver", metavar="NAME", default=None,
               help="Who decided (default cli:<OS user>).")
 @store_option
-def resolve(key: str, target: Optional[str], resolver: Optional[str], store_url: Optional[str]) -> None:
+def resolve(
+    key: str, committed: bool, failed: bool, resolver: Optional[str], store_url: Optional[str]
+) -> None:
     """Settle an ambiguous effect as committed or failed, after checking the remote system."""
-    if target is None:
-        raise click.UsageError("say what happened: --committed or --failed")
+    if committed == failed:
+        raise click.UsageError("say what happened: exactly one of --committed or --failed")
+    target = "committed" if committed else "failed"
     if resolver is None:
         try:
             resolver = f"cli:{getpass.getuser()}"

@@ -15,10 +15,19 @@ use crate::store::Store;
 pub struct PyStore {
     inner: RwLock<Option<Arc<dyn Store>>>,
     description: String,
+    /// The process that opened it: connections do not survive a `fork()`.
+    pid: u32,
 }
 
 impl PyStore {
     fn get(&self) -> Result<Arc<dyn Store>, Error> {
+        if std::process::id() != self.pid {
+            return Err(Error::InvalidArgument(format!(
+                "the store {} was opened in another process (before a fork); its connections \
+                 cannot be shared: open the store again in this process",
+                self.description
+            )));
+        }
         self.inner
             .read()
             .ok()
@@ -26,6 +35,17 @@ impl PyStore {
             .ok_or_else(|| {
                 Error::InvalidArgument(format!("the store {} is closed", self.description))
             })
+    }
+}
+
+impl Drop for PyStore {
+    fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            // Inherited through fork(): closing would end the parent's sessions.
+            if let Ok(mut g) = self.inner.write() {
+                std::mem::forget(g.take());
+            }
+        }
     }
 }
 
@@ -47,6 +67,7 @@ pub fn open_store(py: Python<'_>, url: String) -> PyResult<PyStore> {
     Ok(PyStore {
         inner: RwLock::new(Some(store)),
         description,
+        pid: std::process::id(),
     })
 }
 
@@ -181,6 +202,11 @@ impl PyStore {
     /// Release the store's connections. Later calls raise `InvalidArgument`.
     fn close(&self, py: Python<'_>) {
         let taken = self.inner.write().ok().and_then(|mut g| g.take());
+        if std::process::id() != self.pid {
+            // A child of a fork must not shut down connections that belong to its parent.
+            std::mem::forget(taken);
+            return;
+        }
         py.detach(move || drop(taken));
     }
 

@@ -1,9 +1,10 @@
 //! The PostgreSQL store: many hosts, one database.
 //!
 //! The reservation is the primary-key index plus compare-and-set: `INSERT … ON CONFLICT
-//! (effect_key) DO NOTHING` with the returned row checked, and `UPDATE … WHERE effect_key AND
-//! state AND action_id AND attempt` with the row count checked, under the default isolation
-//! level. No advisory locks, no `SERIALIZABLE`, no `SELECT … FOR UPDATE`; nothing is held across
+//! (key_digest) DO NOTHING` with the returned row checked, and `UPDATE … WHERE key AND state AND
+//! action_id AND attempt` with the row count checked, under the default isolation level. The
+//! primary key is the SHA-256 of the effect key (a B-tree entry cannot hold a long key); every
+//! statement also compares the key itself, so the key stays opaque and exact. No advisory locks, no `SERIALIZABLE`, no `SELECT … FOR UPDATE`; nothing is held across
 //! the executor. Lease decisions use the server's clock (`clock_timestamp()`) unless the caller
 //! passes `now`.
 //!
@@ -13,6 +14,7 @@
 //! is `StoreUnresolved`. Each branch is logged on `ctrlrun.store` with its name.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use postgres::error::SqlState;
@@ -29,6 +31,13 @@ pub const SCHEMA_VERSION: i64 = 1;
 
 const COLUMNS: &str = "effect_key, state, action_id, attempt, created_at, updated_at, \
                        lease_expires_at, result, error, resolved_by";
+
+/// The row's index: the SHA-256 of the key's UTF-8 bytes. The primary key is this digest, not
+/// the key, because a B-tree entry cannot exceed ~2.7 KB and keys may be longer; every lookup
+/// also compares the key itself, byte for byte.
+fn digest(param: usize) -> String {
+    format!("sha256(convert_to(${param}::text, 'UTF8'))")
+}
 
 /// Microseconds since the epoch: the caller's `now` when given, else the server's clock.
 fn now_expr(param: usize) -> String {
@@ -51,19 +60,21 @@ impl Sql {
             // One round trip for the common cases: the row inserted, or the row in the way.
             reserve: format!(
                 "WITH clock AS (SELECT {now} AS n), \
-                 ins AS (INSERT INTO {t} (effect_key, state, action_id, attempt, created_at, \
-                         updated_at, lease_expires_at) \
-                         SELECT $1, 'reserved', $2, 1, n, n, n + $3::int8 FROM clock \
-                         ON CONFLICT (effect_key) DO NOTHING RETURNING {COLUMNS}) \
+                 ins AS (INSERT INTO {t} (key_digest, effect_key, state, action_id, attempt, \
+                         created_at, updated_at, lease_expires_at) \
+                         SELECT {d}, $1, 'reserved', $2, 1, n, n, n + $3::int8 FROM clock \
+                         ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}) \
                  SELECT true, {COLUMNS}, (SELECT n FROM clock) FROM ins \
                  UNION ALL \
                  SELECT false, {COLUMNS}, (SELECT n FROM clock) FROM {t} \
-                 WHERE effect_key = $1 AND NOT EXISTS (SELECT 1 FROM ins)",
-                now = now_expr(4)
+                 WHERE key_digest = {d} AND effect_key = $1 AND NOT EXISTS (SELECT 1 FROM ins)",
+                now = now_expr(4),
+                d = digest(1)
             ),
             select: format!(
                 "SELECT false, {cols}, clock.n FROM (SELECT {now} AS n) clock \
-                 LEFT JOIN {t} e ON e.effect_key = $1",
+                 LEFT JOIN {t} e ON e.key_digest = {d} AND e.effect_key = $1",
+                d = digest(1),
                 cols = COLUMNS
                     .split(", ")
                     .map(|c| format!("e.{c}"))
@@ -75,15 +86,19 @@ impl Sql {
                 "UPDATE {t} SET state = $1, action_id = $2, attempt = $3, created_at = $4, \
                  updated_at = $5, lease_expires_at = $6, result = $7, error = $8, \
                  resolved_by = $9 \
-                 WHERE effect_key = $10 AND state = $11 AND action_id = $12 AND attempt = $13"
+                 WHERE key_digest = {d} AND effect_key = $10 AND state = $11 \
+                 AND action_id = $12 AND attempt = $13",
+                d = digest(10)
             ),
             transition: format!(
                 "UPDATE {t} SET state = $1, updated_at = {now}, \
                  lease_expires_at = CASE WHEN $3 THEN lease_expires_at ELSE NULL END, \
                  result = $4, error = $5 \
-                 WHERE effect_key = $6 AND action_id = $7 AND ($8::int8 IS NULL OR attempt = $8) \
+                 WHERE key_digest = {d} AND effect_key = $6 AND action_id = $7 \
+                 AND ($8::int8 IS NULL OR attempt = $8) \
                  AND state = ANY($2::text[]) RETURNING {COLUMNS}",
-                now = now_expr(9)
+                now = now_expr(9),
+                d = digest(6)
             ),
             list: format!(
                 "SELECT {COLUMNS} FROM {t} WHERE ($1::text IS NULL OR state = $1) \
@@ -184,8 +199,31 @@ fn is_serialization(e: &postgres::Error) -> bool {
 fn describe_pg_error(e: &postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
-        None => e.to_string(),
+        None => {
+            // "error connecting to server" alone does not say why: add the causes.
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(cause) = source {
+                let more = cause.to_string();
+                if !text.contains(&more) {
+                    text = format!("{text}: {more}");
+                }
+                source = cause.source();
+            }
+            text
+        }
     }
+}
+
+/// PostgreSQL `text` cannot hold NUL: refuse such a key before any write.
+fn check_key(key: &str) -> Result<()> {
+    if key.contains('\0') {
+        return Err(Error::InvalidArgument(format!(
+            "effect key {:?} contains a NUL character, which PostgreSQL text cannot hold",
+            key.escape_default().to_string()
+        )));
+    }
+    Ok(())
 }
 
 enum Commit<T> {
@@ -203,6 +241,9 @@ pub struct PostgresStore {
     sql: std::sync::Arc<Sql>,
     description: String,
     pool: r2d2::Pool<Manager>,
+    /// Connections started with `synchronous_commit=off`, for the writes the planner says
+    /// need not be durable (`begin`): no per-call `SET`, no fsync wait.
+    relaxed: r2d2::Pool<Manager>,
 }
 
 impl PostgresStore {
@@ -230,35 +271,63 @@ impl PostgresStore {
         init_schema(&mut client, schema, &description)?;
         drop(client);
         let sql = std::sync::Arc::new(Sql::new(schema));
-        let pool = r2d2::Pool::builder()
-            .max_size(16)
-            .min_idle(Some(0))
-            .test_on_check_out(false)
-            .idle_timeout(None)
-            .max_lifetime(None)
-            // Waiting for a pooled connection, or for the server: the connect timeout bounds both.
-            .connection_timeout(
-                config
-                    .get_connect_timeout()
-                    .copied()
-                    .unwrap_or(Duration::from_secs(10)),
-            )
-            .thread_pool(super::pool_threads())
-            .error_handler(Box::new(r2d2::NopErrorHandler))
-            .build_unchecked(Manager {
-                config: config.clone(),
-                sql: sql.clone(),
-            });
+        // Connections are opened on this store's own threads, so a slow or unreachable server
+        // never holds up another store's connections.
+        let threads = Arc::new(
+            scheduled_thread_pool::ScheduledThreadPool::builder()
+                .num_threads(2)
+                .thread_name_pattern("ctrlrun-pg-{}")
+                .build(),
+        );
+        let timeout = config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(Duration::from_secs(10));
+        let build = |config: Config| {
+            r2d2::Pool::builder()
+                .max_size(16)
+                .min_idle(Some(0))
+                .test_on_check_out(false)
+                .idle_timeout(None)
+                .max_lifetime(None)
+                // Waiting for a pooled connection, or for the server: the connect timeout
+                // bounds both.
+                .connection_timeout(timeout)
+                .thread_pool(threads.clone())
+                .error_handler(Box::new(r2d2::NopErrorHandler))
+                .build_unchecked(Manager {
+                    config,
+                    sql: sql.clone(),
+                })
+        };
+        let mut relaxed_config = config.clone();
+        let options = match config.get_options() {
+            Some(o) if !o.is_empty() => format!("{o} -c synchronous_commit=off"),
+            _ => "-c synchronous_commit=off".to_owned(),
+        };
+        relaxed_config.options(&options);
+        let pool = build(config.clone());
+        let relaxed = build(relaxed_config);
         Ok(PostgresStore {
             manager_config: config,
             sql,
             description,
             pool,
+            relaxed,
         })
     }
 
     fn conn(&self, what: &str, key: &str) -> Result<r2d2::PooledConnection<Manager>> {
-        self.pool.get().map_err(|e| {
+        self.conn_from(&self.pool, what, key)
+    }
+
+    fn conn_from(
+        &self,
+        pool: &r2d2::Pool<Manager>,
+        what: &str,
+        key: &str,
+    ) -> Result<r2d2::PooledConnection<Manager>> {
+        pool.get().map_err(|e| {
             Error::StoreWriteFailed(format!(
                 "{what} for effect '{key}': cannot get a connection to the PostgreSQL store {}: \
                  {e}; nothing was written, so the write may be retried",
@@ -564,7 +633,12 @@ impl PostgresStore {
         let what = t.name();
         let from: Vec<&str> = t.from_states().iter().map(|s| s.as_str()).collect();
         let (result, error) = t.payload();
-        let mut conn = self.conn(what, key)?;
+        let pool = if t.needs_durability() {
+            &self.pool
+        } else {
+            &self.relaxed
+        };
+        let mut conn = self.conn_from(pool, what, key)?;
         let committed = self.txn(&mut conn, what, key, |tx, st| {
             let params: [&(dyn ToSql + Sync); 9] = [
                 &t.target().as_str(),
@@ -672,7 +746,8 @@ fn init_schema(client: &mut Client, schema: &str, description: &str) -> Result<(
             let ddl = format!(
                 "CREATE SCHEMA IF NOT EXISTS \"{schema}\";
                  CREATE TABLE IF NOT EXISTS \"{schema}\".ctrlrun_effects (
-                     effect_key       text   NOT NULL PRIMARY KEY,
+                     key_digest       bytea  NOT NULL PRIMARY KEY,
+                     effect_key       text   NOT NULL,
                      state            text   NOT NULL CHECK (state IN
                          ('reserved', 'executing', 'committed', 'failed', 'ambiguous')),
                      action_id        text   NOT NULL,
@@ -685,6 +760,8 @@ fn init_schema(client: &mut Client, schema: &str, description: &str) -> Result<(
                      resolved_by      text);
                  COMMENT ON COLUMN \"{schema}\".ctrlrun_effects.created_at IS
                      'microseconds since the Unix epoch, UTC';
+                 COMMENT ON COLUMN \"{schema}\".ctrlrun_effects.key_digest IS
+                     'sha256 of effect_key (UTF-8): the unique index, for keys of any length';
                  CREATE TABLE IF NOT EXISTS \"{schema}\".ctrlrun_meta (
                      key text NOT NULL PRIMARY KEY, value text NOT NULL);
                  INSERT INTO \"{schema}\".ctrlrun_meta VALUES ('schema_version', '{SCHEMA_VERSION}')
@@ -740,6 +817,7 @@ impl Store for PostgresStore {
         now: Option<Micros>,
     ) -> Result<EffectRecord> {
         planner::check_request(key, action_id, lease)?;
+        check_key(key)?;
         self.reserve_step(key, action_id, lease, now, true)
     }
 

@@ -255,6 +255,15 @@ fn transition_cas(
     .optional()
 }
 
+fn set_synchronous(conn: &Connection, level: &str) -> rusqlite::Result<()> {
+    let sql = if level == "FULL" {
+        "PRAGMA synchronous = FULL"
+    } else {
+        "PRAGMA synchronous = NORMAL"
+    };
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
 /// What a read-plan-write step decided: the row it wrote (if any) and what to return once that
 /// write is known to have landed.
 struct Step {
@@ -451,6 +460,12 @@ impl SqliteStore {
     ) -> Result<EffectRecord> {
         let what = t.name();
         let mut conn = self.conn()?;
+        // A write that need not be durable (the planner says which) skips the fsync; the next
+        // FULL commit on this file syncs the log up to and including it.
+        let relaxed = !t.needs_durability() && self.opts.synchronous == Synchronous::Full;
+        if relaxed {
+            set_synchronous(&conn.conn, "NORMAL").map_err(|e| self.failed(what, key, e))?;
+        }
         let committed = self.txn(&mut conn, what, key, |c| {
             match transition_cas(c, key, action_id, attempt, t, now)
                 .map_err(|e| self.failed(what, key, e))?
@@ -463,7 +478,11 @@ impl SqliteStore {
                     ))
                 }
             }
-        })?;
+        });
+        if relaxed && set_synchronous(&conn.conn, "FULL").is_err() {
+            conn.broken = true; // never hand out a connection left at NORMAL
+        }
+        let committed = committed?;
         drop(conn);
         match committed {
             Commit::Landed(outcome) => outcome,

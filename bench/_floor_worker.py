@@ -1,0 +1,360 @@
+"""The engine floors: what the database itself costs for the work ctrlrun does, with no ctrlrun.
+
+Runs under bench/.floor-venv/bin/python (stdlib ``sqlite3``; ``psycopg`` 3 for PostgreSQL).
+
+Variants of one protected call on a fresh key:
+
+* ``min``  — the least any at-most-once engine must write: the reservation (BEGIN; INSERT … ON
+  CONFLICT DO NOTHING; COMMIT) and the outcome (BEGIN; UPDATE; COMMIT): two durable commits.
+* ``same`` — ctrlrun's own statements, as src/store/sqlite.rs and src/store/postgres.rs issue
+  them: the reservation (SQLite: SELECT + INSERT; PostgreSQL: the one-statement CTE), then the
+  ``begin`` transition (reserved -> executing) and the ``commit`` transition, each an
+  ``UPDATE … RETURNING`` in its own transaction: three durable commits.
+
+``read``: one SELECT by primary key per call (the duplicate path's floor).
+
+Modes: sqlite_info, sqlite_latency, sqlite_read, sqlite_contend, pg_info, pg_latency, pg_read,
+pg_contend, pg_stats, pg_drop.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common  # noqa: E402
+
+COLUMNS = ("effect_key, state, action_id, attempt, created_at, updated_at, lease_expires_at, "
+           "result, error, resolved_by")
+
+LEASE_US = 5 * 60 * 1_000_000
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def action_id() -> str:
+    return "act_" + os.urandom(16).hex()
+
+
+def executor(marks, key):
+    if marks:
+        _common.mark(marks, key)
+    return 1
+
+
+# -- SQLite ---------------------------------------------------------------------------------
+
+SQLITE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ctrlrun_effects (
+    effect_key       TEXT    NOT NULL PRIMARY KEY,
+    state            TEXT    NOT NULL CHECK (state IN
+                         ('reserved', 'executing', 'committed', 'failed', 'ambiguous')),
+    action_id        TEXT    NOT NULL,
+    attempt          INTEGER NOT NULL CHECK (attempt >= 1),
+    created_at       INTEGER NOT NULL,
+    updated_at       INTEGER NOT NULL,
+    lease_expires_at INTEGER,
+    result           TEXT,
+    error            TEXT,
+    resolved_by      TEXT
+) WITHOUT ROWID;
+"""
+
+SQ_INSERT_MIN = (
+    "INSERT INTO ctrlrun_effects (effect_key, state, action_id, attempt, created_at, updated_at, "
+    "lease_expires_at) VALUES (?1, 'reserved', ?2, 1, ?3, ?3, ?4) "
+    "ON CONFLICT (effect_key) DO NOTHING"
+)
+SQ_OUTCOME_MIN = (
+    "UPDATE ctrlrun_effects SET state = 'committed', updated_at = ?1, lease_expires_at = NULL, "
+    "result = ?2 WHERE effect_key = ?3 AND action_id = ?4 AND attempt = 1 AND state = 'reserved'"
+)
+# ctrlrun's statements (src/store/sqlite.rs: select, insert, transition_cas).
+SQ_SELECT = f"SELECT {COLUMNS} FROM ctrlrun_effects WHERE effect_key = ?1"
+SQ_INSERT = (f"INSERT INTO ctrlrun_effects ({COLUMNS}) "
+             "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)")
+SQ_TRANSITION = (
+    "UPDATE ctrlrun_effects SET state = ?1, updated_at = ?2, "
+    "lease_expires_at = CASE WHEN ?3 THEN lease_expires_at ELSE NULL END, "
+    "result = ?4, error = ?5 "
+    "WHERE effect_key = ?6 AND action_id = ?7 AND (?8 IS NULL OR attempt = ?8) "
+    f"AND state IN (?9, ?10, ?11) RETURNING {COLUMNS}"
+)
+
+
+def sqlite_open(cfg: dict):
+    import sqlite3
+
+    conn = sqlite3.connect(cfg["path"], isolation_level=None, timeout=30.0,
+                           check_same_thread=False)
+    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    assert mode.lower() == "wal", mode
+    conn.execute(f"PRAGMA synchronous={cfg.get('synchronous', 'FULL')}")
+    conn.executescript(SQLITE_SCHEMA)
+    return conn
+
+
+def sqlite_txn(conn, body):
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        value = body()
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return value
+
+
+def sqlite_call(conn, variant: str, key: str, marks=None) -> bool:
+    """One protected call on ``key``; False when the key was already taken."""
+    aid = action_id()
+    if variant == "min":
+        now = now_us()
+        won = sqlite_txn(conn, lambda: conn.execute(
+            SQ_INSERT_MIN, (key, aid, now, now + LEASE_US)).rowcount == 1)
+        if not won:
+            return False
+        result = executor(marks, key)
+        sqlite_txn(conn, lambda: conn.execute(SQ_OUTCOME_MIN, (now_us(), str(result), key, aid)))
+        return True
+
+    def reserve():
+        if conn.execute(SQ_SELECT, (key,)).fetchone() is not None:
+            return False
+        now = now_us()
+        conn.execute(SQ_INSERT, (key, "reserved", aid, 1, now, now, now + LEASE_US,
+                                 None, None, None))
+        return True
+
+    if not sqlite_txn(conn, reserve):
+        return False
+
+    def transition(target, keeps_lease, result, from_states):
+        def body():
+            rows = conn.execute(SQ_TRANSITION, (target, now_us(), keeps_lease, result, None, key,
+                                                aid, 1, *from_states)).fetchall()
+            assert len(rows) == 1
+        sqlite_txn(conn, body)
+
+    transition("executing", True, None, ("reserved", "reserved", "reserved"))
+    result = executor(marks, key)
+    transition("committed", False, str(result), ("executing", "executing", "executing"))
+    return True
+
+
+# -- PostgreSQL -----------------------------------------------------------------------------
+
+def pg_schema_sql(schema: str) -> str:
+    return f"""
+CREATE SCHEMA IF NOT EXISTS "{schema}";
+CREATE TABLE IF NOT EXISTS "{schema}".ctrlrun_effects (
+    effect_key       text   NOT NULL PRIMARY KEY,
+    state            text   NOT NULL CHECK (state IN
+        ('reserved', 'executing', 'committed', 'failed', 'ambiguous')),
+    action_id        text   NOT NULL,
+    attempt          bigint NOT NULL CHECK (attempt >= 1),
+    created_at       bigint NOT NULL,
+    updated_at       bigint NOT NULL,
+    lease_expires_at bigint,
+    result           text,
+    error            text,
+    resolved_by      text);
+"""
+
+
+class PgSql:
+    def __init__(self, schema: str) -> None:
+        t = f'"{schema}".ctrlrun_effects'
+        now = ("COALESCE(%(now)s::int8, "
+               "(extract(epoch FROM clock_timestamp()) * 1000000)::int8)")
+        self.insert_min = (
+            f"INSERT INTO {t} (effect_key, state, action_id, attempt, created_at, updated_at, "
+            f"lease_expires_at) VALUES (%(key)s, 'reserved', %(aid)s, 1, %(now)s, %(now)s, "
+            f"%(until)s) ON CONFLICT (effect_key) DO NOTHING RETURNING {COLUMNS}"
+        )
+        self.outcome_min = (
+            f"UPDATE {t} SET state = 'committed', updated_at = %(now)s, lease_expires_at = NULL, "
+            f"result = %(result)s WHERE effect_key = %(key)s AND action_id = %(aid)s "
+            f"AND attempt = 1 AND state = 'reserved'"
+        )
+        # ctrlrun's statements (src/store/postgres.rs: Sql::reserve, Sql::transition).
+        self.reserve = (
+            f"WITH clock AS (SELECT {now} AS n), "
+            f"ins AS (INSERT INTO {t} (effect_key, state, action_id, attempt, created_at, "
+            f"updated_at, lease_expires_at) "
+            f"SELECT %(key)s, 'reserved', %(aid)s, 1, n, n, n + %(lease)s::int8 FROM clock "
+            f"ON CONFLICT (effect_key) DO NOTHING RETURNING {COLUMNS}) "
+            f"SELECT true, {COLUMNS}, (SELECT n FROM clock) FROM ins "
+            f"UNION ALL "
+            f"SELECT false, {COLUMNS}, (SELECT n FROM clock) FROM {t} "
+            f"WHERE effect_key = %(key)s AND NOT EXISTS (SELECT 1 FROM ins)"
+        )
+        self.transition = (
+            f"UPDATE {t} SET state = %(target)s, updated_at = {now}, "
+            f"lease_expires_at = CASE WHEN %(keeps)s THEN lease_expires_at ELSE NULL END, "
+            f"result = %(result)s, error = %(error)s "
+            f"WHERE effect_key = %(key)s AND action_id = %(aid)s "
+            f"AND (%(attempt)s::int8 IS NULL OR attempt = %(attempt)s) "
+            f"AND state = ANY(%(from)s::text[]) RETURNING {COLUMNS}"
+        )
+        self.select = f"SELECT {COLUMNS} FROM {t} WHERE effect_key = %(key)s"
+
+
+def pg_open(cfg: dict, create: bool = True):
+    import psycopg
+
+    conn = psycopg.connect(cfg["pg_url"], autocommit=True)
+    if create:
+        conn.execute(pg_schema_sql(cfg["schema"]))
+    return conn, PgSql(cfg.get("schema", "public"))
+
+
+def pg_txn(conn, body):
+    conn.execute("BEGIN")
+    try:
+        value = body()
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return value
+
+
+def pg_call(conn, sql: PgSql, variant: str, key: str, marks=None) -> bool:
+    aid = action_id()
+    if variant == "min":
+        now = now_us()
+        row = pg_txn(conn, lambda: conn.execute(
+            sql.insert_min, {"key": key, "aid": aid, "now": now, "until": now + LEASE_US},
+            prepare=True).fetchone())
+        if row is None:
+            return False
+        result = executor(marks, key)
+        pg_txn(conn, lambda: conn.execute(
+            sql.outcome_min, {"now": now_us(), "result": str(result), "key": key, "aid": aid},
+            prepare=True))
+        return True
+
+    row = pg_txn(conn, lambda: conn.execute(
+        sql.reserve, {"key": key, "aid": aid, "lease": LEASE_US, "now": None},
+        prepare=True).fetchone())
+    if row is None or not row[0]:
+        return False
+
+    def transition(target, keeps, result, from_states):
+        params = {"target": target, "now": None, "keeps": keeps, "result": result,
+                  "error": None, "key": key, "aid": aid, "attempt": 1, "from": from_states}
+        rows = pg_txn(conn, lambda: conn.execute(sql.transition, params, prepare=True).fetchall())
+        assert len(rows) == 1
+
+    transition("executing", True, None, ["reserved"])
+    result = executor(marks, key)
+    transition("committed", False, str(result), ["executing"])
+    return True
+
+
+# -- modes ----------------------------------------------------------------------------------
+
+def contend(call, keys) -> dict:
+    _common.wait_for_start()
+    won = lost = 0
+    errors = []
+    for key in keys:
+        try:
+            if call(key):
+                won += 1
+            else:
+                lost += 1
+        except Exception as exc:
+            errors.append(f"{key}: {type(exc).__name__}: {exc}")
+    return {"won": won, "lost": lost, "errors": errors[:5], "n_errors": len(errors),
+            "end": time.time()}
+
+
+def main() -> None:
+    cfg = _common.config()
+    mode = cfg["mode"]
+    prefix = cfg.get("prefix", "k")
+    n = int(cfg.get("n", 0))
+    warmup = int(cfg.get("warmup", 0))
+    variant = cfg.get("variant", "min")
+    marks = cfg.get("marks")
+
+    if mode == "sqlite_info":
+        import sqlite3
+
+        _common.answer({"sqlite_version": sqlite3.sqlite_version,
+                        "python": sys.version.split()[0]})
+    elif mode == "sqlite_latency":
+        conn = sqlite_open(cfg)
+        _common.answer(_common.time_calls(
+            lambda i: sqlite_call(conn, variant, f"{prefix}{i}"), n, warmup))
+    elif mode == "sqlite_read":
+        conn = sqlite_open(cfg)
+        for i in range(-warmup, n):  # committed rows to read (not timed)
+            assert sqlite_call(conn, "min", f"{prefix}{i}")
+
+        def read(i: int) -> None:
+            assert conn.execute(SQ_SELECT, (f"{prefix}{i}",)).fetchone() is not None
+
+        _common.answer(_common.time_calls(read, n, warmup))
+    elif mode == "sqlite_init":
+        sqlite_open(cfg).close()  # noqa
+        _common.answer({"ok": True})
+    elif mode == "sqlite_contend":
+        conn = sqlite_open(cfg)
+        _common.answer(contend(lambda k: sqlite_call(conn, variant, k, marks), cfg["keys"]))
+    elif mode == "pg_info":
+        conn, _ = pg_open(cfg, create=False)
+        import psycopg
+
+        show = {}
+        for name in ("server_version", "synchronous_commit", "fsync", "wal_sync_method",
+                     "commit_delay", "shared_buffers", "full_page_writes"):
+            show[name] = conn.execute(f"SHOW {name}").fetchone()[0]
+        show["psycopg"] = psycopg.__version__
+        show["libpq"] = psycopg.pq.version()
+        show["psycopg_impl"] = psycopg.pq.__impl__
+        _common.answer(show)
+    elif mode == "pg_latency":
+        conn, sql = pg_open(cfg)
+        _common.answer(_common.time_calls(
+            lambda i: pg_call(conn, sql, variant, f"{prefix}{i}"), n, warmup))
+    elif mode == "pg_read":
+        conn, sql = pg_open(cfg)
+        for i in range(-warmup, n):  # committed rows to read (not timed)
+            assert pg_call(conn, sql, "min", f"{prefix}{i}")
+
+        def read(i: int) -> None:
+            row = conn.execute(sql.select, {"key": f"{prefix}{i}"}, prepare=True).fetchone()
+            assert row is not None
+
+        _common.answer(_common.time_calls(read, n, warmup))
+    elif mode == "pg_init":
+        pg_open(cfg)[0].close()
+        _common.answer({"ok": True})
+    elif mode == "pg_contend":
+        conn, sql = pg_open(cfg, create=False)
+        _common.answer(contend(lambda k: pg_call(conn, sql, variant, k, marks), cfg["keys"]))
+    elif mode == "pg_stats":
+        conn, _ = pg_open(cfg, create=False)
+        wal = conn.execute("SELECT wal_records, wal_write, wal_sync FROM pg_stat_wal").fetchone()
+        xact = conn.execute("SELECT xact_commit FROM pg_stat_database "
+                            "WHERE datname = current_database()").fetchone()
+        _common.answer({"wal_records": wal[0], "wal_write": wal[1], "wal_sync": wal[2],
+                        "xact_commit": xact[0]})
+    elif mode == "pg_drop":
+        conn, _ = pg_open(cfg, create=False)
+        for schema in cfg["schemas"]:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        _common.answer({"ok": True})
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,851 @@
+#!/usr/bin/env python3
+"""ctrlrun's benchmark: protected calls against the original product and the engine floors.
+
+    python bench/run.py [--quick] [--backends sqlite,postgres] [--no-reference]
+
+Measures the ctrlrun that the running interpreter imports (``make bench`` builds it with
+``maturin develop --release`` first) and says which build that is. Every measurement runs in its
+own subprocess, on a fresh store, three times (``--repeats``); the run with the median p50 is
+reported. Prints a plain-text table and writes bench/results.json. See bench/README.md.
+
+Not a test: it asserts nothing except that no key executed twice in the contention runs (a
+double execution makes the exit status 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import importlib.util
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+REF_VENV = os.path.join(BENCH, ".ref-venv")
+FLOOR_VENV = os.path.join(BENCH, ".floor-venv")
+REF_VERSION = "0.12.2"
+PSYCOPG = "psycopg[binary]==3.3.9"
+CTRLRUN_WORKER = os.path.join(BENCH, "_ctrlrun_worker.py")
+REF_WORKER = os.path.join(BENCH, "_ref_worker.py")
+FLOOR_WORKER = os.path.join(BENCH, "_floor_worker.py")
+
+CONTENTION_PROCS = 8
+CONTENTION_KEYS = 200
+WORKER_TIMEOUT = 1800
+
+
+def log(msg: str) -> None:
+    sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
+
+
+# -- venvs ----------------------------------------------------------------------------------
+
+
+def venv_python(venv: str) -> str:
+    return os.path.join(venv, "bin", "python")
+
+
+def ensure_venv(venv: str, packages: List[str], check: str) -> str:
+    """Create ``venv`` (from the base interpreter) with ``packages`` unless ``check`` already
+    runs in it. Returns its python."""
+    py = venv_python(venv)
+    if os.path.exists(py):
+        ok = subprocess.run([py, "-c", check], capture_output=True).returncode == 0
+        if ok:
+            return py
+    log(f"setting up {os.path.relpath(venv, ROOT)}: pip install {' '.join(packages)}")
+    if not os.path.exists(py):
+        base = getattr(sys, "_base_executable", sys.executable)
+        subprocess.run([base, "-m", "venv", venv], check=True)
+    subprocess.run([py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                    *packages], check=True)
+    subprocess.run([py, "-c", check], check=True)
+    return py
+
+
+# -- workers --------------------------------------------------------------------------------
+
+
+class WorkerError(RuntimeError):
+    pass
+
+
+def run_worker(python: str, script: str, cfg: Dict[str, Any],
+               prefix: Optional[List[str]] = None) -> Dict[str, Any]:
+    cmd = [*(prefix or []), python, script, json.dumps(cfg)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=WORKER_TIMEOUT,
+                          cwd=cfg.get("cwd") or None)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    if proc.returncode != 0 or not lines:
+        raise WorkerError(
+            f"{os.path.basename(script)} {cfg.get('mode')} failed ({proc.returncode}):\n"
+            f"{proc.stderr[-3000:]}\n{proc.stdout[-1000:]}")
+    return json.loads(lines[-1])
+
+
+def run_contention(python: str, script: str, base_cfg: Dict[str, Any], marks: str,
+                   seed: int) -> Dict[str, Any]:
+    """CONTENTION_PROCS processes over the same CONTENTION_KEYS keys, each in its own shuffled
+    order, released together; total = last finish - common start."""
+    keys = [f"c{i}" for i in range(CONTENTION_KEYS)]
+    procs = []
+    for p in range(CONTENTION_PROCS):
+        order = list(keys)
+        random.Random(seed * 1000 + p).shuffle(order)
+        cfg = dict(base_cfg, keys=order, marks=marks)
+        procs.append(subprocess.Popen([python, script, json.dumps(cfg)], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        for pr in procs:
+            line = pr.stdout.readline()
+            if line.strip() != "ready":
+                raise WorkerError(f"contention worker did not start: {line!r} "
+                                  f"{pr.stderr.read()[-2000:]}")
+        start = time.time() + 0.3
+        for pr in procs:
+            pr.stdin.write(f"{start}\n")
+            pr.stdin.flush()
+        outs = []
+        for pr in procs:
+            out, err = pr.communicate(timeout=WORKER_TIMEOUT)
+            lines = [ln for ln in out.splitlines() if ln.strip()]
+            if pr.returncode != 0 or not lines:
+                raise WorkerError(f"contention worker failed ({pr.returncode}): {err[-2000:]}")
+            outs.append(json.loads(lines[-1]))
+    finally:
+        for pr in procs:
+            if pr.poll() is None:
+                pr.kill()
+    runs: Dict[str, int] = {k: 0 for k in keys}
+    for name in os.listdir(marks):
+        runs[name.split(".", 1)[0]] = runs.get(name.split(".", 1)[0], 0) + 1
+    doubles = sorted(k for k, c in runs.items() if c > 1)
+    missing = sorted(k for k, c in runs.items() if c == 0)
+    return {
+        "total_s": max(o["end"] for o in outs) - start,
+        "won": sum(o["won"] for o in outs),
+        "lost": sum(o["lost"] for o in outs),
+        "errors": sum(o["n_errors"] for o in outs),
+        "error_samples": [e for o in outs for e in o["errors"]][:5],
+        "executions": sum(runs.values()),
+        "double_executions": len(doubles),
+        "double_keys": doubles[:10],
+        "never_executed": len(missing),
+        "exactly_once": not doubles and not missing,
+    }
+
+
+# -- the plan -------------------------------------------------------------------------------
+
+
+class Spec:
+    """One row of the table: a workload measured ``repeats`` times."""
+
+    def __init__(self, backend: str, rid: str, who: str, label: str, durability: str,
+                 kind: str, run: Callable[[int], Dict[str, Any]]) -> None:
+        self.backend, self.id, self.who, self.label = backend, rid, who, label
+        self.durability, self.kind, self.run = durability, kind, run
+        self.results: List[Dict[str, Any]] = []
+
+    def median(self) -> Optional[Dict[str, Any]]:
+        if not self.results:
+            return None
+        key = "total_s" if self.kind == "contention" else "p50_us"
+        ordered = sorted(self.results, key=lambda r: r[key])
+        return ordered[(len(ordered) - 1) // 2]
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.quick = args.quick
+        self.repeats = args.repeats
+        self.n_sqlite = 200 if self.quick else 2000
+        self.n_pg = 100 if self.quick else 1000
+        self.reference = not args.no_reference
+        self.specs: List[Spec] = []
+        self.counter = 0
+        self.workdir = ""
+        self.pg_url = ""
+        self.pg_schemas: List[str] = []
+        self.floor_py = sys.executable
+        self.ref_py = ""
+        self.meta: Dict[str, Any] = {}
+
+    def fresh(self, tag: str) -> str:
+        self.counter += 1
+        d = os.path.join(self.workdir, f"{self.counter:03d}-{tag}")
+        os.makedirs(d)
+        return d
+
+    def schema(self) -> str:
+        self.counter += 1
+        name = f"ctrlrun_bench_{os.getpid()}_{self.counter}"
+        self.pg_schemas.append(name)
+        return name
+
+    # -- SQLite ---------------------------------------------------------------------------
+
+    def plan_sqlite(self) -> None:
+        n, w = self.n_sqlite, max(10, self.n_sqlite // 20)
+        add = self.specs.append
+
+        def ctrl(sync: str, kind: str, is_async: bool = False) -> Callable[[int], Dict]:
+            def run(r: int) -> Dict[str, Any]:
+                path = os.path.join(self.fresh("ctrlrun"), "state.db")
+                url = f"sqlite:///{path}?synchronous={sync.lower()}"
+                return run_worker(sys.executable, CTRLRUN_WORKER, {
+                    "mode": kind, "url": url, "n": n, "warmup": w, "async": is_async})
+            return run
+
+        def ref(kind: str, is_async: bool = False) -> Callable[[int], Dict]:
+            def run(r: int) -> Dict[str, Any]:
+                path = os.path.join(self.fresh("ref"), "state.db")
+                return run_worker(self.ref_py, REF_WORKER, {
+                    "mode": kind, "path": path, "n": n, "warmup": w, "async": is_async})
+            return run
+
+        def floor(mode: str, sync: str, variant: str = "min") -> Callable[[int], Dict]:
+            def run(r: int) -> Dict[str, Any]:
+                path = os.path.join(self.fresh("floor"), "state.db")
+                return run_worker(sys.executable, FLOOR_WORKER, {
+                    "mode": mode, "path": path, "synchronous": sync, "variant": variant,
+                    "n": n, "warmup": w})
+            return run
+
+        b = "sqlite"
+        for sync in ("FULL", "NORMAL"):
+            add(Spec(b, f"ctrlrun.sync.{sync}", "ctrlrun", "ctrlrun, sync", sync, "latency",
+                     ctrl(sync, "latency")))
+            add(Spec(b, f"ctrlrun.async.{sync}", "ctrlrun", "ctrlrun, async", sync, "latency",
+                     ctrl(sync, "latency", True)))
+        if self.reference:
+            add(Spec(b, "ref.sync.NORMAL", "original", f"original {REF_VERSION}, sync", "NORMAL",
+                     "latency", ref("latency")))
+            add(Spec(b, "ref.async.NORMAL", "original",
+                     f"original {REF_VERSION}, async (to_thread)", "NORMAL", "latency",
+                     ref("latency", True)))
+        for sync in ("FULL", "NORMAL"):
+            add(Spec(b, f"floor.min.{sync}", "floor", "floor: 2 txns (minimum)", sync,
+                     "latency", floor("sqlite_latency", sync, "min")))
+            add(Spec(b, f"floor.same.{sync}", "floor", "floor: 3 txns (ctrlrun's statements)",
+                     sync, "latency", floor("sqlite_latency", sync, "same")))
+        add(Spec(b, "dup.ctrlrun", "ctrlrun", "duplicate: ctrlrun (committed key again)", "FULL",
+                 "dup", ctrl("FULL", "dup")))
+        if self.reference:
+            add(Spec(b, "dup.ref", "original", f"duplicate: original {REF_VERSION}", "NORMAL",
+                     "dup", ref("dup")))
+        add(Spec(b, "dup.floor", "floor", "floor: one indexed read", "FULL", "read",
+                 floor("sqlite_read", "FULL")))
+
+        def contend(who: str, sync: str, variant: str = "min") -> Callable[[int], Dict]:
+            def run(r: int) -> Dict[str, Any]:
+                d = self.fresh(f"contend-{who}")
+                marks = os.path.join(d, "marks")
+                os.makedirs(marks)
+                path = os.path.join(d, "state.db")
+                if who == "ctrlrun":
+                    url = f"sqlite:///{path}?synchronous={sync.lower()}"
+                    cfg = {"url": url}
+                    run_worker(sys.executable, CTRLRUN_WORKER, dict(cfg, mode="init"))
+                    return run_contention(sys.executable, CTRLRUN_WORKER,
+                                          dict(cfg, mode="contend"), marks, r)
+                if who == "original":
+                    cfg = {"path": path}
+                    run_worker(self.ref_py, REF_WORKER, dict(cfg, mode="init"))
+                    return run_contention(self.ref_py, REF_WORKER, dict(cfg, mode="contend"),
+                                          marks, r)
+                cfg = {"path": path, "synchronous": sync, "variant": variant}
+                run_worker(sys.executable, FLOOR_WORKER, dict(cfg, mode="sqlite_init"))
+                return run_contention(sys.executable, FLOOR_WORKER,
+                                      dict(cfg, mode="sqlite_contend"), marks, r)
+            return run
+
+        c = f"contention: {CONTENTION_PROCS} procs x {CONTENTION_KEYS} keys"
+        for sync in ("FULL", "NORMAL"):
+            add(Spec(b, f"contend.ctrlrun.{sync}", "ctrlrun", f"{c}, ctrlrun", sync,
+                     "contention", contend("ctrlrun", sync)))
+            add(Spec(b, f"contend.floor.min.{sync}", "floor", f"{c}, floor 2 txns", sync,
+                     "contention", contend("floor", sync, "min")))
+            add(Spec(b, f"contend.floor.same.{sync}", "floor", f"{c}, floor 3 txns", sync,
+                     "contention", contend("floor", sync, "same")))
+        if self.reference:
+            add(Spec(b, "contend.ref.NORMAL", "original", f"{c}, original {REF_VERSION}",
+                     "NORMAL", "contention", contend("original", "NORMAL")))
+
+    # -- PostgreSQL -------------------------------------------------------------------------
+
+    def ctrl_pg_url(self, schema: str) -> str:
+        sep = "&" if "?" in self.pg_url else "?"
+        return f"{self.pg_url}{sep}schema={schema}"
+
+    def pg_stats(self) -> Dict[str, Any]:
+        return run_worker(self.floor_py, FLOOR_WORKER, {"mode": "pg_stats",
+                                                        "pg_url": self.pg_url})
+
+    def with_pg_stats(self, fn: Callable[[], Dict[str, Any]], calls: int) -> Dict[str, Any]:
+        """Run ``fn`` between two reads of the server's counters: commits and WAL flushes per
+        call (the server is otherwise idle; setup and warm-up are counted in, so expect a
+        little over the true figure)."""
+        before = self.pg_stats()
+        result = fn()
+        time.sleep(0.5)  # a backend reports its counters when it exits
+        after = self.pg_stats()
+        result["server_commits_per_call"] = (after["xact_commit"] - before["xact_commit"]) / calls
+        result["wal_syncs_per_call"] = (after["wal_sync"] - before["wal_sync"]) / calls
+        result["wal_writes_per_call"] = (after["wal_write"] - before["wal_write"]) / calls
+        return result
+
+    def plan_postgres(self) -> None:
+        n, w = self.n_pg, max(10, self.n_pg // 20)
+        add = self.specs.append
+        b = "postgres"
+
+        def ctrl(kind: str, is_async: bool = False) -> Callable[[int], Dict]:
+            def run(r: int) -> Dict[str, Any]:
+                cfg = {"mode": kind, "url": self.ctrl_pg_url(self.schema()), "n": n,
+                       "warmup": w, "async": is_async}
+                go = lambda: run_worker(sys.executable, CTRLRUN_WORKER, cfg)  # noqa: E731
+                return self.with_pg_stats(go, n + w) if kind == "latency" else go()
+            return run
+
+        def ref(kind: str, is_async: bool = False) -> Callable[[int], Dict]:
+            def run(r: int) -> Dict[str, Any]:
+                cfg = {"mode": kind, "pg_url": self.pg_url, "schema": self.schema(), "n": n,
+                       "warmup": w, "async": is_async}
+                go = lambda: run_worker(self.ref_py, REF_WORKER, cfg)  # noqa: E731
+                return self.with_pg_stats(go, n + w) if kind == "latency" else go()
+            return run
+
+        def floor(mode: str, variant: str = "min") -> Callable[[int], Dict]:
+            def run(r: int) -> Dict[str, Any]:
+                cfg = {"mode": mode, "pg_url": self.pg_url, "schema": self.schema(),
+                       "variant": variant, "n": n, "warmup": w}
+                go = lambda: run_worker(self.floor_py, FLOOR_WORKER, cfg)  # noqa: E731
+                return self.with_pg_stats(go, n + w) if mode == "pg_latency" else go()
+            return run
+
+        dur = "sync_commit=on"
+        add(Spec(b, "ctrlrun.sync", "ctrlrun", "ctrlrun, sync", dur, "latency", ctrl("latency")))
+        add(Spec(b, "ctrlrun.async", "ctrlrun", "ctrlrun, async", dur, "latency",
+                 ctrl("latency", True)))
+        if self.reference:
+            add(Spec(b, "ref.sync", "original", f"original {REF_VERSION}, sync", dur, "latency",
+                     ref("latency")))
+            add(Spec(b, "ref.async", "original", f"original {REF_VERSION}, async (to_thread)",
+                     dur, "latency", ref("latency", True)))
+        add(Spec(b, "floor.min", "floor", "floor: 2 txns (minimum), psycopg", dur, "latency",
+                 floor("pg_latency", "min")))
+        add(Spec(b, "floor.same", "floor", "floor: 3 txns (ctrlrun's statements), psycopg", dur,
+                 "latency", floor("pg_latency", "same")))
+        add(Spec(b, "dup.ctrlrun", "ctrlrun", "duplicate: ctrlrun (committed key again)", dur,
+                 "dup", ctrl("dup")))
+        if self.reference:
+            add(Spec(b, "dup.ref", "original", f"duplicate: original {REF_VERSION}", dur, "dup",
+                     ref("dup")))
+        add(Spec(b, "dup.floor", "floor", "floor: one indexed read, psycopg", dur, "read",
+                 floor("pg_read")))
+
+        def contend(who: str, variant: str = "min") -> Callable[[int], Dict]:
+            def run(r: int) -> Dict[str, Any]:
+                marks = os.path.join(self.fresh(f"contend-pg-{who}"), "marks")
+                os.makedirs(marks)
+                schema = self.schema()
+                if who == "ctrlrun":
+                    cfg = {"url": self.ctrl_pg_url(schema)}
+                    run_worker(sys.executable, CTRLRUN_WORKER, dict(cfg, mode="init"))
+                    return run_contention(sys.executable, CTRLRUN_WORKER,
+                                          dict(cfg, mode="contend"), marks, r)
+                if who == "original":
+                    cfg = {"pg_url": self.pg_url, "schema": schema}
+                    run_worker(self.ref_py, REF_WORKER, dict(cfg, mode="init"))
+                    return run_contention(self.ref_py, REF_WORKER, dict(cfg, mode="contend"),
+                                          marks, r)
+                cfg = {"pg_url": self.pg_url, "schema": schema, "variant": variant}
+                run_worker(self.floor_py, FLOOR_WORKER, dict(cfg, mode="pg_init"))
+                return run_contention(self.floor_py, FLOOR_WORKER,
+                                      dict(cfg, mode="pg_contend"), marks, r)
+            return run
+
+        c = f"contention: {CONTENTION_PROCS} procs x {CONTENTION_KEYS} keys"
+        add(Spec(b, "contend.ctrlrun", "ctrlrun", f"{c}, ctrlrun", dur, "contention",
+                 contend("ctrlrun")))
+        add(Spec(b, "contend.floor.min", "floor", f"{c}, floor 2 txns", dur, "contention",
+                 contend("floor", "min")))
+        add(Spec(b, "contend.floor.same", "floor", f"{c}, floor 3 txns", dur, "contention",
+                 contend("floor", "same")))
+        if self.reference:
+            add(Spec(b, "contend.ref", "original", f"{c}, original {REF_VERSION}", dur,
+                     "contention", contend("original")))
+
+    # -- syscalls (SQLite): fsyncs per call, from strace, in a separate untimed pass --------
+
+    def sqlite_syscalls(self) -> Dict[str, Dict[str, float]]:
+        strace = shutil.which("strace")
+        if strace is None or self.args.no_syscalls:
+            return {}
+        n = 200
+        out: Dict[str, Dict[str, float]] = {}
+
+        def count(python: str, script: str, cfg: Dict[str, Any]) -> Dict[str, int]:
+            trace = os.path.join(self.fresh("strace"), "trace.txt")
+            run_worker(python, script, cfg,
+                       prefix=[strace, "-f", "-qq", "-c", "-o", trace,
+                               "-e", "trace=fsync,fdatasync,pwrite64,write"])
+            counts: Dict[str, int] = {}
+            with open(trace) as f:
+                for line in f:
+                    m = re.match(r"\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$", line)
+                    if m:
+                        counts[m.group(2)] = int(m.group(1))
+            return counts
+
+        def per_call(rid: str, python: str, script: str, make: Callable[[int], Dict]) -> None:
+            base = count(python, script, make(0))
+            full = count(python, script, make(n))
+            diff = {k: (full.get(k, 0) - base.get(k, 0)) / n for k in set(full) | set(base)}
+            out[rid] = {"fsync_per_call": diff.get("fsync", 0) + diff.get("fdatasync", 0),
+                        "pwrite_per_call": diff.get("pwrite64", 0)}
+
+        for sync in ("FULL", "NORMAL"):
+            def cfg_c(k: int, sync: str = sync) -> Dict[str, Any]:
+                path = os.path.join(self.fresh("sc"), "s.db")
+                return {"mode": "latency", "n": k, "warmup": 0,
+                        "url": f"sqlite:///{path}?synchronous={sync.lower()}"}
+            per_call(f"ctrlrun.sync.{sync}", sys.executable, CTRLRUN_WORKER, cfg_c)
+            for variant in ("min", "same"):
+                def cfg_f(k: int, sync: str = sync, variant: str = variant) -> Dict[str, Any]:
+                    return {"mode": "sqlite_latency", "n": k, "warmup": 0, "synchronous": sync,
+                            "variant": variant,
+                            "path": os.path.join(self.fresh("sf"), "s.db")}
+                per_call(f"floor.{variant}.{sync}", sys.executable, FLOOR_WORKER, cfg_f)
+        if self.reference:
+            def cfg_r(k: int) -> Dict[str, Any]:
+                return {"mode": "latency", "n": k, "warmup": 0,
+                        "path": os.path.join(self.fresh("sr"), "s.db")}
+            per_call("ref.sync.NORMAL", self.ref_py, REF_WORKER, cfg_r)
+        return out
+
+    # -- running ----------------------------------------------------------------------------
+
+    def execute(self, backend: str) -> None:
+        specs = [s for s in self.specs if s.backend == backend]
+        for r in range(self.repeats):
+            for s in specs:
+                t0 = time.monotonic()
+                load = loadavg()
+                res = s.run(r)
+                res["loadavg_1m_before"] = load
+                res["elapsed_s"] = time.monotonic() - t0
+                s.results.append(res)
+                if s.kind == "contention":
+                    shown = (f"total {res['total_s']:.3f} s, executions {res['executions']}, "
+                             f"doubles {res['double_executions']}")
+                else:
+                    shown = f"p50 {res['p50_us']:.1f} us, p99 {res['p99_us']:.1f} us"
+                log(f"  [{backend} {r + 1}/{self.repeats}] {s.label} [{s.durability}]: {shown}")
+
+
+def loadavg() -> Optional[float]:
+    try:
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+# -- reporting ------------------------------------------------------------------------------
+
+
+def ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def fmt_ratio(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def fmt_num(x: Optional[float], digits: int = 1) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.{digits}f}"
+
+
+def table(headers: List[str], rows: List[List[str]], align: str) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+    def line(cells: List[str]) -> str:
+        out = []
+        for i, c in enumerate(cells):
+            out.append(c.ljust(widths[i]) if align[i] == "l" else c.rjust(widths[i]))
+        return "  ".join(out).rstrip()
+    sep = "  ".join("-" * w for w in widths)
+    return "\n".join([line(headers), sep, *(line(r) for r in rows)])
+
+
+def report(bench: Bench, syscalls: Dict[str, Dict[str, float]]) -> Tuple[str, Dict[str, Any],
+                                                                          bool]:
+    by_id: Dict[Tuple[str, str], Spec] = {(s.backend, s.id): s for s in bench.specs}
+
+    def med(backend: str, rid: str) -> Optional[Dict[str, Any]]:
+        s = by_id.get((backend, rid))
+        return s.median() if s else None
+
+    def p50(backend: str, rid: str) -> Optional[float]:
+        m = med(backend, rid)
+        return None if m is None else m["p50_us"]
+
+    def total(backend: str, rid: str) -> Optional[float]:
+        m = med(backend, rid)
+        return None if m is None else m["total_s"]
+
+    out: List[str] = []
+    targets: List[Dict[str, Any]] = []
+    all_once = True
+
+    def target(backend: str, name: str, value: Optional[float], goal: str, ok: Optional[bool],
+               note: str = "") -> None:
+        verdict = "n/a" if ok is None else ("MET" if ok else "MISSED")
+        targets.append({"backend": backend, "check": name, "measured": value, "goal": goal,
+                        "verdict": verdict, "note": note})
+
+    for backend in ("sqlite", "postgres"):
+        specs = [s for s in bench.specs if s.backend == backend]
+        if not specs:
+            continue
+        title = {"sqlite": "SQLite (WAL)",
+                 "postgres": "PostgreSQL (synchronous_commit=on)"}[backend]
+        n = bench.n_sqlite if backend == "sqlite" else bench.n_pg
+        out.append("")
+        out.append(f"== {title}: {n} calls per run, {bench.repeats} runs, the median run shown ==")
+        floor_full = {"sqlite": {"FULL": p50(backend, "floor.min.FULL"),
+                                 "NORMAL": p50(backend, "floor.min.NORMAL")},
+                      "postgres": {"sync_commit=on": p50(backend, "floor.min")}}[backend]
+        read_floor = p50(backend, "dup.floor")
+        ref_p50 = {"sqlite": p50(backend, "ref.sync.NORMAL"),
+                   "postgres": p50(backend, "ref.sync")}[backend]
+        rows = []
+        for s in specs:
+            if s.kind == "contention":
+                continue
+            m = s.median()
+            if m is None:
+                continue
+            extra = ""
+            if backend == "sqlite" and s.id in syscalls:
+                extra = f"{syscalls[s.id]['fsync_per_call']:.2f}"
+            elif backend == "postgres" and "server_commits_per_call" in m:
+                extra = (f"{m['server_commits_per_call']:.2f} / "
+                         f"{m['wal_syncs_per_call']:.2f}")
+            if s.kind in ("dup", "read"):
+                vs_floor = ratio(m["p50_us"], read_floor)
+            else:
+                vs_floor = ratio(m["p50_us"], floor_full.get(s.durability))
+            vs_ref = None
+            if s.kind == "latency" and s.who == "ctrlrun" and ref_p50 is not None:
+                vs_ref = ratio(ref_p50, m["p50_us"])
+            if s.kind == "dup" and s.who == "ctrlrun":
+                vs_ref = ratio(p50(backend, "dup.ref"), m["p50_us"])
+            p50s = [r["p50_us"] for r in s.results]
+            rows.append([s.label, s.durability, fmt_num(m["per_s"], 0),
+                         fmt_num(m["per_s_wall"], 0), fmt_num(m["p50_us"]),
+                         f"{min(p50s):,.0f}-{max(p50s):,.0f}", fmt_num(m["p99_us"]), fmt_num(m["cpu_us_per_call"]), extra,
+                         fmt_ratio(vs_floor), fmt_ratio(vs_ref)])
+        io_head = "fsync/call" if backend == "sqlite" else "commits/WAL syncs per call"
+        out.append(table(
+            ["workload", "durability", "calls/s (1/p50)", "calls/s (N/wall)", "p50 us",
+             "p50 of runs", "p99 us", "client cpu us/call", io_head, "time/call vs floor",
+             "speed vs original"],
+            rows, "llrrrrrrrrr"))
+        out.append("  time/call vs floor: p50 / p50 of the 2-txn floor at the same durability "
+                   "(duplicate rows: / one indexed read).")
+        out.append("  speed vs original: the original's p50 / this p50 (original at its default, "
+                   "NORMAL on SQLite).")
+
+        crow = []
+        for s in specs:
+            if s.kind != "contention":
+                continue
+            m = s.median()
+            if m is None:
+                continue
+            all_once = all_once and all(r["exactly_once"] and r["errors"] == 0
+                                        for r in s.results)
+            fl = total(backend, f"contend.floor.min.{s.durability}" if backend == "sqlite"
+                       else "contend.floor.min")
+            crow.append([s.label, s.durability, f"{m['total_s']:.3f}",
+                         ", ".join(f"{r['total_s']:.3f}" for r in s.results),
+                         f"{m['executions']}/{CONTENTION_KEYS}",
+                         str(sum(r["double_executions"] for r in s.results)),
+                         str(sum(r["errors"] for r in s.results)),
+                         "yes" if all(r["exactly_once"] for r in s.results) else "NO",
+                         fmt_ratio(ratio(m["total_s"], fl))])
+        if crow:
+            out.append("")
+            out.append(table(["contention", "durability", "total s (median)", "all runs s",
+                              "executions", "doubles (all runs)", "errors",
+                              "every key exactly once", "vs floor 2 txns"], crow,
+                             "llrrrrrlr"))
+
+        # targets
+        if backend == "sqlite":
+            c_norm, c_full = p50(backend, "ctrlrun.sync.NORMAL"), p50(backend, "ctrlrun.sync.FULL")
+            r = ratio(ref_p50, c_norm)
+            target(backend, "protected calls/s vs the original (both NORMAL)", r, ">= 10x",
+                   None if r is None else r >= 10)
+            r = ratio(ref_p50, c_full)
+            target(backend, "protected calls/s vs the original (ours FULL, theirs NORMAL)", r,
+                   "info", None)
+            r = ratio(c_norm, p50(backend, "floor.min.NORMAL"))
+            target(backend, "time/call vs engine floor, NORMAL (2 txns)", r, "<= 1.5x",
+                   None if r is None else r <= 1.5)
+            r = ratio(c_full, p50(backend, "floor.min.FULL"))
+            target(backend, "time/call vs engine floor, FULL (2 txns)", r, "<= 1.2x",
+                   None if r is None else r <= 1.2)
+            for sync in ("NORMAL", "FULL"):
+                r = ratio(p50(backend, f"ctrlrun.sync.{sync}"), p50(backend, f"floor.same.{sync}"))
+                target(backend, f"time/call vs floor with ctrlrun's 3 txns, {sync}", r, "info",
+                       None)
+            for sync in ("FULL", "NORMAL"):
+                r = ratio(p50(backend, f"ctrlrun.async.{sync}"), p50(backend, f"floor.min.{sync}"))
+                target(backend, f"async time/call vs engine floor, {sync} (2 txns)", r, "info",
+                       None)
+            r = ratio(total(backend, "contend.ctrlrun.FULL"),
+                      total(backend, "contend.floor.min.FULL"))
+            target(backend, "contention total time vs floor, FULL (2 txns)", r, "<= 1.5x",
+                   None if r is None else r <= 1.5)
+            r = ratio(total(backend, "contend.ctrlrun.NORMAL"),
+                      total(backend, "contend.floor.min.NORMAL"))
+            target(backend, "contention total time vs floor, NORMAL (2 txns)", r, "<= 1.5x",
+                   None if r is None else r <= 1.5)
+        else:
+            c = p50(backend, "ctrlrun.sync")
+            r = ratio(ref_p50, c)
+            target(backend, "protected calls/s vs the original", r, ">= 10x",
+                   None if r is None else r >= 10)
+            r = ratio(c, p50(backend, "floor.min"))
+            target(backend, "time/call vs raw-driver floor (2 txns)", r, "<= 1.3x",
+                   None if r is None else r <= 1.3)
+            r = ratio(c, p50(backend, "floor.same"))
+            target(backend, "time/call vs raw-driver floor, ctrlrun's statements (3 txns)", r,
+                   "<= 1.3x", None if r is None else r <= 1.3)
+            r = ratio(p50(backend, "ctrlrun.async"), p50(backend, "floor.min"))
+            target(backend, "async time/call vs raw-driver floor (2 txns)", r, "info", None)
+            r = ratio(total(backend, "contend.ctrlrun"), total(backend, "contend.floor.min"))
+            target(backend, "contention total time vs floor (2 txns)", r, "<= 1.5x",
+                   None if r is None else r <= 1.5)
+        cont = [s for s in specs if s.kind == "contention"]
+        doubles = sum(r["double_executions"] for s in cont for r in s.results)
+        ours = [s for s in cont if s.who == "ctrlrun"]
+        ok = all(r["exactly_once"] and r["errors"] == 0 for s in ours for r in s.results)
+        target(backend, "contention: every key exactly one winner (ctrlrun, all runs)",
+               float(sum(r["double_executions"] for s in ours for r in s.results)),
+               "0 doubles", ok if ours else None,
+               f"doubles across all contention rows incl. floor/original: {doubles}")
+        r = ratio(p50(backend, "dup.ctrlrun"), read_floor)
+        target(backend, "duplicate path time/call vs one indexed read", r, "<= 1.5x",
+               None if r is None else r <= 1.5)
+
+    trows = [[t["backend"], t["check"],
+              "-" if t["measured"] is None else (f"{t['measured']:.0f}" if t["goal"] == "0 doubles"
+                                                 else f"{t['measured']:.2f}x"),
+              t["goal"], t["verdict"]] for t in targets]
+    out.append("")
+    out.append("== Targets (medians of the runs; ratios of p50 time per call, or of total time) ==")
+    out.append(table(["backend", "check", "measured", "goal", "verdict"], trows, "llrll"))
+    return "\n".join(out), {"targets": targets}, all_once
+
+
+def fs_of(path: str) -> str:
+    best, fstype = "", "?"
+    try:
+        with open("/proc/mounts") as f:
+            for line in f:
+                parts = line.split()
+                mnt = parts[1]
+                if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best):
+                    best, fstype = mnt, parts[2]
+    except OSError:
+        pass
+    return fstype
+
+
+def git_state() -> Dict[str, Any]:
+    try:
+        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True,
+                              text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "src",
+                                "python"], capture_output=True, text=True).stdout.strip()
+        return {"commit": head, "src_or_python_dirty": bool(dirty)}
+    except OSError:
+        return {}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="10x fewer calls per run")
+    ap.add_argument("--backends", default="sqlite,postgres",
+                    help="comma-separated: sqlite, postgres (default both)")
+    ap.add_argument("--no-reference", action="store_true",
+                    help="skip the original product (no bench/.ref-venv needed)")
+    ap.add_argument("--repeats", type=int, default=3, help="runs per measurement (default 3)")
+    ap.add_argument("--no-syscalls", action="store_true",
+                    help="skip the strace pass that counts fsyncs per call (SQLite)")
+    ap.add_argument("--workdir", default=os.path.join(BENCH, ".work"),
+                    help="where the SQLite files go (default bench/.work; keep it on a real disk)")
+    ap.add_argument("--json", default=os.path.join(BENCH, "results.json"),
+                    help="where to write the results (default bench/results.json)")
+    args = ap.parse_args()
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    for b in backends:
+        if b not in ("sqlite", "postgres"):
+            ap.error(f"unknown backend {b!r}")
+
+    bench = Bench(args)
+    started = _dt.datetime.now(_dt.timezone.utc)
+
+    info = run_worker(sys.executable, CTRLRUN_WORKER, {"mode": "info"})
+    build_line = (f"Measuring ctrlrun {info['version']} ({info['build']} build) from "
+                  f"{info['extension']} ({info['extension_bytes'] / 1e6:.1f} MB), "
+                  f"Python {info['python']}")
+    log(build_line)
+    warnings: List[str] = []
+    if info["build"] != "release":
+        warnings.append(f"WARNING: the extension is a {info['build']} build: these numbers do not "
+                        f"measure the product. Build it with `maturin develop --release` "
+                        f"(`make bench` does).")
+    if info["stale"]:
+        warnings.append("WARNING: src/ has .rs files newer than the extension: the build is "
+                        "stale (rebuild with `maturin develop --release`).")
+    for w in warnings:
+        log(w)
+
+    if args.no_reference:
+        log("the original product: skipped (--no-reference)")
+    else:
+        bench.ref_py = ensure_venv(
+            REF_VENV, [f"ctrlrun=={REF_VERSION}", PSYCOPG],
+            f"import importlib.metadata as m, psycopg; "
+            f"assert m.version('ctrlrun') == '{REF_VERSION}'")
+        ref_info = run_worker(bench.ref_py, REF_WORKER, {"mode": "info"})
+        log(f"original product: ctrlrun {ref_info['version']} in {REF_VENV}")
+        bench.meta["original"] = ref_info
+    if "postgres" in backends:
+        bench.floor_py = ensure_venv(FLOOR_VENV, [PSYCOPG], "import psycopg")
+
+    os.makedirs(args.workdir, exist_ok=True)
+    bench.workdir = tempfile.mkdtemp(prefix="run-", dir=args.workdir)
+    cluster = None
+    syscalls: Dict[str, Dict[str, float]] = {}
+    try:
+        sqlite_info = run_worker(sys.executable, FLOOR_WORKER, {"mode": "sqlite_info"})
+        bench.meta["sqlite_floor"] = sqlite_info
+        bench.meta["workdir_fs"] = fs_of(os.path.realpath(bench.workdir))
+        if "sqlite" in backends:
+            bench.plan_sqlite()
+            log(f"SQLite: files under {bench.workdir} ({bench.meta['workdir_fs']}); floor uses "
+                f"the stdlib sqlite3 ({sqlite_info['sqlite_version']})")
+            bench.execute("sqlite")
+            log("SQLite: counting fsyncs per call with strace (separate, untimed pass)")
+            syscalls = bench.sqlite_syscalls()
+        if "postgres" in backends:
+            url = os.environ.get("CTRLRUN_BENCH_POSTGRES_URL")
+            if url:
+                bench.pg_url = url
+                bench.meta["postgres_server"] = "CTRLRUN_BENCH_POSTGRES_URL"
+            else:
+                spec = importlib.util.spec_from_file_location(
+                    "pgserver", os.path.join(ROOT, "tests_py", "pgserver.py"))
+                assert spec and spec.loader
+                pgserver = importlib.util.module_from_spec(spec)
+                sys.modules["pgserver"] = pgserver  # dataclasses look their module up
+                spec.loader.exec_module(pgserver)
+                cluster = pgserver.start_cluster()
+                bench.pg_url = cluster.url()
+                bench.meta["postgres_server"] = f"throwaway cluster in {cluster.datadir}"
+            pg_info = run_worker(bench.floor_py, FLOOR_WORKER, {"mode": "pg_info",
+                                                                 "pg_url": bench.pg_url})
+            bench.meta["postgres"] = pg_info
+            bench.meta["postgres_fs"] = (fs_of(cluster.datadir) if cluster else "?")
+            log(f"PostgreSQL {pg_info['server_version']}: synchronous_commit="
+                f"{pg_info['synchronous_commit']}, fsync={pg_info['fsync']}, "
+                f"wal_sync_method={pg_info['wal_sync_method']}; psycopg {pg_info['psycopg']} "
+                f"({pg_info['psycopg_impl']})")
+            bench.plan_postgres()
+            bench.execute("postgres")
+    finally:
+        if bench.pg_schemas and bench.pg_url:
+            try:
+                run_worker(bench.floor_py, FLOOR_WORKER, {"mode": "pg_drop",
+                                                          "pg_url": bench.pg_url,
+                                                          "schemas": bench.pg_schemas})
+            except Exception as exc:  # the cluster may be gone; a user's server is told
+                log(f"could not drop the bench schemas: {exc}")
+        if cluster is not None:
+            cluster.stop()
+        shutil.rmtree(bench.workdir, ignore_errors=True)
+
+    text, summary, all_once = report(bench, syscalls)
+    loads = sorted(r["loadavg_1m_before"] for s in bench.specs for r in s.results
+                   if r.get("loadavg_1m_before") is not None)
+    load_line = ""
+    if loads:
+        load_line = (f"Load average (1 min) before each run: min {loads[0]:.2f}, median "
+                     f"{statistics.median(loads):.2f}, max {loads[-1]:.2f} on {os.cpu_count()} "
+                     f"CPUs" + ("; other work on the machine makes the rows noisy, the fsync-bound "
+                                "ones most" if loads[-1] > 1.0 else ""))
+        bench.meta["loadavg_1m"] = {"min": loads[0], "median": statistics.median(loads),
+                                    "max": loads[-1]}
+    header = [build_line, *warnings, *([load_line] if load_line else []),
+              f"Machine: {platform.platform()}, {os.cpu_count()} CPUs visible; "
+              f"SQLite files on {bench.meta.get('workdir_fs', '?')}"
+              + (f"; PostgreSQL {bench.meta['postgres']['server_version']} "
+                 f"(synchronous_commit={bench.meta['postgres']['synchronous_commit']}, "
+                 f"fsync={bench.meta['postgres']['fsync']}), data on "
+                 f"{bench.meta.get('postgres_fs', '?')}" if "postgres" in bench.meta else ""),
+              "p50/p99: per-call latency (time.perf_counter_ns around each call). calls/s "
+              "(1/p50) = 1e6 / p50 us; calls/s (N/wall) = calls / wall time of the timed loop."]
+    print("\n".join(header) + "\n" + text)
+
+    results = {
+        "started": started.isoformat(),
+        "command": " ".join([os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]]),
+        "quick": args.quick,
+        "repeats": args.repeats,
+        "calls_per_run": {"sqlite": bench.n_sqlite, "postgres": bench.n_pg},
+        "ctrlrun": info,
+        "git": git_state(),
+        "warnings": warnings,
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "meta": bench.meta,
+        "rows": [{"backend": s.backend, "id": s.id, "who": s.who, "label": s.label,
+                  "durability": s.durability, "kind": s.kind, "median": s.median(),
+                  "runs": s.results,
+                  "syscalls": syscalls.get(s.id) if s.backend == "sqlite" else None}
+                 for s in bench.specs],
+        "targets": summary["targets"],
+        "every_key_exactly_once": all_once,
+        "table": text,
+    }
+    with open(args.json, "w") as f:
+        json.dump(results, f, indent=2)
+    log(f"wrote {os.path.relpath(args.json, os.getcwd())}")
+    return 0 if all_once else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

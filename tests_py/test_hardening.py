@@ -1,0 +1,164 @@
+"""Regressions from attacking the library: each input here once crashed, panicked, stranded a
+row or leaked a secret."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+import ctrlrun
+from ctrlrun import EffectState, InvalidArgument, NotExecuted, StoreError
+from ctrlrun.testing import MovableClock
+
+
+def test_instants_before_1970_are_refused_or_reported_never_a_panic(store_url):
+    clock = MovableClock(datetime(1965, 1, 1, tzinfo=timezone.utc))
+    s = ctrlrun.open_store(store_url, clock=clock)
+    s.reserve_effect("old", "act_" + "1" * 32, 60)
+    clock.advance(120)
+    with pytest.raises(ctrlrun.AmbiguousEffect) as info:  # the lapse message formats the time
+        s.reserve_effect("old", "act_" + "2" * 32, 60)
+    assert "lapsed" in str(info.value)
+    # the store is still usable by another handle (no transaction left open)
+    with ctrlrun.open_store(store_url) as other:
+        assert other.get_effect("old").state is EffectState.AMBIGUOUS
+        r = other.reserve_effect("new", "act_" + "3" * 32, 60)
+        other.begin_execution("new", r.action_id)
+        with pytest.raises(InvalidArgument):
+            other.extend_lease("new", r.action_id, datetime(1969, 12, 31, tzinfo=timezone.utc))
+
+
+@pytest.mark.parametrize("lease", [1e12, 1e300, timedelta.max, timedelta(days=366 * 11)])
+def test_absurd_leases_are_refused_at_decoration(lease):
+    with pytest.raises(InvalidArgument, match="ten years"):
+        ctrlrun.protect("x", effect="k:{a}", lease=lease)
+
+
+def test_absurd_lease_through_the_store_api_writes_nothing(store):
+    with pytest.raises(InvalidArgument):
+        store.reserve_effect("k", "act_" + "4" * 32, timedelta(days=366 * 11))
+    assert store.list_effects() == []
+
+
+class BadStr(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+@pytest.mark.parametrize(
+    "make,state",
+    [
+        (lambda: NotExecuted("bad \udcff surrogate"), EffectState.FAILED),
+        (lambda: NotExecuted("nul \x00 inside"), EffectState.FAILED),
+        (lambda: ValueError("nul \x00 inside"), EffectState.AMBIGUOUS),
+        (lambda: BadStr(), EffectState.AMBIGUOUS),
+    ],
+)
+def test_unprintable_exceptions_still_record_the_outcome(store, make, state):
+    exc = make()
+
+    @ctrlrun.protect("t", effect="e:{k}", store=store)
+    def act(k: str) -> None:
+        raise exc
+
+    with pytest.raises(type(exc)) as info:
+        act("1")
+    assert info.value is exc  # the caller gets the executor's own exception
+    rec = store.get_effect("e:1")
+    assert rec.state is state
+    assert type(exc).__name__ in rec.error
+
+
+def test_a_clock_that_breaks_after_the_executor_ran_says_it_ran(store_url):
+    calls = {"n": 0}
+
+    def clock() -> datetime:
+        calls["n"] += 1
+        if calls["n"] >= 3:  # reserve, begin work; the outcome write does not
+            raise OSError("clock source gone")
+        return datetime.now(timezone.utc)
+
+    s = ctrlrun.open_store(store_url, clock=clock)
+    ran = []
+
+    @ctrlrun.protect("t", effect="c:{k}", store=s)
+    def act(k: str) -> str:
+        ran.append(k)
+        return "done"
+
+    with pytest.raises(StoreError, match="already run") as info:
+        act("1")
+    assert isinstance(info.value.__cause__, OSError)
+    assert ran == ["1"]
+    with ctrlrun.open_store(store_url) as direct:
+        assert direct.get_effect("c:1").state is EffectState.EXECUTING  # lapses to ambiguous
+
+
+def test_keyboard_interrupt_right_after_the_reservation_fails_it(store_url):
+    calls = {"n": 0}
+
+    def clock() -> datetime:
+        calls["n"] += 1
+        if calls["n"] == 2:  # the begin write's clock read, just after the reservation landed
+            raise KeyboardInterrupt
+        return datetime.now(timezone.utc)
+
+    s = ctrlrun.open_store(store_url, clock=clock)
+    ran = []
+
+    @ctrlrun.protect("t", effect="ki:{k}", store=s)
+    def act(k: str) -> None:
+        ran.append(k)
+
+    with pytest.raises(KeyboardInterrupt):
+        act("1")
+    assert ran == []
+    with ctrlrun.open_store(store_url) as direct:
+        rec = direct.get_effect("ki:1")
+        assert rec.state is EffectState.FAILED  # nothing ran: a retry may run
+        assert "never started" in rec.error
+    act("1")
+    assert ran == ["1"]
+
+
+def test_a_surrogate_in_a_key_is_an_effect_key_error(store):
+    @ctrlrun.protect("t", effect="s:{k}", store=store)
+    def act(k: str) -> None:
+        raise AssertionError("must not run")
+
+    with pytest.raises(ctrlrun.EffectKeyError, match="surrogate"):
+        act("\ud800")
+    assert store.list_effects() == []
+
+
+FORKED = textwrap.dedent(
+    """
+    import os, sys, ctrlrun
+    s = ctrlrun.open_store(sys.argv[1])
+    s.get_effect("warm")            # the parent has live connections
+    pid = os.fork()
+    if pid == 0:
+        try:
+            s.get_effect("x")
+            os._exit(3)
+        except ctrlrun.InvalidArgument as e:
+            os._exit(0 if "another process" in str(e) else 4)
+        except BaseException:
+            os._exit(5)
+    _, status = os.waitpid(pid, 0)
+    s.reserve_effect("after-fork", "act_" + "5" * 32, 60)   # the parent's connections still work
+    print("child", os.waitstatus_to_exitcode(status))
+    """
+)
+
+
+def test_a_store_used_after_fork_refuses_clearly_and_the_parent_keeps_working(store_url):
+    out = subprocess.run([sys.executable, "-c", FORKED, store_url], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "child 0"
