@@ -316,3 +316,40 @@ def test_index_links_every_page() -> None:
     for page in sorted((ROOT / "docs").glob("*.md")):
         if page.name != "index.md":
             assert f"({page.name}" in index, f"docs/index.md does not link {page.name}"
+
+
+def test_api_page_covers_every_public_name() -> None:
+    """A name added to the public API without documentation fails here."""
+    import ctrlrun.testing
+
+    api = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    names = list(ctrlrun.__all__) + list(ctrlrun.testing.__all__) + [
+        "ctrlrun_clock", "ctrlrun_store", "ctrlrun_postgres_store", "ctrlrun_assert",
+    ]
+    missing = [n for n in names if f"`{n}" not in api]
+    assert not missing, f"docs/api.md does not document: {missing}"
+
+
+def test_cli_page_covers_every_command() -> None:
+    """Every `ctrlrun` subcommand has a section in docs/cli.md, and every option is mentioned."""
+    import click
+
+    from ctrlrun.cli import cli
+
+    page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    missing = []
+
+    def walk(group: click.Group, prefix: str) -> None:
+        for name, command in group.commands.items():
+            path = f"{prefix} {name}"
+            if isinstance(command, click.Group):
+                walk(command, path)
+                continue
+            if f"## {path}\n" not in page:
+                missing.append(f"section '## {path}'")
+            for param in command.params:
+                for opt in getattr(param, "opts", []):
+                    if opt.startswith("-") and opt not in ("-h", "--help") and f"{opt}" not in page:
+                        missing.append(f"{path} {opt}")
+    walk(cli, "ctrlrun")
+    assert not missing, f"docs/cli.md misses: {missing}"
