@@ -6,10 +6,14 @@ Variants of one protected call on a fresh key:
 
 * ``min``  — the least any at-most-once engine must write: the reservation (BEGIN; INSERT … ON
   CONFLICT DO NOTHING; COMMIT) and the outcome (BEGIN; UPDATE; COMMIT): two durable commits.
-* ``same`` — ctrlrun's own statements, as src/store/sqlite.rs and src/store/postgres.rs issue
-  them: the reservation (SQLite: SELECT + INSERT; PostgreSQL: the one-statement CTE), then the
-  ``begin`` transition (reserved -> executing) and the ``commit`` transition, each an
-  ``UPDATE … RETURNING`` in its own transaction: three durable commits.
+* ``same`` — ctrlrun's own schema and statements, as src/store/sqlite.rs and
+  src/store/postgres.rs issue them: the reservation (SQLite: SELECT + INSERT; PostgreSQL: the
+  one-statement CTE on the ``key_digest`` primary key), then the ``begin`` transition
+  (reserved -> executing) and the ``commit`` transition, each an ``UPDATE … RETURNING`` in its
+  own transaction. Three commits, of which the ``begin`` one is not waited for on disk, as
+  ctrlrun does it: SQLite switches the connection to ``synchronous=NORMAL`` around it (when the
+  store is FULL); PostgreSQL runs it on a connection opened with ``synchronous_commit=off``.
+  Keep these in step with src/store/*.rs.
 
 ``read``: one SELECT by primary key per call (the duplicate path's floor).
 
@@ -140,19 +144,40 @@ def sqlite_call(conn, variant: str, key: str, marks=None) -> bool:
             assert len(rows) == 1
         sqlite_txn(conn, body)
 
+    relaxed = sync_level(conn) == "FULL"
+    if relaxed:  # src/store/sqlite.rs: the begin write need not be durable
+        conn.execute("PRAGMA synchronous = NORMAL")
     transition("executing", True, None, ("reserved", "reserved", "reserved"))
+    if relaxed:
+        conn.execute("PRAGMA synchronous = FULL")
     result = executor(marks, key)
     transition("committed", False, str(result), ("executing", "executing", "executing"))
     return True
 
 
+_SYNC = {}
+
+
+def sync_level(conn) -> str:
+    level = _SYNC.get(id(conn))
+    if level is None:
+        level = {2: "FULL", 1: "NORMAL", 3: "EXTRA", 0: "OFF"}[
+            conn.execute("PRAGMA synchronous").fetchone()[0]]
+        _SYNC[id(conn)] = level
+    return level
+
+
 # -- PostgreSQL -----------------------------------------------------------------------------
 
-def pg_schema_sql(schema: str) -> str:
+def pg_schema_sql(schema: str, variant: str) -> str:
+    """``min``: the effect key is the primary key. ``same``: ctrlrun's table, whose primary key
+    is the SHA-256 of the key (src/store/postgres.rs, init_schema)."""
+    key = ("effect_key       text   NOT NULL PRIMARY KEY," if variant == "min" else
+           "key_digest       bytea  NOT NULL PRIMARY KEY,\n    effect_key       text   NOT NULL,")
     return f"""
 CREATE SCHEMA IF NOT EXISTS "{schema}";
 CREATE TABLE IF NOT EXISTS "{schema}".ctrlrun_effects (
-    effect_key       text   NOT NULL PRIMARY KEY,
+    {key}
     state            text   NOT NULL CHECK (state IN
         ('reserved', 'executing', 'committed', 'failed', 'ambiguous')),
     action_id        text   NOT NULL,
@@ -181,42 +206,63 @@ class PgSql:
             f"result = %(result)s WHERE effect_key = %(key)s AND action_id = %(aid)s "
             f"AND attempt = 1 AND state = 'reserved'"
         )
-        # ctrlrun's statements (src/store/postgres.rs: Sql::reserve, Sql::transition).
+        # ctrlrun's statements (src/store/postgres.rs: Sql::reserve, Sql::transition), on its
+        # table keyed by the key's digest.
+        d = "sha256(convert_to(%(key)s::text, 'UTF8'))"
         self.reserve = (
             f"WITH clock AS (SELECT {now} AS n), "
-            f"ins AS (INSERT INTO {t} (effect_key, state, action_id, attempt, created_at, "
-            f"updated_at, lease_expires_at) "
-            f"SELECT %(key)s, 'reserved', %(aid)s, 1, n, n, n + %(lease)s::int8 FROM clock "
-            f"ON CONFLICT (effect_key) DO NOTHING RETURNING {COLUMNS}) "
+            f"ins AS (INSERT INTO {t} (key_digest, effect_key, state, action_id, attempt, "
+            f"created_at, updated_at, lease_expires_at) "
+            f"SELECT {d}, %(key)s, 'reserved', %(aid)s, 1, n, n, n + %(lease)s::int8 FROM clock "
+            f"ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}) "
             f"SELECT true, {COLUMNS}, (SELECT n FROM clock) FROM ins "
             f"UNION ALL "
             f"SELECT false, {COLUMNS}, (SELECT n FROM clock) FROM {t} "
-            f"WHERE effect_key = %(key)s AND NOT EXISTS (SELECT 1 FROM ins)"
+            f"WHERE key_digest = {d} AND effect_key = %(key)s AND NOT EXISTS (SELECT 1 FROM ins)"
         )
         self.transition = (
             f"UPDATE {t} SET state = %(target)s, updated_at = {now}, "
             f"lease_expires_at = CASE WHEN %(keeps)s THEN lease_expires_at ELSE NULL END, "
             f"result = %(result)s, error = %(error)s "
-            f"WHERE effect_key = %(key)s AND action_id = %(aid)s "
+            f"WHERE key_digest = {d} AND effect_key = %(key)s AND action_id = %(aid)s "
             f"AND (%(attempt)s::int8 IS NULL OR attempt = %(attempt)s) "
             f"AND state = ANY(%(from)s::text[]) RETURNING {COLUMNS}"
         )
         self.select = f"SELECT {COLUMNS} FROM {t} WHERE effect_key = %(key)s"
 
 
-def pg_open(cfg: dict, create: bool = True):
-    import psycopg
+class PgConns:
+    """The connection every write uses, and for ``same`` a second one opened with
+    ``synchronous_commit=off`` for the ``begin`` write (as ctrlrun's relaxed pool)."""
 
-    conn = psycopg.connect(cfg["pg_url"], autocommit=True)
-    if create:
-        conn.execute(pg_schema_sql(cfg["schema"]))
-    return conn, PgSql(cfg.get("schema", "public"))
+    def __init__(self, cfg: dict, create: bool) -> None:
+        import psycopg
+
+        self.durable = psycopg.connect(cfg["pg_url"], autocommit=True)
+        self.relaxed = None
+        if create:
+            self.durable.execute(pg_schema_sql(cfg["schema"], cfg.get("variant", "min")))
+        if cfg.get("variant") == "same":
+            self.relaxed = psycopg.connect(cfg["pg_url"], autocommit=True,
+                                           options="-c synchronous_commit=off")
+
+    def execute(self, *args, **kwargs):
+        return self.durable.execute(*args, **kwargs)
+
+    def close(self) -> None:
+        self.durable.close()
+        if self.relaxed is not None:
+            self.relaxed.close()
+
+
+def pg_open(cfg: dict, create: bool = True):
+    return PgConns(cfg, create), PgSql(cfg.get("schema", "public"))
 
 
 def pg_txn(conn, body):
     conn.execute("BEGIN")
     try:
-        value = body()
+        value = body(conn)
     except BaseException:
         conn.execute("ROLLBACK")
         raise
@@ -224,36 +270,37 @@ def pg_txn(conn, body):
     return value
 
 
-def pg_call(conn, sql: PgSql, variant: str, key: str, marks=None) -> bool:
+def pg_call(conns: PgConns, sql: PgSql, variant: str, key: str, marks=None) -> bool:
     aid = action_id()
+    conn = conns.durable
     if variant == "min":
         now = now_us()
-        row = pg_txn(conn, lambda: conn.execute(
+        row = pg_txn(conn, lambda c: c.execute(
             sql.insert_min, {"key": key, "aid": aid, "now": now, "until": now + LEASE_US},
             prepare=True).fetchone())
         if row is None:
             return False
         result = executor(marks, key)
-        pg_txn(conn, lambda: conn.execute(
+        pg_txn(conn, lambda c: c.execute(
             sql.outcome_min, {"now": now_us(), "result": str(result), "key": key, "aid": aid},
             prepare=True))
         return True
 
-    row = pg_txn(conn, lambda: conn.execute(
+    row = pg_txn(conn, lambda c: c.execute(
         sql.reserve, {"key": key, "aid": aid, "lease": LEASE_US, "now": None},
         prepare=True).fetchone())
     if row is None or not row[0]:
         return False
 
-    def transition(target, keeps, result, from_states):
+    def transition(on, target, keeps, result, from_states):
         params = {"target": target, "now": None, "keeps": keeps, "result": result,
                   "error": None, "key": key, "aid": aid, "attempt": 1, "from": from_states}
-        rows = pg_txn(conn, lambda: conn.execute(sql.transition, params, prepare=True).fetchall())
+        rows = pg_txn(on, lambda c: c.execute(sql.transition, params, prepare=True).fetchall())
         assert len(rows) == 1
 
-    transition("executing", True, None, ["reserved"])
+    transition(conns.relaxed, "executing", True, None, ["reserved"])
     result = executor(marks, key)
-    transition("committed", False, str(result), ["executing"])
+    transition(conn, "committed", False, str(result), ["executing"])
     return True
 
 

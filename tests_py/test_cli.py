@@ -559,7 +559,7 @@ def test_postgres_password_never_printed(pg, pg_schema):
         run_cli("effects", "show", "cli:missing", "--store", url),
         run_cli("resolve", "cli:pw", "--committed", "--store", url),
     ]
-    assert [p.returncode for p in outputs] == [0, 0, 2, 0]
+    assert [p.returncode for p in outputs] == [0, 0, 2, 0], [(p.args, p.stderr) for p in outputs]
     for p in outputs:
         if pg.password:
             assert pg.password not in p.stdout and pg.password not in p.stderr

@@ -109,7 +109,8 @@ def _render_value(template: str, name: str, value: Any) -> str:
             shown = "?"
         if len(shown) > 60:
             shown = shown[:57] + "..."
-        what = f"a {t.__qualname__} ({shown})"
+        name_ = t.__qualname__
+        what = f"{'an' if name_[:1].lower() in 'aeiou' else 'a'} {name_} ({shown})"
     raise EffectKeyError(
         f"effect template {template!r}: placeholder '{name}' got {what}; an effect key is "
         f"made of non-empty str, int, uuid.UUID and str/int Enum values only"

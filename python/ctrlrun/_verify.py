@@ -152,23 +152,50 @@ def judge_g4(
 # -- running it --------------------------------------------------------------------------
 def scratch_store(user_url: str) -> Tuple[str, Callable[[], None]]:
     """A scratch store on the same backend as ``user_url`` (never the user's data) and the
-    function that removes it."""
-    if user_url.startswith(("postgresql://", "postgres://")):
+    function that removes it. Raises ``InvalidArgument`` for a URL no store accepts."""
+    sqlite_file = _core.sqlite_path(user_url)  # validates the URL (scheme, options)
+    if sqlite_file is None:
         base, _, query = user_url.partition("?")
         params = [p for p in query.split("&") if p and not p.startswith("schema=")]
         schema = _core.SCRATCH_SCHEMA_PREFIX + uuid.uuid4().hex[:12]
         url = f"{base}?{'&'.join(params + ['schema=' + schema])}"
         return url, lambda: _core.drop_scratch_schema(url)
-    query = ""
-    path = user_url
-    if "://" in user_url:
-        rest = user_url.split("://", 1)[1]
-        rest, _, query = rest.partition("?")
-        path = rest[1:] if rest.startswith("/") else rest
-    parent = os.path.dirname(os.path.abspath(path))
+    query = user_url.partition("?")[2] if "://" in user_url else ""
+    parent = os.path.dirname(str(sqlite_file))
     folder = tempfile.mkdtemp(prefix="ctrlrun-verify-", dir=parent if os.path.isdir(parent) else None)
     url = "sqlite:///" + os.path.join(folder, "verify.db") + (f"?{query}" if query else "")
     return url, lambda: shutil.rmtree(folder, ignore_errors=True)
+
+
+class _Scratch:
+    """``with _Scratch(user_url) as url``: a fresh scratch store, created (tables included)
+    before the workers start and removed afterwards. A failure to remove it never hides the
+    error that ended the run."""
+
+    def __init__(self, user_url: str, progress: Callable[[str], None]) -> None:
+        self.user_url, self.progress = user_url, progress
+
+    def __enter__(self) -> str:
+        self.url, self._cleanup = scratch_store(self.user_url)
+        try:
+            store = open_store(self.url)
+        except BaseException:
+            self._remove(quiet=True)
+            raise
+        self.progress(f"scratch store {store.url}")  # never a password
+        store.close()
+        return self.url
+
+    def _remove(self, quiet: bool) -> None:
+        try:
+            self._cleanup()
+        except Exception as exc:
+            if not quiet:
+                raise
+            self.progress(f"could not remove the scratch store: {exc}")
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        self._remove(quiet=exc_type is not None)
 
 
 def _placeholders(template: str) -> List[str]:
@@ -225,43 +252,59 @@ def _executions(marks: str, key_ids: Dict[str, str]) -> Dict[str, int]:
     return counts
 
 
-def _check_action(url: str, action: str, template: str, run: str,
-                  progress: Callable[[str], None]) -> List[Verdict]:
+def _cfg(url: str, action: str, template: str, names: List[str], marks: str, worker: int,
+         tag: str, sleep: float) -> dict:
+    values = {n: f"verify-{tag}" for n in names}
+    key = _core.Template(template).render([values[n] for n in names])
+    return {"url": url, "action": action, "template": template, "values": values, "key": key,
+            "marks": marks, "worker": worker, "sleep": sleep, "mark": tag}
+
+
+def _check_g3(user_url: str, action: str, template: str, run: str,
+              progress: Callable[[str], None]) -> Verdict:
     names = _placeholders(template)
     marks = tempfile.mkdtemp(prefix="ctrlrun-verify-marks-")
     try:
-        store = open_store(url)
+        with _Scratch(user_url, progress) as url:
+            progress(f"G3 [{action}]: one attempt commits, a second process retries the same key")
+            first_cfg = _cfg(url, action, template, names, marks, 0, f"{run}-g3", 0.0)
+            first = _run_workers([first_cfg])[0]
+            second = _run_workers([dict(first_cfg, worker=1)])[0]
+            key = first_cfg["key"]
+            with open_store(url) as store:
+                row = _row(store, key)
+            return judge_g3(first, second, _executions(marks, {key: first_cfg["mark"]})[key],
+                            row, action)
+    finally:
+        shutil.rmtree(marks, ignore_errors=True)
 
-        def cfg(worker: int, tag: str, sleep: float) -> dict:
-            values = {n: f"verify-{run}-{tag}" for n in names}
-            key = _core.Template(template).render([values[n] for n in names])
-            return {"url": url, "action": action, "template": template, "values": values,
-                    "key": key, "marks": marks, "worker": worker, "sleep": sleep,
-                    "mark": f"{tag}"}
 
-        # G3: two attempts, one after the other, in two processes.
-        progress(f"G3 [{action}]: one attempt commits, a second process retries the same key")
-        first_cfg = cfg(0, "g3", 0.0)
-        first = _run_workers([first_cfg])[0]
-        second = _run_workers([dict(first_cfg, worker=1)])[0]
-        g3 = judge_g3(first, second, _executions(marks, {first_cfg["key"]: "g3"})[first_cfg["key"]],
-                      _row(store, first_cfg["key"]), action)
-
-        progress(f"G4 [{action}]: control leg, {WORKERS} processes on {WORKERS} different keys")
-        control_cfgs = [cfg(i, f"c{i}", 0.2) for i in range(WORKERS)]
-        control = _run_workers(control_cfgs)
-        ids = {c["key"]: c["mark"] for c in control_cfgs}
-        control_exec = _executions(marks, ids)
-        control_rows = {c["key"]: _row(store, c["key"]) for c in control_cfgs}
-
-        progress(f"G4 [{action}]: contended leg, {WORKERS} processes on one key")
-        contended_cfgs = [dict(cfg(i, "x", 0.2), worker=i) for i in range(WORKERS)]
-        contended = _run_workers(contended_cfgs)
-        key = contended_cfgs[0]["key"]
-        g4 = judge_g4(control, control_exec, control_rows, contended,
-                      _executions(marks, {key: "x"})[key], _row(store, key), action)
-        store.close()
-        return [g3, g4]
+def _check_g4(user_url: str, action: str, template: str, run: str,
+              progress: Callable[[str], None]) -> Verdict:
+    names = _placeholders(template)
+    # The control leg needs 8 different keys: a literal template names one consequence, so its
+    # control runs the built-in template (the contended leg still uses the action's own key).
+    c_action, c_template = (action, template) if names else BUILTIN
+    c_names = _placeholders(c_template)
+    marks = tempfile.mkdtemp(prefix="ctrlrun-verify-marks-")
+    try:
+        with _Scratch(user_url, progress) as url:
+            progress(f"G4 [{action}]: control leg, {WORKERS} processes on {WORKERS} different keys")
+            control_cfgs = [_cfg(url, c_action, c_template, c_names, marks, i, f"{run}-c{i}", 0.2)
+                            for i in range(WORKERS)]
+            control = _run_workers(control_cfgs)
+            control_exec = _executions(marks, {c["key"]: c["mark"] for c in control_cfgs})
+            progress(f"G4 [{action}]: contended leg, {WORKERS} processes on one key")
+            contended_cfgs = [_cfg(url, action, template, names, marks, i, f"{run}-x", 0.2)
+                              for i in range(WORKERS)]
+            contended = _run_workers(contended_cfgs)
+            key = contended_cfgs[0]["key"]
+            with open_store(url) as store:
+                control_rows = {c["key"]: _row(store, c["key"]) for c in control_cfgs}
+                row = _row(store, key)
+            return judge_g4(control, control_exec, control_rows, contended,
+                            _executions(marks, {key: contended_cfgs[0]["mark"]})[key], row,
+                            action)
     finally:
         shutil.rmtree(marks, ignore_errors=True)
 
@@ -271,9 +314,10 @@ def run_verify(
     policy: Optional[str],
     progress: Callable[[str], None],
 ) -> List[Verdict]:
-    """Run G3 and G4 in a scratch store on ``store_url``'s backend (default: the default
-    store's); per action with an effect template when a policy is given."""
+    """Run G3 and G4, each in a scratch store of its own on ``store_url``'s backend (default:
+    the default store's); per action with an effect template when a policy is given."""
     user_url = store_url or _default_url()
+    _core.sqlite_path(user_url)  # a URL no store accepts is bad usage, before any work
     targets: List[Tuple[str, str]] = []
     skipped: List[Verdict] = []
     if policy is not None:
@@ -290,18 +334,12 @@ def run_verify(
             skipped = [Verdict("G3", "n/a", why), Verdict("G4", "n/a", why)]
     else:
         targets.append(BUILTIN)
-    url, cleanup = scratch_store(user_url)
-    try:
-        scratch = open_store(url)  # tables exist before the workers start
-        progress(f"scratch store {scratch.url}")  # never a password
-        scratch.close()
-        run = uuid.uuid4().hex[:10]
-        verdicts: List[Verdict] = []
-        for action, template in targets:
-            verdicts += _check_action(url, action, template, run, progress)
-        return verdicts + skipped
-    finally:
-        cleanup()
+    run = uuid.uuid4().hex[:10]
+    verdicts: List[Verdict] = []
+    for action, template in targets:
+        verdicts.append(_check_g3(user_url, action, template, run, progress))
+        verdicts.append(_check_g4(user_url, action, template, run, progress))
+    return verdicts + skipped
 
 
 def report(verdicts: Sequence[Verdict]) -> int:

@@ -228,7 +228,8 @@ def policy_check(file: Optional[str]) -> None:
 
 
 @cli.command()
-@store_option
+@click.option("--store", "store_url", metavar="URL", default=None,
+              help="Store to run the demo in (default: a new SQLite file in a temporary folder).")
 def demo(store_url: Optional[str]) -> None:
     """Run a small refund agent and show what reservation prevents."""
     from . import _demo

@@ -219,8 +219,7 @@ fn describe_pg_error(e: &postgres::Error) -> String {
 fn check_key(key: &str) -> Result<()> {
     if key.contains('\0') {
         return Err(Error::InvalidArgument(format!(
-            "effect key {:?} contains a NUL character, which PostgreSQL text cannot hold",
-            key.escape_default().to_string()
+            "effect key {key:?} contains a NUL character, which PostgreSQL text cannot hold"
         )));
     }
     Ok(())

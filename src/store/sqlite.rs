@@ -513,8 +513,18 @@ impl SqliteStore {
         }
     }
 
+    /// A pooled connection for a read: failing to get one is a store error, not a write's.
+    fn read_conn(&self) -> Result<r2d2::PooledConnection<Manager>> {
+        self.pool.get().map_err(|e| {
+            Error::Store(format!(
+                "cannot get a connection to the SQLite store at {}: {e}",
+                self.opts.path.display()
+            ))
+        })
+    }
+
     fn read(&self, key: &str) -> Result<Option<EffectRecord>> {
-        let conn = self.conn()?;
+        let conn = self.read_conn()?;
         select(&conn.conn, key).map_err(|e| {
             Error::Store(format!(
                 "reading effect '{key}' from the SQLite store at {} failed: {e}",
@@ -640,7 +650,7 @@ impl Store for SqliteStore {
     }
 
     fn list(&self, state: Option<EffectState>) -> Result<Vec<EffectRecord>> {
-        let conn = self.conn()?;
+        let conn = self.read_conn()?;
         let read = || -> rusqlite::Result<Vec<EffectRecord>> {
             let mut stmt = conn.conn.prepare_cached(&format!(
                 "SELECT {COLUMNS} FROM ctrlrun_effects WHERE (?1 IS NULL OR state = ?1) \
