@@ -241,4 +241,17 @@ def demo(store_url: Optional[str]) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    cli.main(args=argv, prog_name="ctrlrun")
+    """Run the command; bad usage is one line on stderr and exit status 2."""
+    try:
+        code = cli.main(args=argv, prog_name="ctrlrun", standalone_mode=False)
+    except click.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx is not None else "ctrlrun"
+        click.echo(f"{where}: error: {exc.format_message()} (see '{where} --help')", err=True)
+        sys.exit(2)
+    except click.ClickException as exc:
+        click.echo(f"ctrlrun: error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("ctrlrun: aborted", err=True)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
