@@ -212,11 +212,14 @@ impl Transition {
         }
     }
 
-    /// Whether this write must be durable before it returns. `begin` need not be: if a crash
-    /// loses it, the row is back to `reserved` under the same live-or-lapsed lease, which every
-    /// contender treats exactly like `executing`; and the next durable write of the same
-    /// attempt (its outcome) makes it durable too, since both logs are written in order.
-    pub fn needs_durability(&self) -> bool {
+    /// Whether this write must survive a crash of the machine that made it. `begin` need not:
+    /// if a power cut loses it, the caller died with it, and the row is back to `reserved`
+    /// under the same lease, which every contender treats exactly like `executing`. The next
+    /// durable write of the same attempt makes it durable too (one log, written in order).
+    /// This holds only where the database dies with its client (embedded SQLite); a server
+    /// that can crash while its client lives (PostgreSQL) keeps every write durable, or the
+    /// client's outcome write would find the row back at `reserved`.
+    pub fn needs_durability_with_client(&self) -> bool {
         !matches!(self, Transition::Begin)
     }
 

@@ -162,3 +162,62 @@ def test_a_store_used_after_fork_refuses_clearly_and_the_parent_keeps_working(st
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "child 0"
+
+
+def test_dead_pooled_connections_do_not_cost_a_write(pg, pg_schema):
+    """After a server restart or an idle reaper every pooled connection is dead; the writes
+    skip them (nothing was sent that could commit) instead of failing."""
+    import threading
+
+    s = ctrlrun.open_store(pg.url(pg_schema))
+    gate = threading.Barrier(6)
+
+    @ctrlrun.protect("t", effect="dead:{k}", store=s)
+    def act(k: str) -> str:
+        if k.startswith("warm"):
+            gate.wait(timeout=30)  # six calls at once: six pooled connections
+        return k
+
+    threads = [threading.Thread(target=act, args=(f"warm{i}",)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    killed = pg.psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                     "WHERE application_name = 'ctrlrun'")
+    assert int(killed) >= 2  # the pool's connections, all dead now
+    assert act("after") == "after"
+    assert s.get_effect("dead:after").state is EffectState.COMMITTED
+    s.close()
+
+
+FORKED_ASYNC = textwrap.dedent(
+    """
+    import asyncio, os, sys, ctrlrun
+
+    @ctrlrun.protect("t", effect="fa:{k}", store=sys.argv[1])
+    async def act(k):
+        return k
+
+    asyncio.run(act("parent"))                  # the parent has worker threads and a store
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ok = asyncio.run(asyncio.wait_for(act("child"), 30)) == "child"
+            os._exit(0 if ok else 3)
+        except BaseException as e:
+            print("child failed:", repr(e), flush=True)
+            os._exit(4)
+    _, status = os.waitpid(pid, 0)
+    print("child", os.waitstatus_to_exitcode(status))
+    """
+)
+
+
+def test_a_forked_child_can_call_async_tools_on_a_store_given_by_url(store_url):
+    out = subprocess.run([sys.executable, "-c", FORKED_ASYNC, store_url], capture_output=True,
+                         text=True, timeout=90)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("child 0"), out.stdout + out.stderr
+    with ctrlrun.open_store(store_url) as s:
+        assert s.get_effect("fa:child").state is EffectState.COMMITTED

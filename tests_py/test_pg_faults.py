@@ -204,7 +204,11 @@ def test_statement_timeout_before_commit_is_a_failed_write(pg, pg_schema, direct
         env=env,
     )
     try:
-        time.sleep(0.5)
+        deadline = time.time() + 20  # wait until the blocker holds its uncommitted insert
+        while pg.psql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(2)%' "
+                      "AND state = 'active' AND pid <> pg_backend_pid()") != "1":
+            assert time.time() < deadline and blocker.poll() is None, "the blocker never started"
+            time.sleep(0.05)
         url = pg.url(pg_schema) + "&options=-c%20statement_timeout%3D200"
         with ctrlrun.open_store(url) as s:
             with pytest.raises(StoreWriteFailed) as info:

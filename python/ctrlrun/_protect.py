@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Callable, List, Optional, Set, Tuple, TypeVar
 from . import _core
 from ._policy import current_policy
 from ._records import result_to_json
-from ._store import Store, default_store, lease_to_micros, open_store
+from ._store import Store, default_store, lease_to_micros, store_for_url
 from .errors import (
     ActionDenied,
     AmbiguousEffect,
@@ -228,7 +228,7 @@ class _Gate:
 class _StoreRef:
     """The ``store=`` argument: a Store, a URL opened on first use, or the default."""
 
-    __slots__ = ("_given", "_store")
+    __slots__ = ("_given",)
 
     def __init__(self, given: Union[Store, str, None]) -> None:
         if given is not None and not isinstance(given, (Store, str)):
@@ -236,16 +236,14 @@ class _StoreRef:
                 f"store must be a Store, a URL or None, got {type(given).__name__}"
             )
         self._given = given
-        self._store: Optional[Store] = given if isinstance(given, Store) else None
 
     def get(self) -> Store:
-        if self._store is not None:
-            return self._store
-        if self._given is None:
+        given = self._given
+        if isinstance(given, Store):
+            return given
+        if given is None:
             return default_store()
-        assert isinstance(self._given, str)
-        self._store = open_store(self._given)
-        return self._store
+        return store_for_url(given)  # shared per URL; re-opened in a forked child
 
 
 def _write_outcome(
@@ -368,6 +366,17 @@ def _io_executor() -> concurrent.futures.ThreadPoolExecutor:
                     max_workers=16, thread_name_prefix="ctrlrun-io"
                 )
     return _io_pool
+
+
+def _forget_io_pool_after_fork() -> None:
+    # The parent's worker threads do not exist in a forked child: start a new pool there.
+    global _io_pool, _io_lock
+    _io_pool = None
+    _io_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_io_pool_after_fork)
 
 
 def _in_thread(fn: Callable[..., Any], *args: Any) -> "asyncio.Future[Any]":

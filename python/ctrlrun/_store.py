@@ -255,7 +255,13 @@ def default_store() -> Store:
     """
     if _override is not None:
         return _override
-    ident = (_default_url(), os.getcwd())
+    return store_for_url(_default_url())
+
+
+def store_for_url(url: str) -> Store:
+    """The store for ``url``, opened once per process and working directory and shared by
+    every caller (``protect(store="...")`` and the default store)."""
+    ident = (url, os.getcwd())
     store = _opened.get(ident)
     if store is None:
         with _lock:

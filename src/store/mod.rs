@@ -4,7 +4,7 @@
 pub mod postgres;
 pub mod sqlite;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use crate::error::Result;
 use crate::record::{EffectRecord, EffectState, Micros};
@@ -75,18 +75,27 @@ pub fn open_store(url: &str) -> Result<Arc<dyn Store>> {
     }
 }
 
-/// One small thread pool shared by every connection pool, so opening stores spawns no threads
-/// per store.
+/// One small thread pool shared by the SQLite stores' connection pools (opening a local file
+/// is quick), so opening a SQLite store spawns no threads; each PostgreSQL store has its own.
+/// A forked child gets a new one: the parent's thread does not exist there.
 pub(crate) fn pool_threads() -> Arc<scheduled_thread_pool::ScheduledThreadPool> {
-    static THREADS: OnceLock<Arc<scheduled_thread_pool::ScheduledThreadPool>> = OnceLock::new();
-    THREADS
-        .get_or_init(|| {
-            Arc::new(
-                scheduled_thread_pool::ScheduledThreadPool::builder()
-                    .num_threads(1)
-                    .thread_name_pattern("ctrlrun-pool-{}")
-                    .build(),
-            )
-        })
-        .clone()
+    type Shared = (u32, Arc<scheduled_thread_pool::ScheduledThreadPool>);
+    static THREADS: Mutex<Option<Shared>> = Mutex::new(None);
+    let pid = std::process::id();
+    let mut guard = THREADS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((owner, threads)) = guard.as_ref() {
+        if *owner == pid {
+            return threads.clone();
+        }
+    }
+    let threads = Arc::new(
+        scheduled_thread_pool::ScheduledThreadPool::builder()
+            .num_threads(1)
+            .thread_name_pattern("ctrlrun-pool-{}")
+            .build(),
+    );
+    if let Some((_, inherited)) = guard.replace((pid, threads.clone())) {
+        std::mem::forget(inherited); // its thread lives in the parent only
+    }
+    threads
 }

@@ -39,6 +39,9 @@ fn digest(param: usize) -> String {
     format!("sha256(convert_to(${param}::text, 'UTF8'))")
 }
 
+/// How many dead pooled connections one write skips before it gives up (the pool's size + 1).
+const MAX_STALE: usize = 17;
+
 /// Microseconds since the epoch: the caller's `now` when given, else the server's clock.
 fn now_expr(param: usize) -> String {
     format!("COALESCE(${param}::int8, (extract(epoch FROM clock_timestamp()) * 1000000)::int8)")
@@ -240,9 +243,6 @@ pub struct PostgresStore {
     sql: std::sync::Arc<Sql>,
     description: String,
     pool: r2d2::Pool<Manager>,
-    /// Connections started with `synchronous_commit=off`, for the writes the planner says
-    /// need not be durable (`begin`): no per-call `SET`, no fsync wait.
-    relaxed: r2d2::Pool<Manager>,
 }
 
 impl PostgresStore {
@@ -299,34 +299,17 @@ impl PostgresStore {
                     sql: sql.clone(),
                 })
         };
-        let mut relaxed_config = config.clone();
-        let options = match config.get_options() {
-            Some(o) if !o.is_empty() => format!("{o} -c synchronous_commit=off"),
-            _ => "-c synchronous_commit=off".to_owned(),
-        };
-        relaxed_config.options(&options);
         let pool = build(config.clone());
-        let relaxed = build(relaxed_config);
         Ok(PostgresStore {
             manager_config: config,
             sql,
             description,
             pool,
-            relaxed,
         })
     }
 
     fn conn(&self, what: &str, key: &str) -> Result<r2d2::PooledConnection<Manager>> {
-        self.conn_from(&self.pool, what, key)
-    }
-
-    fn conn_from(
-        &self,
-        pool: &r2d2::Pool<Manager>,
-        what: &str,
-        key: &str,
-    ) -> Result<r2d2::PooledConnection<Manager>> {
-        pool.get().map_err(|e| {
+        self.pool.get().map_err(|e| {
             Error::StoreWriteFailed(format!(
                 "{what} for effect '{key}': cannot get a connection to the PostgreSQL store {}: \
                  {e}; nothing was written, so the write may be retried",
@@ -344,26 +327,45 @@ impl PostgresStore {
         ))
     }
 
-    /// `BEGIN`, `body`, `COMMIT`, classified as SPEC §6 says.
+    /// `BEGIN`, `body`, `COMMIT` on a pooled connection, classified as SPEC §6 says.
+    ///
+    /// A pooled connection the server has closed meanwhile (a restart, a failover, an idle
+    /// reaper) fails at `BEGIN`, before anything was sent that could commit: it is dropped and
+    /// the next one is tried, so dead idle connections never cost a caller its write.
     fn txn<T>(
         &self,
-        conn: &mut Conn,
         what: &str,
         key: &str,
         body: impl FnOnce(&mut Transaction<'_>, &Prepared) -> Result<T>,
     ) -> Result<Commit<T>> {
-        let Conn { client, st } = conn;
-        let mut tx = client
-            .transaction()
-            .map_err(|e| self.failed(what, key, &e))?;
-        let value = body(&mut tx, st)?; // dropping `tx` on error rolls back
-        match tx.commit() {
-            Ok(()) => Ok(Commit::Landed(value)),
-            Err(e) if is_serialization(&e) => {
-                log::warn!(target: "ctrlrun.store", "commit_refused: {what} '{key}': {e}");
-                Err(self.failed(what, key, &e))
+        let mut body = Some(body);
+        let mut stale = 0;
+        loop {
+            let mut conn = self.conn(what, key)?;
+            let Conn { client, st } = &mut *conn;
+            let begin_error = match client.transaction() {
+                Ok(mut tx) => {
+                    let body = body
+                        .take()
+                        .expect("the body runs once, after BEGIN succeeded");
+                    let value = body(&mut tx, st)?; // dropping `tx` on error rolls back
+                    return match tx.commit() {
+                        Ok(()) => Ok(Commit::Landed(value)),
+                        Err(e) if is_serialization(&e) => {
+                            log::warn!(target: "ctrlrun.store", "commit_refused: {what} '{key}': {e}");
+                            Err(self.failed(what, key, &e))
+                        }
+                        Err(e) => Ok(Commit::Unknown(value, describe_pg_error(&e))),
+                    };
+                }
+                Err(e) => e,
+            };
+            if client.is_closed() && stale < MAX_STALE {
+                stale += 1;
+                log::warn!(target: "ctrlrun.store", "stale_connection_dropped: {what} '{key}'");
+                continue; // the pool discards it: `has_broken` sees it closed
             }
-            Err(e) => Ok(Commit::Unknown(value, describe_pg_error(&e))),
+            return Err(self.failed(what, key, &begin_error));
         }
     }
 
@@ -449,8 +451,7 @@ impl PostgresStore {
         now: Option<Micros>,
     ) -> Result<Commit<Step>> {
         const WHAT: &str = "reserve_effect";
-        let mut conn = self.conn(WHAT, key)?;
-        self.txn(&mut conn, WHAT, key, |tx, st| {
+        self.txn(WHAT, key, |tx, st| {
             let rows = tx
                 .query(&st.reserve, &[&key, &action_id, &lease, &now])
                 .map_err(|e| self.failed(WHAT, key, &e))?;
@@ -532,21 +533,23 @@ impl PostgresStore {
         plan: &dyn Fn(Option<EffectRecord>, Micros) -> Result<EffectRecord>,
         may_retry: bool,
     ) -> Result<EffectRecord> {
-        let mut conn = self.conn(what, key)?;
-        let committed = self.txn(&mut conn, what, key, |tx, st| {
-            let (found, n) = self.select_in(tx, st, what, key, now)?;
-            let expected = found.as_ref().map(Expected::of);
-            let record = plan(found, n)?;
-            let expected = expected.expect("a plan that writes found a row");
-            if !self.write_cas(tx, st, what, &expected, &record)? {
-                return Err(Error::StoreWriteFailed(format!(
-                    "{what} for effect '{key}': the row changed while it was being written; \
-                     nothing was committed, so the write may be retried"
-                )));
+        let committed = self.txn(what, key, |tx, st| {
+            // A compare-and-set lost to a concurrent writer re-reads and re-plans: the planner
+            // then refuses by what is there now (SPEC §4).
+            for _ in 0..4 {
+                let (found, n) = self.select_in(tx, st, what, key, now)?;
+                let expected = found.as_ref().map(Expected::of);
+                let record = plan(found, n)?;
+                let expected = expected.expect("a plan that writes found a row");
+                if self.write_cas(tx, st, what, &expected, &record)? {
+                    return Ok(record);
+                }
             }
-            Ok(record)
+            Err(Error::StoreWriteFailed(format!(
+                "{what} for effect '{key}': the row kept changing under concurrent writers; \
+                 nothing was committed, so the write may be retried"
+            )))
         })?;
-        drop(conn);
         match committed {
             Commit::Landed(r) => Ok(r),
             Commit::Unknown(written, why) => {
@@ -632,13 +635,7 @@ impl PostgresStore {
         let what = t.name();
         let from: Vec<&str> = t.from_states().iter().map(|s| s.as_str()).collect();
         let (result, error) = t.payload();
-        let pool = if t.needs_durability() {
-            &self.pool
-        } else {
-            &self.relaxed
-        };
-        let mut conn = self.conn_from(pool, what, key)?;
-        let committed = self.txn(&mut conn, what, key, |tx, st| {
+        let committed = self.txn(what, key, |tx, st| {
             let params: [&(dyn ToSql + Sync); 9] = [
                 &t.target().as_str(),
                 &from,
@@ -663,7 +660,6 @@ impl PostgresStore {
                 }
             }
         })?;
-        drop(conn);
         match committed {
             Commit::Landed(outcome) => outcome,
             Commit::Unknown(Err(e), _) => Err(e),

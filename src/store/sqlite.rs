@@ -460,9 +460,10 @@ impl SqliteStore {
     ) -> Result<EffectRecord> {
         let what = t.name();
         let mut conn = self.conn()?;
-        // A write that need not be durable (the planner says which) skips the fsync; the next
-        // FULL commit on this file syncs the log up to and including it.
-        let relaxed = !t.needs_durability() && self.opts.synchronous == Synchronous::Full;
+        // A write that need not survive a power cut that also kills this process (the planner
+        // says which) skips the fsync; the next FULL commit syncs the log up to and past it.
+        let relaxed =
+            !t.needs_durability_with_client() && self.opts.synchronous == Synchronous::Full;
         if relaxed {
             set_synchronous(&conn.conn, "NORMAL").map_err(|e| self.failed(what, key, e))?;
         }
