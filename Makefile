@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: dev demo test test-rs test-py lint clean
+.PHONY: dev demo test test-rs test-py bench lint clean
 
 $(VENV)/.tools: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ test-rs:
 test-py: dev
 	$(PY) -m mypy.stubtest ctrlrun._core
 	$(PY) -m pytest tests_py -q
+
+## bench: release build, then the benchmark against the original product and the engine floors
+bench: $(VENV)/.tools
+	$(VENV)/bin/maturin develop --release --quiet
+	$(PY) bench/run.py
 
 lint:
 	cargo fmt --all -- --check

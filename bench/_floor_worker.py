@@ -10,9 +10,9 @@ Variants of one protected call on a fresh key:
   src/store/postgres.rs issue them: the reservation (SQLite: SELECT + INSERT; PostgreSQL: the
   one-statement CTE on the ``key_digest`` primary key), then the ``begin`` transition
   (reserved -> executing) and the ``commit`` transition, each an ``UPDATE … RETURNING`` in its
-  own transaction. Three commits, of which the ``begin`` one is not waited for on disk, as
-  ctrlrun does it: SQLite switches the connection to ``synchronous=NORMAL`` around it (when the
-  store is FULL); PostgreSQL runs it on a connection opened with ``synchronous_commit=off``.
+  own transaction. Three commits; on SQLite the ``begin`` one is not waited for on disk, as
+  ctrlrun does it (the connection switches to ``synchronous=NORMAL`` around it when the store is
+  FULL); on PostgreSQL every commit is durable, as in ctrlrun.
   Keep these in step with src/store/*.rs.
 
 ``read``: one SELECT by primary key per call (the duplicate path's floor).
@@ -232,27 +232,22 @@ class PgSql:
 
 
 class PgConns:
-    """The connection every write uses, and for ``same`` a second one opened with
-    ``synchronous_commit=off`` for the ``begin`` write (as ctrlrun's relaxed pool)."""
+    """The connection every write uses (all durable, as in ctrlrun)."""
 
     def __init__(self, cfg: dict, create: bool) -> None:
         import psycopg
 
         self.durable = psycopg.connect(cfg["pg_url"], autocommit=True)
-        self.relaxed = None
         if create:
             self.durable.execute(pg_schema_sql(cfg["schema"], cfg.get("variant", "min")))
-        if cfg.get("variant") == "same":
-            self.relaxed = psycopg.connect(cfg["pg_url"], autocommit=True,
-                                           options="-c synchronous_commit=off")
+        # ctrlrun keeps every PostgreSQL write durable (the server can crash while the client
+        # lives on), so the "same statements" variant uses the one durable connection too.
 
     def execute(self, *args, **kwargs):
         return self.durable.execute(*args, **kwargs)
 
     def close(self) -> None:
         self.durable.close()
-        if self.relaxed is not None:
-            self.relaxed.close()
 
 
 def pg_open(cfg: dict, create: bool = True):
@@ -298,7 +293,7 @@ def pg_call(conns: PgConns, sql: PgSql, variant: str, key: str, marks=None) -> b
         rows = pg_txn(on, lambda c: c.execute(sql.transition, params, prepare=True).fetchall())
         assert len(rows) == 1
 
-    transition(conns.relaxed, "executing", True, None, ["reserved"])
+    transition(conn, "executing", True, None, ["reserved"])
     result = executor(marks, key)
     transition(conn, "committed", False, str(result), ["executing"])
     return True

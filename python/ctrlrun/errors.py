@@ -84,7 +84,17 @@ class DuplicateEffect(CTRLRunError):
         super().__init__(message)
         self.state = state
         self.effect_key = effect_key
-        self.record = record
+        self._record = record
+        self._raw: Any = None
+
+    @property
+    def record(self) -> Optional[EffectRecord]:
+        """The record found (built on first access: refusals are a hot path)."""
+        if self._record is None and self._raw is not None:
+            from ._records import record_from_core
+
+            self._record = record_from_core(self._raw)
+        return self._record
 
 
 class AmbiguousEffect(CTRLRunError):
@@ -107,7 +117,17 @@ class AmbiguousEffect(CTRLRunError):
         super().__init__(message)
         self.effect_key = effect_key
         self.action_id = action_id
-        self.record = record
+        self._record = record
+        self._raw: Any = None
+
+    @property
+    def record(self) -> Optional[EffectRecord]:
+        """The record found (built on first access)."""
+        if self._record is None and self._raw is not None:
+            from ._records import record_from_core
+
+            self._record = record_from_core(self._raw)
+        return self._record
 
 
 class ActionDenied(CTRLRunError):
@@ -177,12 +197,12 @@ _SIMPLE = {
 def _from_core(kind: str, message: str, record: Any) -> CTRLRunError:
     """Build the exception for a core error (called by the Rust binding only)."""
     if record is not None:
-        from ._records import record_from_core
-
-        rec = record_from_core(record)
+        # record: the core's tuple (key, state, action_id, ...); converted on first access.
+        exc: CTRLRunError
         if kind == "AmbiguousEffect":
-            return AmbiguousEffect(
-                message, effect_key=rec.effect_key, action_id=rec.action_id, record=rec
-            )
-        return DuplicateEffect(message, state=kind, effect_key=rec.effect_key, record=rec)
+            exc = AmbiguousEffect(message, effect_key=record[0], action_id=record[2])
+        else:
+            exc = DuplicateEffect(message, state=kind, effect_key=record[0])
+        exc._raw = record  # type: ignore[union-attr]
+        return exc
     return _SIMPLE.get(kind, StoreError)(message)

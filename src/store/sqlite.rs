@@ -549,6 +549,14 @@ impl Store for SqliteStore {
     ) -> Result<EffectRecord> {
         planner::check_request(key, action_id, lease)?;
         let now = now.unwrap_or_else(now_micros);
+        // A refusal needs no write: decide it from a plain read, without taking the write lock.
+        // (A stale read only means the caller arrived a moment earlier; anything the planner
+        // would grant or lapse is decided again under BEGIN IMMEDIATE below.)
+        if let ReservationPlan::Refuse(refusal) =
+            planner::plan_reservation(self.read(key)?.as_ref(), key, action_id, lease, now)
+        {
+            return Err(refusal.into_error());
+        }
         let plan = |found: Option<EffectRecord>| {
             Ok(
                 match planner::plan_reservation(found.as_ref(), key, action_id, lease, now) {
