@@ -64,7 +64,23 @@ class NotExecuted(CTRLRunError):
     """
 
 
-class DuplicateEffect(CTRLRunError):
+class _FoundRecord:
+    """``.record``: the row that caused a refusal, converted from the core's tuple on first
+    access (refusals are a hot path; most callers never look at the record)."""
+
+    _record: Optional[EffectRecord]
+    _raw: Any
+
+    @property
+    def record(self) -> Optional[EffectRecord]:
+        if self._record is None and self._raw is not None:
+            from ._records import record_from_core
+
+            self._record = record_from_core(self._raw)
+        return self._record
+
+
+class DuplicateEffect(_FoundRecord, CTRLRunError):
     """The effect key is already ``committed``, or another attempt holds a live lease on it.
 
     Attributes:
@@ -87,17 +103,9 @@ class DuplicateEffect(CTRLRunError):
         self._record = record
         self._raw: Any = None
 
-    @property
-    def record(self) -> Optional[EffectRecord]:
-        """The record found (built on first access: refusals are a hot path)."""
-        if self._record is None and self._raw is not None:
-            from ._records import record_from_core
-
-            self._record = record_from_core(self._raw)
-        return self._record
 
 
-class AmbiguousEffect(CTRLRunError):
+class AmbiguousEffect(_FoundRecord, CTRLRunError):
     """The effect key is ``ambiguous``: a blind retry is refused until a person resolves it.
 
     Attributes:
@@ -120,14 +128,6 @@ class AmbiguousEffect(CTRLRunError):
         self._record = record
         self._raw: Any = None
 
-    @property
-    def record(self) -> Optional[EffectRecord]:
-        """The record found (built on first access)."""
-        if self._record is None and self._raw is not None:
-            from ._records import record_from_core
-
-            self._record = record_from_core(self._raw)
-        return self._record
 
 
 class ActionDenied(CTRLRunError):
