@@ -167,7 +167,12 @@ def policy_path() -> Tuple[str, bool]:
 
 
 def current_policy() -> Optional[Policy]:
-    """The policy in force, re-read when the file changes; ``None`` when there is none."""
+    """The policy in force, re-read when the file changes; ``None`` when there is none.
+
+    Called on every protected call, so the common case (no ``CTRLRUN_CONFIG``, no
+    ``./ctrlrun.yaml``) is one ``stat`` of a relative path and no exception."""
+    if not os.environ.get("CTRLRUN_CONFIG") and not os.path.isfile(DEFAULT_FILE):
+        return None
     path, named = policy_path()
     try:
         st = os.stat(path)

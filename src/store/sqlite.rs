@@ -217,7 +217,9 @@ fn compare_and_set(
     ])
 }
 
-/// A later transition as one conditional `UPDATE ... RETURNING`.
+/// A later transition as one conditional `UPDATE`; the row written is read back in the same
+/// transaction. (`RETURNING` would build a temporary table on every execution, which costs more
+/// than the indexed read.)
 fn transition_cas(
     conn: &Connection,
     key: &str,
@@ -229,15 +231,15 @@ fn transition_cas(
     let from = t.from_states();
     let (result, error) = t.payload();
     let pick = |i: usize| from.get(i).unwrap_or(&from[0]).as_str();
-    conn.prepare_cached(&format!(
-        "UPDATE ctrlrun_effects SET state = ?1, updated_at = ?2, \
-         lease_expires_at = CASE WHEN ?3 THEN lease_expires_at ELSE NULL END, \
-         result = ?4, error = ?5 \
-         WHERE effect_key = ?6 AND action_id = ?7 AND (?8 IS NULL OR attempt = ?8) \
-         AND state IN (?9, ?10, ?11) RETURNING {COLUMNS}"
-    ))?
-    .query_row(
-        params![
+    let changed = conn
+        .prepare_cached(
+            "UPDATE ctrlrun_effects SET state = ?1, updated_at = ?2, \
+             lease_expires_at = CASE WHEN ?3 THEN lease_expires_at ELSE NULL END, \
+             result = ?4, error = ?5 \
+             WHERE effect_key = ?6 AND action_id = ?7 AND (?8 IS NULL OR attempt = ?8) \
+             AND state IN (?9, ?10, ?11)",
+        )?
+        .execute(params![
             t.target().as_str(),
             now,
             t.keeps_lease(),
@@ -249,10 +251,12 @@ fn transition_cas(
             pick(0),
             pick(1),
             pick(2)
-        ],
-        read_record,
-    )
-    .optional()
+        ])?;
+    if changed == 1 {
+        select(conn, key)
+    } else {
+        Ok(None)
+    }
 }
 
 fn set_synchronous(conn: &Connection, level: &str) -> rusqlite::Result<()> {
