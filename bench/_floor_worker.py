@@ -9,7 +9,8 @@ Variants of one protected call on a fresh key:
 * ``same`` — ctrlrun's own schema and statements, as src/store/sqlite.rs and
   src/store/postgres.rs issue them: the reservation (SQLite: SELECT + INSERT; PostgreSQL: the
   one-statement CTE on the ``key_digest`` primary key), then the ``begin`` transition
-  (reserved -> executing) and the ``commit`` transition, each an ``UPDATE … RETURNING`` in its
+  (reserved -> executing) and the ``commit`` transition, each an ``UPDATE`` (SQLite: then a
+  ``SELECT`` of the row written; PostgreSQL: ``RETURNING``) in its
   own transaction. Three commits; on SQLite the ``begin`` one is not waited for on disk, as
   ctrlrun does it (the connection switches to ``synchronous=NORMAL`` around it when the store is
   FULL); on PostgreSQL every commit is durable, as in ctrlrun.
@@ -86,7 +87,7 @@ SQ_TRANSITION = (
     "lease_expires_at = CASE WHEN ?3 THEN lease_expires_at ELSE NULL END, "
     "result = ?4, error = ?5 "
     "WHERE effect_key = ?6 AND action_id = ?7 AND (?8 IS NULL OR attempt = ?8) "
-    f"AND state IN (?9, ?10, ?11) RETURNING {COLUMNS}"
+    "AND state IN (?9, ?10, ?11)"
 )
 
 
@@ -139,8 +140,10 @@ def sqlite_call(conn, variant: str, key: str, marks=None) -> bool:
 
     def transition(target, keeps_lease, result, from_states):
         def body():
-            rows = conn.execute(SQ_TRANSITION, (target, now_us(), keeps_lease, result, None, key,
-                                                aid, 1, *from_states)).fetchall()
+            cur = conn.execute(SQ_TRANSITION, (target, now_us(), keeps_lease, result, None, key,
+                                               aid, 1, *from_states))
+            assert cur.rowcount == 1
+            rows = conn.execute(SQ_SELECT, (key,)).fetchall()  # the row written, read back
             assert len(rows) == 1
         sqlite_txn(conn, body)
 
