@@ -556,11 +556,11 @@ impl PostgresStore {
                 log::warn!(target: "ctrlrun.store", "commit_unknown: {what} '{key}': {why}");
                 let (found, _) = self.reread(what, key, &why)?;
                 if found.as_ref() == Some(&written) {
-                    log::warn!(target: "ctrlrun.store", "reread_landed: {what} '{key}'");
+                    log::warn!(target: "ctrlrun.store", "reread_identical_landed: {what} '{key}'");
                     return Ok(written);
                 }
                 if may_retry {
-                    log::warn!(target: "ctrlrun.store", "reread_not_landed_retry: {what} '{key}'");
+                    log::warn!(target: "ctrlrun.store", "reread_other_replan: {what} '{key}'");
                     return self.read_plan_write(what, key, now, plan, false);
                 }
                 Err(Error::StoreUnresolved(format!(

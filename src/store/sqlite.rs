@@ -6,6 +6,7 @@
 //! re-read on a fresh connection and decides; a failed re-read is `StoreUnresolved`.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
@@ -44,8 +45,12 @@ pub struct Conn {
     broken: bool,
 }
 
+/// Runs on every pooled connection after it is set up (see [`SqliteStore::open_with`]).
+pub type ConnectionInit = Arc<dyn Fn(&mut Connection) -> rusqlite::Result<()> + Send + Sync>;
+
 struct Manager {
     opts: SqliteOptions,
+    init: Option<ConnectionInit>,
 }
 
 impl r2d2::ManageConnection for Manager {
@@ -53,7 +58,11 @@ impl r2d2::ManageConnection for Manager {
     type Error = Error;
 
     fn connect(&self) -> Result<Conn> {
-        open_connection(&self.opts).map(|conn| Conn {
+        let mut conn = open_connection(&self.opts)?;
+        if let Some(init) = &self.init {
+            init(&mut conn).map_err(|e| open_error(&self.opts.path, e))?;
+        }
+        Ok(Conn {
             conn,
             broken: false,
         })
@@ -288,7 +297,14 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     /// Open (creating if missing) the store file. The folder is created if needed.
-    pub fn open(mut opts: SqliteOptions) -> Result<SqliteStore> {
+    pub fn open(opts: SqliteOptions) -> Result<SqliteStore> {
+        SqliteStore::open_with(opts, None)
+    }
+
+    /// [`SqliteStore::open`], running `init` on every pooled connection (to load an extension,
+    /// set a pragma, or install a hook). The fresh connection that re-reads a row after an
+    /// unknown `COMMIT` does not run it.
+    pub fn open_with(mut opts: SqliteOptions, init: Option<ConnectionInit>) -> Result<SqliteStore> {
         if opts.path.is_relative() {
             let cwd = std::env::current_dir().map_err(|e| open_error(&opts.path, e))?;
             opts.path = cwd.join(&opts.path);
@@ -315,7 +331,10 @@ impl SqliteStore {
             .max_lifetime(None)
             .connection_timeout(opts.busy_timeout + Duration::from_secs(5))
             .thread_pool(super::pool_threads())
-            .build_unchecked(Manager { opts: opts.clone() });
+            .build_unchecked(Manager {
+                opts: opts.clone(),
+                init,
+            });
         Ok(SqliteStore { opts, pool })
     }
 
@@ -437,11 +456,19 @@ impl SqliteStore {
                 log::warn!(target: "ctrlrun.store", "commit_unknown: {what} '{key}': {why}");
                 let found = self.reread(what, key, &why)?;
                 if found.as_ref() == Some(&written) {
-                    log::warn!(target: "ctrlrun.store", "reread_landed: {what} '{key}'");
+                    log::warn!(target: "ctrlrun.store", "reread_identical_landed: {what} '{key}'");
                     return step.outcome;
                 }
                 if may_retry {
-                    log::warn!(target: "ctrlrun.store", "reread_not_landed_retry: {what} '{key}'");
+                    // Re-running the step re-reads and re-plans under the write lock: no row
+                    // retries the insert, the unchanged row re-issues the update, another row
+                    // is obeyed as the planner says.
+                    let branch = if found.is_none() {
+                        "reread_none_retry_insert"
+                    } else {
+                        "reread_other_replan"
+                    };
+                    log::warn!(target: "ctrlrun.store", "{branch}: {what} '{key}'");
                     return self.read_plan_write(what, key, plan, false);
                 }
                 Err(Error::StoreUnresolved(format!(
