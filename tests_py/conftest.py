@@ -12,34 +12,18 @@ from __future__ import annotations
 import os
 import subprocess
 import uuid
-from datetime import datetime, timedelta, timezone
 from typing import Iterator, Optional
 from urllib.parse import urlsplit
 
 import pytest
 
 import ctrlrun
+from ctrlrun.testing import MovableClock  # noqa: F401  (the store clock the tests move)
 
+from pgproxy import PgProxy
 from pgserver import _find_bin, start_cluster
 
 PG_ENV = "CTRLRUN_TEST_POSTGRES_URL"
-
-
-class MovableClock:
-    """A clock for the store: calling it returns an aware UTC datetime that only moves when
-    the test says so (``advance``)."""
-
-    def __init__(self, start: datetime | None = None) -> None:
-        self.now = start if start is not None else datetime.now(timezone.utc)
-        self.calls = 0
-
-    def __call__(self) -> datetime:
-        self.calls += 1
-        return self.now
-
-    def advance(self, seconds: float) -> datetime:
-        self.now = self.now + timedelta(seconds=seconds)
-        return self.now
 
 
 def sqlite_url(path) -> str:
@@ -171,5 +155,29 @@ def clocked_store(store_url, clock):
 def second_store(store_url):
     """An independent handle on the same database (reads what was really written)."""
     s = _open(store_url)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def proxy(pg):
+    """A COMMIT-aware TCP proxy in front of the session's PostgreSQL (tests_py/pgproxy.py)."""
+    p = PgProxy(pg.host, pg.port)
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def direct(pg, pg_schema):
+    """A store that bypasses the proxy: what the database really holds."""
+    s = ctrlrun.open_store(pg.url(pg_schema))
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def proxied(pg, pg_schema, proxy, direct):
+    """A store on the same schema, reached through ``proxy``."""
+    s = ctrlrun.open_store(pg.url(pg_schema, host=proxy.host, port=proxy.port))
     yield s
     s.close()

@@ -28,28 +28,6 @@ def run(coro):
     return asyncio.run(coro)
 
 
-@pytest.fixture
-def proxy(pg):
-    p = PgProxy(pg.host, pg.port)
-    yield p
-    p.close()
-
-
-@pytest.fixture
-def direct(pg, pg_schema):
-    """A store that bypasses the proxy: what the database really holds."""
-    s = ctrlrun.open_store(pg.url(pg_schema))
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def proxied(pg, pg_schema, proxy, direct):
-    s = ctrlrun.open_store(pg.url(pg_schema, host=proxy.host, port=proxy.port))
-    yield s
-    s.close()
-
-
 def _warm(store, n=1):
     """Open ``n`` pooled connections (with no delay in effect), so a later delay only slows
     the statements under test, not connection start-up."""

@@ -29,28 +29,6 @@ from pgserver import _find_bin
 STORE_LOG = "ctrlrun.store"
 
 
-@pytest.fixture
-def proxy(pg):
-    p = PgProxy(pg.host, pg.port)
-    yield p
-    p.close()
-
-
-@pytest.fixture
-def direct(pg, pg_schema):
-    """A store that bypasses the proxy: what the database really holds."""
-    s = ctrlrun.open_store(pg.url(pg_schema))
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def proxied(pg, pg_schema, proxy, direct):
-    s = ctrlrun.open_store(pg.url(pg_schema, host=proxy.host, port=proxy.port))
-    yield s
-    s.close()
-
-
 def counted(store, runs, *, raise_not_executed=False):
     @ctrlrun.protect("pay", effect="pay:{order}", store=store)
     def pay(order: str) -> dict:
