@@ -188,6 +188,13 @@ def test_dead_pooled_connections_do_not_cost_a_write(pg, pg_schema):
     assert int(killed) >= 2  # the pool's connections, all dead now
     assert act("after") == "after"
     assert s.get_effect("dead:after").state is EffectState.COMMITTED
+    # Reads skip dead pooled connections too.
+    pg.psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = 'ctrlrun'")
+    assert s.get_effect("dead:warm0").state is EffectState.COMMITTED
+    pg.psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = 'ctrlrun'")
+    assert len(s.list_effects(EffectState.COMMITTED)) == 7
     s.close()
 
 

@@ -123,6 +123,8 @@ struct Prepared {
 pub struct Conn {
     client: Client,
     st: Prepared,
+    /// Set when the server ended this session; the pool then discards the connection.
+    broken: bool,
 }
 
 struct Manager {
@@ -140,7 +142,11 @@ impl Manager {
             transition: client.prepare(&self.sql.transition)?,
             list: client.prepare(&self.sql.list)?,
         };
-        Ok(Conn { client, st })
+        Ok(Conn {
+            client,
+            st,
+            broken: false,
+        })
     }
 }
 
@@ -157,7 +163,7 @@ impl r2d2::ManageConnection for Manager {
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
-        conn.client.is_closed()
+        conn.broken || conn.client.is_closed()
     }
 }
 
@@ -197,6 +203,20 @@ fn is_serialization(e: &postgres::Error) -> bool {
         e.code(),
         Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED
     )
+}
+
+/// The server ended the session (an administrator, a restart, a crash) or the socket is gone.
+/// The client may not have noticed the closed socket yet when the server's goodbye arrives as
+/// the answer to `BEGIN`, so `Client::is_closed` alone is not enough.
+fn is_session_gone(e: &postgres::Error) -> bool {
+    e.is_closed()
+        || matches!(
+            e.code(),
+            Some(c) if *c == SqlState::ADMIN_SHUTDOWN
+                || *c == SqlState::CRASH_SHUTDOWN
+                || *c == SqlState::CANNOT_CONNECT_NOW
+                || c.code().starts_with("08")
+        )
 }
 
 fn describe_pg_error(e: &postgres::Error) -> String {
@@ -327,6 +347,29 @@ impl PostgresStore {
         ))
     }
 
+    /// A read on a pooled connection; a connection whose session the server ended meanwhile is
+    /// dropped and the read runs on the next one (a read changes nothing, so it is safe to repeat).
+    fn read<T>(
+        &self,
+        what: &str,
+        key: &str,
+        mut body: impl FnMut(&mut Client, &Prepared) -> std::result::Result<T, postgres::Error>,
+    ) -> Result<std::result::Result<T, postgres::Error>> {
+        let mut stale = 0;
+        loop {
+            let mut conn = self.conn(what, key)?;
+            let Conn { client, st, broken } = &mut *conn;
+            match body(client, st) {
+                Err(e) if (client.is_closed() || is_session_gone(&e)) && stale < MAX_STALE => {
+                    *broken = true;
+                    stale += 1;
+                    log::warn!(target: "ctrlrun.store", "stale_connection_dropped: {what} '{key}'");
+                }
+                other => return Ok(other),
+            }
+        }
+    }
+
     /// `BEGIN`, `body`, `COMMIT` on a pooled connection, classified as SPEC §6 says.
     ///
     /// A pooled connection the server has closed meanwhile (a restart, a failover, an idle
@@ -342,7 +385,9 @@ impl PostgresStore {
         let mut stale = 0;
         loop {
             let mut conn = self.conn(what, key)?;
-            let Conn { client, st } = &mut *conn;
+            let Conn {
+                client, st, broken, ..
+            } = &mut *conn;
             let begin_error = match client.transaction() {
                 Ok(mut tx) => {
                     let body = body
@@ -360,10 +405,11 @@ impl PostgresStore {
                 }
                 Err(e) => e,
             };
-            if client.is_closed() && stale < MAX_STALE {
+            if (client.is_closed() || is_session_gone(&begin_error)) && stale < MAX_STALE {
+                *broken = true;
                 stale += 1;
                 log::warn!(target: "ctrlrun.store", "stale_connection_dropped: {what} '{key}'");
-                continue; // the pool discards it: `has_broken` sees it closed
+                continue; // the pool discards it: `has_broken` sees it broken
             }
             return Err(self.failed(what, key, &begin_error));
         }
@@ -858,10 +904,10 @@ impl Store for PostgresStore {
     }
 
     fn get(&self, key: &str) -> Result<Option<EffectRecord>> {
-        let mut conn = self.conn("get_effect", key)?;
-        let Conn { client, st } = &mut *conn;
-        let row = client
-            .query_one(&st.select, &[&key, &None::<i64>])
+        let row = self
+            .read("get_effect", key, |client, st| {
+                client.query_one(&st.select, &[&key, &None::<i64>])
+            })?
             .map_err(|e| {
                 Error::Store(format!(
                     "reading effect '{key}' from the PostgreSQL store {} failed: {}",
@@ -873,10 +919,11 @@ impl Store for PostgresStore {
     }
 
     fn list(&self, state: Option<EffectState>) -> Result<Vec<EffectRecord>> {
-        let mut conn = self.conn("list_effects", "*")?;
-        let Conn { client, st } = &mut *conn;
-        let rows = client
-            .query(&st.list, &[&state.map(EffectState::as_str)])
+        let state = state.map(EffectState::as_str);
+        let rows = self
+            .read("list_effects", "*", |client, st| {
+                client.query(&st.list, &[&state])
+            })?
             .map_err(|e| {
                 Error::Store(format!(
                     "listing effects in the PostgreSQL store {} failed: {}",
