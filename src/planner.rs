@@ -85,17 +85,29 @@ pub fn check_action_id(action_id: &str) -> Result<()> {
 }
 
 /// The one reservation planner (SPEC §3), checked in the table's order.
+///
+/// `begin`: the caller starts the executor's body right after this write (the decorator), so a
+/// granted row is written as `executing` at once: the begin transition folded into the
+/// reservation, one durable write fewer. Without it (the `Store` API) a granted row is
+/// `reserved` and the caller writes begin itself. Contenders treat both alike (SPEC §3), and
+/// both lapse to `ambiguous`.
 pub fn plan_reservation(
     existing: Option<&EffectRecord>,
     key: &str,
     action_id: &str,
     lease: Micros,
     now: Micros,
+    begin: bool,
 ) -> ReservationPlan {
+    let granted = if begin {
+        EffectState::Executing
+    } else {
+        EffectState::Reserved
+    };
     let Some(row) = existing else {
         return ReservationPlan::Insert(EffectRecord {
             effect_key: key.to_owned(),
-            state: EffectState::Reserved,
+            state: granted,
             action_id: action_id.to_owned(),
             attempt: 1,
             created_at: now,
@@ -113,7 +125,7 @@ pub fn plan_reservation(
             expected: Expected::of(row),
             record: EffectRecord {
                 effect_key: row.effect_key.clone(),
-                state: EffectState::Reserved,
+                state: granted,
                 action_id: action_id.to_owned(),
                 attempt: row.attempt + 1,
                 created_at: row.created_at,

@@ -1,5 +1,5 @@
 """``async def`` executors at run time: cancellation (mid-body and while the reservation is
-being written), the begin write failing between reservation and body, the event loop never
+being written), the reservation write cut before it reaches the server, the event loop never
 blocking on the store, and many tasks / threads racing over shared keys (SPEC §3, §5, §8.1).
 
 pytest-asyncio is not used: each test drives its coroutines with ``asyncio.run``.
@@ -249,7 +249,7 @@ def test_cancel_while_the_commit_write_is_in_flight_settles_it_before_propagatin
 
 
 # --------------------------------------------------------------------------------------------
-# the begin write fails between reservation and body
+# the reservation write (straight into executing) is cut before it reaches the server
 # --------------------------------------------------------------------------------------------
 
 
@@ -276,7 +276,7 @@ def _bind_params(captured: bytes) -> list:
 
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
-def test_begin_write_dropped_is_a_failed_write_nothing_ran_and_the_retry_runs_once(
+def test_reservation_write_dropped_is_a_failed_write_nothing_ran_and_the_retry_runs_once(
     proxy, proxied, direct, flavour
 ):
     runs: list = []
@@ -315,28 +315,21 @@ def test_begin_write_dropped_is_a_failed_write_nothing_ran_and_the_retry_runs_on
     assert rule.fired == 1
     assert runs == []  # the body never started
 
-    # the statement that was dropped is the begin transition: an UPDATE whose target state
-    # (its first parameter) is 'executing', from 'reserved'
+    # the statement that was dropped is the decorator's reservation: the insert whose granted
+    # state (its fifth parameter) is 'executing', the begin transition folded into it
     (text,) = matched
-    assert text.split(b"\0", 1)[0].startswith(b"UPDATE")
+    assert text.split(b"\0", 1)[0].startswith(b"WITH clock")
     params = _bind_params(text)
-    assert params[0] == b"executing"
-    assert b"reserved" in params[1]
-    assert b"pay:o2" in params
+    assert params[0] == b"pay:o2"
+    assert params[4] == b"executing"
 
-    rec = direct.get_effect("pay:o2")
-    assert rec is not None
-    assert rec.state == EffectState.FAILED  # nothing ran, so a retry may run
-    assert rec.attempt == 1
-    assert rec.lease_expires_at is None
-    assert rec.error is not None and "never started" in rec.error
+    assert direct.get_effect("pay:o2") is None  # nothing was committed
 
     assert call("o2") == "paid"
     assert runs == ["o2"]
     done = direct.get_effect("pay:o2")
     assert done.state == EffectState.COMMITTED
-    assert done.attempt == 2
-    assert done.action_id != rec.action_id
+    assert done.attempt == 1
     with pytest.raises(DuplicateEffect):
         call("o2")
     assert runs == ["o2"]

@@ -79,7 +79,7 @@ def test_a_clock_that_breaks_after_the_executor_ran_says_it_ran(store_url):
 
     def clock() -> datetime:
         calls["n"] += 1
-        if calls["n"] >= 3:  # reserve, begin work; the outcome write does not
+        if calls["n"] >= 2:  # the reservation works; the outcome write does not
             raise OSError("clock source gone")
         return datetime.now(timezone.utc)
 
@@ -100,24 +100,41 @@ def test_a_clock_that_breaks_after_the_executor_ran_says_it_ran(store_url):
 
 
 def test_keyboard_interrupt_right_after_the_reservation_fails_it(store_url):
-    calls = {"n": 0}
+    """A KeyboardInterrupt delivered on the first line after the reservation returned (raised
+    there by a line tracer, as the interpreter would deliver a signal): nothing ran, so the
+    row is failed and a retry runs."""
+    import inspect
 
-    def clock() -> datetime:
-        calls["n"] += 1
-        if calls["n"] == 2:  # the begin write's clock read, just after the reservation landed
+    from ctrlrun import _protect
+
+    code = _protect._reserve_and_begin.__code__
+    lines, first = inspect.getsourcelines(_protect._reserve_and_begin)
+    reserve_line = first + next(i for i, ln in enumerate(lines) if "core.reserve(" in ln)
+    fired = []
+
+    def local(frame, event, arg):
+        if event == "line" and frame.f_lineno > reserve_line and not fired:
+            fired.append(frame.f_lineno)
             raise KeyboardInterrupt
-        return datetime.now(timezone.utc)
+        return local
 
-    s = ctrlrun.open_store(store_url, clock=clock)
+    def tracer(frame, event, arg):
+        return local if frame.f_code is code else None
+
+    s = ctrlrun.open_store(store_url)
     ran = []
 
     @ctrlrun.protect("t", effect="ki:{k}", store=s)
     def act(k: str) -> None:
         ran.append(k)
 
-    with pytest.raises(KeyboardInterrupt):
-        act("1")
-    assert ran == []
+    sys.settrace(tracer)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            act("1")
+    finally:
+        sys.settrace(None)
+    assert fired and ran == []
     with ctrlrun.open_store(store_url) as direct:
         rec = direct.get_effect("ki:1")
         assert rec.state is EffectState.FAILED  # nothing ran: a retry may run
@@ -228,3 +245,67 @@ def test_a_forked_child_can_call_async_tools_on_a_store_given_by_url(store_url):
     assert out.stdout.strip().endswith("child 0"), out.stdout + out.stderr
     with ctrlrun.open_store(store_url) as s:
         assert s.get_effect("fa:child").state is EffectState.COMMITTED
+
+
+FORK_STORM = textwrap.dedent(
+    """
+    import os, sys, threading, time, ctrlrun
+
+    url = sys.argv[1]
+    s = ctrlrun.open_store(url)
+    stop = threading.Event()
+
+    def busy(i):
+        n = 0
+        while not stop.is_set():
+            s.get_effect(f"storm:busy:{i}:{n % 3}")
+            n += 1
+            time.sleep(0.0005)
+
+    # more threads than the pool lends connections: some are always waiting on it
+    busy_threads = [threading.Thread(target=busy, args=(i,)) for i in range(24)]
+    for t in busy_threads:
+        t.start()
+    failures = []
+    for k in range(10):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                child = ctrlrun.open_store(url)
+                errors = []
+
+                def write(j):
+                    try:
+                        child.reserve_effect(f"storm:{k}:{j}", "act_" + f"{j:032x}", 60)
+                    except BaseException as e:
+                        errors.append(repr(e))
+
+                ts = [threading.Thread(target=write, args=(j,)) for j in range(12)]
+                for t in ts:
+                    t.start()
+                for t in ts:
+                    t.join()
+                os._exit(4 if errors else 0)
+            except BaseException:
+                os._exit(3)
+        _, status = os.waitpid(pid, 0)
+        if status:
+            failures.append((k, os.waitstatus_to_exitcode(status)))
+    stop.set()
+    for t in busy_threads:
+        t.join()
+    print("failures", failures)
+    """
+)
+
+
+def test_forked_children_open_their_own_store_while_the_parent_is_busy(store_url):
+    """Forking while the parent's threads hold and wait for pooled connections: every child
+    opens its own store and writes from 12 threads. (A pool that parks waiters in a
+    process-global table crashed children this way.)"""
+    out = subprocess.run([sys.executable, "-c", FORK_STORM, store_url], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "failures []", out.stdout + out.stderr
+    with ctrlrun.open_store(store_url) as s:
+        assert len(s.list_effects(EffectState.RESERVED)) == 10 * 12

@@ -53,7 +53,7 @@ fn expect_invalid(r: Result<EffectRecord, Error>) -> String {
 
 #[test]
 fn no_row_inserts_attempt_one_reserved_with_lease() {
-    let plan = plan_reservation(None, KEY, CALLER, LEASE, T0);
+    let plan = plan_reservation(None, KEY, CALLER, LEASE, T0, false);
     let ReservationPlan::Insert(r) = plan else {
         panic!("expected Insert, got {plan:?}");
     };
@@ -77,14 +77,14 @@ fn no_row_inserts_attempt_one_reserved_with_lease() {
 #[test]
 fn committed_row_is_refused_as_committed() {
     let existing = row(EffectState::Committed);
-    let plan = plan_reservation(Some(&existing), KEY, CALLER, LEASE, T0 + 5);
+    let plan = plan_reservation(Some(&existing), KEY, CALLER, LEASE, T0 + 5, false);
     assert_eq!(plan, ReservationPlan::Refuse(Refusal::Committed(existing)));
 }
 
 #[test]
 fn ambiguous_row_is_refused_as_ambiguous() {
     let existing = row(EffectState::Ambiguous);
-    let plan = plan_reservation(Some(&existing), KEY, CALLER, LEASE, T0 + 5);
+    let plan = plan_reservation(Some(&existing), KEY, CALLER, LEASE, T0 + 5, false);
     assert_eq!(plan, ReservationPlan::Refuse(Refusal::Ambiguous(existing)));
 }
 
@@ -94,7 +94,7 @@ fn failed_row_is_renewed_with_next_attempt() {
     existing.result = Some("\"stale\"".to_owned());
     existing.resolved_by = Some("alice".to_owned());
     let now = T0 + 42;
-    let plan = plan_reservation(Some(&existing), KEY, CALLER, LEASE, now);
+    let plan = plan_reservation(Some(&existing), KEY, CALLER, LEASE, now, false);
     let ReservationPlan::Renew { expected, record } = plan else {
         panic!("expected Renew, got {plan:?}");
     };
@@ -129,7 +129,7 @@ fn live_lease_is_in_progress_for_any_caller() {
     for state in [EffectState::Reserved, EffectState::Executing] {
         let existing = row(state);
         for caller in [CALLER, HOLDER] {
-            let plan = plan_reservation(Some(&existing), KEY, caller, LEASE, T0 + 1);
+            let plan = plan_reservation(Some(&existing), KEY, caller, LEASE, T0 + 1, false);
             assert_eq!(
                 plan,
                 ReservationPlan::Refuse(Refusal::InProgress(existing.clone())),
@@ -140,7 +140,7 @@ fn live_lease_is_in_progress_for_any_caller() {
 }
 
 fn assert_lapse(existing: &EffectRecord, now: Micros) -> EffectRecord {
-    let plan = plan_reservation(Some(existing), KEY, CALLER, LEASE, now);
+    let plan = plan_reservation(Some(existing), KEY, CALLER, LEASE, now, false);
     let ReservationPlan::Lapse { expected, record } = plan else {
         panic!("expected Lapse for {existing:?} at {now}, got {plan:?}");
     };
@@ -192,11 +192,11 @@ fn lease_boundary_instant_is_live_and_one_micro_later_is_lapsed() {
     let existing = row(EffectState::Executing);
     let exp = existing.lease_expires_at.unwrap();
     assert_eq!(
-        plan_reservation(Some(&existing), KEY, CALLER, LEASE, exp),
+        plan_reservation(Some(&existing), KEY, CALLER, LEASE, exp, false),
         ReservationPlan::Refuse(Refusal::InProgress(existing.clone()))
     );
     assert!(matches!(
-        plan_reservation(Some(&existing), KEY, CALLER, LEASE, exp + 1),
+        plan_reservation(Some(&existing), KEY, CALLER, LEASE, exp + 1, false),
         ReservationPlan::Lapse { .. }
     ));
     assert!(existing.lease_live(exp));
@@ -669,5 +669,52 @@ fn check_request_refuses_empty_key_and_non_positive_lease() {
             ),
             "action id {id:?}"
         );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// begin folded into the reservation (the decorator's path)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn with_begin_a_new_row_is_granted_executing_and_otherwise_alike() {
+    let plain = plan_reservation(None, KEY, CALLER, LEASE, T0, false);
+    let folded = plan_reservation(None, KEY, CALLER, LEASE, T0, true);
+    let (ReservationPlan::Insert(a), ReservationPlan::Insert(b)) = (plain, folded) else {
+        panic!("both insert");
+    };
+    assert_eq!(b.state, EffectState::Executing);
+    assert_eq!(
+        EffectRecord {
+            state: EffectState::Reserved,
+            ..b
+        },
+        a
+    );
+}
+
+#[test]
+fn with_begin_a_renewal_is_executing_and_refusals_and_lapses_are_unchanged() {
+    let failed = row(EffectState::Failed);
+    let ReservationPlan::Renew { record, .. } =
+        plan_reservation(Some(&failed), KEY, CALLER, LEASE, T0 + 42, true)
+    else {
+        panic!("expected Renew");
+    };
+    assert_eq!(record.state, EffectState::Executing);
+    assert_eq!(record.attempt, failed.attempt + 1);
+    for state in [
+        EffectState::Committed,
+        EffectState::Ambiguous,
+        EffectState::Executing,
+    ] {
+        let existing = row(state);
+        for now in [T0 + 1, T0 + 10 * LEASE] {
+            assert_eq!(
+                plan_reservation(Some(&existing), KEY, CALLER, LEASE, now, true),
+                plan_reservation(Some(&existing), KEY, CALLER, LEASE, now, false),
+                "{state:?} at {now}"
+            );
+        }
     }
 }

@@ -49,7 +49,7 @@ impl Fixture {
     }
 
     fn reserve(&self, key: &str, action_id: &str, now: Micros) -> ctrlrun::Result<EffectRecord> {
-        self.store.reserve(key, action_id, LEASE, Some(now))
+        self.store.reserve(key, action_id, LEASE, false, Some(now))
     }
 
     fn step(
@@ -311,7 +311,7 @@ fn lapsed_lease_is_written_ambiguous_before_refusing_and_the_holder_is_shut_out(
         assert_eq!(f.get("k"), rec);
         assert_eq!(other.get("k").unwrap(), Some(rec));
         // And the next contender is refused the same way, writing nothing.
-        assert_ambiguous(other.reserve("k", A2, LEASE, Some(late + 10)));
+        assert_ambiguous(other.reserve("k", A2, LEASE, false, Some(late + 10)));
         assert_eq!(f.get("k").updated_at, late);
     }
 }
@@ -641,10 +641,10 @@ fn list_is_oldest_first_and_filters_by_state() {
 #[test]
 fn reserve_refuses_bad_arguments_and_writes_nothing() {
     let f = Fixture::new();
-    assert_invalid(f.store.reserve("", A1, LEASE, Some(T0)));
-    assert_invalid(f.store.reserve("k", A1, 0, Some(T0)));
-    assert_invalid(f.store.reserve("k", A1, -5, Some(T0)));
-    assert_invalid(f.store.reserve("k", "", LEASE, Some(T0)));
+    assert_invalid(f.store.reserve("", A1, LEASE, false, Some(T0)));
+    assert_invalid(f.store.reserve("k", A1, 0, false, Some(T0)));
+    assert_invalid(f.store.reserve("k", A1, -5, false, Some(T0)));
+    assert_invalid(f.store.reserve("k", "", LEASE, false, Some(T0)));
     assert!(f.store.list(None).unwrap().is_empty());
 }
 
@@ -739,7 +739,7 @@ fn a_new_file_and_its_folder_are_created_and_reopened() {
     let s = open_store(&url_of(&path)).unwrap();
     assert!(path.is_file());
     assert!(s.describe().contains(&path.display().to_string()));
-    s.reserve("k", A1, LEASE, Some(T0)).unwrap();
+    s.reserve("k", A1, LEASE, false, Some(T0)).unwrap();
     drop(s);
     let again = open_store(&url_of(&path)).unwrap();
     assert_eq!(again.get("k").unwrap().unwrap().action_id, A1);
@@ -761,7 +761,7 @@ fn query_options_are_checked() {
     ] {
         let s = open_store(&format!("{base}{q}")).unwrap_or_else(|e| panic!("{q}: {e}"));
         let key = format!("k{q}");
-        s.reserve(&key, A1, LEASE, Some(T0)).unwrap();
+        s.reserve(&key, A1, LEASE, false, Some(T0)).unwrap();
         assert!(s.get(&key).unwrap().is_some());
     }
     let parsed = ctrlrun::url::parse(&format!("{base}?synchronous=normal")).unwrap();
@@ -805,7 +805,10 @@ fn eight_threads_racing_for_one_key_get_exactly_one_grant() {
             std::thread::spawn(move || {
                 let id = format!("act_{i:032x}");
                 barrier.wait();
-                (id.clone(), store.reserve("contended", &id, LEASE, Some(T0)))
+                (
+                    id.clone(),
+                    store.reserve("contended", &id, LEASE, false, Some(T0)),
+                )
             })
         })
         .collect();
@@ -843,7 +846,7 @@ fn eight_threads_over_the_same_hundred_keys_get_exactly_a_hundred_grants() {
                 for j in 0..100usize {
                     // Each thread walks the keys from a different start.
                     let key = format!("key:{}", (j + i * 13) % 100);
-                    match store.reserve(&key, &id, LEASE, Some(T0)) {
+                    match store.reserve(&key, &id, LEASE, false, Some(T0)) {
                         Ok(rec) => granted.push((key, rec)),
                         Err(Error::Duplicate {
                             kind: DuplicateKind::InProgress,
@@ -885,7 +888,7 @@ fn eight_threads_renewing_one_failed_key_get_exactly_one_attempt_two() {
             std::thread::spawn(move || {
                 let id = format!("act_{i:032x}");
                 barrier.wait();
-                store.reserve("k", &id, LEASE, Some(T0 + 10))
+                store.reserve("k", &id, LEASE, false, Some(T0 + 10))
             })
         })
         .collect();
@@ -919,7 +922,7 @@ fn eight_threads_meeting_one_lapsed_lease_all_see_ambiguous_and_one_write_lands(
             std::thread::spawn(move || {
                 let id = format!("act_{i:032x}");
                 barrier.wait();
-                store.reserve("k", &id, LEASE, Some(late + i))
+                store.reserve("k", &id, LEASE, false, Some(late + i))
             })
         })
         .collect();
@@ -942,7 +945,7 @@ fn a_busy_database_at_begin_is_a_failed_write_and_nothing_changes() {
     let busy = open_store(&format!("{}?busy_timeout=0", url_of(&f.db()))).unwrap();
     let locker = rusqlite::Connection::open(f.db()).unwrap();
     locker.execute_batch("BEGIN IMMEDIATE").unwrap();
-    match busy.reserve("k", A2, LEASE, Some(T0)) {
+    match busy.reserve("k", A2, LEASE, false, Some(T0)) {
         Err(Error::StoreWriteFailed(m)) => assert!(m.contains("'k'"), "{m}"),
         other => panic!("expected StoreWriteFailed, got {other:?}"),
     }
@@ -956,7 +959,7 @@ fn a_busy_database_at_begin_is_a_failed_write_and_nothing_changes() {
     assert!(busy.get("k").unwrap().is_none(), "nothing was committed");
     assert_eq!(f.get("held"), held);
     // Once the lock is gone the same writes succeed (the failed write was safe to retry).
-    busy.reserve("k", A2, LEASE, Some(T0)).unwrap();
+    busy.reserve("k", A2, LEASE, false, Some(T0)).unwrap();
     busy.transition("held", A1, Some(1), &Transition::Begin, Some(T0 + 1))
         .unwrap();
 }
@@ -992,4 +995,41 @@ fn unusual_keys_round_trip_byte_for_byte() {
         .collect();
     assert_eq!(listed, keys);
     assert!(f.store.get("with").unwrap().is_none());
+}
+
+// ---------------------------------------------------------------------------------------------
+// begin folded into the reservation (the decorator's path): one write fewer, same guarantees
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn reserve_with_begin_writes_executing_and_the_outcome_follows_directly() {
+    let f = Fixture::new();
+    let r = f.store.reserve("k", A1, LEASE, true, Some(T0)).unwrap();
+    assert_eq!(r.state, EffectState::Executing);
+    assert_eq!(r.lease_expires_at, Some(T0 + LEASE));
+    assert_eq!(f.get("k"), r);
+    // a contender meets it in progress, then it commits without a separate begin
+    assert_duplicate(f.reserve("k", A2, T0 + 1), DuplicateKind::InProgress);
+    let c = f.step("k", A1, 1, commit("\"ok\""), T0 + 2).unwrap();
+    assert_eq!(c.state, EffectState::Committed);
+    assert_duplicate(
+        f.store.reserve("k", A2, LEASE, true, Some(T0 + 3)),
+        DuplicateKind::Committed,
+    );
+}
+
+#[test]
+fn reserve_with_begin_renews_a_failed_row_as_executing_and_lapses_to_ambiguous() {
+    let f = Fixture::new();
+    f.store.reserve("k", A1, LEASE, true, Some(T0)).unwrap();
+    f.step("k", A1, 1, Transition::Fail { error: "no".into() }, T0 + 1)
+        .unwrap();
+    let r = f.store.reserve("k", A2, LEASE, true, Some(T0 + 2)).unwrap();
+    assert_eq!((r.state, r.attempt), (EffectState::Executing, 2));
+    // the holder vanishes: the next caller after the lease finds it ambiguous
+    assert_ambiguous(
+        f.store
+            .reserve("k", A1, LEASE, true, Some(T0 + 2 + LEASE + 1)),
+    );
+    assert_eq!(f.get("k").state, EffectState::Ambiguous);
 }

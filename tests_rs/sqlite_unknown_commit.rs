@@ -41,7 +41,9 @@ fn reservation_commit_that_did_not_land_is_retried_once() {
     let dir = tempfile::tempdir().unwrap();
     let (store, fail_next) = open(&dir);
     fail_next.store(1, Ordering::SeqCst);
-    let granted = store.reserve("k", &aid('a'), LEASE, Some(T0)).unwrap();
+    let granted = store
+        .reserve("k", &aid('a'), LEASE, false, Some(T0))
+        .unwrap();
     assert_eq!(
         fail_next.load(Ordering::SeqCst),
         0,
@@ -58,7 +60,9 @@ fn reservation_commit_failing_twice_is_unresolved_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (store, fail_next) = open(&dir);
     fail_next.store(2, Ordering::SeqCst);
-    let err = store.reserve("k", &aid('a'), LEASE, Some(T0)).unwrap_err();
+    let err = store
+        .reserve("k", &aid('a'), LEASE, false, Some(T0))
+        .unwrap_err();
     assert!(matches!(err, Error::StoreUnresolved(_)), "{err:?}");
     assert_eq!(store.get("k").unwrap(), None);
 }
@@ -67,7 +71,9 @@ fn reservation_commit_failing_twice_is_unresolved_and_writes_nothing() {
 fn transition_commit_that_did_not_land_is_reissued() {
     let dir = tempfile::tempdir().unwrap();
     let (store, fail_next) = open(&dir);
-    let r = store.reserve("k", &aid('a'), LEASE, Some(T0)).unwrap();
+    let r = store
+        .reserve("k", &aid('a'), LEASE, false, Some(T0))
+        .unwrap();
     fail_next.store(1, Ordering::SeqCst);
     let row = store
         .transition(
@@ -90,7 +96,9 @@ fn transition_commit_that_did_not_land_is_reissued() {
 fn transition_commit_failing_twice_is_unresolved_and_the_row_is_unchanged() {
     let dir = tempfile::tempdir().unwrap();
     let (store, fail_next) = open(&dir);
-    let r = store.reserve("k", &aid('a'), LEASE, Some(T0)).unwrap();
+    let r = store
+        .reserve("k", &aid('a'), LEASE, false, Some(T0))
+        .unwrap();
     store
         .transition("k", &aid('a'), Some(1), &Transition::Begin, Some(T0 + 1))
         .unwrap();
@@ -110,10 +118,12 @@ fn transition_commit_failing_twice_is_unresolved_and_the_row_is_unchanged() {
 fn a_lapse_write_that_did_not_land_is_retried_and_then_refuses() {
     let dir = tempfile::tempdir().unwrap();
     let (store, fail_next) = open(&dir);
-    store.reserve("k", &aid('a'), LEASE, Some(T0)).unwrap();
+    store
+        .reserve("k", &aid('a'), LEASE, false, Some(T0))
+        .unwrap();
     fail_next.store(1, Ordering::SeqCst);
     let err = store
-        .reserve("k", &aid('b'), LEASE, Some(T0 + LEASE + 1))
+        .reserve("k", &aid('b'), LEASE, false, Some(T0 + LEASE + 1))
         .unwrap_err();
     assert!(matches!(err, Error::Ambiguous { .. }), "{err:?}");
     assert_eq!(fail_next.load(Ordering::SeqCst), 0);

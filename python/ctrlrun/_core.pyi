@@ -14,6 +14,9 @@ __all__ = [
     "open_store",
     "drop_scratch_schema",
     "sqlite_path",
+    "before_fork",
+    "after_fork_in_parent",
+    "after_fork_in_child",
     "SCRATCH_SCHEMA_PREFIX",
     "SQLITE_SCHEMA_VERSION",
     "__version__",
@@ -47,7 +50,12 @@ class Store:
     @property
     def closed(self) -> bool: ...
     def reserve(
-        self, key: str, action_id: str, lease_us: int, now_us: Optional[int] = None
+        self,
+        key: str,
+        action_id: str,
+        lease_us: int,
+        now_us: Optional[int] = None,
+        begin: bool = False,
     ) -> _RecordTuple: ...
     def transition(
         self,
@@ -76,3 +84,7 @@ class Store:
 def open_store(url: str) -> Store: ...
 def sqlite_path(url: str) -> Optional[Path]: ...
 def drop_scratch_schema(url: str) -> None: ...
+
+def before_fork() -> None: ...
+def after_fork_in_parent() -> None: ...
+def after_fork_in_child() -> None: ...

@@ -291,20 +291,19 @@ def _fail_unstarted(store: Store, key: str, action_id: str, attempt: int, why: B
 
 
 def _reserve_and_begin(store: Store, key: str, action_id: str, lease_us: int) -> int:
-    """Reserve ``key`` and mark it executing; returns the attempt. If the begin write fails,
-    the body never starts, so the reservation is failed (a retry may run)."""
+    """Reserve ``key`` straight into ``executing`` (one durable write: the begin transition is
+    folded into the reservation, since the body starts right after); returns the attempt."""
     core = store._core
     attempt: Optional[int] = None
     try:
-        # Inside the try: a KeyboardInterrupt landing just after the reservation returned
-        # still records it as failed (nothing ran).
-        attempt = core.reserve(key, action_id, lease_us, store._now())[3]
-        core.transition(key, action_id, attempt, "begin", None, store._now())
+        attempt = core.reserve(key, action_id, lease_us, store._now(), True)[3]
+        # Still inside the try: an interrupt (KeyboardInterrupt) landing just after the
+        # reservation returned records it as failed, since the body never started.
+        return attempt
     except BaseException as exc:
         if attempt is not None:
             _fail_unstarted(store, key, action_id, attempt, exc)
         raise
-    return attempt
 
 
 def _run(

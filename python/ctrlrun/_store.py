@@ -283,6 +283,13 @@ def _forget_after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
+    # SQLite must not be inside a call, or hold an open connection, at the instant of a fork:
+    # the child would inherit its per-file locks and mutexes. Forks wait for calls in flight.
+    os.register_at_fork(
+        before=_core.before_fork,
+        after_in_parent=_core.after_fork_in_parent,
+        after_in_child=_core.after_fork_in_child,
+    )
 
 
 def set_default_store(store: Union[Store, str, None]) -> Optional[Store]:

@@ -16,6 +16,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store::open_store, m)?)?;
     m.add_function(wrap_pyfunction!(store::drop_scratch_schema, m)?)?;
     m.add_function(wrap_pyfunction!(store::sqlite_path, m)?)?;
+    m.add_function(wrap_pyfunction!(store::before_fork, m)?)?;
+    m.add_function(wrap_pyfunction!(store::after_fork_in_parent, m)?)?;
+    m.add_function(wrap_pyfunction!(store::after_fork_in_child, m)?)?;
     m.add(
         "SCRATCH_SCHEMA_PREFIX",
         crate::store::postgres::SCRATCH_PREFIX,

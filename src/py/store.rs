@@ -6,7 +6,7 @@ use super::errors::{record_tuple, IntoPyResult, RecordTuple};
 use crate::error::Error;
 use crate::planner::Transition;
 use crate::record::{EffectState, Micros};
-use crate::store::Store;
+use crate::store::{fork, Store};
 
 /// A store handle. Every method releases the GIL while it talks to the database.
 /// Timestamps are integer microseconds since the Unix epoch (UTC); `now_us=None` uses the
@@ -62,7 +62,12 @@ fn parse_state(state: &str) -> Result<EffectState, Error> {
 /// store cannot be opened.
 #[pyfunction]
 pub fn open_store(py: Python<'_>, url: String) -> PyResult<PyStore> {
-    let store = py.detach(|| crate::store::open_store(&url)).py_err(py)?;
+    let store = py
+        .detach(|| {
+            let _pass = fork::pass();
+            crate::store::open_store(&url)
+        })
+        .py_err(py)?;
     let description = store.describe();
     Ok(PyStore {
         inner: RwLock::new(Some(store)),
@@ -101,7 +106,9 @@ impl PyStore {
         &self.description
     }
 
-    #[pyo3(signature = (key, action_id, lease_us, now_us=None))]
+    /// With `begin=True` a granted row is written `executing` at once (the caller runs the body
+    /// right after), saving the separate begin write.
+    #[pyo3(signature = (key, action_id, lease_us, now_us=None, begin=false))]
     fn reserve(
         &self,
         py: Python<'_>,
@@ -109,11 +116,15 @@ impl PyStore {
         action_id: &str,
         lease_us: Micros,
         now_us: Option<Micros>,
+        begin: bool,
     ) -> PyResult<RecordTuple> {
         let store = self.get().py_err(py)?;
-        py.detach(|| store.reserve(key, action_id, lease_us, now_us))
-            .map(record_tuple)
-            .py_err(py)
+        py.detach(|| {
+            let _pass = fork::pass();
+            store.reserve(key, action_id, lease_us, begin, now_us)
+        })
+        .map(record_tuple)
+        .py_err(py)
     }
 
     /// `kind` is one of `begin`, `commit` (payload: result JSON), `fail` and `ambiguous`
@@ -146,9 +157,12 @@ impl PyStore {
             }
         };
         let store = self.get().py_err(py)?;
-        py.detach(|| store.transition(key, action_id, attempt, &t, now_us))
-            .map(record_tuple)
-            .py_err(py)
+        py.detach(|| {
+            let _pass = fork::pass();
+            store.transition(key, action_id, attempt, &t, now_us)
+        })
+        .map(record_tuple)
+        .py_err(py)
     }
 
     #[pyo3(signature = (key, action_id, attempt, until_us, now_us=None))]
@@ -162,9 +176,12 @@ impl PyStore {
         now_us: Option<Micros>,
     ) -> PyResult<RecordTuple> {
         let store = self.get().py_err(py)?;
-        py.detach(|| store.extend_lease(key, action_id, attempt, until_us, now_us))
-            .map(record_tuple)
-            .py_err(py)
+        py.detach(|| {
+            let _pass = fork::pass();
+            store.extend_lease(key, action_id, attempt, until_us, now_us)
+        })
+        .map(record_tuple)
+        .py_err(py)
     }
 
     #[pyo3(signature = (key, state, resolver, now_us=None))]
@@ -178,25 +195,34 @@ impl PyStore {
     ) -> PyResult<RecordTuple> {
         let target = parse_state(state).py_err(py)?;
         let store = self.get().py_err(py)?;
-        py.detach(|| store.resolve(key, target, resolver, now_us))
-            .map(record_tuple)
-            .py_err(py)
+        py.detach(|| {
+            let _pass = fork::pass();
+            store.resolve(key, target, resolver, now_us)
+        })
+        .map(record_tuple)
+        .py_err(py)
     }
 
     fn get_effect(&self, py: Python<'_>, key: &str) -> PyResult<Option<RecordTuple>> {
         let store = self.get().py_err(py)?;
-        py.detach(|| store.get(key))
-            .map(|r| r.map(record_tuple))
-            .py_err(py)
+        py.detach(|| {
+            let _pass = fork::pass();
+            store.get(key)
+        })
+        .map(|r| r.map(record_tuple))
+        .py_err(py)
     }
 
     #[pyo3(signature = (state=None))]
     fn list_effects(&self, py: Python<'_>, state: Option<&str>) -> PyResult<Vec<RecordTuple>> {
         let state = state.map(parse_state).transpose().py_err(py)?;
         let store = self.get().py_err(py)?;
-        py.detach(|| store.list(state))
-            .map(|v| v.into_iter().map(record_tuple).collect())
-            .py_err(py)
+        py.detach(|| {
+            let _pass = fork::pass();
+            store.list(state)
+        })
+        .map(|v| v.into_iter().map(record_tuple).collect())
+        .py_err(py)
     }
 
     /// Release the store's connections. Later calls raise `InvalidArgument`.
@@ -207,7 +233,10 @@ impl PyStore {
             std::mem::forget(taken);
             return;
         }
-        py.detach(move || drop(taken));
+        py.detach(move || {
+            let _pass = fork::pass();
+            drop(taken)
+        });
     }
 
     #[getter]
@@ -218,4 +247,23 @@ impl PyStore {
     fn __repr__(&self) -> String {
         format!("<ctrlrun._core.Store {}>", self.description)
     }
+}
+
+/// `os.register_at_fork(before=...)`: wait for store calls in flight (holding off new ones)
+/// and close idle SQLite connections, so the child inherits no SQLite state.
+#[pyfunction]
+pub fn before_fork(py: Python<'_>) {
+    py.detach(fork::prepare);
+}
+
+/// `os.register_at_fork(after_in_parent=...)`: store calls go on.
+#[pyfunction]
+pub fn after_fork_in_parent() {
+    fork::release();
+}
+
+/// `os.register_at_fork(after_in_child=...)`: a fresh gate for the child's own stores.
+#[pyfunction]
+pub fn after_fork_in_child() {
+    fork::release_in_child();
 }

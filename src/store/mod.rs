@@ -1,10 +1,12 @@
 //! The [`Store`] trait every backend implements. Stores only write: every decision comes
 //! from [`crate::planner`].
 
+pub mod fork;
+pub mod pool;
 pub mod postgres;
 pub mod sqlite;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::error::Result;
 use crate::record::{EffectRecord, EffectState, Micros};
@@ -21,12 +23,15 @@ pub trait Store: Send + Sync {
     fn describe(&self) -> String;
 
     /// Reserve `key` for the attempt `action_id` for `lease` microseconds (SPEC §3). Returns the
-    /// granted row; a refusal is `Error::Duplicate` / `Error::Ambiguous`.
+    /// granted row; a refusal is `Error::Duplicate` / `Error::Ambiguous`. With `begin` the granted
+    /// row is written `executing` (the body starts right after; see
+    /// [`crate::planner::plan_reservation`]), else `reserved`.
     fn reserve(
         &self,
         key: &str,
         action_id: &str,
         lease: Micros,
+        begin: bool,
         now: Option<Micros>,
     ) -> Result<EffectRecord>;
 
@@ -73,29 +78,4 @@ pub fn open_store(url: &str) -> Result<Arc<dyn Store>> {
             Ok(Arc::new(postgres::PostgresStore::open(&url, &schema)?))
         }
     }
-}
-
-/// One small thread pool shared by the SQLite stores' connection pools (opening a local file
-/// is quick), so opening a SQLite store spawns no threads; each PostgreSQL store has its own.
-/// A forked child gets a new one: the parent's thread does not exist there.
-pub(crate) fn pool_threads() -> Arc<scheduled_thread_pool::ScheduledThreadPool> {
-    type Shared = (u32, Arc<scheduled_thread_pool::ScheduledThreadPool>);
-    static THREADS: Mutex<Option<Shared>> = Mutex::new(None);
-    let pid = std::process::id();
-    let mut guard = THREADS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((owner, threads)) = guard.as_ref() {
-        if *owner == pid {
-            return threads.clone();
-        }
-    }
-    let threads = Arc::new(
-        scheduled_thread_pool::ScheduledThreadPool::builder()
-            .num_threads(1)
-            .thread_name_pattern("ctrlrun-pool-{}")
-            .build(),
-    );
-    if let Some((_, inherited)) = guard.replace((pid, threads.clone())) {
-        std::mem::forget(inherited); // its thread lives in the parent only
-    }
-    threads
 }

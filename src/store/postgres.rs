@@ -14,7 +14,6 @@
 //! is `StoreUnresolved`. Each branch is logged on `ctrlrun.store` with its name.
 
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use postgres::error::SqlState;
@@ -24,6 +23,7 @@ use postgres::{Client, Config, NoTls, Row, Statement, Transaction};
 use crate::error::{Error, Result};
 use crate::planner::{self, AfterUnknown, Expected, ReservationPlan, Transition};
 use crate::record::{EffectRecord, EffectState, Micros};
+use crate::store::pool::{Pool, Pooled};
 use crate::store::Store;
 
 /// The schema version this build writes (`ctrlrun_meta.schema_version`).
@@ -65,7 +65,7 @@ impl Sql {
                 "WITH clock AS (SELECT {now} AS n), \
                  ins AS (INSERT INTO {t} (key_digest, effect_key, state, action_id, attempt, \
                          created_at, updated_at, lease_expires_at) \
-                         SELECT {d}, $1, 'reserved', $2, 1, n, n, n + $3::int8 FROM clock \
+                         SELECT {d}, $1, $5, $2, 1, n, n, n + $3::int8 FROM clock \
                          ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}) \
                  SELECT true, {COLUMNS}, (SELECT n FROM clock) FROM ins \
                  UNION ALL \
@@ -150,16 +150,12 @@ impl Manager {
     }
 }
 
-impl r2d2::ManageConnection for Manager {
-    type Connection = Conn;
-    type Error = postgres::Error;
+impl super::pool::Manage for Manager {
+    type Conn = Conn;
+    type Error = String;
 
-    fn connect(&self) -> std::result::Result<Conn, postgres::Error> {
-        self.connect_client()
-    }
-
-    fn is_valid(&self, conn: &mut Conn) -> std::result::Result<(), postgres::Error> {
-        conn.client.simple_query("").map(|_| ())
+    fn connect(&self) -> std::result::Result<Conn, String> {
+        self.connect_client().map_err(|e| describe_pg_error(&e))
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
@@ -262,7 +258,7 @@ pub struct PostgresStore {
     manager_config: Config,
     sql: std::sync::Arc<Sql>,
     description: String,
-    pool: r2d2::Pool<Manager>,
+    pool: Pool<Manager>,
 }
 
 impl PostgresStore {
@@ -290,36 +286,19 @@ impl PostgresStore {
         init_schema(&mut client, schema, &description)?;
         drop(client);
         let sql = std::sync::Arc::new(Sql::new(schema));
-        // Connections are opened on this store's own threads, so a slow or unreachable server
-        // never holds up another store's connections.
-        let threads = Arc::new(
-            scheduled_thread_pool::ScheduledThreadPool::builder()
-                .num_threads(2)
-                .thread_name_pattern("ctrlrun-pg-{}")
-                .build(),
-        );
+        // Waiting for a pooled connection, or for the server: the connect timeout bounds both.
         let timeout = config
             .get_connect_timeout()
             .copied()
             .unwrap_or(Duration::from_secs(10));
-        let build = |config: Config| {
-            r2d2::Pool::builder()
-                .max_size(16)
-                .min_idle(Some(0))
-                .test_on_check_out(false)
-                .idle_timeout(None)
-                .max_lifetime(None)
-                // Waiting for a pooled connection, or for the server: the connect timeout
-                // bounds both.
-                .connection_timeout(timeout)
-                .thread_pool(threads.clone())
-                .error_handler(Box::new(r2d2::NopErrorHandler))
-                .build_unchecked(Manager {
-                    config,
-                    sql: sql.clone(),
-                })
-        };
-        let pool = build(config.clone());
+        let pool = Pool::new(
+            Manager {
+                config: config.clone(),
+                sql: sql.clone(),
+            },
+            16,
+            timeout,
+        );
         Ok(PostgresStore {
             manager_config: config,
             sql,
@@ -328,7 +307,7 @@ impl PostgresStore {
         })
     }
 
-    fn conn(&self, what: &str, key: &str) -> Result<r2d2::PooledConnection<Manager>> {
+    fn conn(&self, what: &str, key: &str) -> Result<Pooled<'_, Manager>> {
         self.pool.get().map_err(|e| {
             Error::StoreWriteFailed(format!(
                 "{what} for effect '{key}': cannot get a connection to the PostgreSQL store {}: \
@@ -494,12 +473,14 @@ impl PostgresStore {
         key: &str,
         action_id: &str,
         lease: Micros,
+        begin: bool,
         now: Option<Micros>,
     ) -> Result<Commit<Step>> {
+        let granted = if begin { "executing" } else { "reserved" };
         const WHAT: &str = "reserve_effect";
         self.txn(WHAT, key, |tx, st| {
             let rows = tx
-                .query(&st.reserve, &[&key, &action_id, &lease, &now])
+                .query(&st.reserve, &[&key, &action_id, &lease, &now, &granted])
                 .map_err(|e| self.failed(WHAT, key, &e))?;
             let mut found = match rows.first() {
                 Some(row) => {
@@ -520,7 +501,7 @@ impl PostgresStore {
             // A compare-and-set that loses a race re-reads and re-plans; a few rounds at most.
             for _ in 0..4 {
                 let (row, n) = found;
-                match planner::plan_reservation(row.as_ref(), key, action_id, lease, n) {
+                match planner::plan_reservation(row.as_ref(), key, action_id, lease, n, begin) {
                     ReservationPlan::Refuse(r) => {
                         return Ok(Step {
                             written: None,
@@ -546,7 +527,7 @@ impl PostgresStore {
                     // Rows are never deleted; if one vanished, the next round inserts.
                     ReservationPlan::Insert(_) => {
                         let rows = tx
-                            .query(&st.reserve, &[&key, &action_id, &lease, &now])
+                            .query(&st.reserve, &[&key, &action_id, &lease, &now, &granted])
                             .map_err(|e| self.failed(WHAT, key, &e))?;
                         if let Some(row) = rows.first() {
                             let (inserted, rec, _) = read_found(row)?;
@@ -626,11 +607,12 @@ impl PostgresStore {
         key: &str,
         action_id: &str,
         lease: Micros,
+        begin: bool,
         now: Option<Micros>,
         may_retry: bool,
     ) -> Result<EffectRecord> {
         const WHAT: &str = "reserve_effect";
-        let (step, why) = match self.reserve_txn(key, action_id, lease, now)? {
+        let (step, why) = match self.reserve_txn(key, action_id, lease, begin, now)? {
             Commit::Landed(step) => return step.outcome,
             Commit::Unknown(step, why) => (step, why),
         };
@@ -654,15 +636,21 @@ impl PostgresStore {
         match found {
             None if may_retry => {
                 log::warn!(target: "ctrlrun.store", "reread_none_retry_insert: {WHAT} '{key}'");
-                self.reserve_step(key, action_id, lease, now, false)
+                self.reserve_step(key, action_id, lease, begin, now, false)
             }
             None => Err(unresolved()),
             Some(row) => {
                 log::warn!(target: "ctrlrun.store", "reread_other_replan: {WHAT} '{key}'");
-                match planner::plan_reservation(Some(&row), key, action_id, lease, now.unwrap_or(n))
-                {
+                match planner::plan_reservation(
+                    Some(&row),
+                    key,
+                    action_id,
+                    lease,
+                    now.unwrap_or(n),
+                    begin,
+                ) {
                     ReservationPlan::Refuse(r) => Err(r.into_error()),
-                    _ if may_retry => self.reserve_step(key, action_id, lease, now, false),
+                    _ if may_retry => self.reserve_step(key, action_id, lease, begin, now, false),
                     _ => Err(unresolved()),
                 }
             }
@@ -855,11 +843,12 @@ impl Store for PostgresStore {
         key: &str,
         action_id: &str,
         lease: Micros,
+        begin: bool,
         now: Option<Micros>,
     ) -> Result<EffectRecord> {
         planner::check_request(key, action_id, lease)?;
         check_key(key)?;
-        self.reserve_step(key, action_id, lease, now, true)
+        self.reserve_step(key, action_id, lease, begin, now, true)
     }
 
     fn transition(

@@ -14,6 +14,7 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 use crate::error::{Error, Result};
 use crate::planner::{self, AfterUnknown, Expected, ReservationPlan, Transition};
 use crate::record::{now_micros, EffectRecord, EffectState, Micros};
+use crate::store::pool::{Pool, Pooled};
 use crate::store::Store;
 use crate::url::{SqliteOptions, Synchronous};
 
@@ -53,8 +54,8 @@ struct Manager {
     init: Option<ConnectionInit>,
 }
 
-impl r2d2::ManageConnection for Manager {
-    type Connection = Conn;
+impl super::pool::Manage for Manager {
+    type Conn = Conn;
     type Error = Error;
 
     fn connect(&self) -> Result<Conn> {
@@ -66,10 +67,6 @@ impl r2d2::ManageConnection for Manager {
             conn,
             broken: false,
         })
-    }
-
-    fn is_valid(&self, _conn: &mut Conn) -> Result<()> {
-        Ok(())
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
@@ -292,7 +289,7 @@ enum Commit<T> {
 
 pub struct SqliteStore {
     opts: SqliteOptions,
-    pool: r2d2::Pool<Manager>,
+    pool: Arc<Pool<Manager>>,
 }
 
 impl SqliteStore {
@@ -323,18 +320,17 @@ impl SqliteStore {
         let first = open_connection(&opts)?;
         init_schema(&first, &opts.path)?;
         drop(first);
-        let pool = r2d2::Pool::builder()
-            .max_size(8)
-            .min_idle(Some(0))
-            .test_on_check_out(false)
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .connection_timeout(opts.busy_timeout + Duration::from_secs(5))
-            .thread_pool(super::pool_threads())
-            .build_unchecked(Manager {
+        let pool = Arc::new(Pool::new(
+            Manager {
                 opts: opts.clone(),
                 init,
-            });
+            },
+            8,
+            opts.busy_timeout + Duration::from_secs(5),
+        ));
+        // No SQLite connection may stay open across a fork (see `store::fork`).
+        let weak = Arc::downgrade(&pool);
+        super::fork::register(weak);
         Ok(SqliteStore { opts, pool })
     }
 
@@ -342,7 +338,7 @@ impl SqliteStore {
         &self.opts.path
     }
 
-    fn conn(&self) -> Result<r2d2::PooledConnection<Manager>> {
+    fn conn(&self) -> Result<Pooled<'_, Manager>> {
         self.pool.get().map_err(|e| {
             Error::StoreWriteFailed(format!(
                 "cannot get a connection to the SQLite store at {}: {e}; nothing was written",
@@ -546,7 +542,7 @@ impl SqliteStore {
     }
 
     /// A pooled connection for a read: failing to get one is a store error, not a write's.
-    fn read_conn(&self) -> Result<r2d2::PooledConnection<Manager>> {
+    fn read_conn(&self) -> Result<Pooled<'_, Manager>> {
         self.pool.get().map_err(|e| {
             Error::Store(format!(
                 "cannot get a connection to the SQLite store at {}: {e}",
@@ -576,6 +572,7 @@ impl Store for SqliteStore {
         key: &str,
         action_id: &str,
         lease: Micros,
+        begin: bool,
         now: Option<Micros>,
     ) -> Result<EffectRecord> {
         planner::check_request(key, action_id, lease)?;
@@ -584,13 +581,13 @@ impl Store for SqliteStore {
         // (A stale read only means the caller arrived a moment earlier; anything the planner
         // would grant or lapse is decided again under BEGIN IMMEDIATE below.)
         if let ReservationPlan::Refuse(refusal) =
-            planner::plan_reservation(self.read(key)?.as_ref(), key, action_id, lease, now)
+            planner::plan_reservation(self.read(key)?.as_ref(), key, action_id, lease, now, begin)
         {
             return Err(refusal.into_error());
         }
         let plan = |found: Option<EffectRecord>| {
             Ok(
-                match planner::plan_reservation(found.as_ref(), key, action_id, lease, now) {
+                match planner::plan_reservation(found.as_ref(), key, action_id, lease, now, begin) {
                     ReservationPlan::Insert(row) => (
                         None,
                         Step {
