@@ -7,13 +7,10 @@ Variants of one protected call on a fresh key:
 * ``min``  — the least any at-most-once engine must write: the reservation (BEGIN; INSERT … ON
   CONFLICT DO NOTHING; COMMIT) and the outcome (BEGIN; UPDATE; COMMIT): two durable commits.
 * ``same`` — ctrlrun's own schema and statements, as src/store/sqlite.rs and
-  src/store/postgres.rs issue them: the reservation (SQLite: SELECT + INSERT; PostgreSQL: the
-  one-statement CTE on the ``key_digest`` primary key), then the ``begin`` transition
-  (reserved -> executing) and the ``commit`` transition, each an ``UPDATE`` (SQLite: then a
-  ``SELECT`` of the row written; PostgreSQL: ``RETURNING``) in its
-  own transaction. Three commits; on SQLite the ``begin`` one is not waited for on disk, as
-  ctrlrun does it (the connection switches to ``synchronous=NORMAL`` around it when the store is
-  FULL); on PostgreSQL every commit is durable, as in ctrlrun.
+  src/store/postgres.rs issue them for ``protect``: the reservation straight into ``executing``
+  (SQLite: SELECT + INSERT; PostgreSQL: the one-statement CTE on the ``key_digest`` primary
+  key), then the ``commit`` transition, an ``UPDATE`` (SQLite: then a ``SELECT`` of the row
+  written; PostgreSQL: ``RETURNING``), each in its own transaction: two durable commits.
   Keep these in step with src/store/*.rs.
 
 ``read``: one SELECT by primary key per call (the duplicate path's floor).
@@ -131,7 +128,7 @@ def sqlite_call(conn, variant: str, key: str, marks=None) -> bool:
         if conn.execute(SQ_SELECT, (key,)).fetchone() is not None:
             return False
         now = now_us()
-        conn.execute(SQ_INSERT, (key, "reserved", aid, 1, now, now, now + LEASE_US,
+        conn.execute(SQ_INSERT, (key, "executing", aid, 1, now, now, now + LEASE_US,
                                  None, None, None))
         return True
 
@@ -147,27 +144,9 @@ def sqlite_call(conn, variant: str, key: str, marks=None) -> bool:
             assert len(rows) == 1
         sqlite_txn(conn, body)
 
-    relaxed = sync_level(conn) == "FULL"
-    if relaxed:  # src/store/sqlite.rs: the begin write need not be durable
-        conn.execute("PRAGMA synchronous = NORMAL")
-    transition("executing", True, None, ("reserved", "reserved", "reserved"))
-    if relaxed:
-        conn.execute("PRAGMA synchronous = FULL")
     result = executor(marks, key)
     transition("committed", False, str(result), ("executing", "executing", "executing"))
     return True
-
-
-_SYNC = {}
-
-
-def sync_level(conn) -> str:
-    level = _SYNC.get(id(conn))
-    if level is None:
-        level = {2: "FULL", 1: "NORMAL", 3: "EXTRA", 0: "OFF"}[
-            conn.execute("PRAGMA synchronous").fetchone()[0]]
-        _SYNC[id(conn)] = level
-    return level
 
 
 # -- PostgreSQL -----------------------------------------------------------------------------
@@ -216,7 +195,7 @@ class PgSql:
             f"WITH clock AS (SELECT {now} AS n), "
             f"ins AS (INSERT INTO {t} (key_digest, effect_key, state, action_id, attempt, "
             f"created_at, updated_at, lease_expires_at) "
-            f"SELECT {d}, %(key)s, 'reserved', %(aid)s, 1, n, n, n + %(lease)s::int8 FROM clock "
+            f"SELECT {d}, %(key)s, 'executing', %(aid)s, 1, n, n, n + %(lease)s::int8 FROM clock "
             f"ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}) "
             f"SELECT true, {COLUMNS}, (SELECT n FROM clock) FROM ins "
             f"UNION ALL "
@@ -296,7 +275,6 @@ def pg_call(conns: PgConns, sql: PgSql, variant: str, key: str, marks=None) -> b
         rows = pg_txn(on, lambda c: c.execute(sql.transition, params, prepare=True).fetchall())
         assert len(rows) == 1
 
-    transition(conn, "executing", True, None, ["reserved"])
     result = executor(marks, key)
     transition(conn, "committed", False, str(result), ["executing"])
     return True

@@ -240,7 +240,7 @@ class Bench:
         for sync in ("FULL", "NORMAL"):
             add(Spec(b, f"floor.min.{sync}", "floor", "floor: 2 txns (minimum)", sync,
                      "latency", floor("sqlite_latency", sync, "min")))
-            add(Spec(b, f"floor.same.{sync}", "floor", "floor: ctrlrun's statements (3 txns)",
+            add(Spec(b, f"floor.same.{sync}", "floor", "floor: ctrlrun's statements (2 txns)",
                      sync, "latency", floor("sqlite_latency", sync, "same")))
         add(Spec(b, "dup.ctrlrun", "ctrlrun", "duplicate: ctrlrun (committed key again)", "FULL",
                  "dup", ctrl("FULL", "dup")))
@@ -348,7 +348,7 @@ class Bench:
                      dur, "latency", ref("latency", True)))
         add(Spec(b, "floor.min", "floor", "floor: 2 txns (minimum), psycopg", dur, "latency",
                  floor("pg_latency", "min")))
-        add(Spec(b, "floor.same", "floor", "floor: ctrlrun's statements (3 txns), psycopg", dur,
+        add(Spec(b, "floor.same", "floor", "floor: ctrlrun's statements (2 txns), psycopg", dur,
                  "latency", floor("pg_latency", "same")))
         add(Spec(b, "dup.ctrlrun", "ctrlrun", "duplicate: ctrlrun (committed key again)", dur,
                  "dup", ctrl("dup")))
