@@ -24,7 +24,7 @@ import socket
 import struct
 import threading
 import time
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -39,10 +39,13 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 
 class Rule:
     def __init__(self, action: str, match: bytes, on: str, skip: int, times: int,
-                 then_refuse: bool) -> None:
-        assert action in ("drop_before", "drop_after", "hold"), action
+                 then_refuse: bool, callback: Optional[Callable[[], object]] = None) -> None:
+        assert action in ("drop_before", "drop_after", "hold", "call"), action
         assert on in ("commit", "statement"), on
+        assert (action == "call") == (callback is not None) and (action != "call" or
+                                                                 on == "statement")
         self.action, self.match, self.on = action, match, on
+        self.callback = callback
         self.skip, self.times, self.then_refuse = skip, times, then_refuse
         self.fired = 0
         self.fired_event = threading.Event()
@@ -117,7 +120,10 @@ class _Conn:
             stmt = rest.split(b"\0", 1)[0]
             self.txn.append(self.statements.get(stmt, b"") + b"\0" + body)
             rule = self.proxy._take_rule("statement", self.txn[-1])
-            if rule is not None:
+            if rule is not None and rule.action == "call":
+                assert rule.callback is not None
+                rule.callback()  # e.g. another client writes first; then the statement goes on
+            elif rule is not None:
                 self.close()
                 return False
         elif kind == b"Q":
@@ -199,10 +205,12 @@ class PgProxy:
         return f"postgresql://{user}@{self.host}:{self.port}/{db}"
 
     def arm(self, action: str, match: bytes = b"", *, on: str = "commit", skip: int = 0,
-            times: int = 1, then_refuse: bool = False) -> Rule:
+            times: int = 1, then_refuse: bool = False,
+            callback: Optional[Callable[[], object]] = None) -> Rule:
         """Act on the next matching COMMIT (or statement) whose transaction's SQL and Bind
-        bytes contain ``match``, after skipping ``skip`` matches, ``times`` times."""
-        rule = Rule(action, match, on, skip, times, then_refuse)
+        bytes contain ``match``, after skipping ``skip`` matches, ``times`` times. ``call``
+        (statements only) runs ``callback`` just before the statement is forwarded."""
+        rule = Rule(action, match, on, skip, times, then_refuse, callback)
         with self._lock:
             self.rules.append(rule)
         return rule

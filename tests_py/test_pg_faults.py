@@ -116,12 +116,18 @@ def test_fail_transition_lost_is_recognised_or_reissued(
 def test_shared_action_id_with_a_live_holder_is_in_progress_when_the_commit_is_lost(
     proxy, proxied, direct
 ):
-    holder = direct.reserve_effect("pay:o5", "act_" + "5" * 32, 60)
+    shared_id = "act_" + "5" * 32
+    held = []
+    # The holder reserves between our plain read (no row yet) and our reservation statement,
+    # which then meets its row; that transaction's COMMIT reply is lost.
+    race = proxy.arm("call", b"INSERT INTO", on="statement",
+                     callback=lambda: held.append(direct.reserve_effect("pay:o5", shared_id, 60)))
     rule = proxy.arm("drop_after", b"INSERT INTO")
     with pytest.raises(DuplicateEffect) as info:
-        proxied.reserve_effect("pay:o5", holder.action_id, 60)
+        proxied.reserve_effect("pay:o5", shared_id, 60)
     assert info.value.state == "in_progress"
-    assert rule.fired == 1
+    assert race.fired == 1 and rule.fired == 1
+    (holder,) = held
     assert direct.get_effect("pay:o5") == holder.record  # untouched
     # The holder runs and commits: one execution.
     direct.begin_execution("pay:o5", holder.action_id, attempt=1)
@@ -323,3 +329,18 @@ def test_kill_9_while_the_commit_is_held_leaves_the_store_consistent(
     assert after.state is EffectState.AMBIGUOUS
     assert "lapsed" in after.error
     assert len(list(marks.iterdir())) == 1
+
+
+def test_a_refusal_is_decided_from_one_plain_read_without_a_write(proxy, proxied, direct):
+    runs: list = []
+    pay = counted(proxied, runs)
+    assert pay("o20") == {"order": "o20", "n": 1}
+    # Were the refusal to send the reservation statement, this would cut the connection.
+    rule = proxy.arm("drop_before", b"INSERT INTO", on="statement", times=10)
+    for _ in range(3):
+        with pytest.raises(DuplicateEffect) as info:
+            pay("o20")
+        assert info.value.state == "committed"
+    assert rule.fired == 0
+    assert runs == ["o20"]
+    assert direct.get_effect("pay:o20").state is EffectState.COMMITTED

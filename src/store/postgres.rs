@@ -848,6 +848,21 @@ impl Store for PostgresStore {
     ) -> Result<EffectRecord> {
         planner::check_request(key, action_id, lease)?;
         check_key(key)?;
+        // A refusal needs no transaction: decide it from one plain read (one round trip
+        // instead of BEGIN, statement, COMMIT). A stale read only means the caller arrived a
+        // moment earlier; anything the planner would grant or lapse is decided again by the
+        // reservation's own statement and compare-and-set below.
+        let row = self
+            .read("reserve_effect", key, |client, st| {
+                client.query_one(&st.select, &[&key, &now])
+            })?
+            .map_err(|e| self.failed("reserve_effect", key, &e))?;
+        let (_, found, n) = read_found(&row)?;
+        if let ReservationPlan::Refuse(refusal) =
+            planner::plan_reservation(found.as_ref(), key, action_id, lease, n, begin)
+        {
+            return Err(refusal.into_error());
+        }
         self.reserve_step(key, action_id, lease, begin, now, true)
     }
 
