@@ -1033,3 +1033,104 @@ fn reserve_with_begin_renews_a_failed_row_as_executing_and_lapses_to_ambiguous()
     );
     assert_eq!(f.get("k").state, EffectState::Ambiguous);
 }
+
+// ---------------------------------------------------------------------------------------------
+// the reservation's plain read saw no row, but a row appears before the write lock is taken
+// ---------------------------------------------------------------------------------------------
+
+/// A store whose pooled connections, the first time they prepare `BEGIN`, let another
+/// connection commit `row` first (as a second process would, between our read and our lock).
+fn store_with_a_writer_before_begin(
+    dir: &TempDir,
+    row: EffectRecord,
+) -> ctrlrun::store::sqlite::SqliteStore {
+    use ctrlrun::store::sqlite::{ConnectionInit, SqliteStore};
+    use rusqlite::hooks::{AuthAction, Authorization, TransactionOperation};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let url = url_of(&dir.path().join("state.db"));
+    let ctrlrun::url::StoreUrl::Sqlite(opts) = ctrlrun::url::parse(&url).unwrap() else {
+        panic!("a SQLite URL")
+    };
+    let writer = open_store(&url).unwrap(); // creates the schema
+    drop(writer);
+    let done = Arc::new(AtomicBool::new(false));
+    let path = dir.path().join("state.db");
+    let init: ConnectionInit = Arc::new(move |conn| {
+        let (done, path, row) = (done.clone(), path.clone(), row.clone());
+        conn.authorizer(Some(move |ctx: rusqlite::hooks::AuthContext<'_>| {
+            if let AuthAction::Transaction {
+                operation: TransactionOperation::Begin,
+            } = ctx.action
+            {
+                if !done.swap(true, Ordering::SeqCst) {
+                    let other = rusqlite::Connection::open(&path).unwrap();
+                    other
+                        .execute(
+                            "INSERT INTO ctrlrun_effects (effect_key, state, action_id, attempt, \
+                             created_at, updated_at, lease_expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6)",
+                            rusqlite::params![
+                                row.effect_key,
+                                row.state.as_str(),
+                                row.action_id,
+                                row.attempt,
+                                row.created_at,
+                                row.lease_expires_at
+                            ],
+                        )
+                        .unwrap();
+                }
+            }
+            Authorization::Allow
+        }))
+    });
+    SqliteStore::open_with(opts, Some(init)).unwrap()
+}
+
+#[test]
+fn a_row_committed_between_the_plain_read_and_the_write_lock_is_obeyed() {
+    let dir = TempDir::new().unwrap();
+    let holder = EffectRecord {
+        effect_key: "k".into(),
+        state: EffectState::Executing,
+        action_id: A1.into(),
+        attempt: 1,
+        created_at: T0,
+        updated_at: T0,
+        lease_expires_at: Some(T0 + LEASE),
+        result: None,
+        error: None,
+        resolved_by: None,
+    };
+    let store = store_with_a_writer_before_begin(&dir, holder.clone());
+    // our plain read finds nothing; the insert meets the holder's row and does nothing; the
+    // row is read under the lock and the planner refuses: in progress
+    assert_duplicate(
+        store.reserve("k", A2, LEASE, true, Some(T0 + 1)),
+        DuplicateKind::InProgress,
+    );
+    assert_eq!(store.get("k").unwrap().unwrap(), holder);
+}
+
+#[test]
+fn a_lapsed_row_committed_between_the_plain_read_and_the_write_lock_is_lapsed() {
+    let dir = TempDir::new().unwrap();
+    let stale = EffectRecord {
+        effect_key: "k".into(),
+        state: EffectState::Executing,
+        action_id: A1.into(),
+        attempt: 1,
+        created_at: T0,
+        updated_at: T0,
+        lease_expires_at: Some(T0 + 10),
+        result: None,
+        error: None,
+        resolved_by: None,
+    };
+    let store = store_with_a_writer_before_begin(&dir, stale);
+    assert_ambiguous(store.reserve("k", A2, LEASE, true, Some(T0 + LEASE)));
+    assert_eq!(
+        store.get("k").unwrap().unwrap().state,
+        EffectState::Ambiguous
+    );
+}

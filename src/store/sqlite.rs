@@ -176,9 +176,11 @@ fn select(conn: &Connection, key: &str) -> rusqlite::Result<Option<EffectRecord>
     .optional()
 }
 
-fn insert(conn: &Connection, r: &EffectRecord) -> rusqlite::Result<()> {
+/// Insert `r` unless the key has a row; the count of rows inserted (0 or 1).
+fn insert(conn: &Connection, r: &EffectRecord) -> rusqlite::Result<usize> {
     conn.prepare_cached(&format!(
-        "INSERT INTO ctrlrun_effects ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+        "INSERT INTO ctrlrun_effects ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+         ON CONFLICT (effect_key) DO NOTHING"
     ))?
     .execute(params![
         r.effect_key,
@@ -191,8 +193,7 @@ fn insert(conn: &Connection, r: &EffectRecord) -> rusqlite::Result<()> {
         r.result,
         r.error,
         r.resolved_by
-    ])?;
-    Ok(())
+    ])
 }
 
 /// Overwrite the whole row if it is still `expected`; returns the number of rows changed.
@@ -419,20 +420,32 @@ impl SqliteStore {
     /// re-read: the row we wrote means it landed; anything else re-runs the step once (which
     /// re-reads and re-plans under the lock: an insert retried, an update re-issued, another
     /// row obeyed).
+    /// `absent`: a plain read just found no row, so first try the plan for no row (an insert
+    /// that does nothing if a row appeared meanwhile); only if it did nothing, read and plan.
     fn read_plan_write(
         &self,
         what: &str,
         key: &str,
         plan: &dyn Fn(Option<EffectRecord>) -> Result<(Option<Expected>, Step)>,
+        absent: bool,
         may_retry: bool,
     ) -> Result<EffectRecord> {
         let mut conn = self.conn()?;
         let committed = self.txn(&mut conn, what, key, |c| {
+            if absent {
+                if let (None, step) = plan(None)? {
+                    if let Some(row) = &step.written {
+                        if insert(c, row).map_err(|e| self.failed(what, key, e))? == 1 {
+                            return Ok(step);
+                        }
+                    }
+                }
+            }
             let found = select(c, key).map_err(|e| self.failed(what, key, e))?;
             let (expected, step) = plan(found)?;
             if let Some(row) = &step.written {
                 let written = match &expected {
-                    None => insert(c, row).map(|_| 1),
+                    None => insert(c, row),
                     Some(exp) => compare_and_set(c, exp, row),
                 }
                 .map_err(|e| self.failed(what, key, e))?;
@@ -465,7 +478,7 @@ impl SqliteStore {
                         "reread_other_replan"
                     };
                     log::warn!(target: "ctrlrun.store", "{branch}: {what} '{key}'");
-                    return self.read_plan_write(what, key, plan, false);
+                    return self.read_plan_write(what, key, plan, false, false);
                 }
                 Err(Error::StoreUnresolved(format!(
                     "the retried COMMIT of {what} for effect '{key}' in the SQLite store at {} \
@@ -580,8 +593,9 @@ impl Store for SqliteStore {
         // A refusal needs no write: decide it from a plain read, without taking the write lock.
         // (A stale read only means the caller arrived a moment earlier; anything the planner
         // would grant or lapse is decided again under BEGIN IMMEDIATE below.)
+        let seen = self.read(key)?;
         if let ReservationPlan::Refuse(refusal) =
-            planner::plan_reservation(self.read(key)?.as_ref(), key, action_id, lease, now, begin)
+            planner::plan_reservation(seen.as_ref(), key, action_id, lease, now, begin)
         {
             return Err(refusal.into_error());
         }
@@ -619,7 +633,7 @@ impl Store for SqliteStore {
                 },
             )
         };
-        self.read_plan_write("reserve_effect", key, &plan, true)
+        self.read_plan_write("reserve_effect", key, &plan, seen.is_none(), true)
     }
 
     fn transition(
@@ -656,7 +670,7 @@ impl Store for SqliteStore {
                 },
             ))
         };
-        self.read_plan_write("extend_lease", key, &plan, true)
+        self.read_plan_write("extend_lease", key, &plan, false, true)
     }
 
     fn resolve(
@@ -679,7 +693,7 @@ impl Store for SqliteStore {
                 },
             ))
         };
-        self.read_plan_write("resolve_effect", key, &plan, true)
+        self.read_plan_write("resolve_effect", key, &plan, false, true)
     }
 
     fn get(&self, key: &str) -> Result<Option<EffectRecord>> {
