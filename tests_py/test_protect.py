@@ -908,3 +908,21 @@ def test_store_given_as_a_url(tmp_path):
     with ctrlrun.open_store(f"sqlite:///{path}") as s:
         rec = s.get_effect("u:1")
         assert rec is not None and rec.state == EffectState.COMMITTED
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, 0, -7, 10**40, "", "plain", 'q"uo\\te\nnew\u2028line\U0001f600', True, False, 1.25,
+     [1, "a"], {"k": None}],
+    ids=repr,
+)
+def test_the_stored_result_is_the_json_of_the_returned_value(store, value):
+    import json
+
+    @ctrlrun.protect("t", effect="json:{n}", store=store)
+    def act(n: int):
+        return value
+
+    assert act(1) == value
+    stored = store.get_effect("json:1").result
+    assert stored == json.loads(json.dumps(value))

@@ -107,8 +107,18 @@ def record_from_core(t: Tuple[Any, ...]) -> EffectRecord:
     )
 
 
+_quote = json.encoder.encode_basestring_ascii
+
+
 def result_to_json(value: Any) -> str:
     """The executor's return value as JSON text; never raises (SPEC §8.4)."""
+    kind = type(value)
+    if value is None:
+        return "null"
+    if kind is int:  # exactly int: bool and int subclasses may print otherwise
+        return str(value)
+    if kind is str:
+        return _quote(value)  # what json.dumps does for a str, without its Python layers
     try:
         return json.dumps(value, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
