@@ -92,10 +92,10 @@ pub fn parse(url: &str) -> Result<StoreUrl> {
                      postgresql://user:password@host:port/db (a bare path is a SQLite file)"
                 )));
             }
-            if url_trim.starts_with("file:") || url_trim == ":memory:" {
-                if url_trim.contains(":memory:") || url_trim.contains("mode=memory") {
-                    return Err(memory_refused(&shown));
-                }
+            if (url_trim.starts_with("file:") || url_trim == ":memory:")
+                && (url_trim.contains(":memory:") || url_trim.contains("mode=memory"))
+            {
+                return Err(memory_refused(&shown));
             }
             (url_trim.to_owned(), None)
         }
@@ -156,7 +156,7 @@ pub fn parse(url: &str) -> Result<StoreUrl> {
                         "store URL {shown:?}: busy_timeout must be a number of seconds, got {v:?}"
                     ))
                 })?;
-                if !(secs.is_finite() && secs >= 0.0 && secs < 86_400.0) {
+                if !(secs.is_finite() && (0.0..86_400.0).contains(&secs)) {
                     return Err(Error::InvalidArgument(format!(
                         "store URL {shown:?}: busy_timeout must be between 0 and 86400 seconds, got {v:?}"
                     )));

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging  # noqa: F401  (imported before our fork hooks: see register_at_fork below)
 import math
 import os
 import threading
@@ -285,6 +286,8 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
     # SQLite must not be inside a call, or hold an open connection, at the instant of a fork:
     # the child would inherit its per-file locks and mutexes. Forks wait for calls in flight.
+    # `before` hooks run in reverse order of registration: logging (imported above) takes its
+    # module lock in its own hook, after ours, so a call in flight can still log while we wait.
     os.register_at_fork(
         before=_core.before_fork,
         after_in_parent=_core.after_fork_in_parent,
