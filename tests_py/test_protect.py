@@ -926,3 +926,16 @@ def test_the_stored_result_is_the_json_of_the_returned_value(store, value):
     assert act(1) == value
     stored = store.get_effect("json:1").result
     assert stored == json.loads(json.dumps(value))
+
+
+def test_a_result_too_big_to_print_is_stored_as_unserializable_and_the_call_still_commits(store):
+    big = 10**5000  # past Python's int-to-text digit limit
+
+    @ctrlrun.protect("t", effect="big:{n}", store=store)
+    def act(n: int):
+        return big
+
+    assert act(1) == big
+    rec = store.get_effect("big:1")
+    assert rec.state is EffectState.COMMITTED
+    assert isinstance(rec.result, dict) and "int" in str(rec.result)

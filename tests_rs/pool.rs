@@ -143,3 +143,30 @@ fn dropping_the_pool_closes_idle_connections() {
     drop(pool);
     assert_eq!(closed.load(Ordering::SeqCst), 2);
 }
+
+struct Panicking;
+
+impl Manage for Panicking {
+    type Conn = ();
+    type Error = String;
+
+    fn connect(&self) -> Result<(), String> {
+        panic!("an init callback panicked");
+    }
+
+    fn has_broken(&self, _conn: &mut ()) -> bool {
+        false
+    }
+}
+
+#[test]
+fn a_panic_while_connecting_gives_the_slot_back() {
+    let pool = Pool::new(Panicking, 1, Duration::from_millis(50));
+    for _ in 0..3 {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pool.get().map(|_| ())));
+        assert!(r.is_err(), "the panic propagates");
+    }
+    // had the slot leaked, this would be a Timeout, not another attempt to connect
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pool.get().map(|_| ())));
+    assert!(r.is_err());
+}

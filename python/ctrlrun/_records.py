@@ -115,11 +115,11 @@ def result_to_json(value: Any) -> str:
     kind = type(value)
     if value is None:
         return "null"
-    if kind is int:  # exactly int: bool and int subclasses may print otherwise
-        return str(value)
-    if kind is str:
-        return _quote(value)  # what json.dumps does for a str, without its Python layers
     try:
+        if kind is int:  # exactly int: bool and int subclasses may print otherwise
+            return str(value)  # ValueError past sys.get_int_max_str_digits: handled below
+        if kind is str:
+            return _quote(value)  # what json.dumps does for a str, without its Python layers
         return json.dumps(value, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
         pass

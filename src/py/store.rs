@@ -64,7 +64,8 @@ fn parse_state(state: &str) -> Result<EffectState, Error> {
 pub fn open_store(py: Python<'_>, url: String) -> PyResult<PyStore> {
     let store = py
         .detach(|| {
-            let _pass = fork::pass();
+            let sqlite = matches!(crate::url::parse(&url), Ok(crate::url::StoreUrl::Sqlite(_)));
+            let _pass = sqlite.then(fork::pass);
             crate::store::open_store(&url)
         })
         .py_err(py)?;
@@ -120,7 +121,7 @@ impl PyStore {
     ) -> PyResult<RecordTuple> {
         let store = self.get().py_err(py)?;
         py.detach(|| {
-            let _pass = fork::pass();
+            let _pass = store.fork_sensitive().then(fork::pass);
             store.reserve(key, action_id, lease_us, begin, now_us)
         })
         .map(record_tuple)
@@ -158,7 +159,7 @@ impl PyStore {
         };
         let store = self.get().py_err(py)?;
         py.detach(|| {
-            let _pass = fork::pass();
+            let _pass = store.fork_sensitive().then(fork::pass);
             store.transition(key, action_id, attempt, &t, now_us)
         })
         .map(record_tuple)
@@ -177,7 +178,7 @@ impl PyStore {
     ) -> PyResult<RecordTuple> {
         let store = self.get().py_err(py)?;
         py.detach(|| {
-            let _pass = fork::pass();
+            let _pass = store.fork_sensitive().then(fork::pass);
             store.extend_lease(key, action_id, attempt, until_us, now_us)
         })
         .map(record_tuple)
@@ -196,7 +197,7 @@ impl PyStore {
         let target = parse_state(state).py_err(py)?;
         let store = self.get().py_err(py)?;
         py.detach(|| {
-            let _pass = fork::pass();
+            let _pass = store.fork_sensitive().then(fork::pass);
             store.resolve(key, target, resolver, now_us)
         })
         .map(record_tuple)
@@ -206,7 +207,7 @@ impl PyStore {
     fn get_effect(&self, py: Python<'_>, key: &str) -> PyResult<Option<RecordTuple>> {
         let store = self.get().py_err(py)?;
         py.detach(|| {
-            let _pass = fork::pass();
+            let _pass = store.fork_sensitive().then(fork::pass);
             store.get(key)
         })
         .map(|r| r.map(record_tuple))
@@ -218,7 +219,7 @@ impl PyStore {
         let state = state.map(parse_state).transpose().py_err(py)?;
         let store = self.get().py_err(py)?;
         py.detach(|| {
-            let _pass = fork::pass();
+            let _pass = store.fork_sensitive().then(fork::pass);
             store.list(state)
         })
         .map(|v| v.into_iter().map(record_tuple).collect())
@@ -234,7 +235,10 @@ impl PyStore {
             return;
         }
         py.detach(move || {
-            let _pass = fork::pass();
+            let _pass = taken
+                .as_ref()
+                .filter(|s| s.fork_sensitive())
+                .map(|_| fork::pass());
             drop(taken)
         });
     }

@@ -22,6 +22,12 @@ pub trait Store: Send + Sync {
     /// The store's location for messages (never a password).
     fn describe(&self) -> String;
 
+    /// Whether a `fork()` must wait for this store's calls and close its idle connections
+    /// first (see [`fork`]): SQLite keeps per-file state for the whole process.
+    fn fork_sensitive(&self) -> bool {
+        false
+    }
+
     /// Reserve `key` for the attempt `action_id` for `lease` microseconds (SPEC §3). Returns the
     /// granted row; a refusal is `Error::Duplicate` / `Error::Ambiguous`. With `begin` the granted
     /// row is written `executing` (the body starts right after; see

@@ -101,14 +101,14 @@ impl<M: Manage> Pool<M> {
             if slots.open < self.max {
                 slots.open += 1;
                 drop(slots);
-                return match self.manager.connect() {
-                    Ok(conn) => Ok(self.lend(conn)),
-                    Err(e) => {
-                        self.lock().open -= 1;
-                        self.returned.notify_one();
-                        Err(GetError::Connect(e.to_string()))
-                    }
-                };
+                // The slot is given back unless a connection fills it (also on a panic).
+                let slot = Slot(self);
+                let conn = self
+                    .manager
+                    .connect()
+                    .map_err(|e| GetError::Connect(e.to_string()))?;
+                std::mem::forget(slot);
+                return Ok(self.lend(conn));
             }
             let now = Instant::now();
             if now >= deadline {
@@ -158,6 +158,16 @@ impl<M: Manage> Pool<M> {
 impl<M: Manage> super::fork::CloseIdle for Pool<M> {
     fn close_idle(&self) {
         Pool::close_idle(self)
+    }
+}
+
+/// A reserved but unfilled slot: dropping it gives the slot back and wakes a waiter.
+struct Slot<'a, M: Manage>(&'a Pool<M>);
+
+impl<M: Manage> Drop for Slot<'_, M> {
+    fn drop(&mut self) {
+        self.0.lock().open -= 1;
+        self.0.returned.notify_one();
     }
 }
 

@@ -580,6 +580,10 @@ impl Store for SqliteStore {
         format!("sqlite:///{}", self.opts.path.display())
     }
 
+    fn fork_sensitive(&self) -> bool {
+        true
+    }
+
     fn reserve(
         &self,
         key: &str,
