@@ -1040,10 +1040,14 @@ fn reserve_with_begin_renews_a_failed_row_as_executing_and_lapses_to_ambiguous()
 
 /// A store whose pooled connections, the first time they prepare `BEGIN`, let another
 /// connection commit `row` first (as a second process would, between our read and our lock).
+/// Also returns how many `INSERT` statements the store's connections prepared.
 fn store_with_a_writer_before_begin(
     dir: &TempDir,
     row: EffectRecord,
-) -> ctrlrun::store::sqlite::SqliteStore {
+) -> (
+    ctrlrun::store::sqlite::SqliteStore,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
     use ctrlrun::store::sqlite::{ConnectionInit, SqliteStore};
     use rusqlite::hooks::{AuthAction, Authorization, TransactionOperation};
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -1055,10 +1059,15 @@ fn store_with_a_writer_before_begin(
     let writer = open_store(&url).unwrap(); // creates the schema
     drop(writer);
     let done = Arc::new(AtomicBool::new(false));
+    let inserts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = inserts.clone();
     let path = dir.path().join("state.db");
     let init: ConnectionInit = Arc::new(move |conn| {
-        let (done, path, row) = (done.clone(), path.clone(), row.clone());
+        let (done, path, row, counted) = (done.clone(), path.clone(), row.clone(), counted.clone());
         conn.authorizer(Some(move |ctx: rusqlite::hooks::AuthContext<'_>| {
+            if let AuthAction::Insert { .. } = ctx.action {
+                counted.fetch_add(1, Ordering::SeqCst);
+            }
             if let AuthAction::Transaction {
                 operation: TransactionOperation::Begin,
             } = ctx.action
@@ -1084,7 +1093,7 @@ fn store_with_a_writer_before_begin(
             Authorization::Allow
         }))
     });
-    SqliteStore::open_with(opts, Some(init)).unwrap()
+    (SqliteStore::open_with(opts, Some(init)).unwrap(), inserts)
 }
 
 #[test]
@@ -1102,7 +1111,7 @@ fn a_row_committed_between_the_plain_read_and_the_write_lock_is_obeyed() {
         error: None,
         resolved_by: None,
     };
-    let store = store_with_a_writer_before_begin(&dir, holder.clone());
+    let (store, inserts) = store_with_a_writer_before_begin(&dir, holder.clone());
     // our plain read finds nothing; the insert meets the holder's row and does nothing; the
     // row is read under the lock and the planner refuses: in progress
     assert_duplicate(
@@ -1110,6 +1119,8 @@ fn a_row_committed_between_the_plain_read_and_the_write_lock_is_obeyed() {
         DuplicateKind::InProgress,
     );
     assert_eq!(store.get("k").unwrap().unwrap(), holder);
+    // the insert was tried first (a refusal planned from a read under the lock inserts nothing)
+    assert_eq!(inserts.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 
 #[test]
@@ -1127,7 +1138,7 @@ fn a_lapsed_row_committed_between_the_plain_read_and_the_write_lock_is_lapsed() 
         error: None,
         resolved_by: None,
     };
-    let store = store_with_a_writer_before_begin(&dir, stale);
+    let (store, _) = store_with_a_writer_before_begin(&dir, stale);
     assert_ambiguous(store.reserve("k", A2, LEASE, true, Some(T0 + LEASE)));
     assert_eq!(
         store.get("k").unwrap().unwrap().state,
