@@ -1145,3 +1145,24 @@ fn a_lapsed_row_committed_between_the_plain_read_and_the_write_lock_is_lapsed() 
         EffectState::Ambiguous
     );
 }
+
+#[test]
+fn an_outcome_written_without_reading_back_lands_the_same_row_and_refuses_alike() {
+    let f = Fixture::new();
+    let other = Fixture::new();
+    for fx in [&f, &other] {
+        fx.store.reserve("k", A1, LEASE, true, Some(T0)).unwrap();
+    }
+    f.store
+        .transition_unread("k", A1, Some(1), &commit("\"ok\""), Some(T0 + 5))
+        .unwrap();
+    let read_back = other.step("k", A1, 1, commit("\"ok\""), T0 + 5).unwrap();
+    assert_eq!(f.get("k"), read_back);
+    // a second attempt's outcome on the committed row is refused the same way
+    assert_duplicate(
+        f.store
+            .transition_unread("k", A2, Some(1), &commit("1"), Some(T0 + 6))
+            .map(|_| f.get("k")),
+        DuplicateKind::Committed,
+    );
+}

@@ -254,7 +254,7 @@ def _write_outcome(
     last: Optional[Exception] = None
     for pause in (*_OUTCOME_PAUSES, None):
         try:
-            core.transition(key, action_id, attempt, kind, payload, store._now())
+            core.transition_unread(key, action_id, attempt, kind, payload, store._now())
             return
         except (StoreWriteFailed, StoreUnresolved) as exc:
             last = exc

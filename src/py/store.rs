@@ -49,6 +49,24 @@ impl Drop for PyStore {
     }
 }
 
+/// `kind` and `payload` as a [`Transition`].
+fn parse_transition(kind: &str, payload: Option<String>) -> Result<Transition, Error> {
+    let text = || payload.clone().unwrap_or_default();
+    Ok(match kind {
+        "begin" => Transition::Begin,
+        "commit" => Transition::Commit {
+            result: payload.clone(),
+        },
+        "fail" => Transition::Fail { error: text() },
+        "ambiguous" => Transition::MarkAmbiguous { error: text() },
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "unknown transition {other:?}"
+            )))
+        }
+    })
+}
+
 fn parse_state(state: &str) -> Result<EffectState, Error> {
     EffectState::parse(state).ok_or_else(|| {
         Error::InvalidArgument(format!(
@@ -142,27 +160,35 @@ impl PyStore {
         payload: Option<String>,
         now_us: Option<Micros>,
     ) -> PyResult<RecordTuple> {
-        let text = || payload.clone().unwrap_or_default();
-        let t = match kind {
-            "begin" => Transition::Begin,
-            "commit" => Transition::Commit {
-                result: payload.clone(),
-            },
-            "fail" => Transition::Fail { error: text() },
-            "ambiguous" => Transition::MarkAmbiguous { error: text() },
-            other => {
-                return Err(Error::InvalidArgument(format!(
-                    "unknown transition {other:?}"
-                )))
-                .py_err(py)
-            }
-        };
+        let t = parse_transition(kind, payload).py_err(py)?;
         let store = self.get().py_err(py)?;
         py.detach(|| {
             let _pass = store.fork_sensitive().then(fork::pass);
             store.transition(key, action_id, attempt, &t, now_us)
         })
         .map(record_tuple)
+        .py_err(py)
+    }
+
+    /// `transition` without reading the row back (the decorator's outcome write).
+    #[pyo3(signature = (key, action_id, attempt, kind, payload=None, now_us=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn transition_unread(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        action_id: &str,
+        attempt: Option<i64>,
+        kind: &str,
+        payload: Option<String>,
+        now_us: Option<Micros>,
+    ) -> PyResult<()> {
+        let t = parse_transition(kind, payload).py_err(py)?;
+        let store = self.get().py_err(py)?;
+        py.detach(|| {
+            let _pass = store.fork_sensitive().then(fork::pass);
+            store.transition_unread(key, action_id, attempt, &t, now_us)
+        })
         .py_err(py)
     }
 

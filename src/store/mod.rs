@@ -51,6 +51,20 @@ pub trait Store: Send + Sync {
         now: Option<Micros>,
     ) -> Result<EffectRecord>;
 
+    /// [`Store::transition`] for a caller that does not need the row back (the decorator's
+    /// outcome write): a store may skip reading it.
+    fn transition_unread(
+        &self,
+        key: &str,
+        action_id: &str,
+        attempt: Option<i64>,
+        transition: &Transition,
+        now: Option<Micros>,
+    ) -> Result<()> {
+        self.transition(key, action_id, attempt, transition, now)
+            .map(|_| ())
+    }
+
     /// Move a live lease of an `executing` attempt to `until` (not earlier than today's expiry).
     fn extend_lease(
         &self,

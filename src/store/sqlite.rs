@@ -234,36 +234,30 @@ fn transition_cas(
     attempt: Option<i64>,
     t: &Transition,
     now: Micros,
-) -> rusqlite::Result<Option<EffectRecord>> {
+) -> rusqlite::Result<usize> {
     let from = t.from_states();
     let (result, error) = t.payload();
     let pick = |i: usize| from.get(i).unwrap_or(&from[0]).as_str();
-    let changed = conn
-        .prepare_cached(
-            "UPDATE ctrlrun_effects SET state = ?1, updated_at = ?2, \
+    conn.prepare_cached(
+        "UPDATE ctrlrun_effects SET state = ?1, updated_at = ?2, \
              lease_expires_at = CASE WHEN ?3 THEN lease_expires_at ELSE NULL END, \
              result = ?4, error = ?5 \
              WHERE effect_key = ?6 AND action_id = ?7 AND (?8 IS NULL OR attempt = ?8) \
              AND state IN (?9, ?10, ?11)",
-        )?
-        .execute(params![
-            t.target().as_str(),
-            now,
-            t.keeps_lease(),
-            result,
-            error,
-            key,
-            action_id,
-            attempt,
-            pick(0),
-            pick(1),
-            pick(2)
-        ])?;
-    if changed == 1 {
-        select(conn, key)
-    } else {
-        Ok(None)
-    }
+    )?
+    .execute(params![
+        t.target().as_str(),
+        now,
+        t.keeps_lease(),
+        result,
+        error,
+        key,
+        action_id,
+        attempt,
+        pick(0),
+        pick(1),
+        pick(2)
+    ])
 }
 
 fn set_synchronous(conn: &Connection, level: &str) -> rusqlite::Result<()> {
@@ -489,6 +483,7 @@ impl SqliteStore {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn transition_step(
         &self,
         key: &str,
@@ -496,8 +491,9 @@ impl SqliteStore {
         attempt: Option<i64>,
         t: &Transition,
         now: Micros,
+        read_back: bool,
         may_reissue: bool,
-    ) -> Result<EffectRecord> {
+    ) -> Result<Option<EffectRecord>> {
         let what = t.name();
         let mut conn = self.conn()?;
         // A write that need not survive a power cut that also kills this process (the planner
@@ -508,17 +504,16 @@ impl SqliteStore {
             set_synchronous(&conn.conn, "NORMAL").map_err(|e| self.failed(what, key, e))?;
         }
         let committed = self.txn(&mut conn, what, key, |c| {
-            match transition_cas(c, key, action_id, attempt, t, now)
-                .map_err(|e| self.failed(what, key, e))?
-            {
-                Some(row) => Ok(Ok(row)),
-                None => {
-                    let found = select(c, key).map_err(|e| self.failed(what, key, e))?;
-                    Ok(planner::settle_mismatch(
-                        found, key, action_id, attempt, t, now,
-                    ))
-                }
+            let changed = transition_cas(c, key, action_id, attempt, t, now)
+                .map_err(|e| self.failed(what, key, e))?;
+            if changed == 1 && !read_back {
+                return Ok(Ok(None));
             }
+            let found = select(c, key).map_err(|e| self.failed(what, key, e))?;
+            if changed == 1 {
+                return Ok(Ok(found));
+            }
+            Ok(planner::settle_mismatch(found, key, action_id, attempt, t, now).map(Some))
         });
         if relaxed && set_synchronous(&conn.conn, "FULL").is_err() {
             conn.broken = true; // never hand out a connection left at NORMAL
@@ -534,11 +529,11 @@ impl SqliteStore {
                 match planner::settle_unknown_transition(found, key, action_id, attempt, t, now) {
                     AfterUnknown::Landed(row) => {
                         log::warn!(target: "ctrlrun.store", "reread_landed: {what} '{key}'");
-                        Ok(row)
+                        Ok(Some(row))
                     }
                     AfterUnknown::Reissue if may_reissue => {
                         log::warn!(target: "ctrlrun.store", "reread_unchanged_reissue: {what} '{key}'");
-                        self.transition_step(key, action_id, attempt, t, now, false)
+                        self.transition_step(key, action_id, attempt, t, now, read_back, false)
                     }
                     AfterUnknown::Reissue => Err(Error::StoreUnresolved(format!(
                         "the re-issued COMMIT of {what} for effect '{key}' in the SQLite store at \
@@ -582,6 +577,20 @@ impl Store for SqliteStore {
 
     fn fork_sensitive(&self) -> bool {
         true
+    }
+
+    fn transition_unread(
+        &self,
+        key: &str,
+        action_id: &str,
+        attempt: Option<i64>,
+        transition: &Transition,
+        now: Option<Micros>,
+    ) -> Result<()> {
+        planner::check_action_id(action_id)?;
+        let now = now.unwrap_or_else(now_micros);
+        self.transition_step(key, action_id, attempt, transition, now, false, true)
+            .map(|_| ())
     }
 
     fn reserve(
@@ -650,7 +659,8 @@ impl Store for SqliteStore {
     ) -> Result<EffectRecord> {
         planner::check_action_id(action_id)?;
         let now = now.unwrap_or_else(now_micros);
-        self.transition_step(key, action_id, attempt, transition, now, true)
+        self.transition_step(key, action_id, attempt, transition, now, true, true)
+            .map(|row| row.expect("a transition that landed reads its row back"))
     }
 
     fn extend_lease(
