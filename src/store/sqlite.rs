@@ -21,8 +21,25 @@ use crate::url::{SqliteOptions, Synchronous};
 /// The schema version this build writes (`PRAGMA user_version`).
 pub const SCHEMA_VERSION: i64 = 1;
 
-const COLUMNS: &str = "effect_key, state, action_id, attempt, created_at, updated_at, \
-                       lease_expires_at, result, error, resolved_by";
+/// The columns in [`read_record`]'s order (a macro, so statements are compile-time literals:
+/// the hot path builds no SQL text).
+macro_rules! columns {
+    () => {
+        "effect_key, state, action_id, attempt, created_at, updated_at, \
+         lease_expires_at, result, error, resolved_by"
+    };
+}
+const COLUMNS: &str = columns!();
+const SELECT_ONE: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM ctrlrun_effects WHERE effect_key = ?1"
+);
+const INSERT_ONE: &str = concat!(
+    "INSERT INTO ctrlrun_effects (",
+    columns!(),
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT (effect_key) DO NOTHING"
+);
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS ctrlrun_effects (
@@ -169,20 +186,14 @@ fn read_record(row: &Row<'_>) -> rusqlite::Result<EffectRecord> {
 }
 
 fn select(conn: &Connection, key: &str) -> rusqlite::Result<Option<EffectRecord>> {
-    conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM ctrlrun_effects WHERE effect_key = ?1"
-    ))?
-    .query_row([key], read_record)
-    .optional()
+    conn.prepare_cached(SELECT_ONE)?
+        .query_row([key], read_record)
+        .optional()
 }
 
 /// Insert `r` unless the key has a row; the count of rows inserted (0 or 1).
 fn insert(conn: &Connection, r: &EffectRecord) -> rusqlite::Result<usize> {
-    conn.prepare_cached(&format!(
-        "INSERT INTO ctrlrun_effects ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
-         ON CONFLICT (effect_key) DO NOTHING"
-    ))?
-    .execute(params![
+    conn.prepare_cached(INSERT_ONE)?.execute(params![
         r.effect_key,
         r.state.as_str(),
         r.action_id,
