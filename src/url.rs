@@ -30,14 +30,21 @@ pub struct SqliteOptions {
 #[derive(Clone, Debug, PartialEq)]
 pub enum StoreUrl {
     Sqlite(SqliteOptions),
-    /// `url` is the connection URL without the `schema` option.
+    /// `url` is the connection URL without our own options (`schema`, `pool_size`).
     Postgres {
         url: String,
         schema: String,
+        /// At most this many connections per store (per process): `pool_size`, default 16.
+        pool_size: usize,
     },
 }
 
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Connections per PostgreSQL store unless the URL sets `pool_size`.
+pub const DEFAULT_POOL_SIZE: usize = 16;
+/// The largest `pool_size` accepted (a server's `max_connections` is far lower in practice).
+pub const MAX_POOL_SIZE: usize = 1000;
 
 /// `url` with any password (`scheme://user:PASSWORD@host`, `password=...`) replaced by `***`,
 /// for messages.
@@ -174,18 +181,32 @@ pub fn parse(url: &str) -> Result<StoreUrl> {
     Ok(StoreUrl::Sqlite(opts))
 }
 
-/// `postgresql://user@host:port/db?schema=NAME&...`: pull out `schema` (default `public`); the
-/// rest is the driver's connection URL. A schema name is plain: letters, digits, `_`.
+/// `postgresql://user@host:port/db?schema=NAME&pool_size=N&...`: pull out `schema` (default
+/// `public`) and `pool_size` (default 16); the rest is the driver's connection URL. A schema
+/// name is plain: letters, digits, `_`.
 fn parse_postgres(url: &str) -> Result<StoreUrl> {
     let (base, query) = match url.split_once('?') {
         Some((b, q)) => (b, q),
         None => (url, ""),
     };
     let mut schema = String::from("public");
+    let mut pool_size = DEFAULT_POOL_SIZE;
     let mut rest = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
             Some(("schema", v)) => schema = v.to_owned(),
+            Some(("pool_size", v)) => {
+                pool_size = match v.parse::<usize>() {
+                    Ok(n) if (1..=MAX_POOL_SIZE).contains(&n) => n,
+                    _ => {
+                        return Err(Error::InvalidArgument(format!(
+                            "store URL {:?}: pool_size must be a whole number of connections \
+                             from 1 to {MAX_POOL_SIZE}, got {v:?}",
+                            redact(url)
+                        )))
+                    }
+                }
+            }
             _ => rest.push(pair),
         }
     }
@@ -206,5 +227,9 @@ fn parse_postgres(url: &str) -> Result<StoreUrl> {
     } else {
         format!("{base}?{}", rest.join("&"))
     };
-    Ok(StoreUrl::Postgres { url, schema })
+    Ok(StoreUrl::Postgres {
+        url,
+        schema,
+        pool_size,
+    })
 }

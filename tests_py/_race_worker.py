@@ -2,10 +2,12 @@
 
 Usage: python _race_worker.py '<json config>'
 
-Config: {"url": store URL, "marks": dir, "keys": [...], "sleep": seconds in the body}
+Config: {"url": store URL, "marks": dir, "keys": [...], "sleep": seconds in the body,
+"threads": how many threads call (default 1; each walks the keys in its own shuffled order)}
 Protocol: opens the store, prints "ready", waits for a line on stdin holding the start time
 (epoch seconds), sleeps until then, calls the protected function once per key in order, then
-prints one JSON line: {"ran": [...], "dup": [[key, state], ...], "other": [[key, repr], ...]}.
+prints one JSON line: {"pid": ..., "ran": [...], "dup": [[key, state], ...],
+"other": [[key, repr], ...]}.
 Each execution of the body creates a file "<key>.<uuid4>" in `marks` with O_CREAT|O_EXCL, so
 the parent counts real executions from the file system. Exit 0 unless something other than
 success or DuplicateEffect happened.
@@ -13,7 +15,9 @@ success or DuplicateEffect happened.
 
 import json
 import os
+import random
 import sys
+import threading
 import time
 import uuid
 
@@ -43,15 +47,35 @@ def main() -> int:
         time.sleep(delay)
 
     ran, dup, other = [], [], []
-    for key in cfg["keys"]:
-        try:
-            effect(key)
-            ran.append(key)
-        except ctrlrun.DuplicateEffect as e:
-            dup.append([key, e.state])
-        except BaseException as e:  # reported, and the exit status says so
-            other.append([key, f"{type(e).__name__}: {e}"])
-    print(json.dumps({"ran": ran, "dup": dup, "other": other}), flush=True)
+    lock = threading.Lock()
+
+    def walk(keys):
+        for key in keys:
+            try:
+                effect(key)
+                outcome = (ran, key)
+            except ctrlrun.DuplicateEffect as e:
+                outcome = (dup, [key, e.state])
+            except BaseException as e:  # reported, and the exit status says so
+                outcome = (other, [key, f"{type(e).__name__}: {e}"])
+            with lock:
+                outcome[0].append(outcome[1])
+
+    n_threads = int(cfg.get("threads", 1))
+    if n_threads == 1:
+        walk(cfg["keys"])
+    else:
+        orders = []
+        for i in range(n_threads):
+            order = list(cfg["keys"])
+            random.Random(os.getpid() * 100 + i).shuffle(order)
+            orders.append(order)
+        threads = [threading.Thread(target=walk, args=(o,)) for o in orders]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    print(json.dumps({"pid": os.getpid(), "ran": ran, "dup": dup, "other": other}), flush=True)
     return 1 if other else 0
 
 

@@ -15,6 +15,8 @@ Action on a matching statement (``on="statement"``): ``drop_before`` closes both
 the statement is forwarded (a failure before COMMIT).
 ``refuse_new()`` makes the proxy close every new connection at once; ``delay`` holds the
 server's answer to each client request for that many seconds (once per round trip).
+``parsed`` lists the (statement name, SQL) of every ``Parse`` and ``simple`` the SQL of every
+simple ``Query``, over all connections: what a connection pooler in this place would relay.
 """
 
 from __future__ import annotations
@@ -114,6 +116,7 @@ class _Conn:
         if kind == b"P":
             name, rest = body.split(b"\0", 1)
             self.statements[name] = rest.split(b"\0", 1)[0]
+            self.proxy.parsed.append((name, self.statements[name]))
             self.txn.append(self.statements[name])
         elif kind == b"B":
             portal, rest = body.split(b"\0", 1)
@@ -127,6 +130,7 @@ class _Conn:
                 self.close()
                 return False
         elif kind == b"Q":
+            self.proxy.simple.append(body.rstrip(b"\0"))
             sql = body.rstrip(b"\0").strip().upper()
             if sql.startswith(b"BEGIN") or sql.startswith(b"START TRANSACTION"):
                 self.txn = []
@@ -197,6 +201,8 @@ class PgProxy:
         self.rules: List[Rule] = []
         self.conns: List[_Conn] = []
         self.connections_made = 0
+        self.parsed: List[tuple] = []
+        self.simple: List[bytes] = []
         self._lock = threading.Lock()
         self._stopped = False
         threading.Thread(target=self._accept_loop, daemon=True).start()

@@ -115,3 +115,45 @@ def test_a_libpq_keyword_string_is_not_taken_for_a_sqlite_path(tmp_path, monkeyp
     with pytest.raises(ctrlrun.InvalidArgument, match="postgresql://"):
         ctrlrun.open_store("host=db user=app password=s3cr3t-pw dbname=prod")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "1001", "", "1.5", "9" * 30])
+def test_a_pool_size_out_of_range_is_refused_before_anything_is_opened(pg, value):
+    before = pg.schemas()
+    url = pg.url().replace("@", ":pool-secret-9@") if not pg.password else pg.url()
+    with pytest.raises(ctrlrun.InvalidArgument) as info:
+        ctrlrun.open_store(f"{url}?schema=t_pool_refused&pool_size={value}")
+    msg = str(info.value)
+    assert f'pool_size must be a whole number of connections from 1 to 1000, got "{value}"' in msg
+    assert "pool-secret-9" not in msg and (not pg.password or pg.password not in msg)
+    assert pg.schemas() == before
+
+
+def test_pool_size_caps_the_connections_one_store_opens(pg, pg_schema):
+    import threading
+
+    app = "ctrlrun_pool_" + pg_schema
+    store = ctrlrun.open_store(f"{pg.url(pg_schema)}&pool_size=2&application_name={app}")
+    barrier = threading.Barrier(8)
+
+    @ctrlrun.protect("pool", effect="pool:{n}", store=store)
+    def work(n: str) -> str:
+        return n
+
+    def hammer(t: int) -> None:
+        barrier.wait(timeout=30)
+        for i in range(25):
+            work(f"{t}-{i}")
+
+    threads = [threading.Thread(target=hammer, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    try:
+        assert len(store.list_effects()) == 200
+        opened = int(pg.psql(
+            f"SELECT count(*) FROM pg_stat_activity WHERE application_name = '{app}'"))
+        assert 1 <= opened <= 2
+    finally:
+        store.close()

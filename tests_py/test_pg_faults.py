@@ -6,7 +6,6 @@ retry the write) and a failure during COMMIT (unknown: re-read on a fresh connec
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -16,7 +15,6 @@ import textwrap
 import time
 import uuid
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -25,6 +23,7 @@ from ctrlrun import DuplicateEffect, EffectState, NotExecuted, StoreUnresolved, 
 from conftest import MovableClock
 from pgproxy import PgProxy
 from pgserver import _find_bin
+from racing import run_workers
 
 STORE_LOG = "ctrlrun.store"
 
@@ -210,35 +209,6 @@ def test_statement_timeout_before_commit_is_a_failed_write(pg, pg_schema, direct
 
 
 # g. -------------------------------------------------------------------------------------
-WORKER = Path(__file__).with_name("_race_worker.py")
-
-
-def _race(configs, tmp_path):
-    procs = [
-        subprocess.Popen([sys.executable, str(WORKER), json.dumps(c)], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         cwd=str(tmp_path))
-        for c in configs
-    ]
-    try:
-        for p in procs:
-            assert p.stdout.readline().strip() == "ready", p.stderr.read()
-        start = time.time() + 0.3
-        for p in procs:
-            p.stdin.write(f"{start!r}\n")
-            p.stdin.flush()
-        reports = []
-        for p in procs:
-            out, err = p.communicate(timeout=180)
-            assert p.returncode == 0, err
-            reports.append(json.loads(out.strip().splitlines()[-1]))
-        return reports
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-
-
 @pytest.fixture
 def two_hosts(pg, pg_schema):
     """Two addresses reaching one server: proxies on 127.0.0.1 and 127.0.0.2."""
@@ -253,7 +223,7 @@ def test_8_processes_on_two_hosts_race_on_one_key_one_executes(two_hosts, direct
     marks = tmp_path / "marks"
     marks.mkdir()
     key = f"k{uuid.uuid4().hex[:8]}"
-    reports = _race([{"url": two_hosts[i % 2], "marks": str(marks), "keys": [key], "sleep": 0.3}
+    reports = run_workers([{"url": two_hosts[i % 2], "marks": str(marks), "keys": [key], "sleep": 0.3}
                      for i in range(8)], tmp_path)
     assert len(list(marks.iterdir())) == 1
     assert sum(len(r["ran"]) for r in reports) == 1
@@ -271,7 +241,7 @@ def test_8_processes_on_two_hosts_over_200_keys_run_each_once(two_hosts, direct,
         order = keys[:]
         random.Random(i).shuffle(order)
         configs.append({"url": two_hosts[i % 2], "marks": str(marks), "keys": order, "sleep": 0})
-    reports = _race(configs, tmp_path)
+    reports = run_workers(configs, tmp_path)
     files = [p.name.split(".")[0] for p in marks.iterdir()]
     assert sorted(files) == sorted(keys)
     assert sum(len(r["ran"]) for r in reports) == 200

@@ -94,8 +94,12 @@ pub trait Store: Send + Sync {
 pub fn open_store(url: &str) -> Result<Arc<dyn Store>> {
     match url::parse(url)? {
         StoreUrl::Sqlite(opts) => Ok(Arc::new(sqlite::SqliteStore::open(opts)?)),
-        StoreUrl::Postgres { url, schema } => {
-            Ok(Arc::new(postgres::PostgresStore::open(&url, &schema)?))
-        }
+        StoreUrl::Postgres {
+            url,
+            schema,
+            pool_size,
+        } => Ok(Arc::new(postgres::PostgresStore::open(
+            &url, &schema, pool_size,
+        )?)),
     }
 }

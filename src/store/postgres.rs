@@ -17,8 +17,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use postgres::error::SqlState;
-use postgres::types::ToSql;
-use postgres::{Client, Config, NoTls, Row, Statement, Transaction};
+use postgres::types::{ToSql, Type};
+use postgres::{Client, Config, GenericClient, NoTls, Row, Transaction};
 
 use crate::error::{Error, Result};
 use crate::planner::{self, AfterUnknown, Expected, ReservationPlan, Transition};
@@ -39,15 +39,22 @@ fn digest(param: usize) -> String {
     format!("sha256(convert_to(${param}::text, 'UTF8'))")
 }
 
-/// How many dead pooled connections one write skips before it gives up (the pool's size + 1).
-const MAX_STALE: usize = 17;
-
 /// Microseconds since the epoch: the caller's `now` when given, else the server's clock.
 fn now_expr(param: usize) -> String {
     format!("COALESCE(${param}::int8, (extract(epoch FROM clock_timestamp()) * 1000000)::int8)")
 }
 
-/// The statements, rendered once per store for its schema and prepared once per connection.
+/// The statements, rendered once per store for its schema.
+///
+/// Every statement goes out **unnamed**, its Parse, Bind, Describe, Execute and Sync in one
+/// exchange (`query_typed`, the parameter types given by us). Nothing is left on the server
+/// connection, and nothing another client left there can run in its place: a connection pooler
+/// in transaction mode (PgBouncer, RDS Proxy, pgcat, Supavisor) hands each transaction to
+/// whichever server connection is free, so a statement prepared once per client connection
+/// under a process-local name (`s7`) could meet another client's `s7`, run *that* statement
+/// with our parameters, or be missing. The cost is that the server parses and plans each
+/// statement on every call (tens of microseconds next to a commit's WAL flush); the round trips
+/// are the same as for a prepared statement.
 struct Sql {
     reserve: String,
     select: String,
@@ -111,40 +118,112 @@ impl Sql {
     }
 }
 
-struct Prepared {
-    reserve: Statement,
-    select: Statement,
-    cas: Statement,
-    transition: Statement,
-    list: Statement,
+type PgResult<T> = std::result::Result<T, postgres::Error>;
+
+/// The statements' executions, each one unnamed exchange with its parameter types spelled out.
+impl Sql {
+    fn select_row(
+        &self,
+        c: &mut impl GenericClient,
+        key: &str,
+        now: Option<Micros>,
+    ) -> PgResult<Row> {
+        c.query_typed_one(&self.select, &[(&key, Type::TEXT), (&now, Type::INT8)])
+    }
+
+    fn reserve_rows(
+        &self,
+        c: &mut impl GenericClient,
+        key: &str,
+        action_id: &str,
+        lease: Micros,
+        now: Option<Micros>,
+        granted: &str,
+    ) -> PgResult<Vec<Row>> {
+        c.query_typed(
+            &self.reserve,
+            &[
+                (&key, Type::TEXT),
+                (&action_id, Type::TEXT),
+                (&lease, Type::INT8),
+                (&now, Type::INT8),
+                (&granted, Type::TEXT),
+            ],
+        )
+    }
+
+    /// The compare-and-set of the whole row `r` over `expected`: how many rows changed.
+    fn cas(
+        &self,
+        c: &mut impl GenericClient,
+        expected: &Expected,
+        r: &EffectRecord,
+    ) -> PgResult<u64> {
+        c.execute_typed(
+            &self.cas,
+            &[
+                (&r.state.as_str(), Type::TEXT),
+                (&r.action_id, Type::TEXT),
+                (&r.attempt, Type::INT8),
+                (&r.created_at, Type::INT8),
+                (&r.updated_at, Type::INT8),
+                (&r.lease_expires_at, Type::INT8),
+                (&r.result, Type::TEXT),
+                (&r.error, Type::TEXT),
+                (&r.resolved_by, Type::TEXT),
+                (&r.effect_key, Type::TEXT),
+                (&expected.state.as_str(), Type::TEXT),
+                (&expected.action_id, Type::TEXT),
+                (&expected.attempt, Type::INT8),
+            ],
+        )
+    }
+
+    fn transition_rows(
+        &self,
+        c: &mut impl GenericClient,
+        t: &Transition,
+        key: &str,
+        action_id: &str,
+        attempt: Option<i64>,
+        now: Option<Micros>,
+    ) -> PgResult<Vec<Row>> {
+        let from: Vec<&str> = t.from_states().iter().map(|s| s.as_str()).collect();
+        let (result, error) = t.payload();
+        let params: [(&(dyn ToSql + Sync), Type); 9] = [
+            (&t.target().as_str(), Type::TEXT),
+            (&from, Type::TEXT_ARRAY),
+            (&t.keeps_lease(), Type::BOOL),
+            (&result, Type::TEXT),
+            (&error, Type::TEXT),
+            (&key, Type::TEXT),
+            (&action_id, Type::TEXT),
+            (&attempt, Type::INT8),
+            (&now, Type::INT8),
+        ];
+        c.query_typed(&self.transition, &params)
+    }
+
+    fn list_rows(&self, c: &mut impl GenericClient, state: Option<&str>) -> PgResult<Vec<Row>> {
+        c.query_typed(&self.list, &[(&state, Type::TEXT)])
+    }
 }
 
-/// One pooled connection with its prepared statements.
+/// One pooled connection. It holds no prepared statement and no session setting.
 pub struct Conn {
     client: Client,
-    st: Prepared,
     /// Set when the server ended this session; the pool then discards the connection.
     broken: bool,
 }
 
 struct Manager {
     config: Config,
-    sql: std::sync::Arc<Sql>,
 }
 
 impl Manager {
-    fn connect_client(&self) -> std::result::Result<Conn, postgres::Error> {
-        let mut client = self.config.connect(NoTls)?;
-        let st = Prepared {
-            reserve: client.prepare(&self.sql.reserve)?,
-            select: client.prepare(&self.sql.select)?,
-            cas: client.prepare(&self.sql.cas)?,
-            transition: client.prepare(&self.sql.transition)?,
-            list: client.prepare(&self.sql.list)?,
-        };
+    fn connect_client(&self) -> PgResult<Conn> {
         Ok(Conn {
-            client,
-            st,
+            client: self.config.connect(NoTls)?,
             broken: false,
         })
     }
@@ -259,11 +338,14 @@ pub struct PostgresStore {
     sql: std::sync::Arc<Sql>,
     description: String,
     pool: Pool<Manager>,
+    /// How many dead pooled connections one call skips before it gives up: every pooled one
+    /// and one more (after a restart or a failover, all of them may be dead).
+    max_stale: usize,
 }
 
 impl PostgresStore {
     /// Connect, create the schema's tables if missing, check the recorded schema version.
-    pub fn open(url: &str, schema: &str) -> Result<PostgresStore> {
+    pub fn open(url: &str, schema: &str, pool_size: usize) -> Result<PostgresStore> {
         let mut config = Config::from_str(url).map_err(|e| {
             Error::Store(format!(
                 "cannot parse the PostgreSQL URL (password not shown): {e}"
@@ -294,9 +376,8 @@ impl PostgresStore {
         let pool = Pool::new(
             Manager {
                 config: config.clone(),
-                sql: sql.clone(),
             },
-            16,
+            pool_size,
             timeout,
         );
         Ok(PostgresStore {
@@ -304,6 +385,7 @@ impl PostgresStore {
             sql,
             description,
             pool,
+            max_stale: pool_size + 1,
         })
     }
 
@@ -332,14 +414,14 @@ impl PostgresStore {
         &self,
         what: &str,
         key: &str,
-        mut body: impl FnMut(&mut Client, &Prepared) -> std::result::Result<T, postgres::Error>,
-    ) -> Result<std::result::Result<T, postgres::Error>> {
+        mut body: impl FnMut(&mut Client, &Sql) -> PgResult<T>,
+    ) -> Result<PgResult<T>> {
         let mut stale = 0;
         loop {
             let mut conn = self.conn(what, key)?;
-            let Conn { client, st, broken } = &mut *conn;
-            match body(client, st) {
-                Err(e) if (client.is_closed() || is_session_gone(&e)) && stale < MAX_STALE => {
+            let Conn { client, broken } = &mut *conn;
+            match body(client, &self.sql) {
+                Err(e) if (client.is_closed() || is_session_gone(&e)) && stale < self.max_stale => {
                     *broken = true;
                     stale += 1;
                     log::warn!(target: "ctrlrun.store", "stale_connection_dropped: {what} '{key}'");
@@ -358,21 +440,19 @@ impl PostgresStore {
         &self,
         what: &str,
         key: &str,
-        body: impl FnOnce(&mut Transaction<'_>, &Prepared) -> Result<T>,
+        body: impl FnOnce(&mut Transaction<'_>, &Sql) -> Result<T>,
     ) -> Result<Commit<T>> {
         let mut body = Some(body);
         let mut stale = 0;
         loop {
             let mut conn = self.conn(what, key)?;
-            let Conn {
-                client, st, broken, ..
-            } = &mut *conn;
+            let Conn { client, broken } = &mut *conn;
             let begin_error = match client.transaction() {
                 Ok(mut tx) => {
                     let body = body
                         .take()
                         .expect("the body runs once, after BEGIN succeeded");
-                    let value = body(&mut tx, st)?; // dropping `tx` on error rolls back
+                    let value = body(&mut tx, &self.sql)?; // dropping `tx` on error rolls back
                     return match tx.commit() {
                         Ok(()) => Ok(Commit::Landed(value)),
                         Err(e) if is_serialization(&e) => {
@@ -384,7 +464,7 @@ impl PostgresStore {
                 }
                 Err(e) => e,
             };
-            if (client.is_closed() || is_session_gone(&begin_error)) && stale < MAX_STALE {
+            if (client.is_closed() || is_session_gone(&begin_error)) && stale < self.max_stale {
                 *broken = true;
                 stale += 1;
                 log::warn!(target: "ctrlrun.store", "stale_connection_dropped: {what} '{key}'");
@@ -396,14 +476,10 @@ impl PostgresStore {
 
     /// Re-read `key` on a fresh connection (never a pooled one) after an unknown `COMMIT`.
     fn reread(&self, what: &str, key: &str, why: &str) -> Result<(Option<EffectRecord>, Micros)> {
-        let manager = Manager {
-            config: self.manager_config.clone(),
-            sql: self.sql.clone(),
-        };
-        let read = manager.connect_client().and_then(|mut c| {
-            let row = c.client.query_one(&c.st.select, &[&key, &None::<i64>])?;
-            Ok(row)
-        });
+        let read = self
+            .manager_config
+            .connect(NoTls)
+            .and_then(|mut client| self.sql.select_row(&mut client, key, None));
         match read {
             Ok(row) => {
                 let (_, rec, now) = read_found(&row)?;
@@ -426,13 +502,13 @@ impl PostgresStore {
     fn select_in(
         &self,
         tx: &mut Transaction<'_>,
-        st: &Prepared,
         what: &str,
         key: &str,
         now: Option<Micros>,
     ) -> Result<(Option<EffectRecord>, Micros)> {
-        let row = tx
-            .query_one(&st.select, &[&key, &now])
+        let row = self
+            .sql
+            .select_row(tx, key, now)
             .map_err(|e| self.failed(what, key, &e))?;
         let (_, rec, n) = read_found(&row)?;
         Ok((rec, n))
@@ -441,28 +517,13 @@ impl PostgresStore {
     fn write_cas(
         &self,
         tx: &mut Transaction<'_>,
-        st: &Prepared,
         what: &str,
         expected: &Expected,
         r: &EffectRecord,
     ) -> Result<bool> {
-        let params: [&(dyn ToSql + Sync); 13] = [
-            &r.state.as_str(),
-            &r.action_id,
-            &r.attempt,
-            &r.created_at,
-            &r.updated_at,
-            &r.lease_expires_at,
-            &r.result,
-            &r.error,
-            &r.resolved_by,
-            &r.effect_key,
-            &expected.state.as_str(),
-            &expected.action_id,
-            &expected.attempt,
-        ];
-        let n = tx
-            .execute(&st.cas, &params)
+        let n = self
+            .sql
+            .cas(tx, expected, r)
             .map_err(|e| self.failed(what, &r.effect_key, &e))?;
         Ok(n == 1)
     }
@@ -478,9 +539,9 @@ impl PostgresStore {
     ) -> Result<Commit<Step>> {
         let granted = if begin { "executing" } else { "reserved" };
         const WHAT: &str = "reserve_effect";
-        self.txn(WHAT, key, |tx, st| {
-            let rows = tx
-                .query(&st.reserve, &[&key, &action_id, &lease, &now, &granted])
+        self.txn(WHAT, key, |tx, sql| {
+            let rows = sql
+                .reserve_rows(tx, key, action_id, lease, now, granted)
                 .map_err(|e| self.failed(WHAT, key, &e))?;
             let mut found = match rows.first() {
                 Some(row) => {
@@ -496,7 +557,7 @@ impl PostgresStore {
                 }
                 // The conflicting row was committed after this statement's snapshot: read it
                 // with a new statement (a new snapshot under READ COMMITTED).
-                None => self.select_in(tx, st, WHAT, key, now)?,
+                None => self.select_in(tx, WHAT, key, now)?,
             };
             // A compare-and-set that loses a race re-reads and re-plans; a few rounds at most.
             for _ in 0..4 {
@@ -509,7 +570,7 @@ impl PostgresStore {
                         })
                     }
                     ReservationPlan::Renew { expected, record } => {
-                        if self.write_cas(tx, st, WHAT, &expected, &record)? {
+                        if self.write_cas(tx, WHAT, &expected, &record)? {
                             return Ok(Step {
                                 written: Some(record.clone()),
                                 outcome: Ok(record),
@@ -517,7 +578,7 @@ impl PostgresStore {
                         }
                     }
                     ReservationPlan::Lapse { expected, record } => {
-                        if self.write_cas(tx, st, WHAT, &expected, &record)? {
+                        if self.write_cas(tx, WHAT, &expected, &record)? {
                             return Ok(Step {
                                 written: Some(record.clone()),
                                 outcome: Err(Error::ambiguous(record)),
@@ -526,8 +587,8 @@ impl PostgresStore {
                     }
                     // Rows are never deleted; if one vanished, the next round inserts.
                     ReservationPlan::Insert(_) => {
-                        let rows = tx
-                            .query(&st.reserve, &[&key, &action_id, &lease, &now, &granted])
+                        let rows = sql
+                            .reserve_rows(tx, key, action_id, lease, now, granted)
                             .map_err(|e| self.failed(WHAT, key, &e))?;
                         if let Some(row) = rows.first() {
                             let (inserted, rec, _) = read_found(row)?;
@@ -541,7 +602,7 @@ impl PostgresStore {
                         }
                     }
                 }
-                found = self.select_in(tx, st, WHAT, key, now)?;
+                found = self.select_in(tx, WHAT, key, now)?;
             }
             Err(Error::StoreWriteFailed(format!(
                 "{WHAT} for effect '{key}': the row kept changing under concurrent writers; \
@@ -560,15 +621,15 @@ impl PostgresStore {
         plan: &dyn Fn(Option<EffectRecord>, Micros) -> Result<EffectRecord>,
         may_retry: bool,
     ) -> Result<EffectRecord> {
-        let committed = self.txn(what, key, |tx, st| {
+        let committed = self.txn(what, key, |tx, _| {
             // A compare-and-set lost to a concurrent writer re-reads and re-plans: the planner
             // then refuses by what is there now (SPEC §4).
             for _ in 0..4 {
-                let (found, n) = self.select_in(tx, st, what, key, now)?;
+                let (found, n) = self.select_in(tx, what, key, now)?;
                 let expected = found.as_ref().map(Expected::of);
                 let record = plan(found, n)?;
                 let expected = expected.expect("a plan that writes found a row");
-                if self.write_cas(tx, st, what, &expected, &record)? {
+                if self.write_cas(tx, what, &expected, &record)? {
                     return Ok(record);
                 }
             }
@@ -667,27 +728,14 @@ impl PostgresStore {
         may_reissue: bool,
     ) -> Result<EffectRecord> {
         let what = t.name();
-        let from: Vec<&str> = t.from_states().iter().map(|s| s.as_str()).collect();
-        let (result, error) = t.payload();
-        let committed = self.txn(what, key, |tx, st| {
-            let params: [&(dyn ToSql + Sync); 9] = [
-                &t.target().as_str(),
-                &from,
-                &t.keeps_lease(),
-                &result,
-                &error,
-                &key,
-                &action_id,
-                &attempt,
-                &now,
-            ];
-            let rows = tx
-                .query(&st.transition, &params)
+        let committed = self.txn(what, key, |tx, sql| {
+            let rows = sql
+                .transition_rows(tx, t, key, action_id, attempt, now)
                 .map_err(|e| self.failed(what, key, &e))?;
             match rows.first() {
                 Some(row) => Ok(Ok(read_record(row, 0)?.expect("RETURNING gives the row"))),
                 None => {
-                    let (found, n) = self.select_in(tx, st, what, key, now)?;
+                    let (found, n) = self.select_in(tx, what, key, now)?;
                     Ok(planner::settle_mismatch(
                         found, key, action_id, attempt, t, n,
                     ))
@@ -754,7 +802,7 @@ fn init_schema(client: &mut Client, schema: &str, description: &str) -> Result<(
     let version_query =
         format!("SELECT value FROM \"{schema}\".ctrlrun_meta WHERE key = 'schema_version'");
     let read_version = |client: &mut Client| -> std::result::Result<Option<i64>, postgres::Error> {
-        let rows = client.query(&version_query, &[])?;
+        let rows = client.query_typed(&version_query, &[])?;
         Ok(rows
             .first()
             .and_then(|r| r.get::<_, String>(0).parse::<i64>().ok()))
@@ -853,8 +901,8 @@ impl Store for PostgresStore {
         // moment earlier; anything the planner would grant or lapse is decided again by the
         // reservation's own statement and compare-and-set below.
         let row = self
-            .read("reserve_effect", key, |client, st| {
-                client.query_one(&st.select, &[&key, &now])
+            .read("reserve_effect", key, |client, sql| {
+                sql.select_row(client, key, now)
             })?
             .map_err(|e| self.failed("reserve_effect", key, &e))?;
         let (_, found, n) = read_found(&row)?;
@@ -909,8 +957,8 @@ impl Store for PostgresStore {
 
     fn get(&self, key: &str) -> Result<Option<EffectRecord>> {
         let row = self
-            .read("get_effect", key, |client, st| {
-                client.query_one(&st.select, &[&key, &None::<i64>])
+            .read("get_effect", key, |client, sql| {
+                sql.select_row(client, key, None)
             })?
             .map_err(|e| {
                 Error::Store(format!(
@@ -925,8 +973,8 @@ impl Store for PostgresStore {
     fn list(&self, state: Option<EffectState>) -> Result<Vec<EffectRecord>> {
         let state = state.map(EffectState::as_str);
         let rows = self
-            .read("list_effects", "*", |client, st| {
-                client.query(&st.list, &[&state])
+            .read("list_effects", "*", |client, sql| {
+                sql.list_rows(client, state)
             })?
             .map_err(|e| {
                 Error::Store(format!(
@@ -947,7 +995,7 @@ pub const SCRATCH_PREFIX: &str = "ctrlrun_scratch_";
 /// Drop a throwaway schema made by `ctrlrun verify` or the pytest plugin. Refuses any schema whose name does not start
 /// with [`SCRATCH_PREFIX`], so it can never drop the user's data.
 pub fn drop_scratch_schema(url: &str) -> Result<()> {
-    let crate::url::StoreUrl::Postgres { url, schema } = crate::url::parse(url)? else {
+    let crate::url::StoreUrl::Postgres { url, schema, .. } = crate::url::parse(url)? else {
         return Err(Error::InvalidArgument(
             "drop_scratch_schema takes a postgresql:// URL".into(),
         ));

@@ -1,0 +1,254 @@
+"""The PostgreSQL store behind a real PgBouncer (tests_py/pgbouncer.py), in transaction and
+session mode, with the default store URL pointed at the pooler.
+
+A transaction pooler hands each client transaction to whichever server connection is free, so
+anything a client leaves on a server connection (a named prepared statement, a ``SET``) is met
+by another client. The store must never run a statement it did not send itself in the same
+exchange.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+
+import ctrlrun
+from ctrlrun import DuplicateEffect, EffectState
+from pgbouncer import PgBouncer
+from pgproxy import PgProxy
+from racing import executions, run_workers
+
+STORE_LOG = "ctrlrun.store"
+MODES = ["transaction", "session"]
+
+
+@pytest.fixture
+def schemas(pg):
+    made = []
+
+    def make() -> str:
+        made.append(pg.new_schema())
+        return made[-1]
+
+    yield make
+    for s in made:
+        pg.drop_schema(s)
+
+
+@pytest.fixture(params=MODES)
+def bouncer(request, pg):
+    # Session mode ties a server connection to each client connection: the pool must hold them
+    # all (processes x threads). Transaction mode shares three among every client.
+    size = 3 if request.param == "transaction" else 40
+    b = PgBouncer(pg.host, pg.port, pg.user, pg.password, request.param, pool_size=size)
+    yield b
+    b.stop()
+
+
+def branches(caplog):
+    return [r.getMessage().split(":", 1)[0] for r in caplog.records if r.name == STORE_LOG]
+
+
+def test_processes_on_two_schemas_through_the_pooler_run_each_key_once_in_its_own_schema(
+    bouncer, schemas, pg, tmp_path
+):
+    keys = [f"k{i:03d}" for i in range(150)]
+    before, x, y = schemas(), schemas(), schemas()
+    for s in (before, x, y):
+        ctrlrun.open_store(bouncer.url(schema=s)).close()
+
+    # A process before them leaves whatever it leaves on the pooled server connections.
+    marks = {s: tmp_path / s for s in (before, x, y)}
+    for m in marks.values():
+        m.mkdir()
+    first = run_workers([{"url": bouncer.url(schema=before), "marks": str(marks[before]),
+                          "keys": keys[:60], "threads": 4}], tmp_path)
+    assert first[0]["other"] == [] and sorted(first[0]["ran"]) == keys[:60]
+
+    configs = [{"url": bouncer.url(schema=s), "marks": str(marks[s]), "keys": keys,
+                "threads": 4, "tag": s} for s in (x, y, x, y)]
+    reports = run_workers(configs, tmp_path)
+
+    assert [r["other"] for r in reports] == [[]] * 4  # no errors at all
+    for s in (x, y):
+        mine = [r for r, c in zip(reports, configs) if c["tag"] == s]
+        assert executions(marks[s]) == Counter({k: 1 for k in keys}), s
+        assert sorted(k for r in mine for k in r["ran"]) == keys
+        with ctrlrun.open_store(pg.url(s)) as direct:  # what the schema really holds
+            rows = direct.list_effects()
+        assert sorted(r.effect_key for r in rows) == keys
+        assert {r.state for r in rows} == {EffectState.COMMITTED}
+        assert {r.result for r in rows} <= {r["pid"] for r in mine}  # written by its own side
+    with ctrlrun.open_store(pg.url(before)) as direct:
+        assert sorted(r.effect_key for r in direct.list_effects()) == keys[:60]
+
+
+def test_the_store_sends_only_unnamed_statements_and_no_session_settings(pg, schemas):
+    """What a pooler would relay: every Parse is unnamed (sent with its Bind/Execute/Sync in one
+    exchange), and the only simple queries are transaction control."""
+    proxy = PgProxy(pg.host, pg.port)
+    schema = schemas()
+    try:
+        store = ctrlrun.open_store(pg.url(schema, host=proxy.host, port=proxy.port))
+        proxy.parsed.clear()
+        proxy.simple.clear()
+
+        @ctrlrun.protect("pay", effect="pay:{order}", store=store)
+        def pay(order: str) -> str:
+            return order
+
+        pay("o1")
+        with pytest.raises(DuplicateEffect):
+            pay("o1")
+        act = "act_" + "2" * 32
+        store.reserve_effect("pay:o2", act, 60)
+        store.begin_execution("pay:o2", act)
+        store.extend_lease("pay:o2", act, timedelta(seconds=120))
+        store.mark_ambiguous("pay:o2", act, "timed out")
+        store.resolve_effect("pay:o2", "failed", "ops:test")
+        store.get_effect("pay:o1")
+        store.list_effects()
+        store.close()
+        assert proxy.parsed, "the proxy saw the store's statements"
+        assert {name for name, _ in proxy.parsed} == {b""}
+        assert set(proxy.simple) <= {b"START TRANSACTION", b"COMMIT", b"ROLLBACK"}, proxy.simple
+    finally:
+        proxy.close()
+
+
+@pytest.mark.parametrize("action,branch", [("drop_after", "reread_identical_landed"),
+                                           ("drop_before", "reread_none_retry_insert")])
+@pytest.mark.parametrize("pool_mode", MODES)
+def test_a_server_connection_cut_at_commit_behind_the_pooler_runs_once(
+    pg, schemas, caplog, pool_mode, action, branch
+):
+    """PgBouncer -> TCP proxy -> PostgreSQL: the proxy cuts the pooler's server connection at
+    the reservation's COMMIT (after the server committed it, or before)."""
+    caplog.set_level(logging.WARNING, logger=STORE_LOG)
+    proxy = PgProxy(pg.host, pg.port)
+    b = PgBouncer(proxy.host, proxy.port, pg.user, pg.password, pool_mode, pool_size=5)
+    schema = schemas()
+    runs = []
+    try:
+        with ctrlrun.open_store(b.url(schema=schema)) as store:
+
+            @ctrlrun.protect("pay", effect="pay:{order}", store=store)
+            def pay(order: str) -> str:
+                runs.append(order)
+                return "paid"
+
+            rule = proxy.arm(action, b"INSERT INTO")
+            assert pay("o1") == "paid"
+            assert rule.fired == 1
+            with pytest.raises(DuplicateEffect):
+                pay("o1")
+        assert runs == ["o1"]
+        assert branch in branches(caplog)
+        with ctrlrun.open_store(pg.url(schema)) as direct:
+            rec = direct.get_effect("pay:o1")
+        assert rec.state is EffectState.COMMITTED and rec.attempt == 1
+    finally:
+        b.stop()
+        proxy.close()
+
+
+def test_a_server_connection_cut_mid_transaction_fails_the_write_and_a_retry_runs_once(
+    pg, schemas
+):
+    proxy = PgProxy(pg.host, pg.port)
+    b = PgBouncer(proxy.host, proxy.port, pg.user, pg.password, "transaction", pool_size=3)
+    schema = schemas()
+    runs = []
+    try:
+        with ctrlrun.open_store(b.url(schema=schema)) as store:
+
+            @ctrlrun.protect("pay", effect="pay:{order}", store=store)
+            def pay(order: str) -> str:
+                runs.append(order)
+                return "paid"
+
+            rule = proxy.arm("drop_before", b"INSERT INTO", on="statement")
+            with pytest.raises(ctrlrun.StoreWriteFailed):
+                pay("o1")
+            assert rule.fired == 1 and runs == []
+            assert pay("o1") == "paid"
+        assert runs == ["o1"]
+    finally:
+        b.stop()
+        proxy.close()
+
+
+@pytest.mark.parametrize("pool_mode", MODES)
+def test_the_pooler_restarted_between_calls_and_during_one_costs_no_call(
+    pg, schemas, pool_mode, caplog
+):
+    caplog.set_level(logging.WARNING, logger=STORE_LOG)
+    b = PgBouncer(pg.host, pg.port, pg.user, pg.password, pool_mode, pool_size=20)
+    schema = schemas()
+    runs = []
+    try:
+        with ctrlrun.open_store(b.url(schema=schema)) as store:
+
+            @ctrlrun.protect("pay", effect="pay:{order}", store=store)
+            def pay(order: str, restart: bool = False) -> str:
+                runs.append(order)
+                if restart:  # while the executor runs: the outcome write meets a new pooler
+                    b.restart()
+                return "paid"
+
+            assert pay("o1") == "paid"
+            b.restart()
+            assert pay("o2") == "paid"  # the pooled connections died with the old pooler
+            assert pay("o3", restart=True) == "paid"
+            for order in ("o1", "o2", "o3"):
+                with pytest.raises(DuplicateEffect):
+                    pay(order)
+        assert runs == ["o1", "o2", "o3"]
+        assert "stale_connection_dropped" in branches(caplog)
+        with ctrlrun.open_store(pg.url(schema)) as direct:
+            assert {r.state for r in direct.list_effects()} == {EffectState.COMMITTED}
+    finally:
+        b.stop()
+
+
+def test_a_new_schema_is_created_through_a_transaction_pooler(pg, schemas):
+    b = PgBouncer(pg.host, pg.port, pg.user, pg.password, "transaction", pool_size=2)
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    try:
+        with ctrlrun.open_store(b.url(schema=schema)) as store:
+            store.reserve_effect("k", "act_" + "1" * 32, 60)
+        assert schema in pg.schemas()
+    finally:
+        pg.drop_schema(schema)
+        b.stop()
+
+
+def test_statement_mode_refuses_transactions_so_the_store_fails_closed(pg, schemas):
+    """A pooler that allows no transaction cannot hold a reservation: the store refuses to
+    work through it (at open when it must create its tables, else at the first write) and
+    nothing runs unreserved."""
+    b = PgBouncer(pg.host, pg.port, pg.user, pg.password, "statement", pool_size=3)
+    fresh, made = schemas(), schemas()
+    ctrlrun.open_store(pg.url(made)).close()  # tables made directly, not through the pooler
+    runs = []
+    try:
+        with pytest.raises(ctrlrun.StoreError, match="cannot set up the tables"):
+            ctrlrun.open_store(b.url(schema=fresh))
+        with ctrlrun.open_store(b.url(schema=made)) as store:
+
+            @ctrlrun.protect("pay", effect="pay:{order}", store=store)
+            def pay(order: str) -> str:
+                runs.append(order)
+                return "paid"
+
+            with pytest.raises(ctrlrun.StoreWriteFailed, match="connection closed"):
+                pay("o1")
+        assert runs == []
+        with ctrlrun.open_store(pg.url(made)) as direct:
+            assert direct.list_effects() == []
+    finally:
+        b.stop()
