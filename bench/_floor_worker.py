@@ -188,19 +188,19 @@ class PgSql:
             f"result = %(result)s WHERE effect_key = %(key)s AND action_id = %(aid)s "
             f"AND attempt = 1 AND state = 'reserved'"
         )
-        # ctrlrun's statements (src/store/postgres.rs: Sql::reserve, Sql::transition), on its
-        # table keyed by the key's digest.
+        # ctrlrun's statements (src/store/postgres.rs: Sql::select, Sql::insert,
+        # Sql::transition), on its table keyed by the key's digest: the plain read that gives
+        # the server's clock, then the planner's row inserted as it is.
         d = "sha256(convert_to(%(key)s::text, 'UTF8'))"
-        self.reserve = (
-            f"WITH clock AS (SELECT {now} AS n), "
-            f"ins AS (INSERT INTO {t} (key_digest, effect_key, state, action_id, attempt, "
-            f"created_at, updated_at, lease_expires_at) "
-            f"SELECT {d}, %(key)s, 'executing', %(aid)s, 1, n, n, n + %(lease)s::int8 FROM clock "
-            f"ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}) "
-            f"SELECT true, {COLUMNS}, (SELECT n FROM clock) FROM ins "
-            f"UNION ALL "
-            f"SELECT false, {COLUMNS}, (SELECT n FROM clock) FROM {t} "
-            f"WHERE key_digest = {d} AND effect_key = %(key)s AND NOT EXISTS (SELECT 1 FROM ins)"
+        e_cols = ", ".join(f"e.{c.strip()}" for c in COLUMNS.split(","))
+        self.read = (
+            f"SELECT {e_cols}, clock.n FROM (SELECT {now} AS n) clock "
+            f"LEFT JOIN {t} e ON e.key_digest = {d} AND e.effect_key = %(key)s"
+        )
+        self.insert = (
+            f"INSERT INTO {t} (key_digest, {COLUMNS}) VALUES ({d}, %(key)s, 'executing', "
+            f"%(aid)s, 1, %(n)s, %(n)s, %(until)s, NULL, NULL, NULL) "
+            f"ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}"
         )
         self.transition = (
             f"UPDATE {t} SET state = %(target)s, updated_at = {now}, "
@@ -219,7 +219,11 @@ class PgConns:
     def __init__(self, cfg: dict, create: bool) -> None:
         import psycopg
 
-        self.durable = psycopg.connect(cfg["pg_url"], autocommit=True)
+        # Through a transaction pooler a statement prepared on one server connection is not
+        # there on the next: the floor then sends every statement unnamed (no prepare), as
+        # ctrlrun does everywhere.
+        unprepared = {} if PREPARE else {"prepare_threshold": None}
+        self.durable = psycopg.connect(cfg["pg_url"], autocommit=True, **unprepared)
         if create:
             self.durable.execute(pg_schema_sql(cfg["schema"], cfg.get("variant", "min")))
         # ctrlrun keeps every PostgreSQL write durable (the server can crash while the client
@@ -230,6 +234,9 @@ class PgConns:
 
     def close(self) -> None:
         self.durable.close()
+
+
+PREPARE = True  # cfg "prepare": false for the floor through a transaction pooler
 
 
 def pg_open(cfg: dict, create: bool = True):
@@ -254,25 +261,29 @@ def pg_call(conns: PgConns, sql: PgSql, variant: str, key: str, marks=None) -> b
         now = now_us()
         row = pg_txn(conn, lambda c: c.execute(
             sql.insert_min, {"key": key, "aid": aid, "now": now, "until": now + LEASE_US},
-            prepare=True).fetchone())
+            prepare=PREPARE).fetchone())
         if row is None:
             return False
         result = executor(marks, key)
         pg_txn(conn, lambda c: c.execute(
             sql.outcome_min, {"now": now_us(), "result": str(result), "key": key, "aid": aid},
-            prepare=True))
+            prepare=PREPARE))
         return True
 
+    found = conn.execute(sql.read, {"key": key, "now": None}, prepare=PREPARE).fetchone()
+    if found[0] is not None:
+        return False
+    n = found[-1]
     row = pg_txn(conn, lambda c: c.execute(
-        sql.reserve, {"key": key, "aid": aid, "lease": LEASE_US, "now": None},
-        prepare=True).fetchone())
-    if row is None or not row[0]:
+        sql.insert, {"key": key, "aid": aid, "n": n, "until": n + LEASE_US},
+        prepare=PREPARE).fetchone())
+    if row is None:
         return False
 
     def transition(on, target, keeps, result, from_states):
         params = {"target": target, "now": None, "keeps": keeps, "result": result,
                   "error": None, "key": key, "aid": aid, "attempt": 1, "from": from_states}
-        rows = pg_txn(on, lambda c: c.execute(sql.transition, params, prepare=True).fetchall())
+        rows = pg_txn(on, lambda c: c.execute(sql.transition, params, prepare=PREPARE).fetchall())
         assert len(rows) == 1
 
     result = executor(marks, key)
@@ -299,8 +310,10 @@ def contend(call, keys) -> dict:
 
 
 def main() -> None:
+    global PREPARE
     cfg = _common.config()
     mode = cfg["mode"]
+    PREPARE = bool(cfg.get("prepare", True))
     prefix = cfg.get("prefix", "k")
     n = int(cfg.get("n", 0))
     warmup = int(cfg.get("warmup", 0))
@@ -353,7 +366,7 @@ def main() -> None:
             assert pg_call(conn, sql, "min", f"{prefix}{i}")
 
         def read(i: int) -> None:
-            row = conn.execute(sql.select, {"key": f"{prefix}{i}"}, prepare=True).fetchone()
+            row = conn.execute(sql.select, {"key": f"{prefix}{i}"}, prepare=PREPARE).fetchone()
             assert row is not None
 
         _common.answer(_common.time_calls(read, n, warmup))

@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
+from urllib.parse import unquote, urlsplit
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
@@ -179,6 +180,7 @@ class Bench:
         self.counter = 0
         self.workdir = ""
         self.pg_url = ""
+        self.bouncer_url = ""
         self.pg_schemas: List[str] = []
         self.floor_py = sys.executable
         self.ref_py = ""
@@ -287,9 +289,10 @@ class Bench:
 
     # -- PostgreSQL -------------------------------------------------------------------------
 
-    def ctrl_pg_url(self, schema: str) -> str:
-        sep = "&" if "?" in self.pg_url else "?"
-        return f"{self.pg_url}{sep}schema={schema}"
+    @staticmethod
+    def with_schema(base: str, schema: str) -> str:
+        sep = "&" if "?" in base else "?"
+        return f"{base}{sep}schema={schema}"
 
     def pg_stats(self) -> Dict[str, Any]:
         return run_worker(self.floor_py, FLOOR_WORKER, {"mode": "pg_stats",
@@ -308,14 +311,19 @@ class Bench:
         result["wal_writes_per_call"] = (after["wal_write"] - before["wal_write"]) / calls
         return result
 
-    def plan_postgres(self) -> None:
+    def plan_postgres(self, b: str = "postgres") -> None:
+        """The PostgreSQL rows, straight to the server (``postgres``) or through PgBouncer in
+        transaction mode (``pgbouncer``: no original, and the floors send every statement
+        unnamed, since a prepared one would not be there on the next server connection)."""
         n, w = self.n_pg, max(10, self.n_pg // 20)
         add = self.specs.append
-        b = "postgres"
+        via = b == "pgbouncer"
+        base = self.bouncer_url if via else self.pg_url
+        reference = self.reference and not via
 
         def ctrl(kind: str, is_async: bool = False) -> Callable[[int], Dict]:
             def run(r: int) -> Dict[str, Any]:
-                cfg = {"mode": kind, "url": self.ctrl_pg_url(self.schema()), "n": n,
+                cfg = {"mode": kind, "url": self.with_schema(base, self.schema()), "n": n,
                        "warmup": w, "async": is_async}
                 go = lambda: run_worker(sys.executable, CTRLRUN_WORKER, cfg)  # noqa: E731
                 return self.with_pg_stats(go, n + w) if kind == "latency" else go()
@@ -331,31 +339,32 @@ class Bench:
 
         def floor(mode: str, variant: str = "min") -> Callable[[int], Dict]:
             def run(r: int) -> Dict[str, Any]:
-                cfg = {"mode": mode, "pg_url": self.pg_url, "schema": self.schema(),
-                       "variant": variant, "n": n, "warmup": w}
+                cfg = {"mode": mode, "pg_url": base, "schema": self.schema(),
+                       "variant": variant, "n": n, "warmup": w, "prepare": not via}
                 go = lambda: run_worker(self.floor_py, FLOOR_WORKER, cfg)  # noqa: E731
                 return self.with_pg_stats(go, n + w) if mode == "pg_latency" else go()
             return run
 
         dur = "sync_commit=on"
+        psycopg = "psycopg, unprepared" if via else "psycopg"
         add(Spec(b, "ctrlrun.sync", "ctrlrun", "ctrlrun, sync", dur, "latency", ctrl("latency")))
         add(Spec(b, "ctrlrun.async", "ctrlrun", "ctrlrun, async", dur, "latency",
                  ctrl("latency", True)))
-        if self.reference:
+        if reference:
             add(Spec(b, "ref.sync", "original", f"original {REF_VERSION}, sync", dur, "latency",
                      ref("latency")))
             add(Spec(b, "ref.async", "original", f"original {REF_VERSION}, async (to_thread)",
                      dur, "latency", ref("latency", True)))
-        add(Spec(b, "floor.min", "floor", "floor: 2 txns (minimum), psycopg", dur, "latency",
+        add(Spec(b, "floor.min", "floor", f"floor: 2 txns (minimum), {psycopg}", dur, "latency",
                  floor("pg_latency", "min")))
-        add(Spec(b, "floor.same", "floor", "floor: ctrlrun's statements (2 txns), psycopg", dur,
-                 "latency", floor("pg_latency", "same")))
+        add(Spec(b, "floor.same", "floor", f"floor: ctrlrun's statements (2 txns), {psycopg}",
+                 dur, "latency", floor("pg_latency", "same")))
         add(Spec(b, "dup.ctrlrun", "ctrlrun", "duplicate: ctrlrun (committed key again)", dur,
                  "dup", ctrl("dup")))
-        if self.reference:
+        if reference:
             add(Spec(b, "dup.ref", "original", f"duplicate: original {REF_VERSION}", dur, "dup",
                      ref("dup")))
-        add(Spec(b, "dup.floor", "floor", "floor: one indexed read, psycopg", dur, "read",
+        add(Spec(b, "dup.floor", "floor", f"floor: one indexed read, {psycopg}", dur, "read",
                  floor("pg_read")))
 
         def contend(who: str, variant: str = "min") -> Callable[[int], Dict]:
@@ -364,7 +373,7 @@ class Bench:
                 os.makedirs(marks)
                 schema = self.schema()
                 if who == "ctrlrun":
-                    cfg = {"url": self.ctrl_pg_url(schema)}
+                    cfg = {"url": self.with_schema(base, schema)}
                     run_worker(sys.executable, CTRLRUN_WORKER, dict(cfg, mode="init"))
                     return run_contention(sys.executable, CTRLRUN_WORKER,
                                           dict(cfg, mode="contend"), marks, r)
@@ -373,7 +382,7 @@ class Bench:
                     run_worker(self.ref_py, REF_WORKER, dict(cfg, mode="init"))
                     return run_contention(self.ref_py, REF_WORKER, dict(cfg, mode="contend"),
                                           marks, r)
-                cfg = {"pg_url": self.pg_url, "schema": schema, "variant": variant}
+                cfg = {"pg_url": base, "schema": schema, "variant": variant, "prepare": not via}
                 run_worker(self.floor_py, FLOOR_WORKER, dict(cfg, mode="pg_init"))
                 return run_contention(self.floor_py, FLOOR_WORKER,
                                       dict(cfg, mode="pg_contend"), marks, r)
@@ -384,9 +393,10 @@ class Bench:
                  contend("ctrlrun")))
         add(Spec(b, "contend.floor.min", "floor", f"{c}, floor 2 txns", dur, "contention",
                  contend("floor", "min")))
-        add(Spec(b, "contend.floor.same", "floor", f"{c}, floor ctrlrun's statements", dur, "contention",
-                 contend("floor", "same")))
-        if self.reference:
+        if not via:
+            add(Spec(b, "contend.floor.same", "floor", f"{c}, floor ctrlrun's statements", dur,
+                     "contention", contend("floor", "same")))
+        if reference:
             add(Spec(b, "contend.ref", "original", f"{c}, original {REF_VERSION}", dur,
                      "contention", contend("original")))
 
@@ -523,21 +533,24 @@ def report(bench: Bench, syscalls: Dict[str, Dict[str, float]]) -> Tuple[str, Di
         targets.append({"backend": backend, "check": name, "measured": value, "goal": goal,
                         "verdict": verdict, "note": note})
 
-    for backend in ("sqlite", "postgres"):
+    for backend in ("sqlite", "postgres", "pgbouncer"):
         specs = [s for s in bench.specs if s.backend == backend]
         if not specs:
             continue
         title = {"sqlite": "SQLite (WAL)",
-                 "postgres": "PostgreSQL (synchronous_commit=on)"}[backend]
+                 "postgres": "PostgreSQL (synchronous_commit=on)",
+                 "pgbouncer": "PostgreSQL through PgBouncer (transaction mode, "
+                              "synchronous_commit=on)"}[backend]
         n = bench.n_sqlite if backend == "sqlite" else bench.n_pg
         out.append("")
         out.append(f"== {title}: {n} calls per run, {bench.repeats} runs, the median run shown ==")
         floor_full = {"sqlite": {"FULL": p50(backend, "floor.min.FULL"),
                                  "NORMAL": p50(backend, "floor.min.NORMAL")},
-                      "postgres": {"sync_commit=on": p50(backend, "floor.min")}}[backend]
+                      "postgres": {"sync_commit=on": p50(backend, "floor.min")},
+                      "pgbouncer": {"sync_commit=on": p50(backend, "floor.min")}}[backend]
         read_floor = p50(backend, "dup.floor")
         ref_p50 = {"sqlite": p50(backend, "ref.sync.NORMAL"),
-                   "postgres": p50(backend, "ref.sync")}[backend]
+                   "postgres": p50(backend, "ref.sync"), "pgbouncer": None}[backend]
         rows = []
         for s in specs:
             if s.kind == "contention":
@@ -566,6 +579,10 @@ def report(bench: Bench, syscalls: Dict[str, Dict[str, float]]) -> Tuple[str, Di
                          f"{min(p50s):,.0f}-{max(p50s):,.0f}", fmt_num(m["p99_us"]), fmt_num(m["cpu_us_per_call"]), extra,
                          fmt_ratio(vs_floor), fmt_ratio(vs_ref)])
         io_head = "fsync/call" if backend == "sqlite" else "commits/WAL syncs per call"
+        if backend == "pgbouncer":
+            out.append("  Through the pooler the floors send every statement unnamed (psycopg "
+                       "with prepare_threshold=None): a prepared one would not be there on the "
+                       "next server connection.")
         out.append(table(
             ["workload", "durability", "calls/s (1/p50)", "calls/s (N/wall)", "p50 us",
              "p50 of runs", "p99 us", "client cpu us/call", io_head, "time/call vs floor",
@@ -632,6 +649,17 @@ def report(bench: Bench, syscalls: Dict[str, Dict[str, float]]) -> Tuple[str, Di
                       total(backend, "contend.floor.min.NORMAL"))
             target(backend, "contention total time vs floor, NORMAL (2 txns)", r, "<= 1.5x",
                    None if r is None else r <= 1.5)
+        elif backend == "pgbouncer":
+            c = p50(backend, "ctrlrun.sync")
+            r = ratio(c, p50(backend, "floor.min"))
+            target(backend, "time/call vs the unprepared psycopg floor, both via PgBouncer", r,
+                   "<= 1.3x", None if r is None else r <= 1.3)
+            r = ratio(c, p50("postgres", "ctrlrun.sync"))
+            target(backend, "time/call via PgBouncer vs ctrlrun direct (the pooler's hop)", r,
+                   "info", None)
+            r = ratio(total(backend, "contend.ctrlrun"), total(backend, "contend.floor.min"))
+            target(backend, "contention total time vs floor (2 txns), both via PgBouncer", r,
+                   "<= 1.5x", None if r is None else r <= 1.5)
         else:
             c = p50(backend, "ctrlrun.sync")
             r = ratio(ref_p50, c)
@@ -695,11 +723,34 @@ def git_state() -> Dict[str, Any]:
         return {}
 
 
+def load_test_helper(name: str) -> Any:
+    """tests_py/<name>.py, which the tests use to start their servers."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "tests_py",
+                                                                     f"{name}.py"))
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def start_bouncer(pg_url: str) -> Any:
+    """A throwaway PgBouncer in transaction mode in front of ``pg_url``'s server, with a
+    server pool large enough for the contention rows' 8 processes."""
+    load_test_helper("pgserver")  # pgbouncer.py imports it
+    parts = urlsplit(pg_url)
+    return load_test_helper("pgbouncer").PgBouncer(
+        parts.hostname or "127.0.0.1", parts.port or 5432, unquote(parts.username or "postgres"),
+        unquote(parts.password) if parts.password else None, "transaction",
+        pool_size=CONTENTION_PROCS)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="10x fewer calls per run")
-    ap.add_argument("--backends", default="sqlite,postgres",
-                    help="comma-separated: sqlite, postgres (default both)")
+    ap.add_argument("--backends", default="sqlite,postgres,pgbouncer",
+                    help="comma-separated: sqlite, postgres, pgbouncer (PostgreSQL through "
+                         "PgBouncer in transaction mode); default all three")
     ap.add_argument("--no-reference", action="store_true",
                     help="skip the original product (no bench/.ref-venv needed)")
     ap.add_argument("--repeats", type=int, default=3, help="runs per measurement (default 3)")
@@ -712,7 +763,7 @@ def main() -> int:
     args = ap.parse_args()
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     for b in backends:
-        if b not in ("sqlite", "postgres"):
+        if b not in ("sqlite", "postgres", "pgbouncer"):
             ap.error(f"unknown backend {b!r}")
 
     bench = Bench(args)
@@ -744,12 +795,14 @@ def main() -> int:
         ref_info = run_worker(bench.ref_py, REF_WORKER, {"mode": "info"})
         log(f"original product: ctrlrun {ref_info['version']} in {REF_VENV}")
         bench.meta["original"] = ref_info
-    if "postgres" in backends:
+    pg_wanted = "postgres" in backends or "pgbouncer" in backends
+    if pg_wanted:
         bench.floor_py = ensure_venv(FLOOR_VENV, [PSYCOPG], "import psycopg")
 
     os.makedirs(args.workdir, exist_ok=True)
     bench.workdir = tempfile.mkdtemp(prefix="run-", dir=args.workdir)
     cluster = None
+    bouncer = None
     syscalls: Dict[str, Dict[str, float]] = {}
     try:
         sqlite_info = run_worker(sys.executable, FLOOR_WORKER, {"mode": "sqlite_info"})
@@ -762,19 +815,13 @@ def main() -> int:
             bench.execute("sqlite")
             log("SQLite: counting fsyncs per call with strace (separate, untimed pass)")
             syscalls = bench.sqlite_syscalls()
-        if "postgres" in backends:
+        if pg_wanted:
             url = os.environ.get("CTRLRUN_BENCH_POSTGRES_URL")
             if url:
                 bench.pg_url = url
                 bench.meta["postgres_server"] = "CTRLRUN_BENCH_POSTGRES_URL"
             else:
-                spec = importlib.util.spec_from_file_location(
-                    "pgserver", os.path.join(ROOT, "tests_py", "pgserver.py"))
-                assert spec and spec.loader
-                pgserver = importlib.util.module_from_spec(spec)
-                sys.modules["pgserver"] = pgserver  # dataclasses look their module up
-                spec.loader.exec_module(pgserver)
-                cluster = pgserver.start_cluster()
+                cluster = load_test_helper("pgserver").start_cluster()
                 bench.pg_url = cluster.url()
                 bench.meta["postgres_server"] = f"throwaway cluster in {cluster.datadir}"
             pg_info = run_worker(bench.floor_py, FLOOR_WORKER, {"mode": "pg_info",
@@ -785,9 +832,19 @@ def main() -> int:
                 f"{pg_info['synchronous_commit']}, fsync={pg_info['fsync']}, "
                 f"wal_sync_method={pg_info['wal_sync_method']}; psycopg {pg_info['psycopg']} "
                 f"({pg_info['psycopg_impl']})")
-            bench.plan_postgres()
-            bench.execute("postgres")
+            if "postgres" in backends:
+                bench.plan_postgres()
+                bench.execute("postgres")
+            if "pgbouncer" in backends:
+                bouncer = start_bouncer(bench.pg_url)
+                bench.bouncer_url = bouncer.url(db=urlsplit(bench.pg_url).path.lstrip("/"))
+                log(f"PgBouncer (transaction mode) on port {bouncer.port}, in front of the same "
+                    f"server")
+                bench.plan_postgres("pgbouncer")
+                bench.execute("pgbouncer")
     finally:
+        if bouncer is not None:
+            bouncer.stop()
         if bench.pg_schemas and bench.pg_url:
             try:
                 run_worker(bench.floor_py, FLOOR_WORKER, {"mode": "pg_drop",

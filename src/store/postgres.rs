@@ -56,7 +56,7 @@ fn now_expr(param: usize) -> String {
 /// statement on every call (tens of microseconds next to a commit's WAL flush); the round trips
 /// are the same as for a prepared statement.
 struct Sql {
-    reserve: String,
+    insert: String,
     select: String,
     cas: String,
     transition: String,
@@ -67,22 +67,17 @@ impl Sql {
     fn new(schema: &str) -> Sql {
         let t = format!("\"{schema}\".ctrlrun_effects");
         Sql {
-            // One round trip for the common cases: the row inserted, or the row in the way.
-            reserve: format!(
-                "WITH clock AS (SELECT {now} AS n), \
-                 ins AS (INSERT INTO {t} (key_digest, effect_key, state, action_id, attempt, \
-                         created_at, updated_at, lease_expires_at) \
-                         SELECT {d}, $1, $5, $2, 1, n, n, n + $3::int8 FROM clock \
-                         ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}) \
-                 SELECT true, {COLUMNS}, (SELECT n FROM clock) FROM ins \
-                 UNION ALL \
-                 SELECT false, {COLUMNS}, (SELECT n FROM clock) FROM {t} \
-                 WHERE key_digest = {d} AND effect_key = $1 AND NOT EXISTS (SELECT 1 FROM ins)",
-                now = now_expr(4),
+            // The planner's row, bound as it is; a row already there wins (no row returned).
+            // A plain INSERT … VALUES plans in microseconds, where a statement that also works
+            // out the row (a CTE) costs the server a tenth of a millisecond on every call.
+            insert: format!(
+                "INSERT INTO {t} (key_digest, {COLUMNS}) \
+                 VALUES ({d}, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+                 ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}",
                 d = digest(1)
             ),
             select: format!(
-                "SELECT false, {cols}, clock.n FROM (SELECT {now} AS n) clock \
+                "SELECT {cols}, clock.n FROM (SELECT {now} AS n) clock \
                  LEFT JOIN {t} e ON e.key_digest = {d} AND e.effect_key = $1",
                 d = digest(1),
                 cols = COLUMNS
@@ -131,23 +126,21 @@ impl Sql {
         c.query_typed_one(&self.select, &[(&key, Type::TEXT), (&now, Type::INT8)])
     }
 
-    fn reserve_rows(
-        &self,
-        c: &mut impl GenericClient,
-        key: &str,
-        action_id: &str,
-        lease: Micros,
-        now: Option<Micros>,
-        granted: &str,
-    ) -> PgResult<Vec<Row>> {
-        c.query_typed(
-            &self.reserve,
+    /// Insert the planner's row `r` unless a row is there: the row inserted, or `None`.
+    fn insert(&self, c: &mut impl GenericClient, r: &EffectRecord) -> PgResult<Option<Row>> {
+        c.query_typed_opt(
+            &self.insert,
             &[
-                (&key, Type::TEXT),
-                (&action_id, Type::TEXT),
-                (&lease, Type::INT8),
-                (&now, Type::INT8),
-                (&granted, Type::TEXT),
+                (&r.effect_key, Type::TEXT),
+                (&r.state.as_str(), Type::TEXT),
+                (&r.action_id, Type::TEXT),
+                (&r.attempt, Type::INT8),
+                (&r.created_at, Type::INT8),
+                (&r.updated_at, Type::INT8),
+                (&r.lease_expires_at, Type::INT8),
+                (&r.result, Type::TEXT),
+                (&r.error, Type::TEXT),
+                (&r.resolved_by, Type::TEXT),
             ],
         )
     }
@@ -268,9 +261,12 @@ fn read_record(row: &Row, at: usize) -> Result<Option<EffectRecord>> {
     }))
 }
 
-/// A read: `(inserted, record, server now)` from the `reserve` or `select` statement.
-fn read_found(row: &Row) -> Result<(bool, Option<EffectRecord>, Micros)> {
-    Ok((row.get(0), read_record(row, 1)?, row.get(11)))
+/// What a key's read found: its record if any, and the server's clock (or the caller's `now`).
+type Found = (Option<EffectRecord>, Micros);
+
+/// A row of the `select` statement.
+fn read_found(row: &Row) -> Result<Found> {
+    Ok((read_record(row, 0)?, row.get(10)))
 }
 
 fn is_serialization(e: &postgres::Error) -> bool {
@@ -481,10 +477,7 @@ impl PostgresStore {
             .connect(NoTls)
             .and_then(|mut client| self.sql.select_row(&mut client, key, None));
         match read {
-            Ok(row) => {
-                let (_, rec, now) = read_found(&row)?;
-                Ok((rec, now))
-            }
+            Ok(row) => read_found(&row),
             Err(e) => {
                 log::error!(target: "ctrlrun.store", "reread_failed: {what} '{key}': {e}");
                 Err(Error::StoreUnresolved(format!(
@@ -510,8 +503,7 @@ impl PostgresStore {
             .sql
             .select_row(tx, key, now)
             .map_err(|e| self.failed(what, key, &e))?;
-        let (_, rec, n) = read_found(&row)?;
-        Ok((rec, n))
+        read_found(&row)
     }
 
     fn write_cas(
@@ -528,7 +520,10 @@ impl PostgresStore {
         Ok(n == 1)
     }
 
-    /// One reservation transaction. Returns what was written (for the identity re-read).
+    /// One reservation transaction: plan from `first` (the plain read just made) or from a
+    /// read in the transaction, write the plan, and re-read and re-plan when a concurrent
+    /// writer got there first. Returns what was written (for the identity re-read).
+    #[allow(clippy::too_many_arguments)]
     fn reserve_txn(
         &self,
         key: &str,
@@ -536,72 +531,57 @@ impl PostgresStore {
         lease: Micros,
         begin: bool,
         now: Option<Micros>,
+        first: Option<Found>,
     ) -> Result<Commit<Step>> {
-        let granted = if begin { "executing" } else { "reserved" };
         const WHAT: &str = "reserve_effect";
         self.txn(WHAT, key, |tx, sql| {
-            let rows = sql
-                .reserve_rows(tx, key, action_id, lease, now, granted)
-                .map_err(|e| self.failed(WHAT, key, &e))?;
-            let mut found = match rows.first() {
-                Some(row) => {
-                    let (inserted, rec, n) = read_found(row)?;
-                    if inserted {
-                        let rec = rec.expect("RETURNING gives the inserted row");
-                        return Ok(Step {
-                            written: Some(rec.clone()),
-                            outcome: Ok(rec),
-                        });
-                    }
-                    (rec, n)
-                }
-                // The conflicting row was committed after this statement's snapshot: read it
-                // with a new statement (a new snapshot under READ COMMITTED).
+            let mut found = match first {
+                Some(found) => found,
                 None => self.select_in(tx, WHAT, key, now)?,
             };
-            // A compare-and-set that loses a race re-reads and re-plans; a few rounds at most.
+            // A write that loses a race re-reads and re-plans; a few rounds at most.
             for _ in 0..4 {
                 let (row, n) = found;
-                match planner::plan_reservation(row.as_ref(), key, action_id, lease, n, begin) {
+                let (written, outcome) = match planner::plan_reservation(
+                    row.as_ref(),
+                    key,
+                    action_id,
+                    lease,
+                    n,
+                    begin,
+                ) {
                     ReservationPlan::Refuse(r) => {
                         return Ok(Step {
                             written: None,
                             outcome: Err(r.into_error()),
                         })
                     }
-                    ReservationPlan::Renew { expected, record } => {
-                        if self.write_cas(tx, WHAT, &expected, &record)? {
-                            return Ok(Step {
-                                written: Some(record.clone()),
-                                outcome: Ok(record),
-                            });
+                    ReservationPlan::Insert(record) => {
+                        let inserted = sql
+                            .insert(tx, &record)
+                            .map_err(|e| self.failed(WHAT, key, &e))?;
+                        match inserted {
+                            Some(row) => {
+                                let rec = read_record(&row, 0)?.expect("RETURNING a row");
+                                (Some(rec.clone()), Ok(rec))
+                            }
+                            None => (None, Ok(record)),
                         }
+                    }
+                    ReservationPlan::Renew { expected, record } => {
+                        let won = self.write_cas(tx, WHAT, &expected, &record)?;
+                        (won.then(|| record.clone()), Ok(record))
                     }
                     ReservationPlan::Lapse { expected, record } => {
-                        if self.write_cas(tx, WHAT, &expected, &record)? {
-                            return Ok(Step {
-                                written: Some(record.clone()),
-                                outcome: Err(Error::ambiguous(record)),
-                            });
-                        }
+                        let won = self.write_cas(tx, WHAT, &expected, &record)?;
+                        (won.then(|| record.clone()), Err(Error::ambiguous(record)))
                     }
-                    // Rows are never deleted; if one vanished, the next round inserts.
-                    ReservationPlan::Insert(_) => {
-                        let rows = sql
-                            .reserve_rows(tx, key, action_id, lease, now, granted)
-                            .map_err(|e| self.failed(WHAT, key, &e))?;
-                        if let Some(row) = rows.first() {
-                            let (inserted, rec, _) = read_found(row)?;
-                            if inserted {
-                                let rec = rec.expect("RETURNING gives the inserted row");
-                                return Ok(Step {
-                                    written: Some(rec.clone()),
-                                    outcome: Ok(rec),
-                                });
-                            }
-                        }
-                    }
+                };
+                if written.is_some() {
+                    return Ok(Step { written, outcome });
                 }
+                // Another writer's row is there now: read it (a new statement sees it under
+                // READ COMMITTED) and plan again.
                 found = self.select_in(tx, WHAT, key, now)?;
             }
             Err(Error::StoreWriteFailed(format!(
@@ -663,6 +643,7 @@ impl PostgresStore {
     /// A reservation; after an unknown `COMMIT`, the whole-row identity re-read decides: the
     /// row we wrote means it landed; no row means it did not, so the insert is retried once;
     /// any other row goes back to the planner.
+    #[allow(clippy::too_many_arguments)]
     fn reserve_step(
         &self,
         key: &str,
@@ -670,10 +651,11 @@ impl PostgresStore {
         lease: Micros,
         begin: bool,
         now: Option<Micros>,
+        first: Option<Found>,
         may_retry: bool,
     ) -> Result<EffectRecord> {
         const WHAT: &str = "reserve_effect";
-        let (step, why) = match self.reserve_txn(key, action_id, lease, begin, now)? {
+        let (step, why) = match self.reserve_txn(key, action_id, lease, begin, now, first)? {
             Commit::Landed(step) => return step.outcome,
             Commit::Unknown(step, why) => (step, why),
         };
@@ -697,7 +679,7 @@ impl PostgresStore {
         match found {
             None if may_retry => {
                 log::warn!(target: "ctrlrun.store", "reread_none_retry_insert: {WHAT} '{key}'");
-                self.reserve_step(key, action_id, lease, begin, now, false)
+                self.reserve_step(key, action_id, lease, begin, now, None, false)
             }
             None => Err(unresolved()),
             Some(row) => {
@@ -711,7 +693,9 @@ impl PostgresStore {
                     begin,
                 ) {
                     ReservationPlan::Refuse(r) => Err(r.into_error()),
-                    _ if may_retry => self.reserve_step(key, action_id, lease, begin, now, false),
+                    _ if may_retry => {
+                        self.reserve_step(key, action_id, lease, begin, now, None, false)
+                    }
                     _ => Err(unresolved()),
                 }
             }
@@ -905,13 +889,16 @@ impl Store for PostgresStore {
                 sql.select_row(client, key, now)
             })?
             .map_err(|e| self.failed("reserve_effect", key, &e))?;
-        let (_, found, n) = read_found(&row)?;
+        let (found, n) = read_found(&row)?;
         if let ReservationPlan::Refuse(refusal) =
             planner::plan_reservation(found.as_ref(), key, action_id, lease, n, begin)
         {
             return Err(refusal.into_error());
         }
-        self.reserve_step(key, action_id, lease, begin, now, true)
+        // The transaction plans from this read (its clock is the server's), so a fresh key
+        // costs one INSERT; a row that appeared meanwhile makes the INSERT return nothing and
+        // is read and planned again inside the transaction.
+        self.reserve_step(key, action_id, lease, begin, now, Some((found, n)), true)
     }
 
     fn transition(
@@ -967,7 +954,7 @@ impl Store for PostgresStore {
                     describe_pg_error(&e)
                 ))
             })?;
-        Ok(read_found(&row)?.1)
+        Ok(read_found(&row)?.0)
     }
 
     fn list(&self, state: Option<EffectState>) -> Result<Vec<EffectRecord>> {
