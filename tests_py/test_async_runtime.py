@@ -315,13 +315,14 @@ def test_reservation_write_dropped_is_a_failed_write_nothing_ran_and_the_retry_r
     assert rule.fired == 1
     assert runs == []  # the body never started
 
-    # the statement that was dropped is the decorator's reservation: the insert whose granted
-    # state (its fifth parameter) is 'executing', the begin transition folded into it
+    # the statement that was dropped is the decorator's reservation: the insert of the
+    # planner's row, whose state (its second parameter) is 'executing', the begin transition
+    # folded into it
     (text,) = matched
-    assert text.split(b"\0", 1)[0].startswith(b"WITH clock")
+    assert text.split(b"\0", 1)[0].startswith(b"INSERT INTO")
     params = _bind_params(text)
     assert params[0] == b"pay:o2"
-    assert params[4] == b"executing"
+    assert params[1] == b"executing"
 
     assert direct.get_effect("pay:o2") is None  # nothing was committed
 
