@@ -337,10 +337,11 @@ class Bench:
                 return self.with_pg_stats(go, n + w) if kind == "latency" else go()
             return run
 
-        def floor(mode: str, variant: str = "min") -> Callable[[int], Dict]:
+        def floor(mode: str, variant: str = "min", prepare: bool = not via
+                  ) -> Callable[[int], Dict]:
             def run(r: int) -> Dict[str, Any]:
                 cfg = {"mode": mode, "pg_url": base, "schema": self.schema(),
-                       "variant": variant, "n": n, "warmup": w, "prepare": not via}
+                       "variant": variant, "n": n, "warmup": w, "prepare": prepare}
                 go = lambda: run_worker(self.floor_py, FLOOR_WORKER, cfg)  # noqa: E731
                 return self.with_pg_stats(go, n + w) if mode == "pg_latency" else go()
             return run
@@ -366,6 +367,9 @@ class Bench:
                      ref("dup")))
         add(Spec(b, "dup.floor", "floor", f"floor: one indexed read, {psycopg}", dur, "read",
                  floor("pg_read")))
+        if not via:  # what a read costs when it is parsed on every call, as ctrlrun's are
+            add(Spec(b, "dup.floor.unprepared", "floor", "one indexed read, psycopg, unprepared",
+                     dur, "read", floor("pg_read", prepare=False)))
 
         def contend(who: str, variant: str = "min") -> Callable[[int], Dict]:
             def run(r: int) -> Dict[str, Any]:
@@ -676,6 +680,8 @@ def report(bench: Bench, syscalls: Dict[str, Dict[str, float]]) -> Tuple[str, Di
             r = ratio(total(backend, "contend.ctrlrun"), total(backend, "contend.floor.min"))
             target(backend, "contention total time vs floor (2 txns)", r, "<= 1.5x",
                    None if r is None else r <= 1.5)
+            r = ratio(p50(backend, "dup.ctrlrun"), p50(backend, "dup.floor.unprepared"))
+            target(backend, "duplicate path vs one unprepared indexed read", r, "info", None)
         cont = [s for s in specs if s.kind == "contention"]
         doubles = sum(r["double_executions"] for s in cont for r in s.results)
         ours = [s for s in cont if s.who == "ctrlrun"]
