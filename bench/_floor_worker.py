@@ -7,7 +7,7 @@ Variants of one protected call on a fresh key:
 * ``min``  — the least any at-most-once engine must write: the reservation (BEGIN; INSERT … ON
   CONFLICT DO NOTHING; COMMIT) and the outcome (BEGIN; UPDATE; COMMIT): two durable commits.
 * ``same`` — ctrlrun's own schema and statements, as src/store/sqlite.rs and
-  src/store/postgres.rs issue them for ``protect``: the reservation straight into ``executing``
+  src/store/postgres/ issue them for ``protect``: the reservation straight into ``executing``
   (SQLite: SELECT + INSERT; PostgreSQL: the one-statement CTE on the ``key_digest`` primary
   key), then the ``commit`` transition, an ``UPDATE`` (SQLite: then a ``SELECT`` of the row
   written; PostgreSQL: ``RETURNING``), each in its own transaction: two durable commits.
@@ -153,7 +153,7 @@ def sqlite_call(conn, variant: str, key: str, marks=None) -> bool:
 
 def pg_schema_sql(schema: str, variant: str) -> str:
     """``min``: the effect key is the primary key. ``same``: ctrlrun's table, whose primary key
-    is the SHA-256 of the key (src/store/postgres.rs, init_schema)."""
+    is the SHA-256 of the key (src/store/postgres/schema.rs, init_schema)."""
     key = ("effect_key       text   NOT NULL PRIMARY KEY," if variant == "min" else
            "key_digest       bytea  NOT NULL PRIMARY KEY,\n    effect_key       text   NOT NULL,")
     return f"""
@@ -188,7 +188,7 @@ class PgSql:
             f"result = %(result)s WHERE effect_key = %(key)s AND action_id = %(aid)s "
             f"AND attempt = 1 AND state = 'reserved'"
         )
-        # ctrlrun's statements (src/store/postgres.rs: Sql::select, Sql::insert,
+        # ctrlrun's statements (src/store/postgres/sql.rs: Sql::select, Sql::insert,
         # Sql::transition), on its table keyed by the key's digest: the plain read that gives
         # the server's clock, then the planner's row inserted as it is.
         d = "sha256(convert_to(%(key)s::text, 'UTF8'))"

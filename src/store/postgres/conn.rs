@@ -1,0 +1,92 @@
+//! One pooled connection, how it is opened, and how the driver's errors are classified.
+
+use postgres::error::SqlState;
+use postgres::{Client, Config, NoTls};
+
+use super::sql::PgResult;
+
+/// One pooled connection. It holds no prepared statement and no session setting.
+pub struct Conn {
+    pub(super) client: Client,
+    /// Set when the server ended this session; the pool then discards the connection.
+    pub(super) broken: bool,
+}
+
+pub(super) struct Manager {
+    pub(super) config: Config,
+}
+
+impl Manager {
+    fn connect_client(&self) -> PgResult<Conn> {
+        Ok(Conn {
+            client: self.config.connect(NoTls)?,
+            broken: false,
+        })
+    }
+}
+
+impl crate::store::pool::Manage for Manager {
+    type Conn = Conn;
+    type Error = String;
+
+    fn connect(&self) -> std::result::Result<Conn, String> {
+        self.connect_client().map_err(|e| describe_pg_error(&e))
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        conn.broken || conn.client.is_closed()
+    }
+}
+
+pub(super) fn is_serialization(e: &postgres::Error) -> bool {
+    matches!(
+        e.code(),
+        Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED
+    )
+}
+
+/// The server ended the session (an administrator, a restart, a crash) or the socket is gone.
+/// The client may not have noticed the closed socket yet when the server's goodbye arrives as
+/// the answer to `BEGIN`, so `Client::is_closed` alone is not enough.
+pub(super) fn is_session_gone(e: &postgres::Error) -> bool {
+    e.is_closed()
+        || matches!(
+            e.code(),
+            Some(c) if *c == SqlState::ADMIN_SHUTDOWN
+                || *c == SqlState::CRASH_SHUTDOWN
+                || *c == SqlState::CANNOT_CONNECT_NOW
+                || c.code().starts_with("08")
+        )
+}
+
+pub(super) fn describe_pg_error(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => {
+            // "error connecting to server" alone does not say why: add the causes.
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(cause) = source {
+                let more = cause.to_string();
+                if !text.contains(&more) {
+                    text = format!("{text}: {more}");
+                }
+                source = cause.source();
+            }
+            text
+        }
+    }
+}
+
+pub(super) fn describe(config: &Config, schema: &str) -> String {
+    use postgres::config::Host;
+    let user = config.get_user().unwrap_or("");
+    let host = match config.get_hosts().first() {
+        Some(Host::Tcp(h)) => h.clone(),
+        Some(Host::Unix(p)) => p.display().to_string(),
+        None => "localhost".into(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let db = config.get_dbname().unwrap_or(user);
+    format!("postgresql://{user}@{host}:{port}/{db}?schema={schema}")
+}

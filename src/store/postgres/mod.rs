@@ -1,0 +1,357 @@
+//! The PostgreSQL store: many hosts, one database.
+//!
+//! The reservation is the primary-key index plus compare-and-set: `INSERT … ON CONFLICT
+//! (key_digest) DO NOTHING` with the returned row checked, and `UPDATE … WHERE key AND state AND
+//! action_id AND attempt` with the row count checked, under the default isolation level. The
+//! primary key is the SHA-256 of the effect key (a B-tree entry cannot hold a long key); every
+//! statement also compares the key itself, so the key stays opaque and exact. No advisory locks, no `SERIALIZABLE`, no `SELECT … FOR UPDATE`; nothing is held across
+//! the executor. Lease decisions use the server's clock (`clock_timestamp()`) unless the caller
+//! passes `now`.
+//!
+//! Failure classes (SPEC §6): an error before `COMMIT` rolls back and is `StoreWriteFailed`, as
+//! is SQLSTATE 40001/40P01 anywhere. Any other error during `COMMIT` (connection lost, statement
+//! timeout) is unknown: the row is re-read on a fresh connection and decides. A failed re-read
+//! is `StoreUnresolved`. Each branch is logged on `ctrlrun.store` with its name.
+
+mod conn;
+mod schema;
+mod sql;
+mod writes;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use postgres::{Client, Config, NoTls, Transaction};
+
+use crate::error::{Error, Result};
+use crate::planner::{self, Expected, ReservationPlan, Transition};
+use crate::record::{EffectRecord, EffectState, Micros};
+use crate::store::pool::{Pool, Pooled};
+use crate::store::Store;
+use conn::{describe, describe_pg_error, is_serialization, is_session_gone, Conn, Manager};
+use schema::init_schema;
+pub use schema::{drop_scratch_schema, SCHEMA_VERSION, SCRATCH_PREFIX};
+use sql::{read_found, read_record, PgResult, Sql};
+
+/// PostgreSQL `text` cannot hold NUL: refuse such a key before any write.
+fn check_key(key: &str) -> Result<()> {
+    if key.contains('\0') {
+        return Err(Error::InvalidArgument(format!(
+            "effect key {key:?} contains a NUL character, which PostgreSQL text cannot hold"
+        )));
+    }
+    Ok(())
+}
+
+enum Commit<T> {
+    Landed(T),
+    Unknown(T, String),
+}
+
+struct Step {
+    written: Option<EffectRecord>,
+    outcome: Result<EffectRecord>,
+}
+
+pub struct PostgresStore {
+    manager_config: Config,
+    sql: std::sync::Arc<Sql>,
+    description: String,
+    pool: Pool<Manager>,
+    /// How many dead pooled connections one call skips before it gives up: every pooled one
+    /// and one more (after a restart or a failover, all of them may be dead).
+    max_stale: usize,
+}
+
+impl PostgresStore {
+    /// Connect, create the schema's tables if missing, check the recorded schema version.
+    pub fn open(url: &str, schema: &str, pool_size: usize) -> Result<PostgresStore> {
+        let mut config = Config::from_str(url).map_err(|e| {
+            Error::Store(format!(
+                "cannot parse the PostgreSQL URL (password not shown): {e}"
+            ))
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(10));
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("ctrlrun");
+        }
+        config.keepalives_idle(Duration::from_secs(30));
+        let description = describe(&config, schema);
+        let mut client = config.connect(NoTls).map_err(|e| {
+            Error::Store(format!(
+                "cannot connect to the PostgreSQL store {description}: {}",
+                describe_pg_error(&e)
+            ))
+        })?;
+        init_schema(&mut client, schema, &description)?;
+        drop(client);
+        let sql = std::sync::Arc::new(Sql::new(schema));
+        // Waiting for a pooled connection, or for the server: the connect timeout bounds both.
+        let timeout = config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(Duration::from_secs(10));
+        let pool = Pool::new(
+            Manager {
+                config: config.clone(),
+            },
+            pool_size,
+            timeout,
+        );
+        Ok(PostgresStore {
+            manager_config: config,
+            sql,
+            description,
+            pool,
+            max_stale: pool_size + 1,
+        })
+    }
+
+    fn conn(&self, what: &str, key: &str) -> Result<Pooled<'_, Manager>> {
+        self.pool.get().map_err(|e| {
+            Error::StoreWriteFailed(format!(
+                "{what} for effect '{key}': cannot get a connection to the PostgreSQL store {}: \
+                 {e}; nothing was written, so the write may be retried",
+                self.description
+            ))
+        })
+    }
+
+    fn failed(&self, what: &str, key: &str, e: &postgres::Error) -> Error {
+        Error::StoreWriteFailed(format!(
+            "{what} for effect '{key}' failed in the PostgreSQL store {}: {}; nothing was \
+             committed, so the write may be retried",
+            self.description,
+            describe_pg_error(e)
+        ))
+    }
+
+    /// A read on a pooled connection; a connection whose session the server ended meanwhile is
+    /// dropped and the read runs on the next one (a read changes nothing, so it is safe to repeat).
+    fn read<T>(
+        &self,
+        what: &str,
+        key: &str,
+        mut body: impl FnMut(&mut Client, &Sql) -> PgResult<T>,
+    ) -> Result<PgResult<T>> {
+        let mut stale = 0;
+        loop {
+            let mut conn = self.conn(what, key)?;
+            let Conn { client, broken } = &mut *conn;
+            match body(client, &self.sql) {
+                Err(e) if (client.is_closed() || is_session_gone(&e)) && stale < self.max_stale => {
+                    *broken = true;
+                    stale += 1;
+                    log::warn!(target: "ctrlrun.store", "stale_connection_dropped: {what} '{key}'");
+                }
+                other => return Ok(other),
+            }
+        }
+    }
+
+    /// `BEGIN`, `body`, `COMMIT` on a pooled connection, classified as SPEC §6 says.
+    ///
+    /// A pooled connection the server has closed meanwhile (a restart, a failover, an idle
+    /// reaper) fails at `BEGIN`, before anything was sent that could commit: it is dropped and
+    /// the next one is tried, so dead idle connections never cost a caller its write.
+    fn txn<T>(
+        &self,
+        what: &str,
+        key: &str,
+        body: impl FnOnce(&mut Transaction<'_>, &Sql) -> Result<T>,
+    ) -> Result<Commit<T>> {
+        let mut body = Some(body);
+        let mut stale = 0;
+        loop {
+            let mut conn = self.conn(what, key)?;
+            let Conn { client, broken } = &mut *conn;
+            let begin_error = match client.transaction() {
+                Ok(mut tx) => {
+                    let body = body
+                        .take()
+                        .expect("the body runs once, after BEGIN succeeded");
+                    let value = body(&mut tx, &self.sql)?; // dropping `tx` on error rolls back
+                    return match tx.commit() {
+                        Ok(()) => Ok(Commit::Landed(value)),
+                        Err(e) if is_serialization(&e) => {
+                            log::warn!(target: "ctrlrun.store", "commit_refused: {what} '{key}': {e}");
+                            Err(self.failed(what, key, &e))
+                        }
+                        Err(e) => Ok(Commit::Unknown(value, describe_pg_error(&e))),
+                    };
+                }
+                Err(e) => e,
+            };
+            if (client.is_closed() || is_session_gone(&begin_error)) && stale < self.max_stale {
+                *broken = true;
+                stale += 1;
+                log::warn!(target: "ctrlrun.store", "stale_connection_dropped: {what} '{key}'");
+                continue; // the pool discards it: `has_broken` sees it broken
+            }
+            return Err(self.failed(what, key, &begin_error));
+        }
+    }
+
+    /// Re-read `key` on a fresh connection (never a pooled one) after an unknown `COMMIT`.
+    fn reread(&self, what: &str, key: &str, why: &str) -> Result<(Option<EffectRecord>, Micros)> {
+        let read = self
+            .manager_config
+            .connect(NoTls)
+            .and_then(|mut client| self.sql.select_row(&mut client, key, None));
+        match read {
+            Ok(row) => read_found(&row),
+            Err(e) => {
+                log::error!(target: "ctrlrun.store", "reread_failed: {what} '{key}': {e}");
+                Err(Error::StoreUnresolved(format!(
+                    "the COMMIT of {what} for effect '{key}' in the PostgreSQL store {} may or may \
+                     not have landed ({why}), and re-reading the row on a fresh connection failed \
+                     ({}); nothing more was written and the executor was not run. The key may stay \
+                     reserved until its lease lapses; then a person resolves it",
+                    self.description,
+                    describe_pg_error(&e)
+                )))
+            }
+        }
+    }
+
+    fn select_in(
+        &self,
+        tx: &mut Transaction<'_>,
+        what: &str,
+        key: &str,
+        now: Option<Micros>,
+    ) -> Result<(Option<EffectRecord>, Micros)> {
+        let row = self
+            .sql
+            .select_row(tx, key, now)
+            .map_err(|e| self.failed(what, key, &e))?;
+        read_found(&row)
+    }
+
+    fn write_cas(
+        &self,
+        tx: &mut Transaction<'_>,
+        what: &str,
+        expected: &Expected,
+        r: &EffectRecord,
+    ) -> Result<bool> {
+        let n = self
+            .sql
+            .cas(tx, expected, r)
+            .map_err(|e| self.failed(what, &r.effect_key, &e))?;
+        Ok(n == 1)
+    }
+}
+
+impl Store for PostgresStore {
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+
+    fn reserve(
+        &self,
+        key: &str,
+        action_id: &str,
+        lease: Micros,
+        begin: bool,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord> {
+        planner::check_request(key, action_id, lease)?;
+        check_key(key)?;
+        // A refusal needs no transaction: decide it from one plain read (one round trip
+        // instead of BEGIN, statement, COMMIT). A stale read only means the caller arrived a
+        // moment earlier; anything the planner would grant or lapse is decided again by the
+        // reservation's own statement and compare-and-set below.
+        let row = self
+            .read("reserve_effect", key, |client, sql| {
+                sql.select_row(client, key, now)
+            })?
+            .map_err(|e| self.failed("reserve_effect", key, &e))?;
+        let (found, n) = read_found(&row)?;
+        if let ReservationPlan::Refuse(refusal) =
+            planner::plan_reservation(found.as_ref(), key, action_id, lease, n, begin)
+        {
+            return Err(refusal.into_error());
+        }
+        // The transaction plans from this read (its clock is the server's), so a fresh key
+        // costs one INSERT; a row that appeared meanwhile makes the INSERT return nothing and
+        // is read and planned again inside the transaction.
+        self.reserve_step(key, action_id, lease, begin, now, Some((found, n)), true)
+    }
+
+    fn transition(
+        &self,
+        key: &str,
+        action_id: &str,
+        attempt: Option<i64>,
+        transition: &Transition,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord> {
+        planner::check_action_id(action_id)?;
+        self.transition_step(key, action_id, attempt, transition, now, true)
+    }
+
+    fn extend_lease(
+        &self,
+        key: &str,
+        action_id: &str,
+        attempt: Option<i64>,
+        until: Micros,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord> {
+        planner::check_action_id(action_id)?;
+        let plan = |found: Option<EffectRecord>, n: Micros| {
+            planner::plan_extension(found, key, action_id, attempt, until, n)
+        };
+        self.read_plan_write("extend_lease", key, now, &plan, true)
+    }
+
+    fn resolve(
+        &self,
+        key: &str,
+        target: EffectState,
+        resolver: &str,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord> {
+        planner::check_resolver(resolver)?;
+        let plan = |found: Option<EffectRecord>, n: Micros| {
+            planner::plan_resolution(found, key, target, resolver, n)
+        };
+        self.read_plan_write("resolve_effect", key, now, &plan, true)
+    }
+
+    fn get(&self, key: &str) -> Result<Option<EffectRecord>> {
+        let row = self
+            .read("get_effect", key, |client, sql| {
+                sql.select_row(client, key, None)
+            })?
+            .map_err(|e| {
+                Error::Store(format!(
+                    "reading effect '{key}' from the PostgreSQL store {} failed: {}",
+                    self.description,
+                    describe_pg_error(&e)
+                ))
+            })?;
+        Ok(read_found(&row)?.0)
+    }
+
+    fn list(&self, state: Option<EffectState>) -> Result<Vec<EffectRecord>> {
+        let state = state.map(EffectState::as_str);
+        let rows = self
+            .read("list_effects", "*", |client, sql| {
+                sql.list_rows(client, state)
+            })?
+            .map_err(|e| {
+                Error::Store(format!(
+                    "listing effects in the PostgreSQL store {} failed: {}",
+                    self.description,
+                    describe_pg_error(&e)
+                ))
+            })?;
+        rows.iter()
+            .map(|r| read_record(r, 0).map(|o| o.expect("effect_key is NOT NULL")))
+            .collect()
+    }
+}

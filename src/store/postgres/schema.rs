@@ -1,0 +1,133 @@
+//! Creating the store's tables, checking their version, and dropping scratch schemas.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use postgres::error::SqlState;
+use postgres::{Client, Config, NoTls};
+
+use super::conn::{describe, describe_pg_error};
+use crate::error::{Error, Result};
+
+/// The schema version this build writes (`ctrlrun_meta.schema_version`).
+pub const SCHEMA_VERSION: i64 = 1;
+
+pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) -> Result<()> {
+    let fail = |e: postgres::Error| {
+        Error::Store(format!(
+            "cannot set up the tables of the PostgreSQL store {description}: {}",
+            describe_pg_error(&e)
+        ))
+    };
+    let version_query =
+        format!("SELECT value FROM \"{schema}\".ctrlrun_meta WHERE key = 'schema_version'");
+    let read_version = |client: &mut Client| -> std::result::Result<Option<i64>, postgres::Error> {
+        let rows = client.query_typed(&version_query, &[])?;
+        Ok(rows
+            .first()
+            .and_then(|r| r.get::<_, String>(0).parse::<i64>().ok()))
+    };
+    let version = match read_version(client) {
+        Ok(v) => v,
+        Err(e)
+            if matches!(e.code(), Some(c) if *c == SqlState::UNDEFINED_TABLE
+                || *c == SqlState::INVALID_SCHEMA_NAME) =>
+        {
+            None
+        }
+        Err(e) => return Err(fail(e)),
+    };
+    let version = match version {
+        Some(v) => v,
+        None => {
+            let ddl = format!(
+                "CREATE SCHEMA IF NOT EXISTS \"{schema}\";
+                 CREATE TABLE IF NOT EXISTS \"{schema}\".ctrlrun_effects (
+                     key_digest       bytea  NOT NULL PRIMARY KEY,
+                     effect_key       text   NOT NULL,
+                     state            text   NOT NULL CHECK (state IN
+                         ('reserved', 'executing', 'committed', 'failed', 'ambiguous')),
+                     action_id        text   NOT NULL,
+                     attempt          bigint NOT NULL CHECK (attempt >= 1),
+                     created_at       bigint NOT NULL,
+                     updated_at       bigint NOT NULL,
+                     lease_expires_at bigint,
+                     result           text,
+                     error            text,
+                     resolved_by      text);
+                 COMMENT ON COLUMN \"{schema}\".ctrlrun_effects.created_at IS
+                     'microseconds since the Unix epoch, UTC';
+                 COMMENT ON COLUMN \"{schema}\".ctrlrun_effects.key_digest IS
+                     'sha256 of effect_key (UTF-8): the unique index, for keys of any length';
+                 CREATE TABLE IF NOT EXISTS \"{schema}\".ctrlrun_meta (
+                     key text NOT NULL PRIMARY KEY, value text NOT NULL);
+                 INSERT INTO \"{schema}\".ctrlrun_meta VALUES ('schema_version', '{SCHEMA_VERSION}')
+                     ON CONFLICT (key) DO NOTHING;"
+            );
+            // Several processes may create the same schema at once; the loser of a catalog race
+            // sees a unique violation and simply tries again.
+            let mut tries = 0;
+            loop {
+                let created = client.transaction().and_then(|mut tx| {
+                    tx.batch_execute(&ddl)?;
+                    tx.commit()
+                });
+                match created {
+                    Ok(()) => break,
+                    Err(e)
+                        if tries < 5
+                            && matches!(e.code(), Some(c) if *c == SqlState::UNIQUE_VIOLATION
+                                || *c == SqlState::DUPLICATE_SCHEMA
+                                || *c == SqlState::DUPLICATE_TABLE
+                                || *c == SqlState::T_R_SERIALIZATION_FAILURE) =>
+                    {
+                        tries += 1;
+                        std::thread::sleep(Duration::from_millis(20 * tries));
+                    }
+                    Err(e) => return Err(fail(e)),
+                }
+            }
+            read_version(client)
+                .map_err(fail)?
+                .unwrap_or(SCHEMA_VERSION)
+        }
+    };
+    if version > SCHEMA_VERSION {
+        return Err(Error::Store(format!(
+            "the PostgreSQL store {description} has schema version {version}, newer than this \
+             ctrlrun understands ({SCHEMA_VERSION}); upgrade ctrlrun"
+        )));
+    }
+    Ok(())
+}
+
+/// Prefix of throwaway schemas (`ctrlrun verify`, the pytest plugin).
+pub const SCRATCH_PREFIX: &str = "ctrlrun_scratch_";
+
+/// Drop a throwaway schema made by `ctrlrun verify` or the pytest plugin. Refuses any schema whose name does not start
+/// with [`SCRATCH_PREFIX`], so it can never drop the user's data.
+pub fn drop_scratch_schema(url: &str) -> Result<()> {
+    let crate::url::StoreUrl::Postgres { url, schema, .. } = crate::url::parse(url)? else {
+        return Err(Error::InvalidArgument(
+            "drop_scratch_schema takes a postgresql:// URL".into(),
+        ));
+    };
+    if !schema.starts_with(SCRATCH_PREFIX) {
+        return Err(Error::InvalidArgument(format!(
+            "refusing to drop schema {schema:?}: only {SCRATCH_PREFIX}* scratch schemas are dropped"
+        )));
+    }
+    let config = Config::from_str(&url)
+        .map_err(|e| Error::Store(format!("cannot parse the PostgreSQL URL: {e}")))?;
+    let description = describe(&config, &schema);
+    let fail = |e: postgres::Error| {
+        Error::Store(format!(
+            "cannot drop the scratch schema of {description}: {}",
+            describe_pg_error(&e)
+        ))
+    };
+    let mut client = config.connect(NoTls).map_err(fail)?;
+    client
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+        .map_err(fail)
+}

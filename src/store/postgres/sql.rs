@@ -1,0 +1,223 @@
+//! The PostgreSQL store's statements and the decoding of its rows.
+
+use postgres::types::{ToSql, Type};
+use postgres::{GenericClient, Row};
+
+use crate::error::{Error, Result};
+use crate::planner::{Expected, Transition};
+use crate::record::{EffectRecord, EffectState, Micros};
+
+const COLUMNS: &str = "effect_key, state, action_id, attempt, created_at, updated_at, \
+                       lease_expires_at, result, error, resolved_by";
+
+/// The row's index: the SHA-256 of the key's UTF-8 bytes. The primary key is this digest, not
+/// the key, because a B-tree entry cannot exceed ~2.7 KB and keys may be longer; every lookup
+/// also compares the key itself, byte for byte.
+fn digest(param: usize) -> String {
+    format!("sha256(convert_to(${param}::text, 'UTF8'))")
+}
+
+/// Microseconds since the epoch: the caller's `now` when given, else the server's clock.
+fn now_expr(param: usize) -> String {
+    format!("COALESCE(${param}::int8, (extract(epoch FROM clock_timestamp()) * 1000000)::int8)")
+}
+
+/// The statements, rendered once per store for its schema.
+///
+/// Every statement goes out **unnamed**, its Parse, Bind, Describe, Execute and Sync in one
+/// exchange (`query_typed`, the parameter types given by us). Nothing is left on the server
+/// connection, and nothing another client left there can run in its place: a connection pooler
+/// in transaction mode (PgBouncer, RDS Proxy, pgcat, Supavisor) hands each transaction to
+/// whichever server connection is free, so a statement prepared once per client connection
+/// under a process-local name (`s7`) could meet another client's `s7`, run *that* statement
+/// with our parameters, or be missing. The cost is that the server parses and plans each
+/// statement on every call (tens of microseconds next to a commit's WAL flush); the round trips
+/// are the same as for a prepared statement.
+pub(super) struct Sql {
+    insert: String,
+    select: String,
+    cas: String,
+    transition: String,
+    list: String,
+}
+
+impl Sql {
+    pub(super) fn new(schema: &str) -> Sql {
+        let t = format!("\"{schema}\".ctrlrun_effects");
+        Sql {
+            // The planner's row, bound as it is; a row already there wins (no row returned).
+            // A plain INSERT … VALUES plans in microseconds, where a statement that also works
+            // out the row (a CTE) costs the server a tenth of a millisecond on every call.
+            insert: format!(
+                "INSERT INTO {t} (key_digest, {COLUMNS}) \
+                 VALUES ({d}, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+                 ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}",
+                d = digest(1)
+            ),
+            select: format!(
+                "SELECT {cols}, clock.n FROM (SELECT {now} AS n) clock \
+                 LEFT JOIN {t} e ON e.key_digest = {d} AND e.effect_key = $1",
+                d = digest(1),
+                cols = COLUMNS
+                    .split(", ")
+                    .map(|c| format!("e.{c}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                now = now_expr(2)
+            ),
+            cas: format!(
+                "UPDATE {t} SET state = $1, action_id = $2, attempt = $3, created_at = $4, \
+                 updated_at = $5, lease_expires_at = $6, result = $7, error = $8, \
+                 resolved_by = $9 \
+                 WHERE key_digest = {d} AND effect_key = $10 AND state = $11 \
+                 AND action_id = $12 AND attempt = $13",
+                d = digest(10)
+            ),
+            transition: format!(
+                "UPDATE {t} SET state = $1, updated_at = {now}, \
+                 lease_expires_at = CASE WHEN $3 THEN lease_expires_at ELSE NULL END, \
+                 result = $4, error = $5 \
+                 WHERE key_digest = {d} AND effect_key = $6 AND action_id = $7 \
+                 AND ($8::int8 IS NULL OR attempt = $8) \
+                 AND state = ANY($2::text[]) RETURNING {COLUMNS}",
+                now = now_expr(9),
+                d = digest(6)
+            ),
+            list: format!(
+                "SELECT {COLUMNS} FROM {t} WHERE ($1::text IS NULL OR state = $1) \
+                 ORDER BY created_at, effect_key"
+            ),
+        }
+    }
+}
+
+pub(super) type PgResult<T> = std::result::Result<T, postgres::Error>;
+
+/// The statements' executions, each one unnamed exchange with its parameter types spelled out.
+impl Sql {
+    pub(super) fn select_row(
+        &self,
+        c: &mut impl GenericClient,
+        key: &str,
+        now: Option<Micros>,
+    ) -> PgResult<Row> {
+        c.query_typed_one(&self.select, &[(&key, Type::TEXT), (&now, Type::INT8)])
+    }
+
+    /// Insert the planner's row `r` unless a row is there: the row inserted, or `None`.
+    pub(super) fn insert(
+        &self,
+        c: &mut impl GenericClient,
+        r: &EffectRecord,
+    ) -> PgResult<Option<Row>> {
+        c.query_typed_opt(
+            &self.insert,
+            &[
+                (&r.effect_key, Type::TEXT),
+                (&r.state.as_str(), Type::TEXT),
+                (&r.action_id, Type::TEXT),
+                (&r.attempt, Type::INT8),
+                (&r.created_at, Type::INT8),
+                (&r.updated_at, Type::INT8),
+                (&r.lease_expires_at, Type::INT8),
+                (&r.result, Type::TEXT),
+                (&r.error, Type::TEXT),
+                (&r.resolved_by, Type::TEXT),
+            ],
+        )
+    }
+
+    /// The compare-and-set of the whole row `r` over `expected`: how many rows changed.
+    pub(super) fn cas(
+        &self,
+        c: &mut impl GenericClient,
+        expected: &Expected,
+        r: &EffectRecord,
+    ) -> PgResult<u64> {
+        c.execute_typed(
+            &self.cas,
+            &[
+                (&r.state.as_str(), Type::TEXT),
+                (&r.action_id, Type::TEXT),
+                (&r.attempt, Type::INT8),
+                (&r.created_at, Type::INT8),
+                (&r.updated_at, Type::INT8),
+                (&r.lease_expires_at, Type::INT8),
+                (&r.result, Type::TEXT),
+                (&r.error, Type::TEXT),
+                (&r.resolved_by, Type::TEXT),
+                (&r.effect_key, Type::TEXT),
+                (&expected.state.as_str(), Type::TEXT),
+                (&expected.action_id, Type::TEXT),
+                (&expected.attempt, Type::INT8),
+            ],
+        )
+    }
+
+    pub(super) fn transition_rows(
+        &self,
+        c: &mut impl GenericClient,
+        t: &Transition,
+        key: &str,
+        action_id: &str,
+        attempt: Option<i64>,
+        now: Option<Micros>,
+    ) -> PgResult<Vec<Row>> {
+        let from: Vec<&str> = t.from_states().iter().map(|s| s.as_str()).collect();
+        let (result, error) = t.payload();
+        let params: [(&(dyn ToSql + Sync), Type); 9] = [
+            (&t.target().as_str(), Type::TEXT),
+            (&from, Type::TEXT_ARRAY),
+            (&t.keeps_lease(), Type::BOOL),
+            (&result, Type::TEXT),
+            (&error, Type::TEXT),
+            (&key, Type::TEXT),
+            (&action_id, Type::TEXT),
+            (&attempt, Type::INT8),
+            (&now, Type::INT8),
+        ];
+        c.query_typed(&self.transition, &params)
+    }
+
+    pub(super) fn list_rows(
+        &self,
+        c: &mut impl GenericClient,
+        state: Option<&str>,
+    ) -> PgResult<Vec<Row>> {
+        c.query_typed(&self.list, &[(&state, Type::TEXT)])
+    }
+}
+
+fn state_of(text: &str) -> std::result::Result<EffectState, Error> {
+    EffectState::parse(text)
+        .ok_or_else(|| Error::Store(format!("the store holds an unknown effect state {text:?}")))
+}
+
+/// A row of `COLUMNS` starting at column `at`; `None` when the key column is NULL.
+pub(super) fn read_record(row: &Row, at: usize) -> Result<Option<EffectRecord>> {
+    let key: Option<String> = row.get(at);
+    let Some(effect_key) = key else {
+        return Ok(None);
+    };
+    let state: String = row.get(at + 1);
+    Ok(Some(EffectRecord {
+        effect_key,
+        state: state_of(&state)?,
+        action_id: row.get(at + 2),
+        attempt: row.get(at + 3),
+        created_at: row.get(at + 4),
+        updated_at: row.get(at + 5),
+        lease_expires_at: row.get(at + 6),
+        result: row.get(at + 7),
+        error: row.get(at + 8),
+        resolved_by: row.get(at + 9),
+    }))
+}
+
+/// What a key's read found: its record if any, and the server's clock (or the caller's `now`).
+pub(super) type Found = (Option<EffectRecord>, Micros);
+
+/// A row of the `select` statement.
+pub(super) fn read_found(row: &Row) -> Result<Found> {
+    Ok((read_record(row, 0)?, row.get(10)))
+}

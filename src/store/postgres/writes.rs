@@ -1,0 +1,252 @@
+//! The store's writes: the reservation and the later transitions, each a transaction with its
+//! re-read after an unknown `COMMIT`.
+
+use super::sql::{read_record, Found};
+use super::{Commit, PostgresStore, Step};
+use crate::error::{Error, Result};
+use crate::planner::{self, AfterUnknown, Expected, ReservationPlan, Transition};
+use crate::record::{EffectRecord, Micros};
+
+impl PostgresStore {
+    /// One reservation transaction: plan from `first` (the plain read just made) or from a
+    /// read in the transaction, write the plan, and re-read and re-plan when a concurrent
+    /// writer got there first. Returns what was written (for the identity re-read).
+    #[allow(clippy::too_many_arguments)]
+    fn reserve_txn(
+        &self,
+        key: &str,
+        action_id: &str,
+        lease: Micros,
+        begin: bool,
+        now: Option<Micros>,
+        first: Option<Found>,
+    ) -> Result<Commit<Step>> {
+        const WHAT: &str = "reserve_effect";
+        self.txn(WHAT, key, |tx, sql| {
+            let mut found = match first {
+                Some(found) => found,
+                None => self.select_in(tx, WHAT, key, now)?,
+            };
+            // A write that loses a race re-reads and re-plans; a few rounds at most.
+            for _ in 0..4 {
+                let (row, n) = found;
+                let (written, outcome) = match planner::plan_reservation(
+                    row.as_ref(),
+                    key,
+                    action_id,
+                    lease,
+                    n,
+                    begin,
+                ) {
+                    ReservationPlan::Refuse(r) => {
+                        return Ok(Step {
+                            written: None,
+                            outcome: Err(r.into_error()),
+                        })
+                    }
+                    ReservationPlan::Insert(record) => {
+                        let inserted = sql
+                            .insert(tx, &record)
+                            .map_err(|e| self.failed(WHAT, key, &e))?;
+                        match inserted {
+                            Some(row) => {
+                                let rec = read_record(&row, 0)?.expect("RETURNING a row");
+                                (Some(rec.clone()), Ok(rec))
+                            }
+                            None => (None, Ok(record)),
+                        }
+                    }
+                    ReservationPlan::Renew { expected, record } => {
+                        let won = self.write_cas(tx, WHAT, &expected, &record)?;
+                        (won.then(|| record.clone()), Ok(record))
+                    }
+                    ReservationPlan::Lapse { expected, record } => {
+                        let won = self.write_cas(tx, WHAT, &expected, &record)?;
+                        (won.then(|| record.clone()), Err(Error::ambiguous(record)))
+                    }
+                };
+                if written.is_some() {
+                    return Ok(Step { written, outcome });
+                }
+                // Another writer's row is there now: read it (a new statement sees it under
+                // READ COMMITTED) and plan again.
+                found = self.select_in(tx, WHAT, key, now)?;
+            }
+            Err(Error::StoreWriteFailed(format!(
+                "{WHAT} for effect '{key}': the row kept changing under concurrent writers; \
+                 nothing was committed, so the write may be retried"
+            )))
+        })
+    }
+
+    /// Whole-row read-plan-write for extension and resolution (no lock: the compare-and-set
+    /// on the row read decides).
+    pub(super) fn read_plan_write(
+        &self,
+        what: &str,
+        key: &str,
+        now: Option<Micros>,
+        plan: &dyn Fn(Option<EffectRecord>, Micros) -> Result<EffectRecord>,
+        may_retry: bool,
+    ) -> Result<EffectRecord> {
+        let committed = self.txn(what, key, |tx, _| {
+            // A compare-and-set lost to a concurrent writer re-reads and re-plans: the planner
+            // then refuses by what is there now (SPEC §4).
+            for _ in 0..4 {
+                let (found, n) = self.select_in(tx, what, key, now)?;
+                let expected = found.as_ref().map(Expected::of);
+                let record = plan(found, n)?;
+                let expected = expected.expect("a plan that writes found a row");
+                if self.write_cas(tx, what, &expected, &record)? {
+                    return Ok(record);
+                }
+            }
+            Err(Error::StoreWriteFailed(format!(
+                "{what} for effect '{key}': the row kept changing under concurrent writers; \
+                 nothing was committed, so the write may be retried"
+            )))
+        })?;
+        match committed {
+            Commit::Landed(r) => Ok(r),
+            Commit::Unknown(written, why) => {
+                log::warn!(target: "ctrlrun.store", "commit_unknown: {what} '{key}': {why}");
+                let (found, _) = self.reread(what, key, &why)?;
+                if found.as_ref() == Some(&written) {
+                    log::warn!(target: "ctrlrun.store", "reread_identical_landed: {what} '{key}'");
+                    return Ok(written);
+                }
+                if may_retry {
+                    log::warn!(target: "ctrlrun.store", "reread_other_replan: {what} '{key}'");
+                    return self.read_plan_write(what, key, now, plan, false);
+                }
+                Err(Error::StoreUnresolved(format!(
+                    "the retried COMMIT of {what} for effect '{key}' in the PostgreSQL store {} \
+                     failed again ({why}); nothing more was written",
+                    self.description
+                )))
+            }
+        }
+    }
+
+    /// A reservation; after an unknown `COMMIT`, the whole-row identity re-read decides: the
+    /// row we wrote means it landed; no row means it did not, so the insert is retried once;
+    /// any other row goes back to the planner.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn reserve_step(
+        &self,
+        key: &str,
+        action_id: &str,
+        lease: Micros,
+        begin: bool,
+        now: Option<Micros>,
+        first: Option<Found>,
+        may_retry: bool,
+    ) -> Result<EffectRecord> {
+        const WHAT: &str = "reserve_effect";
+        let (step, why) = match self.reserve_txn(key, action_id, lease, begin, now, first)? {
+            Commit::Landed(step) => return step.outcome,
+            Commit::Unknown(step, why) => (step, why),
+        };
+        let Some(written) = step.written else {
+            // Nothing was written, so nothing is unknown.
+            return step.outcome;
+        };
+        log::warn!(target: "ctrlrun.store", "commit_unknown: {WHAT} '{key}': {why}");
+        let (found, n) = self.reread(WHAT, key, &why)?;
+        if found.as_ref() == Some(&written) {
+            log::warn!(target: "ctrlrun.store", "reread_identical_landed: {WHAT} '{key}'");
+            return step.outcome;
+        }
+        let unresolved = || {
+            Error::StoreUnresolved(format!(
+                "the retried reservation of effect '{key}' in the PostgreSQL store {} did not \
+                 settle ({why}); nothing more was written and the executor was not run",
+                self.description
+            ))
+        };
+        match found {
+            None if may_retry => {
+                log::warn!(target: "ctrlrun.store", "reread_none_retry_insert: {WHAT} '{key}'");
+                self.reserve_step(key, action_id, lease, begin, now, None, false)
+            }
+            None => Err(unresolved()),
+            Some(row) => {
+                log::warn!(target: "ctrlrun.store", "reread_other_replan: {WHAT} '{key}'");
+                match planner::plan_reservation(
+                    Some(&row),
+                    key,
+                    action_id,
+                    lease,
+                    now.unwrap_or(n),
+                    begin,
+                ) {
+                    ReservationPlan::Refuse(r) => Err(r.into_error()),
+                    _ if may_retry => {
+                        self.reserve_step(key, action_id, lease, begin, now, None, false)
+                    }
+                    _ => Err(unresolved()),
+                }
+            }
+        }
+    }
+
+    pub(super) fn transition_step(
+        &self,
+        key: &str,
+        action_id: &str,
+        attempt: Option<i64>,
+        t: &Transition,
+        now: Option<Micros>,
+        may_reissue: bool,
+    ) -> Result<EffectRecord> {
+        let what = t.name();
+        let committed = self.txn(what, key, |tx, sql| {
+            let rows = sql
+                .transition_rows(tx, t, key, action_id, attempt, now)
+                .map_err(|e| self.failed(what, key, &e))?;
+            match rows.first() {
+                Some(row) => Ok(Ok(read_record(row, 0)?.expect("RETURNING gives the row"))),
+                None => {
+                    let (found, n) = self.select_in(tx, what, key, now)?;
+                    Ok(planner::settle_mismatch(
+                        found, key, action_id, attempt, t, n,
+                    ))
+                }
+            }
+        })?;
+        match committed {
+            Commit::Landed(outcome) => outcome,
+            Commit::Unknown(Err(e), _) => Err(e),
+            Commit::Unknown(Ok(_), why) => {
+                log::warn!(target: "ctrlrun.store", "commit_unknown: {what} '{key}': {why}");
+                let (found, n) = self.reread(what, key, &why)?;
+                match planner::settle_unknown_transition(
+                    found,
+                    key,
+                    action_id,
+                    attempt,
+                    t,
+                    now.unwrap_or(n),
+                ) {
+                    AfterUnknown::Landed(row) => {
+                        log::warn!(target: "ctrlrun.store", "reread_landed: {what} '{key}'");
+                        Ok(row)
+                    }
+                    AfterUnknown::Reissue if may_reissue => {
+                        log::warn!(target: "ctrlrun.store", "reread_unchanged_reissue: {what} '{key}'");
+                        self.transition_step(key, action_id, attempt, t, now, false)
+                    }
+                    AfterUnknown::Reissue => Err(Error::StoreUnresolved(format!(
+                        "the re-issued COMMIT of {what} for effect '{key}' in the PostgreSQL store \
+                         {} failed again ({why}); nothing more was written",
+                        self.description
+                    ))),
+                    AfterUnknown::Refuse(e) => {
+                        log::warn!(target: "ctrlrun.store", "reread_other: {what} '{key}'");
+                        Err(e)
+                    }
+                }
+            }
+        }
+    }
+}
