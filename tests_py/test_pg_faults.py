@@ -314,3 +314,17 @@ def test_a_refusal_is_decided_from_one_plain_read_without_a_write(proxy, proxied
     assert rule.fired == 0
     assert runs == ["o20"]
     assert direct.get_effect("pay:o20").state is EffectState.COMMITTED
+
+
+def test_a_slow_reservation_write_still_grants_the_whole_lease(proxy, proxied, direct):
+    """The reservation is planned from a read made before its transaction; a wait between the
+    two (a busy pool, a pooler queueing the transaction) must not eat the holder's lease: the
+    lease counts from the INSERT."""
+    stall = proxy.arm("call", b"INSERT INTO", on="statement", callback=lambda: time.sleep(2.5))
+    held = proxied.reserve_effect("pay:o9", "act_" + "9" * 32, 2)
+    assert stall.fired == 1
+    rec = held.record
+    assert rec.lease_expires_at - rec.created_at == timedelta(seconds=2)
+    with pytest.raises(DuplicateEffect) as info:  # live: in progress, not lapsed into ambiguous
+        direct.reserve_effect("pay:o9", "act_" + "8" * 32, 60)
+    assert info.value.state == "in_progress"

@@ -10,6 +10,9 @@ exchange.
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import time
 import uuid
 from collections import Counter
 from datetime import timedelta
@@ -20,6 +23,7 @@ import ctrlrun
 from ctrlrun import DuplicateEffect, EffectState
 from pgbouncer import PgBouncer
 from pgproxy import PgProxy
+from pgserver import _find_bin
 from racing import executions, run_workers
 
 STORE_LOG = "ctrlrun.store"
@@ -87,21 +91,23 @@ def test_processes_on_two_schemas_through_the_pooler_run_each_key_once_in_its_ow
         assert sorted(r.effect_key for r in direct.list_effects()) == keys[:60]
 
 
-def test_the_store_sends_only_unnamed_statements_and_no_session_settings(pg, schemas):
-    """What a pooler would relay: every Parse is unnamed (sent with its Bind/Execute/Sync in one
-    exchange), and the only simple queries are transaction control."""
+def test_the_store_sends_only_unnamed_statements_and_no_session_settings(pg, schemas, caplog):
+    """What a pooler would relay, from open to close: every Parse is unnamed (sent with its
+    Bind/Execute/Sync in one exchange), and the only simple queries are transaction control,
+    with `SET LOCAL` alone, and the tables' DDL at open."""
+    caplog.set_level(logging.WARNING, logger=STORE_LOG)
     proxy = PgProxy(pg.host, pg.port)
     schema = schemas()
     try:
         store = ctrlrun.open_store(pg.url(schema, host=proxy.host, port=proxy.port))
-        proxy.parsed.clear()
-        proxy.simple.clear()
 
         @ctrlrun.protect("pay", effect="pay:{order}", store=store)
         def pay(order: str) -> str:
             return order
 
+        lost = proxy.arm("drop_after", b"INSERT INTO")  # the re-read runs on a new connection
         pay("o1")
+        assert lost.fired == 1 and "reread_identical_landed" in branches(caplog)
         with pytest.raises(DuplicateEffect):
             pay("o1")
         act = "act_" + "2" * 32
@@ -113,9 +119,13 @@ def test_the_store_sends_only_unnamed_statements_and_no_session_settings(pg, sch
         store.get_effect("pay:o1")
         store.list_effects()
         store.close()
-        assert proxy.parsed, "the proxy saw the store's statements"
+        assert len(proxy.parsed) > 10, "the proxy saw the store's statements"
         assert {name for name, _ in proxy.parsed} == {b""}
-        assert set(proxy.simple) <= {b"START TRANSACTION", b"COMMIT", b"ROLLBACK"}, proxy.simple
+        begin = b"START TRANSACTION; SET LOCAL synchronous_commit TO DEFAULT"
+        ddl = [q for q in proxy.simple if q.lstrip().startswith(b"CREATE SCHEMA IF NOT EXISTS")]
+        rest = [q for q in proxy.simple if q not in ddl]
+        assert len(ddl) == 1 and b"SET " not in ddl[0].upper()
+        assert set(rest) == {begin, b"START TRANSACTION", b"COMMIT"}, rest
     finally:
         proxy.close()
 
@@ -250,5 +260,42 @@ def test_statement_mode_refuses_transactions_so_the_store_fails_closed(pg, schem
         assert runs == []
         with ctrlrun.open_store(pg.url(made)) as direct:
             assert direct.list_effects() == []
+    finally:
+        b.stop()
+
+
+def _psql(pg, host: str, port: int, sql: str) -> str:
+    env = dict(os.environ, PGPASSWORD=pg.password or "")
+    out = subprocess.run([_find_bin("psql"), "-h", host, "-p", str(port), "-U", pg.user, "-d",
+                          pg.db, "-v", "ON_ERROR_STOP=1", "-Atqc", sql],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_a_setting_another_client_left_on_the_server_connection_does_not_weaken_commits(
+    pg, schemas
+):
+    """Transaction mode does not reset server connections: another client's
+    `SET synchronous_commit = off` stays on the one server connection ctrlrun then gets. Our
+    commits must still wait for the WAL flush (counted in pg_stat_wal.wal_sync)."""
+    b = PgBouncer(pg.host, pg.port, pg.user, pg.password, "transaction", pool_size=1)
+    schema = schemas()
+    try:
+        _psql(pg, b.host, b.port, "SET synchronous_commit = off")
+        assert _psql(pg, b.host, b.port, "SHOW synchronous_commit") == "off"  # it leaked
+        synced = "SELECT wal_sync FROM pg_stat_wal"
+        before = int(pg.psql(synced))
+        with ctrlrun.open_store(b.url(schema=schema)) as store:
+
+            @ctrlrun.protect("pay", effect="pay:{order}", store=store)
+            def pay(order: str) -> str:
+                return order
+
+            for i in range(20):
+                pay(f"o{i}")
+        b.kill()  # its server connection's backend exits and reports its WAL counters
+        time.sleep(1.0)
+        assert int(pg.psql(synced)) - before >= 40  # two durable commits per call
     finally:
         b.stop()

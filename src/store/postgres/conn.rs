@@ -10,6 +10,54 @@ pub struct Conn {
     pub(super) client: Client,
     /// Set when the server ended this session; the pool then discards the connection.
     pub(super) broken: bool,
+    /// Set once the connection has served a call. Only such a connection may have died idle in
+    /// the pool; one opened for this very call that fails says the server (or the pooler) is
+    /// failing now, and the call stops instead of opening another.
+    pub(super) used: bool,
+}
+
+/// How every transaction starts, in one simple query (one round trip). Behind a transaction
+/// pooler a server connection keeps whatever session settings other clients left on it, and one
+/// that left `synchronous_commit = off` would let our COMMIT be acknowledged before it is
+/// durable: `SET LOCAL … TO DEFAULT` puts back the server's (or the role's) setting for this
+/// transaction only, so nothing leaks out either.
+const BEGIN: &str = "START TRANSACTION; SET LOCAL synchronous_commit TO DEFAULT";
+
+/// An open transaction on a pooled connection. Dropped without [`Txn::commit`] it rolls back;
+/// a rollback that fails marks the connection broken, so the pool never lends it out again
+/// mid-transaction.
+pub(super) struct Txn<'a> {
+    conn: &'a mut Conn,
+    open: bool,
+}
+
+impl<'a> Txn<'a> {
+    pub(super) fn begin(conn: &'a mut Conn) -> PgResult<Txn<'a>> {
+        conn.client.batch_execute(BEGIN)?;
+        conn.used = true;
+        Ok(Txn { conn, open: true })
+    }
+
+    pub(super) fn client(&mut self) -> &mut Client {
+        &mut self.conn.client
+    }
+
+    pub(super) fn commit(mut self) -> PgResult<()> {
+        self.open = false;
+        let committed = self.conn.client.batch_execute("COMMIT");
+        if committed.is_err() {
+            self.conn.broken = true; // its state is unknown: never lend it out again
+        }
+        committed
+    }
+}
+
+impl Drop for Txn<'_> {
+    fn drop(&mut self) {
+        if self.open && self.conn.client.batch_execute("ROLLBACK").is_err() {
+            self.conn.broken = true;
+        }
+    }
 }
 
 pub(super) struct Manager {
@@ -21,6 +69,7 @@ impl Manager {
         Ok(Conn {
             client: self.config.connect(NoTls)?,
             broken: false,
+            used: false,
         })
     }
 }

@@ -21,14 +21,14 @@ mod writes;
 use std::str::FromStr;
 use std::time::Duration;
 
-use postgres::{Client, Config, NoTls, Transaction};
+use postgres::{Client, Config, NoTls};
 
 use crate::error::{Error, Result};
 use crate::planner::{self, Expected, ReservationPlan, Transition};
 use crate::record::{EffectRecord, EffectState, Micros};
 use crate::store::pool::{Pool, Pooled};
 use crate::store::Store;
-use conn::{describe, describe_pg_error, is_serialization, is_session_gone, Conn, Manager};
+use conn::{describe, describe_pg_error, is_serialization, is_session_gone, Conn, Manager, Txn};
 use schema::init_schema;
 pub use schema::{drop_scratch_schema, SCHEMA_VERSION, SCRATCH_PREFIX};
 use sql::{read_found, read_record, PgResult, Sql};
@@ -128,8 +128,9 @@ impl PostgresStore {
         ))
     }
 
-    /// A read on a pooled connection; a connection whose session the server ended meanwhile is
-    /// dropped and the read runs on the next one (a read changes nothing, so it is safe to repeat).
+    /// A read on a pooled connection; a connection whose session the server ended while it
+    /// sat idle in the pool is dropped and the read runs on the next one (a read changes
+    /// nothing, so it is safe to repeat).
     fn read<T>(
         &self,
         what: &str,
@@ -139,40 +140,61 @@ impl PostgresStore {
         let mut stale = 0;
         loop {
             let mut conn = self.conn(what, key)?;
-            let Conn { client, broken } = &mut *conn;
-            match body(client, &self.sql) {
-                Err(e) if (client.is_closed() || is_session_gone(&e)) && stale < self.max_stale => {
-                    *broken = true;
-                    stale += 1;
-                    log::warn!(target: "ctrlrun.store", "stale_connection_dropped: {what} '{key}'");
+            match body(&mut conn.client, &self.sql) {
+                Err(e) if self.died_idle(&mut conn, &e, &mut stale, what, key) => {}
+                other => {
+                    conn.used = true;
+                    return Ok(other);
                 }
-                other => return Ok(other),
             }
         }
     }
 
-    /// `BEGIN`, `body`, `COMMIT` on a pooled connection, classified as SPEC §6 says.
+    /// Whether `e` says that `conn`, taken from the pool, had died while idle there (a restart,
+    /// a failover, an idle reaper, a pooler restarted): then it is marked broken, the pool
+    /// discards it, and the caller tries the next one. A connection opened for this call that
+    /// fails is no stale one: the server is failing now, and the call stops.
+    fn died_idle(
+        &self,
+        conn: &mut Conn,
+        e: &postgres::Error,
+        stale: &mut usize,
+        what: &str,
+        key: &str,
+    ) -> bool {
+        let gone = conn.client.is_closed() || is_session_gone(e);
+        if gone {
+            conn.broken = true;
+        }
+        if !(gone && conn.used && *stale < self.max_stale) {
+            return false;
+        }
+        *stale += 1;
+        log::warn!(target: "ctrlrun.store", "stale_connection_dropped: {what} '{key}'");
+        true
+    }
+
+    /// `START TRANSACTION`, `body`, `COMMIT` on a pooled connection, classified as SPEC §6 says.
     ///
-    /// A pooled connection the server has closed meanwhile (a restart, a failover, an idle
-    /// reaper) fails at `BEGIN`, before anything was sent that could commit: it is dropped and
-    /// the next one is tried, so dead idle connections never cost a caller its write.
+    /// A pooled connection that died idle fails at `START TRANSACTION`, before anything was
+    /// sent that could commit: it is dropped and the next one is tried, so dead idle
+    /// connections never cost a caller its write.
     fn txn<T>(
         &self,
         what: &str,
         key: &str,
-        body: impl FnOnce(&mut Transaction<'_>, &Sql) -> Result<T>,
+        body: impl FnOnce(&mut Client, &Sql) -> Result<T>,
     ) -> Result<Commit<T>> {
         let mut body = Some(body);
         let mut stale = 0;
         loop {
             let mut conn = self.conn(what, key)?;
-            let Conn { client, broken } = &mut *conn;
-            let begin_error = match client.transaction() {
+            let begin_error = match Txn::begin(&mut conn) {
                 Ok(mut tx) => {
                     let body = body
                         .take()
                         .expect("the body runs once, after BEGIN succeeded");
-                    let value = body(&mut tx, &self.sql)?; // dropping `tx` on error rolls back
+                    let value = body(tx.client(), &self.sql)?; // dropping `tx` rolls back
                     return match tx.commit() {
                         Ok(()) => Ok(Commit::Landed(value)),
                         Err(e) if is_serialization(&e) => {
@@ -184,13 +206,9 @@ impl PostgresStore {
                 }
                 Err(e) => e,
             };
-            if (client.is_closed() || is_session_gone(&begin_error)) && stale < self.max_stale {
-                *broken = true;
-                stale += 1;
-                log::warn!(target: "ctrlrun.store", "stale_connection_dropped: {what} '{key}'");
-                continue; // the pool discards it: `has_broken` sees it broken
+            if !self.died_idle(&mut conn, &begin_error, &mut stale, what, key) {
+                return Err(self.failed(what, key, &begin_error));
             }
-            return Err(self.failed(what, key, &begin_error));
         }
     }
 
@@ -218,7 +236,7 @@ impl PostgresStore {
 
     fn select_in(
         &self,
-        tx: &mut Transaction<'_>,
+        tx: &mut Client,
         what: &str,
         key: &str,
         now: Option<Micros>,
@@ -232,7 +250,7 @@ impl PostgresStore {
 
     fn write_cas(
         &self,
-        tx: &mut Transaction<'_>,
+        tx: &mut Client,
         what: &str,
         expected: &Expected,
         r: &EffectRecord,
@@ -262,8 +280,8 @@ impl Store for PostgresStore {
         check_key(key)?;
         // A refusal needs no transaction: decide it from one plain read (one round trip
         // instead of BEGIN, statement, COMMIT). A stale read only means the caller arrived a
-        // moment earlier; anything the planner would grant or lapse is decided again by the
-        // reservation's own statement and compare-and-set below.
+        // moment earlier; a grant is written by an INSERT that yields to any row there, a
+        // renewal or a lapse by a compare-and-set on a row read again in the transaction.
         let row = self
             .read("reserve_effect", key, |client, sql| {
                 sql.select_row(client, key, now)
@@ -275,9 +293,8 @@ impl Store for PostgresStore {
         {
             return Err(refusal.into_error());
         }
-        // The transaction plans from this read (its clock is the server's), so a fresh key
-        // costs one INSERT; a row that appeared meanwhile makes the INSERT return nothing and
-        // is read and planned again inside the transaction.
+        // A fresh key costs one INSERT planned from this read; a row that appeared meanwhile
+        // makes the INSERT return nothing and is read and planned again in the transaction.
         self.reserve_step(key, action_id, lease, begin, now, Some((found, n)), true)
     }
 

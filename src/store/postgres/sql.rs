@@ -45,14 +45,19 @@ impl Sql {
     pub(super) fn new(schema: &str) -> Sql {
         let t = format!("\"{schema}\".ctrlrun_effects");
         Sql {
-            // The planner's row, bound as it is; a row already there wins (no row returned).
+            // The planner's row; a row already there wins (no row returned). Its times are
+            // the server's clock when the INSERT runs (or the caller's `now`), the lease the
+            // planner's length from there: planned from a read made before the transaction, a
+            // wait for a connection or a pooler must not eat into the holder's lease.
             // A plain INSERT … VALUES plans in microseconds, where a statement that also works
             // out the row (a CTE) costs the server a tenth of a millisecond on every call.
             insert: format!(
                 "INSERT INTO {t} (key_digest, {COLUMNS}) \
-                 VALUES ({d}, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+                 VALUES ({d}, $1, $2, $3, $4, {at}, {at}, {at} + $6::int8, $7, $8, $9) \
                  ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}",
-                d = digest(1)
+                d = digest(1),
+                at = "COALESCE($5::int8, \
+                      (extract(epoch FROM statement_timestamp()) * 1000000)::int8)"
             ),
             select: format!(
                 "SELECT {cols}, clock.n FROM (SELECT {now} AS n) clock \
@@ -104,12 +109,16 @@ impl Sql {
         c.query_typed_one(&self.select, &[(&key, Type::TEXT), (&now, Type::INT8)])
     }
 
-    /// Insert the planner's row `r` unless a row is there: the row inserted, or `None`.
+    /// Insert the planner's row `r` unless a row is there: the row inserted, or `None`. The
+    /// row's times are taken again at the INSERT (the caller's `now`, else the server's clock),
+    /// its lease keeping the length the planner gave it.
     pub(super) fn insert(
         &self,
         c: &mut impl GenericClient,
         r: &EffectRecord,
+        now: Option<Micros>,
     ) -> PgResult<Option<Row>> {
+        let lease = r.lease_expires_at.map(|until| until - r.created_at);
         c.query_typed_opt(
             &self.insert,
             &[
@@ -117,9 +126,8 @@ impl Sql {
                 (&r.state.as_str(), Type::TEXT),
                 (&r.action_id, Type::TEXT),
                 (&r.attempt, Type::INT8),
-                (&r.created_at, Type::INT8),
-                (&r.updated_at, Type::INT8),
-                (&r.lease_expires_at, Type::INT8),
+                (&now, Type::INT8),
+                (&lease, Type::INT8),
                 (&r.result, Type::TEXT),
                 (&r.error, Type::TEXT),
                 (&r.resolved_by, Type::TEXT),

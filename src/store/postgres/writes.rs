@@ -23,9 +23,12 @@ impl PostgresStore {
     ) -> Result<Commit<Step>> {
         const WHAT: &str = "reserve_effect";
         self.txn(WHAT, key, |tx, sql| {
+            // The plain read made just before is enough to plan an INSERT (which takes its
+            // times again); a row to renew or lapse is read again here, so its new lease counts
+            // from now.
             let mut found = match first {
-                Some(found) => found,
-                None => self.select_in(tx, WHAT, key, now)?,
+                Some(found) if found.0.is_none() => found,
+                _ => self.select_in(tx, WHAT, key, now)?,
             };
             // A write that loses a race re-reads and re-plans; a few rounds at most.
             for _ in 0..4 {
@@ -46,7 +49,7 @@ impl PostgresStore {
                     }
                     ReservationPlan::Insert(record) => {
                         let inserted = sql
-                            .insert(tx, &record)
+                            .insert(tx, &record, now)
                             .map_err(|e| self.failed(WHAT, key, &e))?;
                         match inserted {
                             Some(row) => {
