@@ -29,9 +29,18 @@ def find_pgbouncer() -> str:
     raise RuntimeError("pgbouncer was not found on PATH (Debian: apt-get install pgbouncer)")
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
 class PgBouncer:
     def __init__(self, server_host: str, server_port: int, user: str, password: Optional[str],
-                 pool_mode: str = "transaction", pool_size: int = 3) -> None:
+                 pool_mode: str = "transaction", pool_size: int = 3,
+                 query_wait_timeout: int = 120) -> None:
         assert pool_mode in ("transaction", "session", "statement"), pool_mode
         self.binary = find_pgbouncer()
         self.user, self.password, self.pool_mode = user, password, pool_mode
@@ -66,6 +75,7 @@ class PgBouncer:
                 f"default_pool_size = {pool_size}\nmin_pool_size = 0\nreserve_pool_size = 0\n"
                 "max_client_conn = 1000\n"
                 "server_check_delay = 0\n"
+                f"query_wait_timeout = {query_wait_timeout}\nserver_login_retry = 1\n"
                 f"logfile = {self.log}\npidfile = {self.pidfile}\n"
             )
         if owner:
@@ -79,22 +89,28 @@ class PgBouncer:
         return url if schema is None else f"{url}?schema={schema}"
 
     def start(self) -> None:
+        seen = len(self._log_tail(full=True))  # a restart appends to the same log
         run = subprocess.run([*self._as_user, self.binary, "-d", self.ini],
                              capture_output=True, text=True, timeout=30)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            try:
-                socket.create_connection((self.host, self.port), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.05)
+            pid = self._pid()  # ours, alive, and listening (not another server on the port)
+            if pid is not None and _alive(pid) and f"listening on {self.host}:{self.port}" in \
+                    self._log_tail(full=True)[seen:]:
+                try:
+                    socket.create_connection((self.host, self.port), timeout=1).close()
+                    return
+                except OSError:
+                    pass
+            time.sleep(0.05)
         raise RuntimeError(f"pgbouncer did not start ({run.returncode}): {run.stderr}\n"
                            f"{self._log_tail()}")
 
-    def _log_tail(self) -> str:
+    def _log_tail(self, full: bool = False) -> str:
         try:
             with open(self.log) as f:
-                return f.read()[-3000:]
+                text = f.read()
+                return text if full else text[-3000:]
         except OSError:
             return ""
 

@@ -243,9 +243,9 @@ def test_statement_mode_refuses_transactions_so_the_store_fails_closed(pg, schem
     nothing runs unreserved."""
     b = PgBouncer(pg.host, pg.port, pg.user, pg.password, "statement", pool_size=3)
     fresh, made = schemas(), schemas()
-    ctrlrun.open_store(pg.url(made)).close()  # tables made directly, not through the pooler
     runs = []
     try:
+        ctrlrun.open_store(pg.url(made)).close()  # tables made directly, not through the pooler
         with pytest.raises(ctrlrun.StoreError, match="cannot set up the tables"):
             ctrlrun.open_store(b.url(schema=fresh))
         with ctrlrun.open_store(b.url(schema=made)) as store:
@@ -299,3 +299,26 @@ def test_a_setting_another_client_left_on_the_server_connection_does_not_weaken_
         assert int(pg.psql(synced)) - before >= 40  # two durable commits per call
     finally:
         b.stop()
+
+
+def test_a_server_gone_behind_the_pooler_fails_the_call_without_a_connection_storm(
+    pg, schemas, caplog
+):
+    """Only connections that died idle in the pool are skipped; once a connection opened for
+    this call fails too, the call stops (it does not open `pool_size` more)."""
+    caplog.set_level(logging.WARNING, logger=STORE_LOG)
+    proxy = PgProxy(pg.host, pg.port)
+    b = PgBouncer(proxy.host, proxy.port, pg.user, pg.password, "transaction", pool_size=3,
+                  query_wait_timeout=3)
+    schema = schemas()
+    try:
+        with ctrlrun.open_store(b.url(schema=schema) + "&pool_size=50") as store:
+            store.reserve_effect("k0", "act_" + "1" * 32, 60)  # one pooled connection, used
+            proxy.refuse_new()
+            proxy.drop_all()  # the server is gone for the pooler
+            with pytest.raises(ctrlrun.StoreWriteFailed, match="nothing was committed"):
+                store.reserve_effect("k1", "act_" + "2" * 32, 60)
+        assert branches(caplog).count("stale_connection_dropped") <= 1
+    finally:
+        b.stop()
+        proxy.close()
