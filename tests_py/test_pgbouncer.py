@@ -322,3 +322,31 @@ def test_a_server_gone_behind_the_pooler_fails_the_call_without_a_connection_sto
     finally:
         b.stop()
         proxy.close()
+
+
+def test_a_search_path_another_client_left_cannot_swap_the_stores_functions(pg, schemas):
+    """Another client leaves `search_path = evil, pg_catalog` on the shared server connection,
+    with an `evil.sha256` that answers something else every time. The store names its functions
+    with their schema, so the key's index stays the key's digest and the retry is refused."""
+    b = PgBouncer(pg.host, pg.port, pg.user, pg.password, "transaction", pool_size=1)
+    schema, evil = schemas(), schemas()
+    runs = []
+    try:
+        pg.psql(f'CREATE SCHEMA "{evil}"; CREATE FUNCTION "{evil}".sha256(bytea) RETURNS bytea '
+                f"LANGUAGE sql VOLATILE AS $$ SELECT decode(md5(random()::text), 'hex') $$")
+        ctrlrun.open_store(pg.url(schema)).close()
+        _psql(pg, b.host, b.port, f'SET search_path = "{evil}", pg_catalog')
+        assert _psql(pg, b.host, b.port, "SHOW search_path").startswith(evil)  # it leaked
+        with ctrlrun.open_store(b.url(schema=schema)) as store:
+
+            @ctrlrun.protect("pay", effect="pay:{order}", store=store)
+            def pay(order: str) -> str:
+                runs.append(order)
+                return order
+
+            pay("o1")
+            with pytest.raises(DuplicateEffect):
+                pay("o1")
+        assert runs == ["o1"]
+    finally:
+        b.stop()

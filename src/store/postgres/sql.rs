@@ -12,14 +12,17 @@ const COLUMNS: &str = "effect_key, state, action_id, attempt, created_at, update
 
 /// The row's index: the SHA-256 of the key's UTF-8 bytes. The primary key is this digest, not
 /// the key, because a B-tree entry cannot exceed ~2.7 KB and keys may be longer; every lookup
-/// also compares the key itself, byte for byte.
+/// also compares the key itself, byte for byte. Functions are named with their schema, so a
+/// `search_path` that a pooler carries over from another client cannot swap in its own.
 fn digest(param: usize) -> String {
-    format!("sha256(convert_to(${param}::text, 'UTF8'))")
+    format!("pg_catalog.sha256(pg_catalog.convert_to(${param}::text, 'UTF8'))")
 }
 
 /// Microseconds since the epoch: the caller's `now` when given, else the server's clock.
 fn now_expr(param: usize) -> String {
-    format!("COALESCE(${param}::int8, (extract(epoch FROM clock_timestamp()) * 1000000)::int8)")
+    format!(
+        "COALESCE(${param}::int8, (extract(epoch FROM pg_catalog.clock_timestamp()) * 1000000)::int8)"
+    )
 }
 
 /// The statements, rendered once per store for its schema.
@@ -57,7 +60,7 @@ impl Sql {
                  ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}",
                 d = digest(1),
                 at = "COALESCE($5::int8, \
-                      (extract(epoch FROM statement_timestamp()) * 1000000)::int8)"
+                      (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8)"
             ),
             select: format!(
                 "SELECT {cols}, clock.n FROM (SELECT {now} AS n) clock \
