@@ -4,6 +4,7 @@
 pub mod fork;
 pub mod pool;
 pub mod postgres;
+mod recovery;
 pub mod sqlite;
 
 use std::sync::Arc;

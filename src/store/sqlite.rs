@@ -12,9 +12,10 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 
 use crate::error::{Error, Result};
-use crate::planner::{self, AfterUnknown, Expected, ReservationPlan, Transition};
+use crate::planner::{self, Expected, ReservationPlan, Transition};
 use crate::record::{now_micros, EffectRecord, EffectState, Micros};
 use crate::store::pool::{Pool, Pooled};
+use crate::store::recovery::{settle_transition, Commit, Reread, Step, TransitionCall};
 use crate::store::Store;
 use crate::url::{SqliteOptions, Synchronous};
 
@@ -280,19 +281,6 @@ fn set_synchronous(conn: &Connection, level: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
-/// What a read-plan-write step decided: the row it wrote (if any) and what to return once that
-/// write is known to have landed.
-struct Step {
-    written: Option<EffectRecord>,
-    outcome: Result<EffectRecord>,
-}
-
-enum Commit<T> {
-    Landed(T),
-    /// `COMMIT` itself failed: whether it landed is unknown.
-    Unknown(T, String),
-}
-
 pub struct SqliteStore {
     opts: SqliteOptions,
     pool: Arc<Pool<Manager>>,
@@ -405,22 +393,6 @@ impl SqliteStore {
         }
     }
 
-    /// Re-read `key` on a fresh connection after an unknown `COMMIT`.
-    fn reread(&self, what: &str, key: &str, why: &str) -> Result<Option<EffectRecord>> {
-        let fresh = open_connection(&self.opts)
-            .and_then(|c| select(&c, key).map_err(|e| Error::Store(e.to_string())));
-        fresh.map_err(|e| {
-            log::error!(target: "ctrlrun.store", "reread_failed: {what} '{key}': {e}");
-            Error::StoreUnresolved(format!(
-                "the COMMIT of {what} for effect '{key}' in the SQLite store at {} may or may not \
-                 have landed ({why}), and re-reading the row failed ({e}); nothing more was \
-                 written and the executor was not run. The key stays reserved until its lease \
-                 lapses; then a person resolves it",
-                self.opts.path.display()
-            ))
-        })
-    }
-
     /// A read-plan-write step under `BEGIN IMMEDIATE`; after an unknown `COMMIT` the row is
     /// re-read: the row we wrote means it landed; anything else re-runs the step once (which
     /// re-reads and re-plans under the lock: an insert retried, an update re-issued, another
@@ -468,7 +440,7 @@ impl SqliteStore {
                     return step.outcome;
                 };
                 log::warn!(target: "ctrlrun.store", "commit_unknown: {what} '{key}': {why}");
-                let found = self.reread(what, key, &why)?;
+                let (found, _) = self.reread(what, key, &why)?;
                 if found.as_ref() == Some(&written) {
                     log::warn!(target: "ctrlrun.store", "reread_identical_landed: {what} '{key}'");
                     return step.outcome;
@@ -494,17 +466,19 @@ impl SqliteStore {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// One transition under `BEGIN IMMEDIATE`, settled by [`settle_transition`]; with
+    /// `read_back`, the row written is read back in the same transaction.
     fn transition_step(
         &self,
-        key: &str,
-        action_id: &str,
-        attempt: Option<i64>,
-        t: &Transition,
-        now: Micros,
+        call: &TransitionCall<'_>,
         read_back: bool,
         may_reissue: bool,
     ) -> Result<Option<EffectRecord>> {
+        let (key, action_id, attempt, t) =
+            (call.key, call.action_id, call.attempt, call.transition);
+        let now = call
+            .now
+            .expect("SQLite transitions carry the caller's clock");
         let what = t.name();
         let mut conn = self.conn()?;
         // A write that need not survive a power cut that also kills this process (the planner
@@ -531,33 +505,8 @@ impl SqliteStore {
         }
         let committed = committed?;
         drop(conn);
-        match committed {
-            Commit::Landed(outcome) => outcome,
-            Commit::Unknown(Err(e), _) => Err(e),
-            Commit::Unknown(Ok(_), why) => {
-                log::warn!(target: "ctrlrun.store", "commit_unknown: {what} '{key}': {why}");
-                let found = self.reread(what, key, &why)?;
-                match planner::settle_unknown_transition(found, key, action_id, attempt, t, now) {
-                    AfterUnknown::Landed(row) => {
-                        log::warn!(target: "ctrlrun.store", "reread_landed: {what} '{key}'");
-                        Ok(Some(row))
-                    }
-                    AfterUnknown::Reissue if may_reissue => {
-                        log::warn!(target: "ctrlrun.store", "reread_unchanged_reissue: {what} '{key}'");
-                        self.transition_step(key, action_id, attempt, t, now, read_back, false)
-                    }
-                    AfterUnknown::Reissue => Err(Error::StoreUnresolved(format!(
-                        "the re-issued COMMIT of {what} for effect '{key}' in the SQLite store at \
-                         {} failed again ({why}); nothing more was written",
-                        self.opts.path.display()
-                    ))),
-                    AfterUnknown::Refuse(e) => {
-                        log::warn!(target: "ctrlrun.store", "reread_other: {what} '{key}'");
-                        Err(e)
-                    }
-                }
-            }
-        }
+        let reissue = may_reissue.then_some(|| self.transition_step(call, read_back, false));
+        settle_transition(self, call, committed, reissue, Some)
     }
 
     /// A pooled connection for a read: failing to get one is a store error, not a write's.
@@ -581,6 +530,29 @@ impl SqliteStore {
     }
 }
 
+impl Reread for SqliteStore {
+    /// The row and this host's clock: SQLite has no other.
+    fn reread(&self, what: &str, key: &str, why: &str) -> Result<(Option<EffectRecord>, Micros)> {
+        let fresh = open_connection(&self.opts)
+            .and_then(|c| select(&c, key).map_err(|e| Error::Store(e.to_string())));
+        let found = fresh.map_err(|e| {
+            log::error!(target: "ctrlrun.store", "reread_failed: {what} '{key}': {e}");
+            Error::StoreUnresolved(format!(
+                "the COMMIT of {what} for effect '{key}' in the SQLite store at {} may or may not \
+                 have landed ({why}), and re-reading the row failed ({e}); nothing more was \
+                 written and the executor was not run. The key stays reserved until its lease \
+                 lapses; then a person resolves it",
+                self.opts.path.display()
+            ))
+        })?;
+        Ok((found, now_micros()))
+    }
+
+    fn store_name(&self) -> String {
+        format!("the SQLite store at {}", self.opts.path.display())
+    }
+}
+
 impl Store for SqliteStore {
     fn describe(&self) -> String {
         format!("sqlite:///{}", self.opts.path.display())
@@ -599,9 +571,14 @@ impl Store for SqliteStore {
         now: Option<Micros>,
     ) -> Result<()> {
         planner::check_action_id(action_id)?;
-        let now = now.unwrap_or_else(now_micros);
-        self.transition_step(key, action_id, attempt, transition, now, false, true)
-            .map(|_| ())
+        let call = TransitionCall {
+            key,
+            action_id,
+            attempt,
+            transition,
+            now: Some(now.unwrap_or_else(now_micros)),
+        };
+        self.transition_step(&call, false, true).map(|_| ())
     }
 
     fn reserve(
@@ -669,8 +646,14 @@ impl Store for SqliteStore {
         now: Option<Micros>,
     ) -> Result<EffectRecord> {
         planner::check_action_id(action_id)?;
-        let now = now.unwrap_or_else(now_micros);
-        self.transition_step(key, action_id, attempt, transition, now, true, true)
+        let call = TransitionCall {
+            key,
+            action_id,
+            attempt,
+            transition,
+            now: Some(now.unwrap_or_else(now_micros)),
+        };
+        self.transition_step(&call, true, true)
             .map(|row| row.expect("a transition that landed reads its row back"))
     }
 

@@ -27,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::planner::{self, Expected, ReservationPlan, Transition};
 use crate::record::{EffectRecord, EffectState, Micros};
 use crate::store::pool::{Pool, Pooled};
+use crate::store::recovery::{Commit, Reread, TransitionCall};
 use crate::store::Store;
 use conn::{describe, describe_pg_error, is_serialization, is_session_gone, Conn, Manager, Txn};
 use schema::init_schema;
@@ -41,16 +42,6 @@ fn check_key(key: &str) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-enum Commit<T> {
-    Landed(T),
-    Unknown(T, String),
-}
-
-struct Step {
-    written: Option<EffectRecord>,
-    outcome: Result<EffectRecord>,
 }
 
 pub struct PostgresStore {
@@ -212,28 +203,6 @@ impl PostgresStore {
         }
     }
 
-    /// Re-read `key` on a fresh connection (never a pooled one) after an unknown `COMMIT`.
-    fn reread(&self, what: &str, key: &str, why: &str) -> Result<(Option<EffectRecord>, Micros)> {
-        let read = self
-            .manager_config
-            .connect(NoTls)
-            .and_then(|mut client| self.sql.select_row(&mut client, key, None));
-        match read {
-            Ok(row) => read_found(&row),
-            Err(e) => {
-                log::error!(target: "ctrlrun.store", "reread_failed: {what} '{key}': {e}");
-                Err(Error::StoreUnresolved(format!(
-                    "the COMMIT of {what} for effect '{key}' in the PostgreSQL store {} may or may \
-                     not have landed ({why}), and re-reading the row on a fresh connection failed \
-                     ({}); nothing more was written and the executor was not run. The key may stay \
-                     reserved until its lease lapses; then a person resolves it",
-                    self.description,
-                    describe_pg_error(&e)
-                )))
-            }
-        }
-    }
-
     fn select_in(
         &self,
         tx: &mut Client,
@@ -260,6 +229,33 @@ impl PostgresStore {
             .cas(tx, expected, r)
             .map_err(|e| self.failed(what, &r.effect_key, &e))?;
         Ok(n == 1)
+    }
+}
+
+impl Reread for PostgresStore {
+    fn reread(&self, what: &str, key: &str, why: &str) -> Result<(Option<EffectRecord>, Micros)> {
+        let read = self
+            .manager_config
+            .connect(NoTls)
+            .and_then(|mut client| self.sql.select_row(&mut client, key, None));
+        match read {
+            Ok(row) => read_found(&row),
+            Err(e) => {
+                log::error!(target: "ctrlrun.store", "reread_failed: {what} '{key}': {e}");
+                Err(Error::StoreUnresolved(format!(
+                    "the COMMIT of {what} for effect '{key}' in the PostgreSQL store {} may or may \
+                     not have landed ({why}), and re-reading the row on a fresh connection failed \
+                     ({}); nothing more was written and the executor was not run. The key may stay \
+                     reserved until its lease lapses; then a person resolves it",
+                    self.description,
+                    describe_pg_error(&e)
+                )))
+            }
+        }
+    }
+
+    fn store_name(&self) -> String {
+        format!("the PostgreSQL store {}", self.description)
     }
 }
 
@@ -307,7 +303,14 @@ impl Store for PostgresStore {
         now: Option<Micros>,
     ) -> Result<EffectRecord> {
         planner::check_action_id(action_id)?;
-        self.transition_step(key, action_id, attempt, transition, now, true)
+        let call = TransitionCall {
+            key,
+            action_id,
+            attempt,
+            transition,
+            now,
+        };
+        self.transition_step(&call, true)
     }
 
     fn extend_lease(

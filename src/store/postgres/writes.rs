@@ -2,10 +2,11 @@
 //! re-read after an unknown `COMMIT`.
 
 use super::sql::{read_record, Found};
-use super::{Commit, PostgresStore, Step};
+use super::PostgresStore;
 use crate::error::{Error, Result};
-use crate::planner::{self, AfterUnknown, Expected, ReservationPlan, Transition};
+use crate::planner::{self, Expected, ReservationPlan};
 use crate::record::{EffectRecord, Micros};
+use crate::store::recovery::{settle_transition, Commit, Reread, Step, TransitionCall};
 
 impl PostgresStore {
     /// One reservation transaction: plan from `first` (the plain read just made) or from a
@@ -195,13 +196,16 @@ impl PostgresStore {
 
     pub(super) fn transition_step(
         &self,
-        key: &str,
-        action_id: &str,
-        attempt: Option<i64>,
-        t: &Transition,
-        now: Option<Micros>,
+        call: &TransitionCall<'_>,
         may_reissue: bool,
     ) -> Result<EffectRecord> {
+        let (key, action_id, attempt, t, now) = (
+            call.key,
+            call.action_id,
+            call.attempt,
+            call.transition,
+            call.now,
+        );
         let what = t.name();
         let committed = self.txn(what, key, |tx, sql| {
             let rows = sql
@@ -217,39 +221,7 @@ impl PostgresStore {
                 }
             }
         })?;
-        match committed {
-            Commit::Landed(outcome) => outcome,
-            Commit::Unknown(Err(e), _) => Err(e),
-            Commit::Unknown(Ok(_), why) => {
-                log::warn!(target: "ctrlrun.store", "commit_unknown: {what} '{key}': {why}");
-                let (found, n) = self.reread(what, key, &why)?;
-                match planner::settle_unknown_transition(
-                    found,
-                    key,
-                    action_id,
-                    attempt,
-                    t,
-                    now.unwrap_or(n),
-                ) {
-                    AfterUnknown::Landed(row) => {
-                        log::warn!(target: "ctrlrun.store", "reread_landed: {what} '{key}'");
-                        Ok(row)
-                    }
-                    AfterUnknown::Reissue if may_reissue => {
-                        log::warn!(target: "ctrlrun.store", "reread_unchanged_reissue: {what} '{key}'");
-                        self.transition_step(key, action_id, attempt, t, now, false)
-                    }
-                    AfterUnknown::Reissue => Err(Error::StoreUnresolved(format!(
-                        "the re-issued COMMIT of {what} for effect '{key}' in the PostgreSQL store \
-                         {} failed again ({why}); nothing more was written",
-                        self.description
-                    ))),
-                    AfterUnknown::Refuse(e) => {
-                        log::warn!(target: "ctrlrun.store", "reread_other: {what} '{key}'");
-                        Err(e)
-                    }
-                }
-            }
-        }
+        let reissue = may_reissue.then_some(|| self.transition_step(call, false));
+        settle_transition(self, call, committed, reissue, |row| row)
     }
 }
