@@ -93,3 +93,48 @@ pub(crate) fn settle_transition<T>(
         }
     }
 }
+
+/// Settle a write that planned a whole row (a reservation, a lease extension, a resolution)
+/// from how its transaction ended. After an unknown `COMMIT` the re-read decides: the row we
+/// wrote means it landed (`reread_identical_landed`); no row (`reread_none_retry_insert`) or
+/// another row (`reread_other_replan`) first asks `refusal` whether that row refuses the
+/// write, then runs the step once more through `retry`, which reads and plans again. Without
+/// a retry left, the write is unresolved.
+pub(crate) fn settle_write(
+    store: &impl Reread,
+    what: &str,
+    key: &str,
+    committed: Commit<Step>,
+    refusal: impl FnOnce(&EffectRecord, Micros) -> Option<Error>,
+    retry: Option<impl FnOnce() -> Result<EffectRecord>>,
+) -> Result<EffectRecord> {
+    let (step, why) = match committed {
+        Commit::Landed(step) => return step.outcome,
+        Commit::Unknown(step, why) => (step, why),
+    };
+    let Some(written) = step.written else {
+        return step.outcome; // nothing was written, so nothing is unknown
+    };
+    log::warn!(target: "ctrlrun.store", "commit_unknown: {what} '{key}': {why}");
+    let (found, n) = store.reread(what, key, &why)?;
+    if found.as_ref() == Some(&written) {
+        log::warn!(target: "ctrlrun.store", "reread_identical_landed: {what} '{key}'");
+        return step.outcome;
+    }
+    let branch = match &found {
+        None => "reread_none_retry_insert",
+        Some(_) => "reread_other_replan",
+    };
+    log::warn!(target: "ctrlrun.store", "{branch}: {what} '{key}'");
+    if let Some(refused) = found.as_ref().and_then(|row| refusal(row, n)) {
+        return Err(refused);
+    }
+    match retry {
+        Some(again) => again(),
+        None => Err(Error::StoreUnresolved(format!(
+            "the retried COMMIT of {what} for effect '{key}' in {} failed again ({why}); nothing \
+             more was written",
+            store.store_name()
+        ))),
+    }
+}

@@ -15,7 +15,9 @@ use crate::error::{Error, Result};
 use crate::planner::{self, Expected, ReservationPlan, Transition};
 use crate::record::{now_micros, EffectRecord, EffectState, Micros};
 use crate::store::pool::{Pool, Pooled};
-use crate::store::recovery::{settle_transition, Commit, Reread, Step, TransitionCall};
+use crate::store::recovery::{
+    settle_transition, settle_write, Commit, Reread, Step, TransitionCall,
+};
 use crate::store::Store;
 use crate::url::{SqliteOptions, Synchronous};
 
@@ -433,37 +435,10 @@ impl SqliteStore {
             Ok(step)
         })?;
         drop(conn);
-        match committed {
-            Commit::Landed(step) => step.outcome,
-            Commit::Unknown(step, why) => {
-                let Some(written) = step.written else {
-                    return step.outcome;
-                };
-                log::warn!(target: "ctrlrun.store", "commit_unknown: {what} '{key}': {why}");
-                let (found, _) = self.reread(what, key, &why)?;
-                if found.as_ref() == Some(&written) {
-                    log::warn!(target: "ctrlrun.store", "reread_identical_landed: {what} '{key}'");
-                    return step.outcome;
-                }
-                if may_retry {
-                    // Re-running the step re-reads and re-plans under the write lock: no row
-                    // retries the insert, the unchanged row re-issues the update, another row
-                    // is obeyed as the planner says.
-                    let branch = if found.is_none() {
-                        "reread_none_retry_insert"
-                    } else {
-                        "reread_other_replan"
-                    };
-                    log::warn!(target: "ctrlrun.store", "{branch}: {what} '{key}'");
-                    return self.read_plan_write(what, key, plan, false, false);
-                }
-                Err(Error::StoreUnresolved(format!(
-                    "the retried COMMIT of {what} for effect '{key}' in the SQLite store at {} \
-                     failed again ({why}); nothing more was written",
-                    self.opts.path.display()
-                )))
-            }
-        }
+        // Re-running the step re-reads and re-plans under the write lock: no row retries the
+        // insert, the unchanged row re-issues the update, another row is obeyed as planned.
+        let retry = may_retry.then_some(|| self.read_plan_write(what, key, plan, false, false));
+        settle_write(self, what, key, committed, |_, _| None, retry)
     }
 
     /// One transition under `BEGIN IMMEDIATE`, settled by [`settle_transition`]; with

@@ -6,7 +6,7 @@ use super::PostgresStore;
 use crate::error::{Error, Result};
 use crate::planner::{self, Expected, ReservationPlan};
 use crate::record::{EffectRecord, Micros};
-use crate::store::recovery::{settle_transition, Commit, Reread, Step, TransitionCall};
+use crate::store::recovery::{settle_transition, settle_write, Commit, Step, TransitionCall};
 
 impl PostgresStore {
     /// One reservation transaction: plan from `first` (the plain read just made) or from a
@@ -102,7 +102,10 @@ impl PostgresStore {
                 let record = plan(found, n)?;
                 let expected = expected.expect("a plan that writes found a row");
                 if self.write_cas(tx, what, &expected, &record)? {
-                    return Ok(record);
+                    return Ok(Step {
+                        written: Some(record.clone()),
+                        outcome: Ok(record),
+                    });
                 }
             }
             Err(Error::StoreWriteFailed(format!(
@@ -110,26 +113,8 @@ impl PostgresStore {
                  nothing was committed, so the write may be retried"
             )))
         })?;
-        match committed {
-            Commit::Landed(r) => Ok(r),
-            Commit::Unknown(written, why) => {
-                log::warn!(target: "ctrlrun.store", "commit_unknown: {what} '{key}': {why}");
-                let (found, _) = self.reread(what, key, &why)?;
-                if found.as_ref() == Some(&written) {
-                    log::warn!(target: "ctrlrun.store", "reread_identical_landed: {what} '{key}'");
-                    return Ok(written);
-                }
-                if may_retry {
-                    log::warn!(target: "ctrlrun.store", "reread_other_replan: {what} '{key}'");
-                    return self.read_plan_write(what, key, now, plan, false);
-                }
-                Err(Error::StoreUnresolved(format!(
-                    "the retried COMMIT of {what} for effect '{key}' in the PostgreSQL store {} \
-                     failed again ({why}); nothing more was written",
-                    self.description
-                )))
-            }
-        }
+        let retry = may_retry.then_some(|| self.read_plan_write(what, key, now, plan, false));
+        settle_write(self, what, key, committed, |_, _| None, retry)
     }
 
     /// A reservation; after an unknown `COMMIT`, the whole-row identity re-read decides: the
@@ -147,51 +132,21 @@ impl PostgresStore {
         may_retry: bool,
     ) -> Result<EffectRecord> {
         const WHAT: &str = "reserve_effect";
-        let (step, why) = match self.reserve_txn(key, action_id, lease, begin, now, first)? {
-            Commit::Landed(step) => return step.outcome,
-            Commit::Unknown(step, why) => (step, why),
+        let committed = self.reserve_txn(key, action_id, lease, begin, now, first)?;
+        let refusal = |row: &EffectRecord, n: Micros| match planner::plan_reservation(
+            Some(row),
+            key,
+            action_id,
+            lease,
+            now.unwrap_or(n),
+            begin,
+        ) {
+            ReservationPlan::Refuse(r) => Some(r.into_error()),
+            _ => None,
         };
-        let Some(written) = step.written else {
-            // Nothing was written, so nothing is unknown.
-            return step.outcome;
-        };
-        log::warn!(target: "ctrlrun.store", "commit_unknown: {WHAT} '{key}': {why}");
-        let (found, n) = self.reread(WHAT, key, &why)?;
-        if found.as_ref() == Some(&written) {
-            log::warn!(target: "ctrlrun.store", "reread_identical_landed: {WHAT} '{key}'");
-            return step.outcome;
-        }
-        let unresolved = || {
-            Error::StoreUnresolved(format!(
-                "the retried reservation of effect '{key}' in the PostgreSQL store {} did not \
-                 settle ({why}); nothing more was written and the executor was not run",
-                self.description
-            ))
-        };
-        match found {
-            None if may_retry => {
-                log::warn!(target: "ctrlrun.store", "reread_none_retry_insert: {WHAT} '{key}'");
-                self.reserve_step(key, action_id, lease, begin, now, None, false)
-            }
-            None => Err(unresolved()),
-            Some(row) => {
-                log::warn!(target: "ctrlrun.store", "reread_other_replan: {WHAT} '{key}'");
-                match planner::plan_reservation(
-                    Some(&row),
-                    key,
-                    action_id,
-                    lease,
-                    now.unwrap_or(n),
-                    begin,
-                ) {
-                    ReservationPlan::Refuse(r) => Err(r.into_error()),
-                    _ if may_retry => {
-                        self.reserve_step(key, action_id, lease, begin, now, None, false)
-                    }
-                    _ => Err(unresolved()),
-                }
-            }
-        }
+        let retry = may_retry
+            .then_some(|| self.reserve_step(key, action_id, lease, begin, now, None, false));
+        settle_write(self, WHAT, key, committed, refusal, retry)
     }
 
     pub(super) fn transition_step(
