@@ -6,7 +6,7 @@ Variants of one protected call on a fresh key:
 
 * ``min``  — the least any at-most-once engine must write: the reservation (BEGIN; INSERT … ON
   CONFLICT DO NOTHING; COMMIT) and the outcome (BEGIN; UPDATE; COMMIT): two durable commits.
-* ``same`` — ctrlrun's own schema and statements, as src/store/sqlite.rs and
+* ``same`` — ctrlrun's own schema and statements, as src/store/sqlite/ and
   src/store/postgres/ issue them for ``protect``: the reservation straight into ``executing``
   (SQLite: SELECT + INSERT; PostgreSQL: the one-statement CTE on the ``key_digest`` primary
   key), then the ``commit`` transition, an ``UPDATE`` (SQLite: then a ``SELECT`` of the row
@@ -75,7 +75,7 @@ SQ_OUTCOME_MIN = (
     "UPDATE ctrlrun_effects SET state = 'committed', updated_at = ?1, lease_expires_at = NULL, "
     "result = ?2 WHERE effect_key = ?3 AND action_id = ?4 AND attempt = 1 AND state = 'reserved'"
 )
-# ctrlrun's statements (src/store/sqlite.rs: select, insert, transition_cas).
+# ctrlrun's statements (src/store/sqlite/sql.rs: select, insert, transition_cas).
 SQ_SELECT = f"SELECT {COLUMNS} FROM ctrlrun_effects WHERE effect_key = ?1"
 SQ_INSERT = (f"INSERT INTO ctrlrun_effects ({COLUMNS}) "
              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)")

@@ -1,0 +1,115 @@
+//! One pooled SQLite connection and how it is opened.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rusqlite::{Connection, OpenFlags};
+
+use super::sql::{SCHEMA, SCHEMA_VERSION};
+use crate::error::{Error, Result};
+use crate::url::{SqliteOptions, Synchronous};
+
+/// One pooled connection; `broken` after an unknown `COMMIT` so the pool drops it.
+pub struct Conn {
+    pub(super) conn: Connection,
+    pub(super) broken: bool,
+}
+
+/// Runs on every pooled connection after it is set up (see [`SqliteStore::open_with`]).
+pub type ConnectionInit = Arc<dyn Fn(&mut Connection) -> rusqlite::Result<()> + Send + Sync>;
+
+pub(super) struct Manager {
+    pub(super) opts: SqliteOptions,
+    pub(super) init: Option<ConnectionInit>,
+}
+
+impl crate::store::pool::Manage for Manager {
+    type Conn = Conn;
+    type Error = Error;
+
+    fn connect(&self) -> Result<Conn> {
+        let mut conn = open_connection(&self.opts)?;
+        if let Some(init) = &self.init {
+            init(&mut conn).map_err(|e| open_error(&self.opts.path, e))?;
+        }
+        Ok(Conn {
+            conn,
+            broken: false,
+        })
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        conn.broken
+    }
+}
+
+pub(super) fn open_error(path: &Path, e: impl std::fmt::Display) -> Error {
+    Error::Store(format!(
+        "cannot open the SQLite store at {}: {e}",
+        path.display()
+    ))
+}
+
+pub(super) fn open_connection(opts: &SqliteOptions) -> Result<Connection> {
+    let path = &opts.path;
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| open_error(path, e))?;
+    conn.busy_timeout(opts.busy_timeout)
+        .map_err(|e| open_error(path, e))?;
+    conn.set_prepared_statement_cache_capacity(32);
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .map_err(|e| open_error(path, e))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(|e| open_error(path, e))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(open_error(
+                path,
+                format!("the file system refused WAL mode (journal_mode is {mode})"),
+            ));
+        }
+    }
+    let sync = match opts.synchronous {
+        Synchronous::Full => "FULL",
+        Synchronous::Normal => "NORMAL",
+    };
+    conn.pragma_update(None, "synchronous", sync)
+        .map_err(|e| open_error(path, e))?;
+    Ok(conn)
+}
+
+/// Create the table on a new file, check the version on an existing one.
+pub(super) fn init_schema(conn: &Connection, path: &Path) -> Result<()> {
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(|e| open_error(path, e))?;
+    if version == SCHEMA_VERSION {
+        return Ok(());
+    }
+    if version > SCHEMA_VERSION {
+        return Err(Error::Store(format!(
+            "the SQLite store at {} has schema version {version}, newer than this ctrlrun \
+             understands ({SCHEMA_VERSION}); upgrade ctrlrun",
+            path.display()
+        )));
+    }
+    conn.execute_batch("BEGIN IMMEDIATE")
+        .map_err(|e| open_error(path, e))?;
+    let created = (|| -> rusqlite::Result<()> {
+        let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if v == 0 {
+            conn.execute_batch(SCHEMA)?;
+            conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        }
+        conn.execute_batch("COMMIT")
+    })();
+    if let Err(e) = created {
+        let _ = conn.execute_batch("ROLLBACK");
+        return Err(open_error(path, e));
+    }
+    Ok(())
+}

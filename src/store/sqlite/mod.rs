@@ -1,0 +1,353 @@
+//! The SQLite store: one file, WAL, `synchronous=FULL` unless relaxed, `BEGIN IMMEDIATE`
+//! around every read-plan-write, cached prepared statements, a busy timeout.
+//!
+//! Error classes (SPEC §6): anything before `COMMIT` (including `SQLITE_BUSY` at `BEGIN`) is a
+//! failed write: rolled back, `StoreWriteFailed`. An error on `COMMIT` is unknown: the row is
+//! re-read on a fresh connection and decides; a failed re-read is `StoreUnresolved`.
+
+mod conn;
+mod sql;
+mod writes;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rusqlite::Connection;
+
+use crate::error::{Error, Result};
+use crate::planner::{self, Expected, ReservationPlan, Transition};
+use crate::record::{now_micros, EffectRecord, EffectState, Micros};
+use crate::store::pool::{Pool, Pooled};
+use crate::store::recovery::{Commit, Reread, Step, TransitionCall};
+use crate::store::Store;
+use crate::url::SqliteOptions;
+pub use conn::ConnectionInit;
+use conn::{init_schema, open_connection, open_error, Conn, Manager};
+pub use sql::SCHEMA_VERSION;
+use sql::{read_record, select, COLUMNS};
+
+pub struct SqliteStore {
+    opts: SqliteOptions,
+    pool: Arc<Pool<Manager>>,
+}
+
+impl SqliteStore {
+    /// Open (creating if missing) the store file. The folder is created if needed.
+    pub fn open(opts: SqliteOptions) -> Result<SqliteStore> {
+        SqliteStore::open_with(opts, None)
+    }
+
+    /// [`SqliteStore::open`], running `init` on every pooled connection (to load an extension,
+    /// set a pragma, or install a hook). The fresh connection that re-reads a row after an
+    /// unknown `COMMIT` does not run it.
+    pub fn open_with(mut opts: SqliteOptions, init: Option<ConnectionInit>) -> Result<SqliteStore> {
+        if opts.path.is_relative() {
+            let cwd = std::env::current_dir().map_err(|e| open_error(&opts.path, e))?;
+            opts.path = cwd.join(&opts.path);
+        }
+        if opts.path.is_dir() {
+            return Err(open_error(&opts.path, "it is a directory, not a file"));
+        }
+        if let Some(parent) = opts.path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                open_error(
+                    &opts.path,
+                    format!("cannot create folder {}: {e}", parent.display()),
+                )
+            })?;
+        }
+        let first = open_connection(&opts)?;
+        init_schema(&first, &opts.path)?;
+        drop(first);
+        let pool = Arc::new(Pool::new(
+            Manager {
+                opts: opts.clone(),
+                init,
+            },
+            8,
+            opts.busy_timeout + Duration::from_secs(5),
+        ));
+        // No SQLite connection may stay open across a fork (see `store::fork`).
+        let weak = Arc::downgrade(&pool);
+        super::fork::register(weak);
+        Ok(SqliteStore { opts, pool })
+    }
+
+    fn conn(&self) -> Result<Pooled<'_, Manager>> {
+        self.pool.get().map_err(|e| {
+            Error::StoreWriteFailed(format!(
+                "cannot get a connection to the SQLite store at {}: {e}; nothing was written",
+                self.opts.path.display()
+            ))
+        })
+    }
+
+    fn failed(&self, what: &str, key: &str, e: impl std::fmt::Display) -> Error {
+        Error::StoreWriteFailed(format!(
+            "{what} for effect '{key}' failed in the SQLite store at {}: {e}; nothing was \
+             committed, so the write may be retried",
+            self.opts.path.display()
+        ))
+    }
+
+    /// `BEGIN IMMEDIATE`, `body`, `COMMIT`. Errors before `COMMIT` roll back and are failed
+    /// writes; an error on `COMMIT` is reported as [`Commit::Unknown`].
+    fn txn<T>(
+        &self,
+        conn: &mut Conn,
+        what: &str,
+        key: &str,
+        body: impl FnOnce(&Connection) -> Result<T>,
+    ) -> Result<Commit<T>> {
+        let begun = conn
+            .conn
+            .prepare_cached("BEGIN IMMEDIATE")
+            .and_then(|mut s| s.execute([]));
+        if let Err(e) = begun {
+            if !conn.conn.is_autocommit() {
+                let _ = conn.conn.execute_batch("ROLLBACK");
+            }
+            return Err(self.failed(what, key, e));
+        }
+        let value = match body(&conn.conn) {
+            Ok(v) => v,
+            Err(e) => {
+                if conn.conn.execute_batch("ROLLBACK").is_err() {
+                    conn.broken = true;
+                }
+                return Err(e);
+            }
+        };
+        match conn
+            .conn
+            .prepare_cached("COMMIT")
+            .and_then(|mut s| s.execute([]))
+        {
+            Ok(_) => Ok(Commit::Landed(value)),
+            Err(e) => {
+                if !conn.conn.is_autocommit() {
+                    let _ = conn.conn.execute_batch("ROLLBACK");
+                }
+                conn.broken = true;
+                Ok(Commit::Unknown(value, e.to_string()))
+            }
+        }
+    }
+
+    /// A pooled connection for a read: failing to get one is a store error, not a write's.
+    fn read_conn(&self) -> Result<Pooled<'_, Manager>> {
+        self.pool.get().map_err(|e| {
+            Error::Store(format!(
+                "cannot get a connection to the SQLite store at {}: {e}",
+                self.opts.path.display()
+            ))
+        })
+    }
+
+    fn read(&self, key: &str) -> Result<Option<EffectRecord>> {
+        let conn = self.read_conn()?;
+        select(&conn.conn, key).map_err(|e| {
+            Error::Store(format!(
+                "reading effect '{key}' from the SQLite store at {} failed: {e}",
+                self.opts.path.display()
+            ))
+        })
+    }
+}
+
+impl Reread for SqliteStore {
+    /// The row and this host's clock: SQLite has no other.
+    fn reread(&self, what: &str, key: &str, why: &str) -> Result<(Option<EffectRecord>, Micros)> {
+        let fresh = open_connection(&self.opts)
+            .and_then(|c| select(&c, key).map_err(|e| Error::Store(e.to_string())));
+        let found = fresh.map_err(|e| {
+            log::error!(target: "ctrlrun.store", "reread_failed: {what} '{key}': {e}");
+            Error::StoreUnresolved(format!(
+                "the COMMIT of {what} for effect '{key}' in the SQLite store at {} may or may not \
+                 have landed ({why}), and re-reading the row failed ({e}); nothing more was \
+                 written and the executor was not run. The key stays reserved until its lease \
+                 lapses; then a person resolves it",
+                self.opts.path.display()
+            ))
+        })?;
+        Ok((found, now_micros()))
+    }
+
+    fn store_name(&self) -> String {
+        format!("the SQLite store at {}", self.opts.path.display())
+    }
+}
+
+impl Store for SqliteStore {
+    fn describe(&self) -> String {
+        format!("sqlite:///{}", self.opts.path.display())
+    }
+
+    fn fork_sensitive(&self) -> bool {
+        true
+    }
+
+    fn transition_unread(
+        &self,
+        key: &str,
+        action_id: &str,
+        attempt: Option<i64>,
+        transition: &Transition,
+        now: Option<Micros>,
+    ) -> Result<()> {
+        planner::check_action_id(action_id)?;
+        let call = TransitionCall {
+            key,
+            action_id,
+            attempt,
+            transition,
+            now: Some(now.unwrap_or_else(now_micros)),
+        };
+        self.transition_step(&call, false, true).map(|_| ())
+    }
+
+    fn reserve(
+        &self,
+        key: &str,
+        action_id: &str,
+        lease: Micros,
+        begin: bool,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord> {
+        planner::check_request(key, action_id, lease)?;
+        let now = now.unwrap_or_else(now_micros);
+        // A refusal needs no write: decide it from a plain read, without taking the write lock.
+        // (A stale read only means the caller arrived a moment earlier; anything the planner
+        // would grant or lapse is decided again under BEGIN IMMEDIATE below.)
+        let seen = self.read(key)?;
+        if let ReservationPlan::Refuse(refusal) =
+            planner::plan_reservation(seen.as_ref(), key, action_id, lease, now, begin)
+        {
+            return Err(refusal.into_error());
+        }
+        let plan = |found: Option<EffectRecord>| {
+            Ok(
+                match planner::plan_reservation(found.as_ref(), key, action_id, lease, now, begin) {
+                    ReservationPlan::Insert(row) => (
+                        None,
+                        Step {
+                            written: Some(row.clone()),
+                            outcome: Ok(row),
+                        },
+                    ),
+                    ReservationPlan::Renew { expected, record } => (
+                        Some(expected),
+                        Step {
+                            written: Some(record.clone()),
+                            outcome: Ok(record),
+                        },
+                    ),
+                    ReservationPlan::Lapse { expected, record } => (
+                        Some(expected),
+                        Step {
+                            written: Some(record.clone()),
+                            outcome: Err(Error::ambiguous(record)),
+                        },
+                    ),
+                    ReservationPlan::Refuse(refusal) => (
+                        None,
+                        Step {
+                            written: None,
+                            outcome: Err(refusal.into_error()),
+                        },
+                    ),
+                },
+            )
+        };
+        self.read_plan_write("reserve_effect", key, &plan, seen.is_none(), true)
+    }
+
+    fn transition(
+        &self,
+        key: &str,
+        action_id: &str,
+        attempt: Option<i64>,
+        transition: &Transition,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord> {
+        planner::check_action_id(action_id)?;
+        let call = TransitionCall {
+            key,
+            action_id,
+            attempt,
+            transition,
+            now: Some(now.unwrap_or_else(now_micros)),
+        };
+        self.transition_step(&call, true, true)
+            .map(|row| row.expect("a transition that landed reads its row back"))
+    }
+
+    fn extend_lease(
+        &self,
+        key: &str,
+        action_id: &str,
+        attempt: Option<i64>,
+        until: Micros,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord> {
+        planner::check_action_id(action_id)?;
+        let now = now.unwrap_or_else(now_micros);
+        let plan = |found: Option<EffectRecord>| {
+            let expected = found.as_ref().map(Expected::of);
+            let row = planner::plan_extension(found, key, action_id, attempt, until, now)?;
+            Ok((
+                expected,
+                Step {
+                    written: Some(row.clone()),
+                    outcome: Ok(row),
+                },
+            ))
+        };
+        self.read_plan_write("extend_lease", key, &plan, false, true)
+    }
+
+    fn resolve(
+        &self,
+        key: &str,
+        target: EffectState,
+        resolver: &str,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord> {
+        planner::check_resolver(resolver)?;
+        let now = now.unwrap_or_else(now_micros);
+        let plan = |found: Option<EffectRecord>| {
+            let expected = found.as_ref().map(Expected::of);
+            let row = planner::plan_resolution(found, key, target, resolver, now)?;
+            Ok((
+                expected,
+                Step {
+                    written: Some(row.clone()),
+                    outcome: Ok(row),
+                },
+            ))
+        };
+        self.read_plan_write("resolve_effect", key, &plan, false, true)
+    }
+
+    fn get(&self, key: &str) -> Result<Option<EffectRecord>> {
+        self.read(key)
+    }
+
+    fn list(&self, state: Option<EffectState>) -> Result<Vec<EffectRecord>> {
+        let conn = self.read_conn()?;
+        let read = || -> rusqlite::Result<Vec<EffectRecord>> {
+            let mut stmt = conn.conn.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM ctrlrun_effects WHERE (?1 IS NULL OR state = ?1) \
+                 ORDER BY created_at, effect_key"
+            ))?;
+            let rows = stmt.query_map([state.map(EffectState::as_str)], read_record)?;
+            rows.collect()
+        };
+        read().map_err(|e| {
+            Error::Store(format!(
+                "listing effects in the SQLite store at {} failed: {e}",
+                self.opts.path.display()
+            ))
+        })
+    }
+}

@@ -1,0 +1,163 @@
+//! The SQLite store's schema, statements and row decoding.
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use crate::planner::{Expected, Transition};
+use crate::record::{EffectRecord, EffectState, Micros};
+
+/// The schema version this build writes (`PRAGMA user_version`).
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// The columns in [`read_record`]'s order (a macro, so statements are compile-time literals:
+/// the hot path builds no SQL text).
+macro_rules! columns {
+    () => {
+        "effect_key, state, action_id, attempt, created_at, updated_at, \
+         lease_expires_at, result, error, resolved_by"
+    };
+}
+pub(super) const COLUMNS: &str = columns!();
+const SELECT_ONE: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM ctrlrun_effects WHERE effect_key = ?1"
+);
+const INSERT_ONE: &str = concat!(
+    "INSERT INTO ctrlrun_effects (",
+    columns!(),
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT (effect_key) DO NOTHING"
+);
+
+pub(super) const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS ctrlrun_effects (
+    effect_key       TEXT    NOT NULL PRIMARY KEY,
+    state            TEXT    NOT NULL CHECK (state IN
+                         ('reserved', 'executing', 'committed', 'failed', 'ambiguous')),
+    action_id        TEXT    NOT NULL,
+    attempt          INTEGER NOT NULL CHECK (attempt >= 1),
+    created_at       INTEGER NOT NULL,  -- microseconds since the Unix epoch, UTC
+    updated_at       INTEGER NOT NULL,
+    lease_expires_at INTEGER,
+    result           TEXT,              -- JSON
+    error            TEXT,
+    resolved_by      TEXT
+) WITHOUT ROWID;
+";
+
+pub(super) fn read_record(row: &Row<'_>) -> rusqlite::Result<EffectRecord> {
+    let state: String = row.get(1)?;
+    let state = EffectState::parse(&state).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            1,
+            rusqlite::types::Type::Text,
+            format!("unknown effect state {state:?}").into(),
+        )
+    })?;
+    Ok(EffectRecord {
+        effect_key: row.get(0)?,
+        state,
+        action_id: row.get(2)?,
+        attempt: row.get(3)?,
+        created_at: row.get(4)?,
+        updated_at: row.get(5)?,
+        lease_expires_at: row.get(6)?,
+        result: row.get(7)?,
+        error: row.get(8)?,
+        resolved_by: row.get(9)?,
+    })
+}
+
+pub(super) fn select(conn: &Connection, key: &str) -> rusqlite::Result<Option<EffectRecord>> {
+    conn.prepare_cached(SELECT_ONE)?
+        .query_row([key], read_record)
+        .optional()
+}
+
+/// Insert `r` unless the key has a row; the count of rows inserted (0 or 1).
+pub(super) fn insert(conn: &Connection, r: &EffectRecord) -> rusqlite::Result<usize> {
+    conn.prepare_cached(INSERT_ONE)?.execute(params![
+        r.effect_key,
+        r.state.as_str(),
+        r.action_id,
+        r.attempt,
+        r.created_at,
+        r.updated_at,
+        r.lease_expires_at,
+        r.result,
+        r.error,
+        r.resolved_by
+    ])
+}
+
+/// Overwrite the whole row if it is still `expected`; returns the number of rows changed.
+pub(super) fn compare_and_set(
+    conn: &Connection,
+    expected: &Expected,
+    r: &EffectRecord,
+) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "UPDATE ctrlrun_effects SET state = ?1, action_id = ?2, attempt = ?3, created_at = ?4, \
+         updated_at = ?5, lease_expires_at = ?6, result = ?7, error = ?8, resolved_by = ?9 \
+         WHERE effect_key = ?10 AND state = ?11 AND action_id = ?12 AND attempt = ?13",
+    )?
+    .execute(params![
+        r.state.as_str(),
+        r.action_id,
+        r.attempt,
+        r.created_at,
+        r.updated_at,
+        r.lease_expires_at,
+        r.result,
+        r.error,
+        r.resolved_by,
+        r.effect_key,
+        expected.state.as_str(),
+        expected.action_id,
+        expected.attempt
+    ])
+}
+
+/// A later transition as one conditional `UPDATE`; the row written is read back in the same
+/// transaction. (`RETURNING` would build a temporary table on every execution, which costs more
+/// than the indexed read.)
+pub(super) fn transition_cas(
+    conn: &Connection,
+    key: &str,
+    action_id: &str,
+    attempt: Option<i64>,
+    t: &Transition,
+    now: Micros,
+) -> rusqlite::Result<usize> {
+    let from = t.from_states();
+    let (result, error) = t.payload();
+    let pick = |i: usize| from.get(i).unwrap_or(&from[0]).as_str();
+    conn.prepare_cached(
+        "UPDATE ctrlrun_effects SET state = ?1, updated_at = ?2, \
+             lease_expires_at = CASE WHEN ?3 THEN lease_expires_at ELSE NULL END, \
+             result = ?4, error = ?5 \
+             WHERE effect_key = ?6 AND action_id = ?7 AND (?8 IS NULL OR attempt = ?8) \
+             AND state IN (?9, ?10, ?11)",
+    )?
+    .execute(params![
+        t.target().as_str(),
+        now,
+        t.keeps_lease(),
+        result,
+        error,
+        key,
+        action_id,
+        attempt,
+        pick(0),
+        pick(1),
+        pick(2)
+    ])
+}
+
+pub(super) fn set_synchronous(conn: &Connection, level: &str) -> rusqlite::Result<()> {
+    let sql = if level == "FULL" {
+        "PRAGMA synchronous = FULL"
+    } else {
+        "PRAGMA synchronous = NORMAL"
+    };
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}

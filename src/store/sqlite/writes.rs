@@ -1,0 +1,101 @@
+//! The store's writes under `BEGIN IMMEDIATE`, each settled by [`crate::store::recovery`]
+//! after an unknown `COMMIT`.
+
+use super::sql::{compare_and_set, insert, select, set_synchronous, transition_cas};
+use super::SqliteStore;
+use crate::error::Result;
+use crate::planner::{self, Expected};
+use crate::record::EffectRecord;
+use crate::store::recovery::{settle_transition, settle_write, Step, TransitionCall};
+use crate::url::Synchronous;
+
+impl SqliteStore {
+    /// A read-plan-write step under `BEGIN IMMEDIATE`; after an unknown `COMMIT` the row is
+    /// re-read: the row we wrote means it landed; anything else re-runs the step once (which
+    /// re-reads and re-plans under the lock: an insert retried, an update re-issued, another
+    /// row obeyed).
+    /// `absent`: a plain read just found no row, so first try the plan for no row (an insert
+    /// that does nothing if a row appeared meanwhile); only if it did nothing, read and plan.
+    pub(super) fn read_plan_write(
+        &self,
+        what: &str,
+        key: &str,
+        plan: &dyn Fn(Option<EffectRecord>) -> Result<(Option<Expected>, Step)>,
+        absent: bool,
+        may_retry: bool,
+    ) -> Result<EffectRecord> {
+        let mut conn = self.conn()?;
+        let committed = self.txn(&mut conn, what, key, |c| {
+            if absent {
+                if let (None, step) = plan(None)? {
+                    if let Some(row) = &step.written {
+                        if insert(c, row).map_err(|e| self.failed(what, key, e))? == 1 {
+                            return Ok(step);
+                        }
+                    }
+                }
+            }
+            let found = select(c, key).map_err(|e| self.failed(what, key, e))?;
+            let (expected, step) = plan(found)?;
+            if let Some(row) = &step.written {
+                let written = match &expected {
+                    None => insert(c, row),
+                    Some(exp) => compare_and_set(c, exp, row),
+                }
+                .map_err(|e| self.failed(what, key, e))?;
+                if written != 1 {
+                    return Err(self.failed(what, key, "the compare-and-set matched no row"));
+                }
+            }
+            Ok(step)
+        })?;
+        drop(conn);
+        // Re-running the step re-reads and re-plans under the write lock: no row retries the
+        // insert, the unchanged row re-issues the update, another row is obeyed as planned.
+        let retry = may_retry.then_some(|| self.read_plan_write(what, key, plan, false, false));
+        settle_write(self, what, key, committed, |_, _| None, retry)
+    }
+
+    /// One transition under `BEGIN IMMEDIATE`, settled by [`settle_transition`]; with
+    /// `read_back`, the row written is read back in the same transaction.
+    pub(super) fn transition_step(
+        &self,
+        call: &TransitionCall<'_>,
+        read_back: bool,
+        may_reissue: bool,
+    ) -> Result<Option<EffectRecord>> {
+        let (key, action_id, attempt, t) =
+            (call.key, call.action_id, call.attempt, call.transition);
+        let now = call
+            .now
+            .expect("SQLite transitions carry the caller's clock");
+        let what = t.name();
+        let mut conn = self.conn()?;
+        // A write that need not survive a power cut that also kills this process (the planner
+        // says which) skips the fsync; the next FULL commit syncs the log up to and past it.
+        let relaxed =
+            !t.needs_durability_with_client() && self.opts.synchronous == Synchronous::Full;
+        if relaxed {
+            set_synchronous(&conn.conn, "NORMAL").map_err(|e| self.failed(what, key, e))?;
+        }
+        let committed = self.txn(&mut conn, what, key, |c| {
+            let changed = transition_cas(c, key, action_id, attempt, t, now)
+                .map_err(|e| self.failed(what, key, e))?;
+            if changed == 1 && !read_back {
+                return Ok(Ok(None));
+            }
+            let found = select(c, key).map_err(|e| self.failed(what, key, e))?;
+            if changed == 1 {
+                return Ok(Ok(found));
+            }
+            Ok(planner::settle_mismatch(found, key, action_id, attempt, t, now).map(Some))
+        });
+        if relaxed && set_synchronous(&conn.conn, "FULL").is_err() {
+            conn.broken = true; // never hand out a connection left at NORMAL
+        }
+        let committed = committed?;
+        drop(conn);
+        let reissue = may_reissue.then_some(|| self.transition_step(call, read_back, false));
+        settle_transition(self, call, committed, reissue, Some)
+    }
+}
