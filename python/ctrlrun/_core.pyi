@@ -18,7 +18,6 @@ __all__ = [
     "after_fork_in_parent",
     "after_fork_in_child",
     "SCRATCH_SCHEMA_PREFIX",
-    "SQLITE_SCHEMA_VERSION",
     "__version__",
 ]
 
@@ -27,7 +26,6 @@ _RecordTuple = Tuple[
 ]
 
 __version__: str
-SQLITE_SCHEMA_VERSION: int
 SCRATCH_SCHEMA_PREFIX: str
 
 @final

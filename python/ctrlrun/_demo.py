@@ -8,7 +8,7 @@ from typing import Callable, Dict, Optional
 
 from ._protect import protect
 from ._store import Store, open_store
-from .cli import table
+from ._table import table
 from .errors import AmbiguousEffect, DuplicateEffect, NotExecuted
 
 

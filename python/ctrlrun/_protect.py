@@ -250,11 +250,11 @@ def _write_outcome(
     store: Store, key: str, action_id: str, attempt: int, kind: str, payload: Optional[str]
 ) -> None:
     """Record the executor's outcome, re-issuing the compare-and-set on store failures."""
-    core = store._core
+    core = store.core
     last: Optional[Exception] = None
     for pause in (*_OUTCOME_PAUSES, None):
         try:
-            core.transition_unread(key, action_id, attempt, kind, payload, store._now())
+            core.transition_unread(key, action_id, attempt, kind, payload, store.now_us())
             return
         except (StoreWriteFailed, StoreUnresolved) as exc:
             last = exc
@@ -278,13 +278,13 @@ def _fail_unstarted(store: Store, key: str, action_id: str, attempt: int, why: B
     so record ``failed`` (a retry may run). If that write fails too, the lease lapses into
     ``ambiguous``."""
     try:
-        store._core.transition(
+        store.core.transition(
             key,
             action_id,
             attempt,
             "fail",
             f"the executor never started: {_exc_text(why)}",
-            store._now(),
+            store.now_us(),
         )
     except Exception as exc:  # the original error is what the caller must see
         log.warning("ctrlrun: could not record %r as failed after %r: %s", key, why, exc)
@@ -293,10 +293,10 @@ def _fail_unstarted(store: Store, key: str, action_id: str, attempt: int, why: B
 def _reserve_and_begin(store: Store, key: str, action_id: str, lease_us: int) -> int:
     """Reserve ``key`` straight into ``executing`` (one durable write: the begin transition is
     folded into the reservation, since the body starts right after); returns the attempt."""
-    core = store._core
+    core = store.core
     attempt: Optional[int] = None
     try:
-        attempt = core.reserve(key, action_id, lease_us, store._now(), True)[3]
+        attempt = core.reserve(key, action_id, lease_us, store.now_us(), True)[3]
         # Still inside the try: an interrupt (KeyboardInterrupt) landing just after the
         # reservation returned records it as failed, since the body never started.
         return attempt

@@ -11,7 +11,6 @@ from typing import Any, Optional, Tuple
 __all__ = ["EffectState", "EffectRecord", "Reservation"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_MICRO = timedelta(microseconds=1)
 UNSERIALIZABLE_MARKER = "__ctrlrun_unserializable__"
 
 
@@ -79,16 +78,6 @@ class Reservation:
 
 def micros_to_datetime(us: int) -> datetime:
     return _EPOCH + timedelta(microseconds=us)
-
-
-def datetime_to_micros(dt: datetime, what: str = "datetime") -> int:
-    from .errors import InvalidArgument
-
-    if not isinstance(dt, datetime):
-        raise InvalidArgument(f"{what} must be an aware datetime, got {type(dt).__name__}")
-    if dt.tzinfo is None or dt.utcoffset() is None:
-        raise InvalidArgument(f"{what} must be timezone-aware (UTC), got naive {dt!r}")
-    return (dt - _EPOCH) // _MICRO
 
 
 def record_from_core(t: Tuple[Any, ...]) -> EffectRecord:

@@ -6,7 +6,7 @@ import logging  # noqa: F401  (imported before our fork hooks: see register_at_f
 import math
 import os
 import threading
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from . import _core
@@ -14,8 +14,6 @@ from ._records import (
     EffectRecord,
     EffectState,
     Reservation,
-    datetime_to_micros,
-    micros_to_datetime,
     record_from_core,
     result_to_json,
 )
@@ -27,9 +25,20 @@ Clock = Callable[[], datetime]
 
 #: The default SQLite file, relative to the working directory.
 DEFAULT_STATE_PATH = os.path.join(".ctrlrun", "state.db")
+_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-_MAX_LEASE_US = 10 * 366 * 86_400 * 1_000_000  # the core's MAX_LEASE
+# The longest lease accepted: ten years, far past any real call, and far from int64 overflow
+# when added to a timestamp in the store.
+_MAX_LEASE_US = 10 * 366 * 86_400 * 1_000_000
+
+
+def datetime_to_micros(dt: datetime, what: str = "datetime") -> int:
+    if not isinstance(dt, datetime):
+        raise InvalidArgument(f"{what} must be an aware datetime, got {type(dt).__name__}")
+    if dt.tzinfo is None or dt.utcoffset() is None:
+        raise InvalidArgument(f"{what} must be timezone-aware (UTC), got naive {dt!r}")
+    return (dt - _UNIX_EPOCH) // timedelta(microseconds=1)
 
 
 def lease_to_micros(lease: Union[timedelta, int, float], what: str = "lease") -> int:
@@ -66,16 +75,19 @@ class Store:
     without it, the action id alone is matched.
     """
 
-    __slots__ = ("_core", "_clock", "__weakref__")
+    __slots__ = ("core", "_clock", "__weakref__")
 
     def __init__(self, core: _core.Store, clock: Optional[Clock] = None) -> None:
         if clock is not None and not callable(clock):
             raise InvalidArgument(f"clock must be a callable returning a datetime, got {clock!r}")
-        self._core = core
+        self.core = core
         self._clock = clock
 
-    # -- helpers -----------------------------------------------------------------------
-    def _now(self) -> Optional[int]:
+    # -- for ctrlrun's own modules (the decorator's hot path), not part of the API ----------
+    # ``core`` is the Rust store this handle wraps (set in __init__).
+
+    def now_us(self) -> Optional[int]:
+        """The store clock's time in microseconds, or None: the backend's own clock."""
         clock = self._clock
         if clock is None:
             return None
@@ -84,7 +96,7 @@ class Store:
     @property
     def url(self) -> str:
         """Where the store lives (``sqlite:////abs/path.db``; never a password)."""
-        return self._core.url
+        return self.core.url
 
     @property
     def clock(self) -> Optional[Clock]:
@@ -92,7 +104,7 @@ class Store:
 
     def with_clock(self, clock: Optional[Clock]) -> "Store":
         """A handle on the same database whose lease decisions use ``clock``."""
-        return Store(self._core, clock)
+        return Store(self.core, clock)
 
     # -- the reference's API -------------------------------------------------------------
     def reserve_effect(
@@ -105,7 +117,7 @@ class Store:
             AmbiguousEffect: the key is ambiguous (or just became so: its lease lapsed).
             StoreWriteFailed / StoreUnresolved: see SPEC §6.
         """
-        t = self._core.reserve(key, action_id, lease_to_micros(lease), self._now())
+        t = self.core.reserve(key, action_id, lease_to_micros(lease), self.now_us())
         rec = record_from_core(t)
         assert rec.lease_expires_at is not None
         return Reservation(rec.effect_key, rec.action_id, rec.attempt, rec.lease_expires_at, rec)
@@ -115,7 +127,7 @@ class Store:
     ) -> EffectRecord:
         """``reserved`` -> ``executing``, just before the executor's body starts."""
         return record_from_core(
-            self._core.transition(key, action_id, attempt, "begin", None, self._now())
+            self.core.transition(key, action_id, attempt, "begin", None, self.now_us())
         )
 
     def commit_effect(
@@ -123,8 +135,8 @@ class Store:
     ) -> EffectRecord:
         """``executing`` -> ``committed``; ``result`` is stored as JSON (or its repr)."""
         return record_from_core(
-            self._core.transition(
-                key, action_id, attempt, "commit", result_to_json(result), self._now()
+            self.core.transition(
+                key, action_id, attempt, "commit", result_to_json(result), self.now_us()
             )
         )
 
@@ -133,7 +145,7 @@ class Store:
     ) -> EffectRecord:
         """``executing`` (or ``reserved``: the body never started) -> ``failed``."""
         return record_from_core(
-            self._core.transition(key, action_id, attempt, "fail", str(error), self._now())
+            self.core.transition(key, action_id, attempt, "fail", str(error), self.now_us())
         )
 
     def mark_ambiguous(
@@ -141,7 +153,7 @@ class Store:
     ) -> EffectRecord:
         """``reserved``/``executing``/``ambiguous`` -> ``ambiguous`` (outcome unknown)."""
         return record_from_core(
-            self._core.transition(key, action_id, attempt, "ambiguous", str(error), self._now())
+            self.core.transition(key, action_id, attempt, "ambiguous", str(error), self.now_us())
         )
 
     def extend_lease(
@@ -157,13 +169,13 @@ class Store:
         ``until`` is an aware datetime, or a timedelta counted from now. It must not be earlier
         than the current expiry; a lapsed lease cannot be revived (``InvalidArgument``).
         """
-        now = self._now()
+        now = self.now_us()
         if isinstance(until, timedelta):
             base = now if now is not None else datetime_to_micros(_utcnow())
             until_us = base + lease_to_micros(until, "extension")
         else:
             until_us = datetime_to_micros(until, "until")
-        return record_from_core(self._core.extend_lease(key, action_id, attempt, until_us, now))
+        return record_from_core(self.core.extend_lease(key, action_id, attempt, until_us, now))
 
     def resolve_effect(
         self, key: str, state: Union[EffectState, str], resolver: str
@@ -174,12 +186,12 @@ class Store:
         ``ambiguous`` is refused with ``InvalidArgument`` naming the state found.
         """
         return record_from_core(
-            self._core.resolve(key, _state_text(state), resolver, self._now())
+            self.core.resolve(key, _state_text(state), resolver, self.now_us())
         )
 
     def get_effect(self, key: str) -> Optional[EffectRecord]:
         """The record for ``key``, or ``None``."""
-        t = self._core.get_effect(key)
+        t = self.core.get_effect(key)
         return None if t is None else record_from_core(t)
 
     def list_effects(
@@ -187,11 +199,11 @@ class Store:
     ) -> List[EffectRecord]:
         """Every record (or those in ``state``), oldest first."""
         st = None if state is None else _state_text(state)
-        return [record_from_core(t) for t in self._core.list_effects(st)]
+        return [record_from_core(t) for t in self.core.list_effects(st)]
 
     def close(self) -> None:
         """Release the store's connections; later calls raise ``InvalidArgument``."""
-        self._core.close()
+        self.core.close()
 
     def __enter__(self) -> "Store":
         return self
@@ -241,7 +253,7 @@ _override: Optional[Store] = None
 _opened: Dict[Tuple[str, str], Store] = {}
 
 
-def _default_url() -> str:
+def default_url() -> str:
     url = os.environ.get("CTRLRUN_STORE")
     if url:
         return url
@@ -256,7 +268,7 @@ def default_store() -> Store:
     """
     if _override is not None:
         return _override
-    return store_for_url(_default_url())
+    return store_for_url(default_url())
 
 
 def store_for_url(url: str) -> Store:

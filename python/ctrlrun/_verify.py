@@ -21,12 +21,12 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _core
 from ._policy import Policy, load_policy
-from ._store import _default_url, open_store
+from ._store import default_url, open_store
 
 __all__ = ["WorkerOutcome", "Row", "Verdict", "judge_g3", "judge_g4", "run_verify"]
 
@@ -316,7 +316,7 @@ def run_verify(
 ) -> List[Verdict]:
     """Run G3 and G4, each in a scratch store of its own on ``store_url``'s backend (default:
     the default store's); per action with an effect template when a policy is given."""
-    user_url = store_url or _default_url()
+    user_url = store_url or default_url()
     _core.sqlite_path(user_url)  # a URL no store accepts is bad usage, before any work
     targets: List[Tuple[str, str]] = []
     skipped: List[Verdict] = []
@@ -348,7 +348,3 @@ def report(verdicts: Sequence[Verdict]) -> int:
     if any(v.status != "pass" for v in applicable):
         return 1
     return 0
-
-
-def as_json(verdicts: Sequence[Verdict]) -> str:
-    return json.dumps([asdict(v) for v in verdicts])

@@ -11,11 +11,12 @@ import json
 import os
 import sys
 from datetime import datetime, timezone
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NoReturn, Optional
 
 import click
 
 from ._records import EffectRecord, EffectState
+from ._table import lease_text, table
 from ._store import Store, default_store, open_store
 from .errors import CTRLRunError
 
@@ -26,7 +27,7 @@ store_option = click.option(
 )
 
 
-def _die(message: str, code: int = 2) -> "NoReturn":  # type: ignore[name-defined]  # noqa: F821
+def _die(message: str, code: int = 2) -> NoReturn:
     click.echo(f"ctrlrun: {message}", err=True)
     sys.exit(code)
 
@@ -34,10 +35,10 @@ def _die(message: str, code: int = 2) -> "NoReturn":  # type: ignore[name-define
 def _open(url: Optional[str]) -> Store:
     """Open an existing store; a SQLite file that does not exist is an error, not created."""
     from . import _core
-    from ._store import _default_url
+    from ._store import default_url
 
     try:
-        path = _core.sqlite_path(url or _default_url())
+        path = _core.sqlite_path(url or default_url())
         if path is not None and not os.path.exists(path):
             _die(f"no store at {path} (nothing has been reserved there yet)")
         return open_store(url) if url else default_store()
@@ -62,45 +63,6 @@ def record_dict(r: EffectRecord) -> Dict[str, Any]:
         "error": r.error,
         "resolved_by": r.resolved_by,
     }
-
-
-def _span(seconds: float) -> str:
-    seconds = int(abs(seconds))
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
-
-
-def lease_text(r: EffectRecord, now: datetime) -> str:
-    if r.state not in (EffectState.RESERVED, EffectState.EXECUTING):
-        return "-"
-    if r.lease_expires_at is None:
-        return "no lease"
-    left = (r.lease_expires_at - now).total_seconds()
-    return f"{_span(left)} left" if left >= 0 else f"lapsed {_span(left)} ago"
-
-
-def _short(text: str, width: int) -> str:
-    text = text.replace("\n", " ")
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def table(records: List[EffectRecord], now: Optional[datetime] = None) -> str:
-    """Records as a text table, in the order given (the store lists oldest first)."""
-    now = now or datetime.now(timezone.utc)
-    head = ("EFFECT KEY", "STATE", "ATTEMPT", "LEASE", "UPDATED", "ACTION", "RESOLVED BY",
-            "RESULT / ERROR")
-    rows = [
-        (
-            _short(r.effect_key, 40), r.state.value, str(r.attempt), lease_text(r, now),
-            r.updated_at.strftime("%Y-%m-%d %H:%M:%S"), r.action_id, r.resolved_by or "-",
-            _short(json.dumps(r.result) if r.result is not None else (r.error or ""), 50),
-        )
-        for r in records
-    ]
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
-    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    return "\n".join([fmt(head), *map(fmt, rows)])
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -23,10 +23,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "SCRATCH_SCHEMA_PREFIX",
         crate::store::postgres::SCRATCH_PREFIX,
     )?;
-    m.add(
-        "SQLITE_SCHEMA_VERSION",
-        crate::store::sqlite::SCHEMA_VERSION,
-    )?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
