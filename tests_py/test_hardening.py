@@ -105,10 +105,10 @@ def test_keyboard_interrupt_right_after_the_reservation_fails_it(store_url):
     row is failed and a retry runs."""
     import inspect
 
-    from ctrlrun import _protect
+    from ctrlrun import _runner
 
-    code = _protect._reserve_and_begin.__code__
-    lines, first = inspect.getsourcelines(_protect._reserve_and_begin)
+    code = _runner.reserve_and_begin.__code__
+    lines, first = inspect.getsourcelines(_runner.reserve_and_begin)
     reserve_line = first + next(i for i, ln in enumerate(lines) if "core.reserve(" in ln)
     fired = []
 

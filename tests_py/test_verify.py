@@ -353,17 +353,17 @@ SITECUSTOMIZE = textwrap.dedent("""\
         _mode = os.environ.get("CTRLRUN_TEST_BREAK")
         if _mode == "crash":
             os._exit(3)
-        import ctrlrun._protect as _p
-        _orig = _p._run
+        import ctrlrun._runner as _p
+        _orig = _p.run
         if _mode == "twice":
             def _run(store, key, lease_us, fn, args, kwargs):
                 def both(*a, **k):
                     fn(*a, **k)
                     return fn(*a, **k)
                 return _orig(store, key, lease_us, both, args, kwargs)
-            _p._run = _run
+            _p.run = _run
         elif _mode == "unreserved":
-            _p._run = lambda store, key, lease_us, fn, args, kwargs: fn(*args, **kwargs)
+            _p.run = lambda store, key, lease_us, fn, args, kwargs: fn(*args, **kwargs)
     """)
 
 

@@ -1,0 +1,164 @@
+"""How a protected call gets its effect key: the arguments bound to the signature, the
+template rendered (SPEC §7), and the policy file's say on which template applies."""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import uuid
+import warnings
+from typing import Any, Callable, List, Optional, Tuple
+
+from . import _core
+from ._policy import current_policy
+from .errors import ActionDenied, EffectKeyError, InvalidArgument
+
+
+class PolicyWarning(UserWarning):
+    """A decorator and the policy file disagree about an action (the decorator wins)."""
+
+
+def render_value(template: str, name: str, value: Any) -> str:
+    """One placeholder's value as key text (SPEC §7)."""
+    t = type(value)
+    if t is str:
+        if value:
+            return value
+    elif t is int:
+        return str(value)
+    elif isinstance(value, enum.Enum):
+        inner = value.value
+        if isinstance(inner, str) and not isinstance(inner, enum.Enum) and inner:
+            return str.__str__(inner)
+        if isinstance(inner, int) and not isinstance(inner, (bool, enum.Enum)):
+            return int.__repr__(inner)
+    elif isinstance(value, uuid.UUID):
+        return str(value)
+    elif isinstance(value, str):
+        if value:
+            return str.__str__(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        return int.__repr__(value)
+    if value == "":
+        what = "an empty string"
+    else:
+        try:
+            shown = repr(value)
+        except Exception:
+            shown = "?"
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        name_ = t.__qualname__
+        what = f"{'an' if name_[:1].lower() in 'aeiou' else 'a'} {name_} ({shown})"
+    raise EffectKeyError(
+        f"effect template {template!r}: placeholder '{name}' got {what}; an effect key is "
+        f"made of non-empty str, int, uuid.UUID and str/int Enum values only"
+    )
+
+
+class KeyBinder:
+    """Binds a call to the function's signature and renders the effect key."""
+
+    __slots__ = ("template", "signature", "names", "defaults", "qualname")
+
+    def __init__(self, template: _core.Template, fn: Callable[..., Any], action: str) -> None:
+        self.template = template
+        self.qualname = getattr(fn, "__qualname__", repr(fn))
+        try:
+            self.signature = inspect.signature(fn)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(
+                f"protect({action!r}): cannot read the signature of {self.qualname}: {exc}"
+            ) from None
+        params = self.signature.parameters
+        for p in params.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                star = "*" if p.kind is p.VAR_POSITIONAL else "**"
+                raise InvalidArgument(
+                    f"protect({action!r}): {self.qualname} takes {star}{p.name}; an effect key "
+                    f"is bound from named parameters only, so *args/**kwargs are refused"
+                )
+        self.names: List[str] = list(template.placeholders)
+        for name in self.names:
+            if name not in params:
+                raise EffectKeyError(
+                    f"protect({action!r}): effect template {template.source!r} names "
+                    f"'{name}', which is not a parameter of {self.qualname}; available: "
+                    f"{', '.join(params) or '(none)'}"
+                )
+        self.defaults = {n: params[n].default for n in self.names}
+
+    def key(self, args: Tuple[Any, ...], kwargs: dict) -> str:
+        # A call the signature refuses raises TypeError here, before anything is reserved.
+        arguments = self.signature.bind(*args, **kwargs).arguments
+        src = self.template.source
+        values = []
+        for name in self.names:
+            if name in arguments:
+                value = arguments[name]
+            else:
+                value = self.defaults[name]
+                if value is inspect.Parameter.empty:
+                    raise EffectKeyError(
+                        f"effect template {src!r}: no value for placeholder '{name}'; "
+                        f"available: {', '.join(arguments) or '(none)'}"
+                    )
+            values.append(render_value(src, name, value))
+        try:
+            return self.template.render(values)
+        except UnicodeEncodeError:
+            raise EffectKeyError(
+                f"effect template {src!r}: a value holds a lone surrogate, which no store can "
+                f"keep as text"
+            ) from None
+
+
+class Gate:
+    """Per protected function: which key binder a call uses, after the policy has its say.
+
+    The decorator's template wins over the policy's (with one warning per function when they
+    differ); without one, the policy's template applies; with neither, the call runs
+    unreserved. A ``deny`` decision refuses the call before anything is reserved."""
+
+    __slots__ = ("name", "fn", "own", "from_policy", "warned")
+
+    def __init__(self, name: str, fn: Callable[..., Any], template: Optional[_core.Template]):
+        self.name = name
+        self.fn = fn
+        self.own = None if template is None else KeyBinder(template, fn, name)
+        self.from_policy: dict = {}
+        self.warned = False
+
+    def binder(self) -> Optional[KeyBinder]:
+        policy = current_policy()
+        entry = None if policy is None else policy.actions.get(self.name)
+        if entry is None:
+            return self.own
+        if entry.decision == "deny":
+            assert policy is not None
+            raise ActionDenied(
+                f"action {self.name!r} is denied by the policy {policy.path} (line "
+                f"{entry.line}); nothing was reserved or run",
+                action=self.name,
+                policy=policy.path,
+            )
+        if self.own is not None:
+            if entry.effect is not None and entry.effect != self.own.template.source:
+                if not self.warned:
+                    self.warned = True
+                    warnings.warn(
+                        f"protect({self.name!r}) on {self.own.qualname}: the decorator's effect "
+                        f"template {self.own.template.source!r} differs from the policy's "
+                        f"{entry.effect!r} ({policy.path if policy else ''}, line {entry.line}); "
+                        f"the decorator's is used",
+                        PolicyWarning,
+                        stacklevel=3,
+                    )
+            return self.own
+        if entry.effect is None:
+            return None
+        binder = self.from_policy.get(entry.effect)
+        if binder is None:
+            binder = KeyBinder(_core.Template(entry.effect), self.fn, self.name)
+            self.from_policy[entry.effect] = binder
+        return binder
