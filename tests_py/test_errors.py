@@ -219,3 +219,28 @@ def test_attributes_survive_pickling_of_constructed_instances():
     a = AmbiguousEffect("m", effect_key="k2", action_id="act_" + "0" * 32)
     back = roundtrip(a)
     assert (back.effect_key, back.action_id, back.record) == ("k2", "act_" + "0" * 32, None)
+
+
+def test_every_core_error_kind_maps_to_its_exception_and_an_unknown_kind_is_loud():
+    """The kinds src/py/errors.rs (`to_py`) sends for each core `Error` variant."""
+    from ctrlrun.errors import _from_core
+
+    record = ("pay:o1", "committed", "act_1", 1, 0, 0, None, None, None, None)
+    simple = {
+        "InvalidArgument": ctrlrun.InvalidArgument,
+        "EffectKeyError": ctrlrun.EffectKeyError,
+        "StoreWriteFailed": ctrlrun.StoreWriteFailed,
+        "StoreUnresolved": ctrlrun.StoreUnresolved,
+        "StoreError": ctrlrun.StoreError,
+    }
+    for kind, cls in simple.items():
+        exc = _from_core(kind, "why", None)
+        assert type(exc) is cls and str(exc) == "why"
+    for state in ("committed", "in_progress"):
+        exc = _from_core(state, "dup", record)
+        assert type(exc) is ctrlrun.DuplicateEffect
+        assert exc.state == state and exc.effect_key == "pay:o1"
+    exc = _from_core("AmbiguousEffect", "amb", record)
+    assert type(exc) is ctrlrun.AmbiguousEffect and exc.action_id == "act_1"
+    with pytest.raises(RuntimeError, match="unknown kind 'NoSuchKind'"):
+        _from_core("NoSuchKind", "x", None)

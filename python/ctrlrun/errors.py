@@ -205,4 +205,7 @@ def _from_core(kind: str, message: str, record: Any) -> CTRLRunError:
             exc = DuplicateEffect(message, state=kind, effect_key=record[0])
         exc._raw = record  # type: ignore[union-attr]
         return exc
-    return _SIMPLE.get(kind, StoreError)(message)
+    cls = _SIMPLE.get(kind)
+    if cls is None:  # the binding and this table disagree: say so, never guess a class
+        raise RuntimeError(f"ctrlrun: the core raised an error of unknown kind {kind!r}: {message}")
+    return cls(message)

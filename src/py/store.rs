@@ -36,6 +36,21 @@ impl PyStore {
                 Error::InvalidArgument(format!("the store {} is closed", self.description))
             })
     }
+
+    /// Run `call` on the store with the GIL released, behind the fork gate when the store
+    /// needs it (SQLite: see `store::fork`), and convert its error.
+    fn call<T: Send>(
+        &self,
+        py: Python<'_>,
+        call: impl FnOnce(&dyn Store) -> Result<T, Error> + Send,
+    ) -> PyResult<T> {
+        let store = self.get().py_err(py)?;
+        py.detach(|| {
+            let _pass = store.fork_sensitive().then(fork::pass);
+            call(&*store)
+        })
+        .py_err(py)
+    }
 }
 
 impl Drop for PyStore {
@@ -137,13 +152,8 @@ impl PyStore {
         now_us: Option<Micros>,
         begin: bool,
     ) -> PyResult<RecordTuple> {
-        let store = self.get().py_err(py)?;
-        py.detach(|| {
-            let _pass = store.fork_sensitive().then(fork::pass);
-            store.reserve(key, action_id, lease_us, begin, now_us)
-        })
-        .map(record_tuple)
-        .py_err(py)
+        self.call(py, |s| s.reserve(key, action_id, lease_us, begin, now_us))
+            .map(record_tuple)
     }
 
     /// `kind` is one of `begin`, `commit` (payload: result JSON), `fail` and `ambiguous`
@@ -161,13 +171,8 @@ impl PyStore {
         now_us: Option<Micros>,
     ) -> PyResult<RecordTuple> {
         let t = parse_transition(kind, payload).py_err(py)?;
-        let store = self.get().py_err(py)?;
-        py.detach(|| {
-            let _pass = store.fork_sensitive().then(fork::pass);
-            store.transition(key, action_id, attempt, &t, now_us)
-        })
-        .map(record_tuple)
-        .py_err(py)
+        self.call(py, |s| s.transition(key, action_id, attempt, &t, now_us))
+            .map(record_tuple)
     }
 
     /// `transition` without reading the row back (the decorator's outcome write).
@@ -184,12 +189,9 @@ impl PyStore {
         now_us: Option<Micros>,
     ) -> PyResult<()> {
         let t = parse_transition(kind, payload).py_err(py)?;
-        let store = self.get().py_err(py)?;
-        py.detach(|| {
-            let _pass = store.fork_sensitive().then(fork::pass);
-            store.transition_unread(key, action_id, attempt, &t, now_us)
+        self.call(py, |s| {
+            s.transition_unread(key, action_id, attempt, &t, now_us)
         })
-        .py_err(py)
     }
 
     #[pyo3(signature = (key, action_id, attempt, until_us, now_us=None))]
@@ -202,13 +204,10 @@ impl PyStore {
         until_us: Micros,
         now_us: Option<Micros>,
     ) -> PyResult<RecordTuple> {
-        let store = self.get().py_err(py)?;
-        py.detach(|| {
-            let _pass = store.fork_sensitive().then(fork::pass);
-            store.extend_lease(key, action_id, attempt, until_us, now_us)
+        self.call(py, |s| {
+            s.extend_lease(key, action_id, attempt, until_us, now_us)
         })
         .map(record_tuple)
-        .py_err(py)
     }
 
     #[pyo3(signature = (key, state, resolver, now_us=None))]
@@ -221,35 +220,19 @@ impl PyStore {
         now_us: Option<Micros>,
     ) -> PyResult<RecordTuple> {
         let target = parse_state(state).py_err(py)?;
-        let store = self.get().py_err(py)?;
-        py.detach(|| {
-            let _pass = store.fork_sensitive().then(fork::pass);
-            store.resolve(key, target, resolver, now_us)
-        })
-        .map(record_tuple)
-        .py_err(py)
+        self.call(py, |s| s.resolve(key, target, resolver, now_us))
+            .map(record_tuple)
     }
 
     fn get_effect(&self, py: Python<'_>, key: &str) -> PyResult<Option<RecordTuple>> {
-        let store = self.get().py_err(py)?;
-        py.detach(|| {
-            let _pass = store.fork_sensitive().then(fork::pass);
-            store.get(key)
-        })
-        .map(|r| r.map(record_tuple))
-        .py_err(py)
+        self.call(py, |s| s.get(key)).map(|r| r.map(record_tuple))
     }
 
     #[pyo3(signature = (state=None))]
     fn list_effects(&self, py: Python<'_>, state: Option<&str>) -> PyResult<Vec<RecordTuple>> {
         let state = state.map(parse_state).transpose().py_err(py)?;
-        let store = self.get().py_err(py)?;
-        py.detach(|| {
-            let _pass = store.fork_sensitive().then(fork::pass);
-            store.list(state)
-        })
-        .map(|v| v.into_iter().map(record_tuple).collect())
-        .py_err(py)
+        self.call(py, |s| s.list(state))
+            .map(|v| v.into_iter().map(record_tuple).collect())
     }
 
     /// Release the store's connections. Later calls raise `InvalidArgument`.
