@@ -196,8 +196,9 @@ fn parse_postgres(url: &str) -> Result<StoreUrl> {
         match pair.split_once('=') {
             Some(("schema", v)) => schema = v.to_owned(),
             Some(("pool_size", v)) => {
+                let digits = !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit());
                 pool_size = match v.parse::<usize>() {
-                    Ok(n) if (1..=MAX_POOL_SIZE).contains(&n) => n,
+                    Ok(n) if digits && (1..=MAX_POOL_SIZE).contains(&n) => n,
                     _ => {
                         return Err(Error::InvalidArgument(format!(
                             "store URL {:?}: pool_size must be a whole number of connections \

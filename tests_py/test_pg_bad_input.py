@@ -117,7 +117,7 @@ def test_a_libpq_keyword_string_is_not_taken_for_a_sqlite_path(tmp_path, monkeyp
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "abc", "1001", "", "1.5", "9" * 30])
+@pytest.mark.parametrize("value", ["0", "-1", "+5", " 5", "abc", "1001", "", "1.5", "9" * 30])
 def test_a_pool_size_out_of_range_is_refused_before_anything_is_opened(pg, value):
     before = pg.schemas()
     url = pg.url().replace("@", ":pool-secret-9@") if not pg.password else pg.url()

@@ -33,7 +33,12 @@ pub(super) struct Txn<'a> {
 
 impl<'a> Txn<'a> {
     pub(super) fn begin(conn: &'a mut Conn) -> PgResult<Txn<'a>> {
-        conn.client.batch_execute(BEGIN)?;
+        if let Err(e) = conn.client.batch_execute(BEGIN) {
+            // Whatever part of it ran, the session may be left inside a transaction: never
+            // lend this connection out again.
+            conn.broken = true;
+            return Err(e);
+        }
         conn.used = true;
         Ok(Txn { conn, open: true })
     }
