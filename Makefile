@@ -22,8 +22,10 @@ demo: dev
 ## test: every test: Rust core without Python, then pytest through the package
 test: test-rs test-py
 
+# The Rust store contract runs on SQLite and on PostgreSQL: a throwaway cluster is started for
+# it (or the server CTRLRUN_TEST_POSTGRES_URL names).
 test-rs:
-	cargo test --tests --quiet
+	$(PYTHON) tests_py/pgserver.py -- cargo test --tests --quiet
 
 test-py: dev
 	$(PY) -m mypy.stubtest ctrlrun._core

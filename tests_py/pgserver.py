@@ -117,7 +117,34 @@ def start_cluster(password: Optional[str] = "ctrlrun-test-secret") -> Cluster:
     return Cluster(datadir, port, "postgres", as_user, pg_ctl, password)
 
 
-if __name__ == "__main__":  # start one by hand: python tests_py/pgserver.py
+def run_with_cluster(argv: List[str]) -> int:
+    """Run the command ``argv`` with ``CTRLRUN_TEST_POSTGRES_URL`` naming a server: the one
+    already named there, else a throwaway cluster started here and stopped afterwards. The URL
+    travels in the environment, never on a command line (it holds the password)."""
+    import sys
+
+    env = dict(os.environ)
+    if env.get("CTRLRUN_TEST_POSTGRES_URL"):
+        return subprocess.run(argv, env=env).returncode
+    try:
+        cluster = start_cluster()
+    except RuntimeError as exc:
+        print(f"pgserver: the throwaway PostgreSQL cluster did not start: {exc}", file=sys.stderr)
+        return 1
+    try:
+        env["CTRLRUN_TEST_POSTGRES_URL"] = cluster.url()
+        return subprocess.run(argv, env=env).returncode
+    finally:
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) > 2 and sys.argv[1] == "--":
+        # python3 tests_py/pgserver.py -- cargo test: the command, with a server.
+        sys.exit(run_with_cluster(sys.argv[2:]))
+    # python3 tests_py/pgserver.py: start one by hand.
     c = start_cluster()
     print(c.url())
     print(f"stop with: {' '.join(c._as_user)} {c._pg_ctl} -D {c.datadir} stop")
