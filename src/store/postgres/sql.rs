@@ -83,7 +83,7 @@ impl Sql {
             ),
             transition: format!(
                 "UPDATE {t} SET state = $1, updated_at = {now}, \
-                 lease_expires_at = CASE WHEN $3 THEN lease_expires_at ELSE NULL END, \
+                 lease_expires_at = CASE WHEN $3 THEN NULL ELSE lease_expires_at END, \
                  result = $4, error = $5 \
                  WHERE key_digest = {d} AND effect_key = $6 AND action_id = $7 \
                  AND ($8::int8 IS NULL OR attempt = $8) \
@@ -165,6 +165,8 @@ impl Sql {
         )
     }
 
+    /// A later transition binding the planner's [`crate::planner::TransitionWrite`]: the row
+    /// written, or none when the compare-and-set matched nothing.
     pub(super) fn transition_rows(
         &self,
         c: &mut impl GenericClient,
@@ -174,14 +176,14 @@ impl Sql {
         attempt: Option<i64>,
         now: Option<Micros>,
     ) -> PgResult<Vec<Row>> {
-        let from: Vec<&str> = t.from_states().iter().map(|s| s.as_str()).collect();
-        let (result, error) = t.payload();
+        let w = t.write();
+        let from: Vec<&str> = w.from.iter().map(|s| s.as_str()).collect();
         let params: [(&(dyn ToSql + Sync), Type); 9] = [
-            (&t.target().as_str(), Type::TEXT),
+            (&w.state.as_str(), Type::TEXT),
             (&from, Type::TEXT_ARRAY),
-            (&t.keeps_lease(), Type::BOOL),
-            (&result, Type::TEXT),
-            (&error, Type::TEXT),
+            (&w.clear_lease, Type::BOOL),
+            (&w.result, Type::TEXT),
+            (&w.error, Type::TEXT),
             (&key, Type::TEXT),
             (&action_id, Type::TEXT),
             (&attempt, Type::INT8),

@@ -117,7 +117,8 @@ pub(super) fn compare_and_set(
     ])
 }
 
-/// A later transition as one conditional `UPDATE`; the row written is read back in the same
+/// A later transition as one conditional `UPDATE` binding the planner's
+/// [`crate::planner::TransitionWrite`]; the row written is read back in the same
 /// transaction. (`RETURNING` would build a temporary table on every execution, which costs more
 /// than the indexed read.)
 pub(super) fn transition_cas(
@@ -128,22 +129,21 @@ pub(super) fn transition_cas(
     t: &Transition,
     now: Micros,
 ) -> rusqlite::Result<usize> {
-    let from = t.from_states();
-    let (result, error) = t.payload();
-    let pick = |i: usize| from.get(i).unwrap_or(&from[0]).as_str();
+    let w = t.write();
+    let pick = |i: usize| w.from.get(i).unwrap_or(&w.from[0]).as_str();
     conn.prepare_cached(
         "UPDATE ctrlrun_effects SET state = ?1, updated_at = ?2, \
-             lease_expires_at = CASE WHEN ?3 THEN lease_expires_at ELSE NULL END, \
+             lease_expires_at = CASE WHEN ?3 THEN NULL ELSE lease_expires_at END, \
              result = ?4, error = ?5 \
              WHERE effect_key = ?6 AND action_id = ?7 AND (?8 IS NULL OR attempt = ?8) \
              AND state IN (?9, ?10, ?11)",
     )?
     .execute(params![
-        t.target().as_str(),
+        w.state.as_str(),
         now,
-        t.keeps_lease(),
-        result,
-        error,
+        w.clear_lease,
+        w.result,
+        w.error,
         key,
         action_id,
         attempt,

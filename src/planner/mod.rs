@@ -4,6 +4,11 @@
 use crate::error::{DuplicateKind, Error, Result};
 use crate::record::{EffectRecord, EffectState, Micros};
 
+mod transition;
+pub use transition::{
+    settle_mismatch, settle_unknown_transition, AfterUnknown, Transition, TransitionWrite,
+};
+
 /// The row a compare-and-set expects to find: `WHERE effect_key = .. AND state = .. AND
 /// action_id = .. AND attempt = ..`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -170,125 +175,6 @@ pub fn plan_reservation(
     }
 }
 
-/// A later transition of SPEC §4 made by the attempt that holds the key.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Transition {
-    /// `reserved` -> `executing`, just before the executor's body starts.
-    Begin,
-    /// `executing` -> `committed`, with the executor's result as JSON text.
-    Commit { result: Option<String> },
-    /// `executing` (or `reserved`: the body never started) -> `failed`.
-    Fail { error: String },
-    /// `reserved`/`executing`/`ambiguous` -> `ambiguous`.
-    MarkAmbiguous { error: String },
-}
-
-impl Transition {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Transition::Begin => "begin_execution",
-            Transition::Commit { .. } => "commit_effect",
-            Transition::Fail { .. } => "fail_effect",
-            Transition::MarkAmbiguous { .. } => "mark_ambiguous",
-        }
-    }
-
-    /// The states the compare-and-set accepts.
-    pub fn from_states(&self) -> &'static [EffectState] {
-        use EffectState::*;
-        match self {
-            Transition::Begin => &[Reserved],
-            Transition::Commit { .. } => &[Executing],
-            Transition::Fail { .. } => &[Executing, Reserved],
-            Transition::MarkAmbiguous { .. } => &[Reserved, Executing, Ambiguous],
-        }
-    }
-
-    pub fn target(&self) -> EffectState {
-        match self {
-            Transition::Begin => EffectState::Executing,
-            Transition::Commit { .. } => EffectState::Committed,
-            Transition::Fail { .. } => EffectState::Failed,
-            Transition::MarkAmbiguous { .. } => EffectState::Ambiguous,
-        }
-    }
-
-    /// `(result, error)` columns written by this transition.
-    pub fn payload(&self) -> (Option<&str>, Option<&str>) {
-        match self {
-            Transition::Begin => (None, None),
-            Transition::Commit { result } => (result.as_deref(), None),
-            Transition::Fail { error } | Transition::MarkAmbiguous { error } => {
-                (None, Some(error.as_str()))
-            }
-        }
-    }
-
-    /// Whether this write must survive a crash of the machine that made it. `begin` need not:
-    /// if a power cut loses it, the caller died with it, and the row is back to `reserved`
-    /// under the same lease, which every contender treats exactly like `executing`. The next
-    /// durable write of the same attempt makes it durable too (one log, written in order).
-    /// This holds only where the database dies with its client (embedded SQLite); a server
-    /// that can crash while its client lives (PostgreSQL) keeps every write durable, or the
-    /// client's outcome write would find the row back at `reserved`.
-    pub fn needs_durability_with_client(&self) -> bool {
-        !matches!(self, Transition::Begin)
-    }
-
-    /// Whether the lease column is kept (`begin`) or cleared (every outcome).
-    pub fn keeps_lease(&self) -> bool {
-        matches!(self, Transition::Begin)
-    }
-
-    /// The row after this transition, applied to `row` (used by stores that read first
-    /// and by tests; the compare-and-set `UPDATE` writes the same columns).
-    pub fn apply(&self, row: &EffectRecord, now: Micros) -> EffectRecord {
-        let (result, error) = self.payload();
-        EffectRecord {
-            state: self.target(),
-            updated_at: now,
-            lease_expires_at: if self.keeps_lease() {
-                row.lease_expires_at
-            } else {
-                None
-            },
-            result: result.map(str::to_owned),
-            error: error.map(str::to_owned),
-            ..row.clone()
-        }
-    }
-}
-
-/// After a compare-and-set for `transition` matched no row, decide from the row found
-/// (SPEC §4 and §6): `Ok(row)` when the transition already landed for this attempt,
-/// otherwise the error to raise.
-pub fn settle_mismatch(
-    found: Option<EffectRecord>,
-    key: &str,
-    action_id: &str,
-    attempt: Option<i64>,
-    transition: &Transition,
-    now: Micros,
-) -> Result<EffectRecord> {
-    let Some(row) = found else {
-        return Err(Error::InvalidArgument(format!(
-            "{}: no effect is recorded under key '{key}'",
-            transition.name()
-        )));
-    };
-    if row.state == transition.target() && row.is_attempt(action_id, attempt) {
-        return Ok(row);
-    }
-    Err(refuse_by_row(
-        row,
-        action_id,
-        attempt,
-        transition.name(),
-        transition.from_states(),
-        now,
-    ))
-}
-
 /// SPEC §4's re-read rule for a write that matched nothing.
 pub fn refuse_by_row(
     row: EffectRecord,
@@ -430,41 +316,4 @@ pub fn format_micros(us: Micros) -> String {
     }
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_micros(us as u64);
     humantime::format_rfc3339_micros(t).to_string()
-}
-
-/// After an unknown `COMMIT` of a later transition, what the re-read row says (SPEC §6).
-#[derive(Debug)]
-pub enum AfterUnknown {
-    /// The transition landed (the row is in the target state under our attempt).
-    Landed(EffectRecord),
-    /// The row is still in a pre-state under our attempt: the `COMMIT` did not land; re-issue
-    /// the same compare-and-set once.
-    Reissue,
-    /// Anything else: refuse by SPEC §4's re-read rule.
-    Refuse(Error),
-}
-
-pub fn settle_unknown_transition(
-    found: Option<EffectRecord>,
-    key: &str,
-    action_id: &str,
-    attempt: Option<i64>,
-    transition: &Transition,
-    now: Micros,
-) -> AfterUnknown {
-    match found {
-        Some(row) if row.state == transition.target() && row.is_attempt(action_id, attempt) => {
-            AfterUnknown::Landed(row)
-        }
-        Some(row)
-            if transition.from_states().contains(&row.state)
-                && row.is_attempt(action_id, attempt) =>
-        {
-            AfterUnknown::Reissue
-        }
-        other => match settle_mismatch(other, key, action_id, attempt, transition, now) {
-            Ok(row) => AfterUnknown::Landed(row),
-            Err(e) => AfterUnknown::Refuse(e),
-        },
-    }
 }

@@ -1,0 +1,178 @@
+//! The transitions a holder makes after its reservation (SPEC §4), the write each one plans,
+//! and how a write that matched nothing, or whose `COMMIT` was lost, is settled (SPEC §6).
+
+use super::refuse_by_row;
+use crate::error::{Error, Result};
+use crate::record::{EffectRecord, EffectState, Micros};
+
+/// A later transition of SPEC §4 made by the attempt that holds the key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Transition {
+    /// `reserved` -> `executing`, just before the executor's body starts.
+    Begin,
+    /// `executing` -> `committed`, with the executor's result as JSON text.
+    Commit { result: Option<String> },
+    /// `executing` (or `reserved`: the body never started) -> `failed`.
+    Fail { error: String },
+    /// `reserved`/`executing`/`ambiguous` -> `ambiguous`.
+    MarkAmbiguous { error: String },
+}
+
+impl Transition {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Transition::Begin => "begin_execution",
+            Transition::Commit { .. } => "commit_effect",
+            Transition::Fail { .. } => "fail_effect",
+            Transition::MarkAmbiguous { .. } => "mark_ambiguous",
+        }
+    }
+
+    /// The states the compare-and-set accepts.
+    pub fn from_states(&self) -> &'static [EffectState] {
+        use EffectState::*;
+        match self {
+            Transition::Begin => &[Reserved],
+            Transition::Commit { .. } => &[Executing],
+            Transition::Fail { .. } => &[Executing, Reserved],
+            Transition::MarkAmbiguous { .. } => &[Reserved, Executing, Ambiguous],
+        }
+    }
+
+    pub fn target(&self) -> EffectState {
+        match self {
+            Transition::Begin => EffectState::Executing,
+            Transition::Commit { .. } => EffectState::Committed,
+            Transition::Fail { .. } => EffectState::Failed,
+            Transition::MarkAmbiguous { .. } => EffectState::Ambiguous,
+        }
+    }
+
+    /// The write this transition plans: every column value the store binds.
+    pub fn write(&self) -> TransitionWrite<'_> {
+        let (result, error) = match self {
+            Transition::Begin => (None, None),
+            Transition::Commit { result } => (result.as_deref(), None),
+            Transition::Fail { error } | Transition::MarkAmbiguous { error } => {
+                (None, Some(error.as_str()))
+            }
+        };
+        TransitionWrite {
+            from: self.from_states(),
+            state: self.target(),
+            // begin keeps the reservation's lease; every outcome ends it
+            clear_lease: !matches!(self, Transition::Begin),
+            result,
+            error,
+        }
+    }
+
+    /// Whether this write must survive a crash of the machine that made it. `begin` need not:
+    /// if a power cut loses it, the caller died with it, and the row is back to `reserved`
+    /// under the same lease, which every contender treats exactly like `executing`. The next
+    /// durable write of the same attempt makes it durable too (one log, written in order).
+    /// This holds only where the database dies with its client (embedded SQLite); a server
+    /// that can crash while its client lives (PostgreSQL) keeps every write durable, or the
+    /// client's outcome write would find the row back at `reserved`.
+    pub fn needs_durability_with_client(&self) -> bool {
+        !matches!(self, Transition::Begin)
+    }
+
+    /// The row after this transition's write on `row` at `now`: the row the store's
+    /// compare-and-set leaves (the store contract checks it against the rows written).
+    pub fn apply(&self, row: &EffectRecord, now: Micros) -> EffectRecord {
+        let w = self.write();
+        EffectRecord {
+            state: w.state,
+            updated_at: now,
+            lease_expires_at: if w.clear_lease {
+                None
+            } else {
+                row.lease_expires_at
+            },
+            result: w.result.map(str::to_owned),
+            error: w.error.map(str::to_owned),
+            ..row.clone()
+        }
+    }
+}
+
+/// The compare-and-set a transition plans. The planner decides every value; the store's
+/// `UPDATE` binds them and decides nothing: it sets these columns (and `updated_at` to the
+/// call's `now`) on the row under the key, action id and attempt, if it is in one of `from`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TransitionWrite<'a> {
+    pub from: &'static [EffectState],
+    pub state: EffectState,
+    /// `true`: the lease column becomes NULL; `false`: it is left as it is.
+    pub clear_lease: bool,
+    pub result: Option<&'a str>,
+    pub error: Option<&'a str>,
+}
+
+/// After a compare-and-set for `transition` matched no row, decide from the row found
+/// (SPEC §4 and §6): `Ok(row)` when the transition already landed for this attempt,
+/// otherwise the error to raise.
+pub fn settle_mismatch(
+    found: Option<EffectRecord>,
+    key: &str,
+    action_id: &str,
+    attempt: Option<i64>,
+    transition: &Transition,
+    now: Micros,
+) -> Result<EffectRecord> {
+    let Some(row) = found else {
+        return Err(Error::InvalidArgument(format!(
+            "{}: no effect is recorded under key '{key}'",
+            transition.name()
+        )));
+    };
+    if row.state == transition.target() && row.is_attempt(action_id, attempt) {
+        return Ok(row);
+    }
+    Err(refuse_by_row(
+        row,
+        action_id,
+        attempt,
+        transition.name(),
+        transition.from_states(),
+        now,
+    ))
+}
+
+/// After an unknown `COMMIT` of a later transition, what the re-read row says (SPEC §6).
+#[derive(Debug)]
+pub enum AfterUnknown {
+    /// The transition landed (the row is in the target state under our attempt).
+    Landed(EffectRecord),
+    /// The row is still in a pre-state under our attempt: the `COMMIT` did not land; re-issue
+    /// the same compare-and-set once.
+    Reissue,
+    /// Anything else: refuse by SPEC §4's re-read rule.
+    Refuse(Error),
+}
+
+pub fn settle_unknown_transition(
+    found: Option<EffectRecord>,
+    key: &str,
+    action_id: &str,
+    attempt: Option<i64>,
+    transition: &Transition,
+    now: Micros,
+) -> AfterUnknown {
+    match found {
+        Some(row) if row.state == transition.target() && row.is_attempt(action_id, attempt) => {
+            AfterUnknown::Landed(row)
+        }
+        Some(row)
+            if transition.from_states().contains(&row.state)
+                && row.is_attempt(action_id, attempt) =>
+        {
+            AfterUnknown::Reissue
+        }
+        other => match settle_mismatch(other, key, action_id, attempt, transition, now) {
+            Ok(row) => AfterUnknown::Landed(row),
+            Err(e) => AfterUnknown::Refuse(e),
+        },
+    }
+}
