@@ -6,7 +6,7 @@
 //! re-issue its write. Every branch is logged on `ctrlrun.store` with its name.
 
 use crate::error::{Error, Result};
-use crate::planner::{self, AfterUnknown, Transition};
+use crate::planner::{self, AfterUnknown, Expected, ReservationPlan, Transition};
 use crate::record::{EffectRecord, Micros};
 
 /// How a transaction ended.
@@ -22,6 +22,41 @@ pub(crate) enum Commit<T> {
 pub(crate) struct Step {
     pub(crate) written: Option<EffectRecord>,
     pub(crate) outcome: Result<EffectRecord>,
+}
+
+impl Step {
+    /// `row` written and returned.
+    pub(crate) fn wrote(row: EffectRecord) -> Step {
+        Step {
+            written: Some(row.clone()),
+            outcome: Ok(row),
+        }
+    }
+
+    /// Nothing written: refused with `error`.
+    pub(crate) fn refused(error: Error) -> Step {
+        Step {
+            written: None,
+            outcome: Err(error),
+        }
+    }
+
+    /// A reservation plan as a write: the row it expects to replace (`None`: an insert), and
+    /// the step (a lapse writes its row, then refuses).
+    pub(crate) fn of_reservation(plan: ReservationPlan) -> (Option<Expected>, Step) {
+        match plan {
+            ReservationPlan::Insert(row) => (None, Step::wrote(row)),
+            ReservationPlan::Renew { expected, record } => (Some(expected), Step::wrote(record)),
+            ReservationPlan::Lapse { expected, record } => (
+                Some(expected),
+                Step {
+                    written: Some(record.clone()),
+                    outcome: Err(Error::ambiguous(record)),
+                },
+            ),
+            ReservationPlan::Refuse(refusal) => (None, Step::refused(refusal.into_error())),
+        }
+    }
 }
 
 /// What a backend supplies to recovery.
@@ -42,6 +77,26 @@ pub(crate) struct TransitionCall<'a> {
     pub(crate) transition: &'a Transition,
     /// The caller's clock; `None`: the store's own (the re-read's).
     pub(crate) now: Option<Micros>,
+}
+
+impl<'a> TransitionCall<'a> {
+    /// The call, once its action id is checked.
+    pub(crate) fn new(
+        key: &'a str,
+        action_id: &'a str,
+        attempt: Option<i64>,
+        transition: &'a Transition,
+        now: Option<Micros>,
+    ) -> Result<TransitionCall<'a>> {
+        planner::check_action_id(action_id)?;
+        Ok(TransitionCall {
+            key,
+            action_id,
+            attempt,
+            transition,
+            now,
+        })
+    }
 }
 
 /// Settle a transition from how its transaction ended. After an unknown `COMMIT` the re-read

@@ -302,14 +302,7 @@ impl Store for PostgresStore {
         transition: &Transition,
         now: Option<Micros>,
     ) -> Result<EffectRecord> {
-        planner::check_action_id(action_id)?;
-        let call = TransitionCall {
-            key,
-            action_id,
-            attempt,
-            transition,
-            now,
-        };
+        let call = TransitionCall::new(key, action_id, attempt, transition, now)?;
         self.transition_step(&call, true)
     }
 

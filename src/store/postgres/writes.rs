@@ -42,12 +42,7 @@ impl PostgresStore {
                     n,
                     begin,
                 ) {
-                    ReservationPlan::Refuse(r) => {
-                        return Ok(Step {
-                            written: None,
-                            outcome: Err(r.into_error()),
-                        })
-                    }
+                    ReservationPlan::Refuse(r) => return Ok(Step::refused(r.into_error())),
                     ReservationPlan::Insert(record) => {
                         let inserted = sql
                             .insert(tx, &record, now)
@@ -102,10 +97,7 @@ impl PostgresStore {
                 let record = plan(found, n)?;
                 let expected = expected.expect("a plan that writes found a row");
                 if self.write_cas(tx, what, &expected, &record)? {
-                    return Ok(Step {
-                        written: Some(record.clone()),
-                        outcome: Ok(record),
-                    });
+                    return Ok(Step::wrote(record));
                 }
             }
             Err(Error::StoreWriteFailed(format!(

@@ -195,14 +195,13 @@ impl Store for SqliteStore {
         transition: &Transition,
         now: Option<Micros>,
     ) -> Result<()> {
-        planner::check_action_id(action_id)?;
-        let call = TransitionCall {
+        let call = TransitionCall::new(
             key,
             action_id,
             attempt,
             transition,
-            now: Some(now.unwrap_or_else(now_micros)),
-        };
+            Some(now.unwrap_or_else(now_micros)),
+        )?;
         self.transition_step(&call, false, true).map(|_| ())
     }
 
@@ -226,38 +225,8 @@ impl Store for SqliteStore {
             return Err(refusal.into_error());
         }
         let plan = |found: Option<EffectRecord>| {
-            Ok(
-                match planner::plan_reservation(found.as_ref(), key, action_id, lease, now, begin) {
-                    ReservationPlan::Insert(row) => (
-                        None,
-                        Step {
-                            written: Some(row.clone()),
-                            outcome: Ok(row),
-                        },
-                    ),
-                    ReservationPlan::Renew { expected, record } => (
-                        Some(expected),
-                        Step {
-                            written: Some(record.clone()),
-                            outcome: Ok(record),
-                        },
-                    ),
-                    ReservationPlan::Lapse { expected, record } => (
-                        Some(expected),
-                        Step {
-                            written: Some(record.clone()),
-                            outcome: Err(Error::ambiguous(record)),
-                        },
-                    ),
-                    ReservationPlan::Refuse(refusal) => (
-                        None,
-                        Step {
-                            written: None,
-                            outcome: Err(refusal.into_error()),
-                        },
-                    ),
-                },
-            )
+            let plan = planner::plan_reservation(found.as_ref(), key, action_id, lease, now, begin);
+            Ok(Step::of_reservation(plan))
         };
         self.read_plan_write("reserve_effect", key, &plan, seen.is_none(), true)
     }
@@ -270,14 +239,13 @@ impl Store for SqliteStore {
         transition: &Transition,
         now: Option<Micros>,
     ) -> Result<EffectRecord> {
-        planner::check_action_id(action_id)?;
-        let call = TransitionCall {
+        let call = TransitionCall::new(
             key,
             action_id,
             attempt,
             transition,
-            now: Some(now.unwrap_or_else(now_micros)),
-        };
+            Some(now.unwrap_or_else(now_micros)),
+        )?;
         self.transition_step(&call, true, true)
             .map(|row| row.expect("a transition that landed reads its row back"))
     }
@@ -295,13 +263,7 @@ impl Store for SqliteStore {
         let plan = |found: Option<EffectRecord>| {
             let expected = found.as_ref().map(Expected::of);
             let row = planner::plan_extension(found, key, action_id, attempt, until, now)?;
-            Ok((
-                expected,
-                Step {
-                    written: Some(row.clone()),
-                    outcome: Ok(row),
-                },
-            ))
+            Ok((expected, Step::wrote(row)))
         };
         self.read_plan_write("extend_lease", key, &plan, false, true)
     }
@@ -318,13 +280,7 @@ impl Store for SqliteStore {
         let plan = |found: Option<EffectRecord>| {
             let expected = found.as_ref().map(Expected::of);
             let row = planner::plan_resolution(found, key, target, resolver, now)?;
-            Ok((
-                expected,
-                Step {
-                    written: Some(row.clone()),
-                    outcome: Ok(row),
-                },
-            ))
+            Ok((expected, Step::wrote(row)))
         };
         self.read_plan_write("resolve_effect", key, &plan, false, true)
     }
