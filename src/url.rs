@@ -46,40 +46,112 @@ pub const DEFAULT_POOL_SIZE: usize = 16;
 /// The largest `pool_size` accepted (a server's `max_connections` is far lower in practice).
 pub const MAX_POOL_SIZE: usize = 1000;
 
-/// `url` with any password (`scheme://user:PASSWORD@host`, `password=...`) replaced by `***`,
-/// for messages.
+/// `url` with any password replaced by `***`, for messages. Errs towards hiding too much: the
+/// user-info password runs from the first `:` after the scheme to the **last** `@` (a password
+/// may hold an unescaped `@`), also in malformed URLs (`postgresql:/u:pw@h/db`, `u:pw@h`); a
+/// `password=` keyword (any case, spaces around `=`, a quoted value) is hidden in URL query
+/// strings and libpq keyword strings alike.
 pub fn redact(url: &str) -> String {
     let mut out = url.to_owned();
-    if let Some(scheme_end) = out.find("://") {
-        let rest_start = scheme_end + 3;
-        let authority_end = out[rest_start..]
-            .find(['/', '?'])
-            .map_or(out.len(), |i| rest_start + i);
-        if let Some(at) = out[rest_start..authority_end].rfind('@') {
-            let userinfo = &out[rest_start..rest_start + at];
-            if let Some(colon) = userinfo.find(':') {
-                out.replace_range(rest_start + colon + 1..rest_start + at, "***");
-            }
+    if let Some(at) = out.rfind('@') {
+        let start = userinfo_start(&out[..at]);
+        if let Some(colon) = out[start..at].find(':') {
+            out.replace_range(start + colon + 1..at, "***");
         }
     }
-    for marker in ["password=", "PASSWORD="] {
-        let mut from = 0;
-        while let Some(i) = out[from..].find(marker) {
-            let start = from + i + marker.len();
-            let end = out[start..]
-                .find(['&', ' '])
-                .map_or(out.len(), |j| start + j);
-            out.replace_range(start..end, "***");
-            from = start + 3;
+    let mut from = 0;
+    while let Some(i) = out[from..].to_ascii_lowercase().find("password") {
+        let mut pos = from + i + "password".len();
+        let rest = &out[pos..];
+        let eq = rest.len() - rest.trim_start().len();
+        if !rest[eq..].starts_with('=') {
+            from = pos;
+            continue;
         }
+        pos += eq + 1;
+        pos += out[pos..].len() - out[pos..].trim_start().len();
+        let end = if out[pos..].starts_with('\'') {
+            // a quoted libpq value: up to the closing quote not escaped with a backslash
+            let bytes = out.as_bytes();
+            let mut j = pos + 1;
+            while j < bytes.len() && !(bytes[j] == b'\'' && bytes[j - 1] != b'\\') {
+                j += 1;
+            }
+            (j + 1).min(out.len())
+        } else {
+            out[pos..]
+                .find(|c: char| c == '&' || c.is_whitespace())
+                .map_or(out.len(), |j| pos + j)
+        };
+        out.replace_range(pos..end, "***");
+        from = pos + 3;
     }
     out
+}
+
+/// Where the user info of `head` (a URL up to its last `@`) starts: after `://`, after a
+/// leading `scheme:` and its slashes, or at the start.
+fn userinfo_start(head: &str) -> usize {
+    if let Some(i) = head.find("://") {
+        return i + 3;
+    }
+    let scheme = head
+        .find(':')
+        .filter(|&i| i >= 2 && head.as_bytes()[0].is_ascii_alphabetic())
+        .filter(|&i| {
+            head[..i]
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+        });
+    match scheme {
+        // `postgresql:/u:pw@…`: the user info follows the scheme's colon and slashes
+        Some(i) if head[i + 1..].contains(':') => {
+            let after = &head[i + 1..];
+            i + 1 + (after.len() - after.trim_start_matches('/').len())
+        }
+        _ => {
+            let lower = head.to_ascii_lowercase();
+            ["postgresql//", "postgres//"]
+                .iter()
+                .find(|p| lower.starts_with(*p))
+                .map_or(0, |p| p.len())
+        }
+    }
 }
 
 fn memory_refused(url: &str) -> Error {
     Error::InvalidArgument(format!(
         "store URL {url:?} names an in-memory SQLite database, which cannot reserve an effect \
          across connections or processes; give a file path such as sqlite:///.ctrlrun/state.db"
+    ))
+}
+
+/// Why a string without `://` is a malformed URL rather than a file path: it starts with a
+/// scheme (`postgresql:/…`, `sqlite:x.db`, `redis:…`), or with a store's scheme name followed by
+/// a slash (`postgresql//…`). `None`: a plain path. One-letter schemes are drive letters.
+fn malformed_url(s: &str) -> Option<String> {
+    let lower = s.to_ascii_lowercase();
+    for known in ["postgresql", "postgres", "sqlite"] {
+        if let Some(rest) = lower.strip_prefix(known) {
+            if rest.starts_with(['/', ':']) {
+                return Some(format!(
+                    "starts with the scheme '{known}' but is missing the '://' after it"
+                ));
+            }
+        }
+    }
+    let scheme_len = s
+        .find(':')
+        .filter(|&i| i >= 2)
+        .filter(|&i| s.as_bytes()[0].is_ascii_alphabetic())
+        .filter(|&i| {
+            s[..i]
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+        })?;
+    Some(format!(
+        "starts with a URL scheme ('{}:') but has no '://'",
+        &s[..scheme_len]
     ))
 }
 
@@ -103,6 +175,13 @@ pub fn parse(url: &str) -> Result<StoreUrl> {
                 && (url_trim.contains(":memory:") || url_trim.contains("mode=memory"))
             {
                 return Err(memory_refused(&shown));
+            }
+            if let Some(why) = malformed_url(url_trim) {
+                return Err(Error::InvalidArgument(format!(
+                    "store URL {shown:?} {why}; it is refused rather than taken as a SQLite file                      path (each host would reserve in a file of its own). Write \
+                     postgresql://user:password@host:port/db, sqlite:///relative/path.db or \
+                     sqlite:////absolute/path.db"
+                )));
             }
             (url_trim.to_owned(), None)
         }

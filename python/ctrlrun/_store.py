@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import logging  # noqa: F401  (imported before our fork hooks: see register_at_fork below)
+import logging  # imported before our fork hooks: see register_at_fork below
 import math
 import os
 import threading
@@ -254,10 +254,21 @@ _opened: Dict[Tuple[str, str], Store] = {}
 
 
 def default_url() -> str:
-    url = os.environ.get("CTRLRUN_STORE")
-    if url:
-        return url
-    return os.environ.get("CTRLRUN_STATE") or DEFAULT_STATE_PATH
+    """``CTRLRUN_STORE``, else ``CTRLRUN_STATE``, else ``.ctrlrun/state.db``. A variable that is
+    set but empty is refused: falling back to a local file would quietly split the hosts that
+    were meant to share one store."""
+    for name in ("CTRLRUN_STORE", "CTRLRUN_STATE"):
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        if not value.strip():
+            raise InvalidArgument(
+                f"{name} is set but empty; set it to the store (a URL such as "
+                f"postgresql://user@host/db, or a SQLite path), or unset it to use "
+                f"{DEFAULT_STATE_PATH} in the working directory"
+            )
+        return value
+    return DEFAULT_STATE_PATH
 
 
 def default_store() -> Store:
@@ -282,6 +293,8 @@ def store_for_url(url: str) -> Store:
             if store is None:
                 store = open_store(ident[0])
                 _opened[ident] = store
+                # Once per store and process: which store the calls go to (never a password).
+                logging.getLogger("ctrlrun").info("ctrlrun: using the store %s", store.url)
     return store
 
 

@@ -18,7 +18,7 @@ import click
 from ._records import EffectRecord, EffectState
 from ._table import lease_text, table
 from ._store import Store, default_store, open_store
-from .errors import CTRLRunError
+from .errors import CTRLRunError, InvalidArgument
 
 STATES = [s.value for s in EffectState]
 store_option = click.option(
@@ -38,10 +38,15 @@ def _open(url: Optional[str]) -> Store:
     from ._store import default_url
 
     try:
-        path = _core.sqlite_path(url or default_url())
+        if url is not None and not url.strip():
+            raise InvalidArgument(
+                "--store is empty; give the store's URL or SQLite path, or leave --store out "
+                "to use CTRLRUN_STORE / CTRLRUN_STATE / .ctrlrun/state.db"
+            )
+        path = _core.sqlite_path(url if url is not None else default_url())
         if path is not None and not os.path.exists(path):
             _die(f"no store at {path} (nothing has been reserved there yet)")
-        return open_store(url) if url else default_store()
+        return open_store(url) if url is not None else default_store()
     except CTRLRunError as exc:
         _die(str(exc))
 

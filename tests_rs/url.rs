@@ -1,0 +1,82 @@
+//! Store URLs fail closed: anything that looks like a URL but is malformed is refused (never
+//! taken as a SQLite file path), and no message shows a password in any URL or DSN form.
+
+use ctrlrun::url::{parse, redact, StoreUrl};
+use ctrlrun::Error;
+
+const SECRET: &str = "s3cr3t";
+
+#[test]
+fn malformed_urls_are_refused_not_taken_as_file_paths() {
+    for url in [
+        "postgresql:/u:s3cr3t@db/x",
+        "postgresql:u:s3cr3t@db/x",
+        "postgresql//u:s3cr3t@db/x",
+        "postgres:/u:s3cr3t@db/x",
+        "POSTGRESQL:/u:s3cr3t@db/x",
+        "sqlite:/x.db",
+        "sqlite:x.db",
+        "sqlite//x.db",
+        "redis:x",
+        "file:state.db",
+        "mysql:/u:s3cr3t@db",
+    ] {
+        match parse(url) {
+            Err(Error::InvalidArgument(m)) => {
+                assert!(m.contains("://"), "{url}: {m}");
+                assert!(!m.contains(SECRET), "{url}: the password is shown: {m}");
+            }
+            other => panic!("{url:?}: expected InvalidArgument, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn plain_paths_are_still_sqlite_files() {
+    for path in [
+        "state.db",
+        "./x/state.db",
+        "/abs/state.db",
+        "C:/state.db",
+        "a:b.db",
+        "v1.2/state.db",
+    ] {
+        match parse(path) {
+            Ok(StoreUrl::Sqlite(o)) => assert_eq!(o.path.to_str(), Some(path)),
+            other => panic!("{path:?}: expected a SQLite path, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn no_url_or_dsn_form_shows_its_password() {
+    for url in [
+        "postgresql://u:s3cr3t@db/x",
+        "postgresql://u:s3cr3t@db:5432/x?sslmode=require",
+        "postgresql://u:p@s3cr3t@db/x",
+        "postgresql://u:s3cr3t@@db/x",
+        "postgresql://u:s3/cr3t@db/x",
+        "postgresql://u:s3?cr3t@db/x",
+        "postgresql:/u:s3cr3t@db/x",
+        "postgresql//u:s3cr3t@db/x",
+        "u:s3cr3t@db/x",
+        "postgresql://u@db/x?password=s3cr3t&schema=a",
+        "postgresql://u@db/x?PassWord=s3cr3t",
+        "host=db user=u password=s3cr3t dbname=x",
+        "host=db user=u Password=s3cr3t",
+        "host=db user=u password = s3cr3t",
+        "host=db user=u password='s3 cr3t x'",
+        "host=db password='s3\\'cr3t' user=u",
+    ] {
+        let shown = redact(url);
+        for part in ["s3cr3t", "cr3t", "s3 "] {
+            assert!(!shown.contains(part), "{url:?} shown as {shown:?}");
+        }
+        assert!(shown.contains("***"), "{url:?} shown as {shown:?}");
+        if let Err(e) = parse(url) {
+            assert!(!e.to_string().contains("cr3t"), "{url:?}: {e}");
+        }
+    }
+    assert_eq!(redact("postgresql://u@db/x"), "postgresql://u@db/x");
+    assert_eq!(redact("/var/lib/state.db"), "/var/lib/state.db");
+}
