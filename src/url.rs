@@ -143,7 +143,7 @@ fn malformed_url(s: &str) -> Option<String> {
     let scheme_len = s
         .find(':')
         .filter(|&i| i >= 2)
-        .filter(|&i| s.as_bytes()[0].is_ascii_alphabetic())
+        .filter(|_| s.as_bytes()[0].is_ascii_alphabetic())
         .filter(|&i| {
             s[..i]
                 .bytes()
