@@ -493,6 +493,15 @@ def test_top_level_help_lists_every_command():
         assert re.search(rf"^\s+{name}\b", proc.stdout, re.M), name
 
 
+@pytest.mark.parametrize("argv", [[], ["effects"], ["policy"]], ids=["top", "effects", "policy"])
+def test_a_bare_command_or_group_shows_its_help_and_succeeds(argv):
+    proc = run_cli(*argv)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert proc.stdout == run_cli(*argv, "--help").stdout
+    assert proc.stdout.startswith("Usage: ctrlrun" + "".join(" " + a for a in argv))
+
+
 def test_console_script_matches_python_m(populated, store_url):
     assert CONSOLE_SCRIPT.exists(), CONSOLE_SCRIPT
     via_script = run_cli("effects", "list", "--json", "--store", store_url,

@@ -353,3 +353,11 @@ def test_cli_page_covers_every_command() -> None:
                         missing.append(f"{path} {opt}")
     walk(cli, "ctrlrun")
     assert not missing, f"docs/cli.md misses: {missing}"
+
+
+def test_the_licence_file_matches_the_declared_licence():
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("MIT License\n"), text[:40]
+    assert "Permission is hereby granted, free of charge" in text
+    assert 'license = { text = "MIT" }' in (ROOT / "pyproject.toml").read_text()
+    assert 'license = "MIT"' in (ROOT / "Cargo.toml").read_text()

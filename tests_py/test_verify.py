@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -593,3 +594,32 @@ def test_report_exit_status(verdicts, status):
 def test_verdict_lines():
     assert N3.line() == "G3 duplicate effect refused [audit.log]: N/A - no effect template: it runs unreserved"
     assert F4.line() == "G4 one winner under concurrency: FAIL - control failed"
+
+
+def test_verify_workers_get_the_store_url_off_their_command_lines(pg, pg_schema):
+    """The URL, password included, reaches the worker processes on stdin: no process's
+    /proc/<pid>/cmdline (readable by every local user) ever shows the password."""
+    assert pg.password, "the throwaway cluster authenticates with a password"
+    env = {**os.environ, "CTRLRUN_STORE": pg.url(pg_schema)}
+    proc = subprocess.Popen([sys.executable, "-m", "ctrlrun", "verify"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen, workers = [], set()
+    while proc.poll() is None:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if "ctrlrun._verify_worker" in cmdline:
+                workers.add(pid)
+            if pg.password in cmdline:
+                seen.append(cmdline)
+        time.sleep(0.01)
+    out, err = proc.communicate()
+    assert proc.returncode == 0, err
+    assert "PASS" in out, out
+    assert len(workers) >= 8, "the scan saw the worker processes"
+    assert seen == []

@@ -210,11 +210,21 @@ def _run_workers(configs: List[dict]) -> List[WorkerOutcome]:
     start_at = time.time() + 1.0 + 0.05 * len(configs)
     for cfg in configs:
         cfg = dict(cfg, start_at=start_at)
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "ctrlrun._verify_worker", json.dumps(cfg)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            cwd=cfg["marks"], env=env,
-        ))
+        # The config (with the store URL and its password) goes on stdin, never on the
+        # command line (/proc/<pid>/cmdline is readable by every local user). It is a few
+        # hundred bytes: written whole into the pipe before the worker starts.
+        read_end, write_end = os.pipe()
+        with os.fdopen(write_end, "w") as pipe:
+            pipe.write(json.dumps(cfg) + "\n")
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "ctrlrun._verify_worker"],
+                stdin=read_end, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                cwd=cfg["marks"], env=env,
+            )
+        finally:
+            os.close(read_end)
+        procs.append(proc)
     outcomes = []
     deadline = time.monotonic() + WORKER_TIMEOUT
     for cfg, p in zip(configs, procs):

@@ -1,4 +1,5 @@
-"""One worker process of ``ctrlrun verify`` (not public). Reads a JSON config from argv,
+"""One worker process of ``ctrlrun verify`` (not public). Reads a JSON config from stdin (it
+holds the store URL, password included: never on a command line, which any local user can read),
 waits for the common start time, calls one protected executor, prints one JSON report."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import time
 
 
 def main() -> int:
-    cfg = json.loads(sys.argv[1])
+    cfg = json.loads(sys.stdin.readline())
     import ctrlrun
 
     store = ctrlrun.open_store(cfg["url"])

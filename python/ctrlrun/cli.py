@@ -207,10 +207,17 @@ def demo(store_url: Optional[str]) -> None:
         _die(str(exc))
 
 
+# click >= 8.2 raises this for a group called without a command (8.1 prints the help itself).
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Run the command; bad usage is one line on stderr and exit status 2."""
     try:
         code = cli.main(args=argv, prog_name="ctrlrun", standalone_mode=False)
+    except _NO_ARGS_IS_HELP as exc:  # a bare `ctrlrun` or group: its help, and success
+        click.echo(exc.ctx.get_help() if exc.ctx is not None else cli.get_help(click.Context(cli)))
+        sys.exit(0)
     except click.UsageError as exc:
         where = exc.ctx.command_path if exc.ctx is not None else "ctrlrun"
         click.echo(f"{where}: error: {exc.format_message()} (see '{where} --help')", err=True)
