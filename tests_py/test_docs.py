@@ -12,7 +12,8 @@ Conventions for code blocks in those files (one pytest case per block, id ``file
   console block can run it (``python NAME``, ``pytest NAME``).
 * ```console blocks hold commands on lines starting with ``$ `` (a line ending in ``\\``
   continues on the next line); the other lines are output, shown for illustration and not
-  compared. Each command runs with bash (``pipefail`` on) in the same directory and
+  compared, except in docs/cli.md, where they must be what the command prints (action ids,
+  times, leases left and temporary paths aside; a line ``...`` elides lines). Each command runs with bash (``pipefail`` on) in the same directory and
   environment as the python blocks, with the test's Python environment first on ``PATH``
   (``ctrlrun`` and ``python`` are this checkout's). Directory and environment changes carry
   from one command to the next within a block. A command must exit 0 unless it ends with the
@@ -35,7 +36,7 @@ import sys
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import pytest
 
@@ -142,8 +143,9 @@ def _run_python(block: Block, state: FileState) -> None:
         (state.directory / m.group(1)).write_text(block.body, encoding="utf-8")
 
 
-def _commands(block: Block) -> List[str]:
-    commands: List[str] = []
+def _commands(block: Block) -> List[Tuple[str, List[str]]]:
+    """Each command of a console block, with the output lines shown after it."""
+    commands: List[Tuple[str, List[str]]] = []
     pending: Optional[str] = None
     for raw in block.body.splitlines():
         if pending is not None:
@@ -151,21 +153,62 @@ def _commands(block: Block) -> List[str]:
         elif raw.startswith("$ "):
             pending = raw[2:]
         else:
-            continue  # output, for illustration
+            if commands:
+                commands[-1][1].append(raw)  # output
+            continue
         if pending.endswith("\\"):
             continue
-        commands.append(pending)
+        commands.append((pending, []))
         pending = None
     assert pending is None, f"{block.id}: the last command ends with a line continuation"
     assert commands, f"{block.id}: a console block needs at least one '$ ' command"
     return commands
 
 
+# Files whose console output is compared with what the commands print (after _normalize).
+COMPARED = {"docs/cli.md"}
+VOLATILE = [
+    (re.compile(r"act_[0-9a-f]{32}"), "act_<id>"),
+    (re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z?"), "<time>"),
+    (re.compile(r"(\d+h)?(\d+m)?\d+s left"), "<left>"),
+    (re.compile(r"/tmp/ctrlrun-demo-\w+"), "/tmp/<demo>"),
+    (re.compile(r"\(attempt 1, act_…\)"), "(attempt 1, act_<id>)"),
+]
+
+
+def _normalize(lines: List[str], directory: Path) -> List[str]:
+    out = []
+    for line in lines:
+        line = line.replace(str(directory), "/home/agent")
+        for pattern, stand_in in VOLATILE:
+            line = pattern.sub(stand_in, line)
+        out.append(line.rstrip())
+    while out and not out[-1]:
+        out.pop()
+    return out
+
+
+def _compare_output(block: Block, command: str, shown: List[str], printed: str,
+                    directory: Path) -> None:
+    """The output shown under a command is what it prints; a line ``...`` elides lines."""
+    want, got = _normalize(shown, directory), _normalize(printed.splitlines(), directory)
+    if "..." in want:
+        cut = want.index("...")
+        head, tail = want[:cut], want[cut + 1:]
+        ok = got[:len(head)] == head and (not tail or got[-len(tail):] == tail)
+    else:
+        ok = got == want
+    if not ok:
+        pytest.fail(f"{block.id}: `{command}` printed other output than the page shows\n"
+                    f"--- shown\n" + "\n".join(want) + "\n--- printed\n" + "\n".join(got),
+                    pytrace=False)
+
+
 def _run_console(block: Block, state: FileState) -> None:
     envfile = state.directory / f".console-env-{block.line}"
     cwdfile = state.directory / f".console-cwd-{block.line}"
     cwdfile.write_text(str(state.directory))
-    for command in _commands(block):
+    for command, shown in _commands(block):
         m = EXIT.search(command.splitlines()[-1])
         expected = int(m.group(1)) if m else 0
         script = (
@@ -183,6 +226,11 @@ def _run_console(block: Block, state: FileState) -> None:
                 f"--- stdout\n{done.stdout}--- stderr\n{done.stderr}",
                 pytrace=False,
             )
+        if block.file in COMPARED:
+            # a success shows its standard output (progress goes to stderr); a failure its
+            # message, on stderr
+            printed = done.stdout if done.returncode == 0 else done.stdout + done.stderr
+            _compare_output(block, command, shown, printed, state.directory)
 
 
 def _run_yaml(block: Block, state: FileState) -> None:
