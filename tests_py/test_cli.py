@@ -361,6 +361,24 @@ def test_resolve_live_reservation_refused(store, second_store, store_url):
     assert second_store.get_effect("cli:held") == before
 
 
+@pytest.mark.parametrize("target", ["committed", "failed"])
+def test_resolve_settles_a_held_key_whose_lease_lapsed(store, second_store, store_url, target):
+    """A holder that crashed leaves its key held; once the lease has lapsed an operator settles
+    it directly: the lapse and the resolution are one write."""
+    make_lapsed(store_url, "cli:crashed")
+    held = second_store.get_effect("cli:crashed")
+    assert held.state in (EffectState.RESERVED, EffectState.EXECUTING)
+    proc = run_cli("resolve", "cli:crashed", f"--{target}", "--by", "ops:bob",
+                   "--store", store_url)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"cli:crashed: {target} (resolved by ops:bob)"
+    rec = second_store.get_effect("cli:crashed")
+    assert rec.state == EffectState(target)
+    assert (rec.attempt, rec.action_id, rec.resolved_by) == (1, held.action_id, "ops:bob")
+    assert rec.lease_expires_at is None
+    assert "lapsed" in rec.error and rec.error.endswith(f"[resolved as {target} by ops:bob]")
+
+
 def test_resolve_unknown_key_exit_2(store, store_url):
     make_committed(store, "cli:exists")
     proc = run_cli("resolve", "cli:ghost", "--committed", "--store", store_url)

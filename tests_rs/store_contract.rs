@@ -475,6 +475,49 @@ fn resolve_refuses_a_committed_row_and_a_bad_resolver(b: Backend) {
 // list
 // ---------------------------------------------------------------------------------------------
 
+fn a_held_key_whose_lease_lapsed_is_resolved_with_its_lapse(b: Backend) {
+    let f = Fixture::new(b);
+    for (key, begin) in [("r", false), ("x", true)] {
+        f.reserve(key, A1, T0).unwrap();
+        if begin {
+            f.begin(key, A1, 1, T0 + 1);
+        }
+        let held = f.get(key);
+        // live: refused, nothing written
+        let m =
+            assert_invalid(
+                f.store
+                    .resolve(key, EffectState::Failed, "ops:alice", Some(T0 + 2)),
+            );
+        assert!(m.contains("lease runs until") && m.contains(A1), "{m}");
+        assert_eq!(f.get(key), held);
+        // lapsed (the holder crashed): the lapse and the resolution in one write
+        let late = T0 + LEASE + 1;
+        let r = f
+            .store
+            .resolve(key, EffectState::Committed, "ops:alice", Some(late))
+            .unwrap();
+        assert_eq!(r.state, EffectState::Committed);
+        assert_eq!((r.attempt, r.action_id.as_str()), (1, A1));
+        assert_eq!((r.updated_at, r.lease_expires_at), (late, None));
+        assert_eq!(r.resolved_by.as_deref(), Some("ops:alice"));
+        let error = r.error.clone().unwrap();
+        assert!(
+            error.contains("lapsed") && error.contains(held.state.as_str()),
+            "{error}"
+        );
+        assert!(
+            error.ends_with("[resolved as committed by ops:alice]"),
+            "{error}"
+        );
+        assert_eq!(f.get(key), r);
+        assert_duplicate(f.reserve(key, A2, late + 1), DuplicateKind::Committed);
+        // the holder, back late, changes nothing
+        let _ = f.step(key, A1, 1, commit("1"), late + 2);
+        assert_eq!(f.get(key), r);
+    }
+}
+
 fn list_is_oldest_first_and_filters_by_state(b: Backend) {
     let f = Fixture::new(b);
     f.reserve("b", A1, T0).unwrap();
@@ -766,6 +809,7 @@ fn an_outcome_written_without_reading_back_lands_the_same_row_and_refuses_alike(
 }
 
 on_both_backends!(
+    a_held_key_whose_lease_lapsed_is_resolved_with_its_lapse,
     ambiguous_row_refuses_reservation_and_writes_nothing,
     reserve_begin_commit_then_a_duplicate_is_refused,
     live_lease_is_in_progress_even_for_the_same_action_id,

@@ -182,8 +182,10 @@ class Store:
     ) -> EffectRecord:
         """A person settles an ``ambiguous`` effect as ``committed`` or ``failed``.
 
-        ``resolver`` names who decided, one printable line (``"ops:alice"``). Anything not
-        ``ambiguous`` is refused with ``InvalidArgument`` naming the state found.
+        A held effect (``reserved``/``executing``) whose lease has lapsed, its holder gone, is
+        settled the same way: the lapse and the resolution are written together. ``resolver``
+        names who decided, one printable line (``"ops:alice"``). Anything else (a live lease,
+        ``committed``, ``failed``) is refused with ``InvalidArgument`` naming the state found.
         """
         return record_from_core(
             self.core.resolve(key, _state_text(state), resolver, self.now_us())

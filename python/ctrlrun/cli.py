@@ -132,7 +132,8 @@ def effects_show(key: str, as_json: bool, store_url: Optional[str]) -> None:
 def resolve(
     key: str, committed: bool, failed: bool, resolver: Optional[str], store_url: Optional[str]
 ) -> None:
-    """Settle an ambiguous effect as committed or failed, after checking the remote system."""
+    """Settle an ambiguous effect (or a held one whose lease lapsed) as committed or failed,
+    after checking the remote system."""
     if committed == failed:
         raise click.UsageError("say what happened: exactly one of --committed or --failed")
     target = "committed" if committed else "failed"

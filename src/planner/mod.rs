@@ -64,6 +64,24 @@ impl Refusal {
     }
 }
 
+/// Why a held row whose lease lapsed is `ambiguous`.
+fn lapse_note(row: &EffectRecord) -> String {
+    match row.lease_expires_at {
+        Some(exp) => format!(
+            "the lease of action {} (attempt {}) lapsed at {} while {}; \
+             nobody knows whether it ran",
+            row.action_id,
+            row.attempt,
+            format_micros(exp),
+            row.state
+        ),
+        None => format!(
+            "action {} (attempt {}) was {} without a lease; nobody knows whether it ran",
+            row.action_id, row.attempt, row.state
+        ),
+    }
+}
+
 /// Check the arguments every reservation needs.
 pub fn check_request(key: &str, action_id: &str, lease: Micros) -> Result<()> {
     if key.is_empty() {
@@ -146,27 +164,13 @@ pub fn plan_reservation(
                 // Whatever the caller's action id: ids name attempts, not processes.
                 ReservationPlan::Refuse(Refusal::InProgress(row.clone()))
             } else {
-                let why = match row.lease_expires_at {
-                    Some(exp) => format!(
-                        "the lease of action {} (attempt {}) lapsed at {} while {}; \
-                         nobody knows whether it ran",
-                        row.action_id,
-                        row.attempt,
-                        format_micros(exp),
-                        row.state
-                    ),
-                    None => format!(
-                        "action {} (attempt {}) was {} without a lease; nobody knows whether it ran",
-                        row.action_id, row.attempt, row.state
-                    ),
-                };
                 ReservationPlan::Lapse {
                     expected: Expected::of(row),
                     record: EffectRecord {
                         state: EffectState::Ambiguous,
                         updated_at: now,
                         lease_expires_at: None,
-                        error: Some(why),
+                        error: Some(lapse_note(row)),
                         ..row.clone()
                     },
                 }
@@ -256,7 +260,8 @@ pub fn plan_extension(
     })
 }
 
-/// A person settles an `ambiguous` effect as `committed` or `failed`.
+/// A person settles an `ambiguous` effect, or a held one whose lease lapsed, as `committed`
+/// or `failed`.
 pub fn plan_resolution(
     row: Option<EffectRecord>,
     key: &str,
@@ -275,17 +280,35 @@ pub fn plan_resolution(
             "resolve_effect: no effect is recorded under key '{key}'"
         )));
     };
-    if row.state != EffectState::Ambiguous {
-        return Err(Error::InvalidArgument(format!(
-            "resolve_effect refused for effect '{key}': it is {}, and only an ambiguous effect \
-             is resolved by a person",
-            row.state
-        )));
-    }
+    // A held row whose lease lapsed is ambiguous already (its holder is gone, nobody knows
+    // whether it ran): the lapse and the resolution are written together.
+    let earlier = match row.state {
+        EffectState::Ambiguous => row.error.clone().unwrap_or_default(),
+        EffectState::Reserved | EffectState::Executing if !row.lease_live(now) => lapse_note(&row),
+        EffectState::Reserved | EffectState::Executing => {
+            return Err(Error::InvalidArgument(format!(
+                "resolve_effect refused for effect '{key}': it is {} under action {} (attempt \
+                 {}) and its lease runs until {}; the holder may still finish. Resolve it once \
+                 the lease has lapsed",
+                row.state,
+                row.action_id,
+                row.attempt,
+                format_micros(row.lease_expires_at.unwrap_or(Micros::MIN))
+            )))
+        }
+        _ => {
+            return Err(Error::InvalidArgument(format!(
+                "resolve_effect refused for effect '{key}': it is {}, and only an ambiguous \
+                 effect (or a held one whose lease lapsed) is resolved by a person",
+                row.state
+            )))
+        }
+    };
     let note = format!("resolved as {target} by {resolver}");
-    let error = match row.error.as_deref() {
-        Some(e) if !e.is_empty() => format!("{e} [{note}]"),
-        _ => note,
+    let error = if earlier.is_empty() {
+        note
+    } else {
+        format!("{earlier} [{note}]")
     };
     Ok(EffectRecord {
         state: target,
