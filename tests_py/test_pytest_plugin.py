@@ -100,3 +100,67 @@ def test_postgres_fixture_without_a_server_says_why(pytester, monkeypatch):
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*CTRLRUN_TEST_POSTGRES_URL is not set*"])
+
+
+def test_a_test_that_forgets_the_fixture_never_writes_the_real_store(pytester, monkeypatch):
+    """No store given, no CTRLRUN_STORE/CTRLRUN_STATE: the call goes to a temporary store of
+    that test, never to .ctrlrun/state.db in the working directory; each test gets its own."""
+    monkeypatch.delenv("CTRLRUN_STORE", raising=False)
+    monkeypatch.delenv("CTRLRUN_STATE", raising=False)
+    pytester.makepyfile(test_forgot='''
+import os
+import ctrlrun
+
+ran = []
+
+@ctrlrun.protect("pay", effect="pay:{order}")
+def pay(order: str) -> int:
+    ran.append(order)
+    return 1
+
+def test_one():
+    assert pay("o1") == 1
+    url = ctrlrun.default_store().url
+    assert "ctrlrun-default" in url, url
+    assert os.path.join(os.getcwd(), ".ctrlrun") not in url, url
+
+def test_two_gets_a_fresh_one():
+    assert pay("o1") == 1  # not refused: test_one's store is gone
+    assert ran == ["o1", "o1"]
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=2)
+    assert not (pytester.path / ".ctrlrun").exists(), "the working directory's store was untouched"
+
+
+def test_a_named_store_variable_is_still_obeyed_under_pytest(pytester, tmp_path, monkeypatch):
+    monkeypatch.setenv("CTRLRUN_STATE", str(tmp_path / "chosen.db"))
+    pytester.makepyfile(test_env='''
+import ctrlrun
+
+def test_env():
+    ctrlrun.protect("pay", effect="pay:{order}")(lambda order: 1)("o1")
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=1)
+    with __import__("ctrlrun").open_store(str(tmp_path / "chosen.db")) as store:
+        assert store.get_effect("pay:o1").state.value == "committed"
+
+
+def test_ctrlrun_assert_with_the_postgres_fixture_checks_postgres(pytester, pg, monkeypatch):
+    pytester.makepyfile(test_pg_assert='''
+import ctrlrun
+
+@ctrlrun.protect("pay", effect="pay:{order}")
+def pay(order: str) -> int:
+    return 1
+
+def test_pg(ctrlrun_postgres_store, ctrlrun_assert):
+    assert ctrlrun_assert.store is ctrlrun_postgres_store
+    assert ctrlrun.default_store() is ctrlrun_postgres_store
+    assert pay("o1") == 1
+    ctrlrun_assert.committed_once("pay:o1")
+''')
+    monkeypatch.setenv("CTRLRUN_TEST_POSTGRES_URL", pg.url())
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=1)

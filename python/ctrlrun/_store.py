@@ -281,7 +281,25 @@ def default_store() -> Store:
     """
     if _override is not None:
         return _override
+    fallback = _unset_default
+    if fallback is not None and not any(
+        name in os.environ for name in ("CTRLRUN_STORE", "CTRLRUN_STATE")
+    ):
+        return fallback()
     return store_for_url(default_url())
+
+
+# Under pytest (the ctrlrun plugin): what an unset default store becomes for the running test,
+# so a test that forgets the fixture never writes into the working directory's real store.
+_unset_default: Optional[Callable[[], Store]] = None
+
+
+def use_when_default_is_unset(factory: Optional[Callable[[], Store]]) -> None:
+    """While ``factory`` is set, a protected call with no store given and no
+    ``CTRLRUN_STORE``/``CTRLRUN_STATE`` uses ``factory()`` instead of ``.ctrlrun/state.db``
+    (the pytest plugin sets a per-test temporary store); ``None`` ends it."""
+    global _unset_default
+    _unset_default = factory
 
 
 def store_for_url(url: str) -> Store:

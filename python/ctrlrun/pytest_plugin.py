@@ -8,8 +8,14 @@
 * ``ctrlrun_postgres_store``: the same on PostgreSQL, in a schema of its own (dropped
   afterwards), when ``CTRLRUN_TEST_POSTGRES_URL`` names a server; otherwise the test is skipped
   with that reason.
-* ``ctrlrun_assert``: the :mod:`ctrlrun.testing` assertions bound to ``ctrlrun_store``
+* ``ctrlrun_assert``: the :mod:`ctrlrun.testing` assertions bound to the test's store:
+  ``ctrlrun_postgres_store`` when the test asks for it, else ``ctrlrun_store``
   (``ctrlrun_assert.committed_once(key)``, ``.state(key, "failed")``, ``.no_effect(key)``).
+
+In every test, a protected call with no store of its own and no ``CTRLRUN_STORE`` /
+``CTRLRUN_STATE`` goes to a temporary SQLite store of that test (created on first use, in the
+test's temp folder), never to ``.ctrlrun/state.db`` in the working directory: a test that
+forgets the fixture cannot write into your real store.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import pytest
 
 from . import _core
 from ._records import EffectRecord, EffectState
-from ._store import Store, open_store, set_default_store
+from ._store import Store, open_store, set_default_store, use_when_default_is_unset
 from .testing import MovableClock, assert_committed_once, assert_effect_state, assert_no_effect
 
 POSTGRES_ENV = "CTRLRUN_TEST_POSTGRES_URL"
@@ -85,7 +91,29 @@ def ctrlrun_postgres_store(ctrlrun_clock: MovableClock) -> Iterator[Store]:
 
 
 @pytest.fixture
-def ctrlrun_assert(ctrlrun_store: Store) -> EffectAssertions:
-    """Assertions on ``ctrlrun_store``: ``committed_once(key)``, ``state(key, s)``,
-    ``no_effect(key)``."""
-    return EffectAssertions(ctrlrun_store)
+def ctrlrun_assert(request: pytest.FixtureRequest) -> EffectAssertions:
+    """Assertions on the test's store (``ctrlrun_postgres_store`` when the test uses it, else
+    ``ctrlrun_store``): ``committed_once(key)``, ``state(key, s)``, ``no_effect(key)``."""
+    name = "ctrlrun_postgres_store" if "ctrlrun_postgres_store" in request.fixturenames \
+        else "ctrlrun_store"
+    return EffectAssertions(request.getfixturevalue(name))
+
+
+@pytest.fixture(autouse=True)
+def _ctrlrun_no_real_default_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """An unset default store is a temporary one for each test (made on first use)."""
+    opened: list = []
+
+    def temporary() -> Store:
+        if not opened:
+            folder = tmp_path_factory.mktemp("ctrlrun-default")
+            opened.append(open_store("sqlite:///" + str(folder / "state.db")))
+        return opened[0]
+
+    use_when_default_is_unset(temporary)
+    try:
+        yield
+    finally:
+        use_when_default_is_unset(None)
+        for store in opened:
+            store.close()
