@@ -100,6 +100,86 @@ def test_resolve_of_a_row_that_is_not_ambiguous_is_refused(store, second_store):
         store.resolve_effect("r:missing", "failed", "ops:alice")
 
 
+def test_line_separators_are_refused_in_action_ids_and_resolvers(store, second_store):
+    for bad in ("act_a\u2028b", "act_a\u2029b"):
+        with pytest.raises(InvalidArgument, match="action id"):
+            store.reserve_effect("sep:1", bad, 60)
+    assert store.get_effect("sep:1") is None
+    store.reserve_effect("sep:2", "act_" + "1" * 32, 60)
+    store.mark_ambiguous("sep:2", "act_" + "1" * 32, "lost")
+    before = second_store.get_effect("sep:2")
+    for bad in ("ops:alice\u2028ops:bob", "ops\u2029"):
+        with pytest.raises(InvalidArgument, match="resolver"):
+            store.resolve_effect("sep:2", "failed", bad)
+    assert second_store.get_effect("sep:2") == before
+
+
+# --------------------------------------------------------------------------------------------
+# numbers and text the store cannot keep: a typed error, nothing written
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lease", [10**400, -(10**400), 10**13, 1e300])
+def test_a_huge_lease_is_invalid_not_an_overflow(store, lease):
+    with pytest.raises(InvalidArgument, match="lease"):
+        store.reserve_effect("huge:1", "act_" + "2" * 32, lease)
+    with pytest.raises(InvalidArgument, match="lease"):
+        ctrlrun.protect("h", effect="h:{a}", lease=lease, store=store)
+    assert store.list_effects() == []
+
+
+def test_lone_surrogates_through_the_store_api_are_invalid(store, second_store):
+    aid = "act_" + "3" * 32
+    calls = [
+        lambda: store.reserve_effect("sur\udc80", aid, 60),
+        lambda: store.reserve_effect("sur:1", "act_\udc80", 60),
+        lambda: store.get_effect("sur\udc80"),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidArgument, match="lone surrogate"):
+            call()
+    store.reserve_effect("sur:2", aid, 60)
+    store.begin_execution("sur:2", aid)
+    before = second_store.get_effect("sur:2")
+    for call in [
+        lambda: store.fail_effect("sur:2", aid, "err\udc80"),
+        lambda: store.mark_ambiguous("sur:2", aid, "\ud800"),
+        lambda: store.begin_execution("sur:2", "act_\udfff"),
+    ]:
+        with pytest.raises(InvalidArgument, match="lone surrogate"):
+            call()
+    assert second_store.get_effect("sur:2") == before
+    assert [r.effect_key for r in store.list_effects()] == ["sur:2"]
+
+
+def test_a_clock_near_the_year_9999_writes_no_unreadable_row(store_url, store):
+    from datetime import datetime, timezone
+
+    late = datetime(9999, 12, 1, tzinfo=timezone.utc)
+    with ctrlrun.open_store(store_url, clock=lambda: late) as clocked:
+        with pytest.raises(InvalidArgument, match="year 9999"):
+            clocked.reserve_effect("y:1", "act_" + "4" * 32, timedelta(days=60))
+        f = ctrlrun.protect("y", effect="y:{a}", lease=timedelta(days=60), store=clocked)(
+            lambda a: 1)
+        with pytest.raises(InvalidArgument, match="year 9999"):
+            f("2")
+    assert store.list_effects() == []  # nothing written, and the listing still works
+
+
+def test_an_extension_past_the_ten_year_cap_is_refused(store, second_store):
+    from datetime import datetime, timezone
+
+    aid = "act_" + "5" * 32
+    store.reserve_effect("ext:1", aid, 60)
+    store.begin_execution("ext:1", aid)
+    before = second_store.get_effect("ext:1")
+    for until in (datetime.max.replace(tzinfo=timezone.utc), timedelta(days=3700)):
+        with pytest.raises(InvalidArgument, match="ten years"):
+            store.extend_lease("ext:1", aid, until)
+    assert second_store.get_effect("ext:1") == before
+    assert len(store.list_effects()) == 1
+
+
 # --------------------------------------------------------------------------------------------
 # store URLs and files
 # --------------------------------------------------------------------------------------------
@@ -270,6 +350,9 @@ def test_ctrlrun_state_path_is_the_default(tmp_path, monkeypatch):
 def test_without_env_the_default_is_dot_ctrlrun_state_db_under_cwd(tmp_path, monkeypatch):
     monkeypatch.delenv("CTRLRUN_STATE", raising=False)
     monkeypatch.delenv("CTRLRUN_STORE", raising=False)
+    from ctrlrun._store import use_when_default_is_unset
+
+    use_when_default_is_unset(None)  # outside pytest's plugin: the working directory's file
     monkeypatch.chdir(tmp_path)
     f, calls = _protected()
     assert f("3") == "3"

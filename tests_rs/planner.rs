@@ -40,7 +40,7 @@ fn row(state: EffectState) -> EffectRecord {
     }
 }
 
-fn expect_invalid(r: Result<EffectRecord, Error>) -> String {
+fn expect_invalid<T: std::fmt::Debug>(r: Result<T, Error>) -> String {
     match r {
         Err(Error::InvalidArgument(m)) => m,
         other => panic!("expected InvalidArgument, got {other:?}"),
@@ -716,5 +716,55 @@ fn with_begin_a_renewal_is_executing_and_refusals_and_lapses_are_unchanged() {
                 "{state:?} at {now}"
             );
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// bounds: a lease of at most ten years, no instant past the year 9999, one printable line
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn leases_and_instants_stay_within_what_every_reader_can_show() {
+    use ctrlrun::planner::{check_lease_end, END_OF_TIME, MAX_LEASE};
+    assert!(check_request(KEY, CALLER, MAX_LEASE).is_ok());
+    for lease in [MAX_LEASE + 1, i64::MAX] {
+        expect_invalid(check_request(KEY, CALLER, lease));
+    }
+    assert!(check_lease_end(T0, MAX_LEASE).is_ok());
+    assert!(check_lease_end(END_OF_TIME - LEASE - 1, LEASE).is_ok());
+    for (now, lease) in [
+        (END_OF_TIME - LEASE, LEASE),
+        (i64::MAX - 1, LEASE),
+        (-1, LEASE),
+    ] {
+        let m = expect_invalid(check_lease_end(now, lease));
+        assert!(m.contains("9999"), "{m}");
+    }
+    let r = row(EffectState::Executing);
+    let m = expect_invalid(plan_extension(
+        Some(r.clone()),
+        KEY,
+        HOLDER,
+        Some(3),
+        T0 + MAX_LEASE + 1,
+        T0,
+    ));
+    assert!(m.contains("ten years"), "{m}");
+    assert!(plan_extension(Some(r), KEY, HOLDER, Some(3), T0 + MAX_LEASE, T0).is_ok());
+}
+
+#[test]
+fn line_and_paragraph_separators_are_not_one_printable_line() {
+    for bad in ["act_a\u{2028}b", "act_a\u{2029}b", "act_\u{85}"] {
+        expect_invalid(check_request(KEY, bad, LEASE));
+    }
+    for bad in ["ops\u{2028}x", "ops\u{2029}"] {
+        expect_invalid(plan_resolution(
+            Some(row(EffectState::Ambiguous)),
+            KEY,
+            EffectState::Failed,
+            bad,
+            T0,
+        ));
     }
 }

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging  # imported before our fork hooks: see register_at_fork below
+import functools
 import math
 import os
 import threading
 from datetime import datetime, timedelta, timezone
-from typing import Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
 from . import _core
 from ._records import (
@@ -18,6 +19,8 @@ from ._records import (
     result_to_json,
 )
 from .errors import InvalidArgument
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["Store", "open_store", "default_store", "set_default_store", "DEFAULT_STATE_PATH"]
 
@@ -41,14 +44,32 @@ def datetime_to_micros(dt: datetime, what: str = "datetime") -> int:
     return (dt - _UNIX_EPOCH) // timedelta(microseconds=1)
 
 
+def _valid_text(method: F) -> F:
+    """A Store API method whose text arguments (key, action id, error, resolver) must be valid
+    Unicode: a lone surrogate, which no store can keep as text, is ``InvalidArgument`` before
+    anything is written (not the ``UnicodeEncodeError`` of the conversion)."""
+
+    @functools.wraps(method)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except UnicodeEncodeError as exc:
+            raise InvalidArgument(
+                f"{method.__name__}: {exc.object!r} holds a lone surrogate at position "
+                f"{exc.start}, which no store can keep as text; nothing was written"
+            ) from None
+
+    return checked  # type: ignore[return-value]
+
+
 def lease_to_micros(lease: Union[timedelta, int, float], what: str = "lease") -> int:
     """A lease as whole microseconds: a ``timedelta`` or a number of seconds, > 0 and finite."""
     if isinstance(lease, timedelta):
         us = lease // timedelta(microseconds=1)
     elif isinstance(lease, (int, float)) and not isinstance(lease, bool):
-        if not math.isfinite(lease):
+        if isinstance(lease, float) and not math.isfinite(lease):
             raise InvalidArgument(f"{what} must be a finite number of seconds, got {lease!r}")
-        if abs(lease) > 1e12:
+        if abs(lease) > 10**12:  # compared exactly: an int too large for a float is no error
             raise InvalidArgument(f"{what} must be at most ten years, got {lease!r}")
         us = int(round(lease * 1_000_000))
     else:
@@ -107,6 +128,7 @@ class Store:
         return Store(self.core, clock)
 
     # -- the reference's API -------------------------------------------------------------
+    @_valid_text
     def reserve_effect(
         self, key: str, action_id: str, lease: Union[timedelta, int, float]
     ) -> Reservation:
@@ -122,6 +144,7 @@ class Store:
         assert rec.lease_expires_at is not None
         return Reservation(rec.effect_key, rec.action_id, rec.attempt, rec.lease_expires_at, rec)
 
+    @_valid_text
     def begin_execution(
         self, key: str, action_id: str, *, attempt: Optional[int] = None
     ) -> EffectRecord:
@@ -130,6 +153,7 @@ class Store:
             self.core.transition(key, action_id, attempt, "begin", None, self.now_us())
         )
 
+    @_valid_text
     def commit_effect(
         self, key: str, action_id: str, result: object = None, *, attempt: Optional[int] = None
     ) -> EffectRecord:
@@ -140,6 +164,7 @@ class Store:
             )
         )
 
+    @_valid_text
     def fail_effect(
         self, key: str, action_id: str, error: str, *, attempt: Optional[int] = None
     ) -> EffectRecord:
@@ -148,6 +173,7 @@ class Store:
             self.core.transition(key, action_id, attempt, "fail", str(error), self.now_us())
         )
 
+    @_valid_text
     def mark_ambiguous(
         self, key: str, action_id: str, error: str, *, attempt: Optional[int] = None
     ) -> EffectRecord:
@@ -156,6 +182,7 @@ class Store:
             self.core.transition(key, action_id, attempt, "ambiguous", str(error), self.now_us())
         )
 
+    @_valid_text
     def extend_lease(
         self,
         key: str,
@@ -177,6 +204,7 @@ class Store:
             until_us = datetime_to_micros(until, "until")
         return record_from_core(self.core.extend_lease(key, action_id, attempt, until_us, now))
 
+    @_valid_text
     def resolve_effect(
         self, key: str, state: Union[EffectState, str], resolver: str
     ) -> EffectRecord:
@@ -191,6 +219,7 @@ class Store:
             self.core.resolve(key, _state_text(state), resolver, self.now_us())
         )
 
+    @_valid_text
     def get_effect(self, key: str) -> Optional[EffectRecord]:
         """The record for ``key``, or ``None``."""
         t = self.core.get_effect(key)

@@ -82,6 +82,31 @@ fn lapse_note(row: &EffectRecord) -> String {
     }
 }
 
+/// The longest lease (and the furthest an extension may reach past now): ten years, far past
+/// any real call.
+pub const MAX_LEASE: Micros = 10 * 366 * 86_400 * 1_000_000;
+
+/// The first instant no record may hold (year 10000): every reader shows times as dates.
+pub const END_OF_TIME: Micros = 253_402_300_800_000_000;
+
+/// A character that does not belong in one printable line: a control character or a Unicode
+/// line or paragraph separator.
+fn breaks_a_line(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')
+}
+
+/// The lease a reservation at `now` would write ends before [`END_OF_TIME`] (a clock set
+/// near the year 9999 must not write a row nobody can read back).
+pub fn check_lease_end(now: Micros, lease: Micros) -> Result<()> {
+    match now.checked_add(lease) {
+        Some(end) if (0..END_OF_TIME).contains(&now) && end < END_OF_TIME => Ok(()),
+        _ => Err(Error::InvalidArgument(format!(
+            "a lease of {lease} µs from {} would end after the year 9999; check the store's clock",
+            format_micros(now)
+        ))),
+    }
+}
+
 /// Check the arguments every reservation needs.
 pub fn check_request(key: &str, action_id: &str, lease: Micros) -> Result<()> {
     if key.is_empty() {
@@ -90,16 +115,16 @@ pub fn check_request(key: &str, action_id: &str, lease: Micros) -> Result<()> {
         ));
     }
     check_action_id(action_id)?;
-    if lease <= 0 {
+    if lease <= 0 || lease > MAX_LEASE {
         return Err(Error::InvalidArgument(format!(
-            "lease must be > 0 microseconds, got {lease}"
+            "lease must be > 0 microseconds and at most ten years ({MAX_LEASE}), got {lease}"
         )));
     }
     Ok(())
 }
 
 pub fn check_action_id(action_id: &str) -> Result<()> {
-    if action_id.is_empty() || action_id.chars().any(char::is_control) {
+    if action_id.is_empty() || action_id.chars().any(breaks_a_line) {
         return Err(Error::InvalidArgument(format!(
             "action id must be non-empty printable text, got {action_id:?}"
         )));
@@ -246,6 +271,13 @@ pub fn plan_extension(
             format_micros(old)
         )));
     }
+    if until > now.saturating_add(MAX_LEASE) {
+        return Err(Error::InvalidArgument(format!(
+            "{WHAT} refused for effect '{key}': the new expiry {} is more than ten years away \
+             (leases are at most ten years)",
+            format_micros(until)
+        )));
+    }
     if until < old {
         return Err(Error::InvalidArgument(format!(
             "{WHAT} refused for effect '{key}': the new expiry {} is earlier than the current {}",
@@ -322,7 +354,7 @@ pub fn plan_resolution(
 
 /// A resolver is one printable line of text.
 pub fn check_resolver(resolver: &str) -> Result<()> {
-    if resolver.trim().is_empty() || resolver.chars().any(char::is_control) {
+    if resolver.trim().is_empty() || resolver.chars().any(breaks_a_line) {
         return Err(Error::InvalidArgument(format!(
             "resolver must be one printable line naming who resolved the effect, got {resolver:?}"
         )));

@@ -284,6 +284,7 @@ impl Store for PostgresStore {
             })?
             .map_err(|e| self.failed("reserve_effect", key, &e))?;
         let (found, n) = read_found(&row)?;
+        planner::check_lease_end(n, lease)?;
         if let ReservationPlan::Refuse(refusal) =
             planner::plan_reservation(found.as_ref(), key, action_id, lease, n, begin)
         {

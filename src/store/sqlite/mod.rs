@@ -215,6 +215,7 @@ impl Store for SqliteStore {
     ) -> Result<EffectRecord> {
         planner::check_request(key, action_id, lease)?;
         let now = now.unwrap_or_else(now_micros);
+        planner::check_lease_end(now, lease)?;
         // A refusal needs no write: decide it from a plain read, without taking the write lock.
         // (A stale read only means the caller arrived a moment earlier; anything the planner
         // would grant or lapse is decided again under BEGIN IMMEDIATE below.)
