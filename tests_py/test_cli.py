@@ -379,6 +379,14 @@ def test_resolve_settles_a_held_key_whose_lease_lapsed(store, second_store, stor
     assert "lapsed" in rec.error and rec.error.endswith(f"[resolved as {target} by ops:bob]")
 
 
+@pytest.mark.parametrize("argv", [["effects", "show", "KEY"], ["resolve", "KEY", "--failed"]])
+def test_a_key_that_is_not_utf8_is_one_line_and_exit_2(store, store_url, argv):
+    key = os.fsdecode(b"refund:\xff\xfe")  # bytes the shell passes that are not UTF-8
+    proc = run_cli(*[key if a == "KEY" else a for a in argv], "--store", store_url)
+    assert_one_line_error(proc, "lone surrogate")
+    assert store.list_effects() == []
+
+
 def test_resolve_unknown_key_exit_2(store, store_url):
     make_committed(store, "cli:exists")
     proc = run_cli("resolve", "cli:ghost", "--committed", "--store", store_url)

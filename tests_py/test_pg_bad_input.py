@@ -101,6 +101,21 @@ def test_a_key_with_nul_is_refused_on_postgres_before_any_write(pg, pg_schema):
         assert s.list_effects() == []
 
 
+def test_an_error_text_with_nul_is_invalid_on_postgres_not_a_retryable_failure(pg, pg_schema):
+    """The server refuses NUL in text on every try: that is bad input, not a write that "may be
+    retried" and fails the same way forever."""
+    aid = "act_" + "6" * 32
+    with ctrlrun.open_store(pg.url(pg_schema)) as s:
+        s.reserve_effect("nul:1", aid, 60)
+        before = s.begin_execution("nul:1", aid)
+        for write in (lambda: s.fail_effect("nul:1", aid, "card\x00declined"),
+                      lambda: s.mark_ambiguous("nul:1", aid, "\x00")):
+            with pytest.raises(ctrlrun.InvalidArgument, match="NUL"):
+                write()
+        assert s.get_effect("nul:1") == before
+        assert s.fail_effect("nul:1", aid, "card declined").state is EffectState.FAILED
+
+
 def test_url_errors_never_show_the_password():
     for url in ["postgresql+psycopg://app:s3cr3t-pw@db:5432/x",
                 "sqlite:///x.db?bogus=1&password=s3cr3t-pw"]:

@@ -44,6 +44,22 @@ fn check_key(key: &str) -> Result<()> {
     Ok(())
 }
 
+/// The same for the texts a transition writes (the server would refuse them on every try, so
+/// they must not come back as a write that "may be retried").
+fn check_transition_text(t: &Transition) -> Result<()> {
+    let w = t.write();
+    for (what, text) in [("result", w.result), ("error", w.error)] {
+        if text.is_some_and(|v| v.contains('\0')) {
+            return Err(Error::InvalidArgument(format!(
+                "{}: the {what} text contains a NUL character, which PostgreSQL text cannot \
+                 hold; nothing was written",
+                t.name()
+            )));
+        }
+    }
+    Ok(())
+}
+
 pub struct PostgresStore {
     manager_config: Config,
     sql: std::sync::Arc<Sql>,
@@ -303,6 +319,7 @@ impl Store for PostgresStore {
         transition: &Transition,
         now: Option<Micros>,
     ) -> Result<EffectRecord> {
+        check_transition_text(transition)?;
         let call = TransitionCall::new(key, action_id, attempt, transition, now)?;
         self.transition_step(&call, true)
     }
