@@ -158,6 +158,34 @@ def test_lost_commit_and_a_failed_reread_is_unresolved_and_runs_nothing(
     assert "reread_failed" in branches(caplog)
 
 
+@pytest.mark.parametrize("action", ["drop_before", "drop_after"])
+def test_an_unresolved_outcome_write_says_the_executor_ran_and_names_the_attempt(
+    proxy, proxied, direct, action
+):
+    """Through the Store API: the reservation's StoreUnresolved says nothing ran, an outcome
+    write's says the executor has already run; both carry the key and the action id."""
+    aid = "act_" + "7" * 32
+    rule = proxy.arm(action, b"INSERT INTO", then_refuse=True)
+    with pytest.raises(StoreUnresolved) as info:
+        proxied.reserve_effect("pay:u1", aid, 60)
+    assert rule.fired == 1
+    assert (info.value.effect_key, info.value.action_id) == ("pay:u1", aid)
+    assert "the executor was not run" in str(info.value)
+
+    direct.reserve_effect("pay:u2", aid, 60)
+    direct.begin_execution("pay:u2", aid)
+    proxy.refuse_new(False)  # the proxy lets new connections in again
+    rule = proxy.arm(action, b"UPDATE", then_refuse=True)
+    with pytest.raises(StoreUnresolved) as info:
+        proxied.commit_effect("pay:u2", aid, "done")
+    assert rule.fired == 1
+    assert (info.value.effect_key, info.value.action_id) == ("pay:u2", aid)
+    message = str(info.value)
+    assert "the executor has already run" in message and "was not run" not in message
+    expected = EffectState.COMMITTED if action == "drop_after" else EffectState.EXECUTING
+    assert direct.get_effect("pay:u2").state is expected
+
+
 # f. -------------------------------------------------------------------------------------
 def test_connection_dropped_mid_statement_is_a_failed_write_and_the_retry_succeeds(
     proxy, proxied, direct

@@ -18,7 +18,7 @@ from ._records import (
     record_from_core,
     result_to_json,
 )
-from .errors import InvalidArgument
+from .errors import InvalidArgument, StoreUnresolved
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -44,20 +44,27 @@ def datetime_to_micros(dt: datetime, what: str = "datetime") -> int:
     return (dt - _UNIX_EPOCH) // timedelta(microseconds=1)
 
 
-def _valid_text(method: F) -> F:
-    """A Store API method whose text arguments (key, action id, error, resolver) must be valid
-    Unicode: a lone surrogate, which no store can keep as text, is ``InvalidArgument`` before
-    anything is written (not the ``UnicodeEncodeError`` of the conversion)."""
+def _api(method: F) -> F:
+    """A Store API method: text arguments (key, action id, error, resolver) must be valid
+    Unicode (a lone surrogate, which no store can keep as text, is ``InvalidArgument`` before
+    anything is written, not the ``UnicodeEncodeError`` of the conversion), and a
+    ``StoreUnresolved`` names the call's key and action id."""
 
     @functools.wraps(method)
-    def checked(*args: Any, **kwargs: Any) -> Any:
+    def checked(self: "Store", key: str, *args: Any, **kwargs: Any) -> Any:
         try:
-            return method(*args, **kwargs)
+            return method(self, key, *args, **kwargs)
         except UnicodeEncodeError as exc:
             raise InvalidArgument(
                 f"{method.__name__}: {exc.object!r} holds a lone surrogate at position "
                 f"{exc.start}, which no store can keep as text; nothing was written"
             ) from None
+        except StoreUnresolved as exc:
+            exc.effect_key = key
+            action_id = args[0] if args else kwargs.get("action_id")
+            if method.__name__ not in ("resolve_effect", "get_effect"):
+                exc.action_id = action_id
+            raise
 
     return checked  # type: ignore[return-value]
 
@@ -128,7 +135,7 @@ class Store:
         return Store(self.core, clock)
 
     # -- the reference's API -------------------------------------------------------------
-    @_valid_text
+    @_api
     def reserve_effect(
         self, key: str, action_id: str, lease: Union[timedelta, int, float]
     ) -> Reservation:
@@ -144,7 +151,7 @@ class Store:
         assert rec.lease_expires_at is not None
         return Reservation(rec.effect_key, rec.action_id, rec.attempt, rec.lease_expires_at, rec)
 
-    @_valid_text
+    @_api
     def begin_execution(
         self, key: str, action_id: str, *, attempt: Optional[int] = None
     ) -> EffectRecord:
@@ -153,7 +160,7 @@ class Store:
             self.core.transition(key, action_id, attempt, "begin", None, self.now_us())
         )
 
-    @_valid_text
+    @_api
     def commit_effect(
         self, key: str, action_id: str, result: object = None, *, attempt: Optional[int] = None
     ) -> EffectRecord:
@@ -164,7 +171,7 @@ class Store:
             )
         )
 
-    @_valid_text
+    @_api
     def fail_effect(
         self, key: str, action_id: str, error: str, *, attempt: Optional[int] = None
     ) -> EffectRecord:
@@ -173,7 +180,7 @@ class Store:
             self.core.transition(key, action_id, attempt, "fail", str(error), self.now_us())
         )
 
-    @_valid_text
+    @_api
     def mark_ambiguous(
         self, key: str, action_id: str, error: str, *, attempt: Optional[int] = None
     ) -> EffectRecord:
@@ -182,7 +189,7 @@ class Store:
             self.core.transition(key, action_id, attempt, "ambiguous", str(error), self.now_us())
         )
 
-    @_valid_text
+    @_api
     def extend_lease(
         self,
         key: str,
@@ -204,7 +211,7 @@ class Store:
             until_us = datetime_to_micros(until, "until")
         return record_from_core(self.core.extend_lease(key, action_id, attempt, until_us, now))
 
-    @_valid_text
+    @_api
     def resolve_effect(
         self, key: str, state: Union[EffectState, str], resolver: str
     ) -> EffectRecord:
@@ -219,7 +226,7 @@ class Store:
             self.core.resolve(key, _state_text(state), resolver, self.now_us())
         )
 
-    @_valid_text
+    @_api
     def get_effect(self, key: str) -> Optional[EffectRecord]:
         """The record for ``key``, or ``None``."""
         t = self.core.get_effect(key)

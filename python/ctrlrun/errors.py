@@ -180,9 +180,17 @@ class StoreWriteFailed(StoreError):
 class StoreUnresolved(StoreError):
     """COMMIT's outcome is unknown and the re-read that should settle it failed.
 
-    Nothing more was written and the executor was not run. The key may stay reserved until its
-    lease lapses; a person then resolves it.
+    Nothing more was written. The message says whether the executor ran: not for a reservation
+    (the key may stay reserved until its lease lapses; a person then resolves it), already for
+    an outcome write. ``effect_key`` and ``action_id`` name the write's key and attempt (the
+    action id an operator looks for in the logs); either is ``None`` where the write had none.
     """
+
+    def __init__(self, message: str, *, effect_key: Optional[str] = None,
+                 action_id: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.effect_key = effect_key
+        self.action_id = action_id
 
 
 _SIMPLE = {

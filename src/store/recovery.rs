@@ -69,6 +69,35 @@ pub(crate) trait Reread {
     fn store_name(&self) -> String;
 }
 
+/// The error for an unknown `COMMIT` whose re-read failed (`cause`): it says what the caller
+/// needs next, which depends on the write: before the executor's body (the reservation,
+/// begin) nothing ran; an outcome write comes after the body ran.
+pub(crate) fn reread_failed(
+    store_name: &str,
+    what: &str,
+    key: &str,
+    why: &str,
+    cause: &str,
+) -> Error {
+    log::error!(target: "ctrlrun.store", "reread_failed: {what} '{key}': {cause}");
+    let next = match what {
+        "reserve_effect" | "begin_execution" => {
+            "nothing more was written and the executor was not run. The key may stay reserved \
+             until its lease lapses; then a person resolves it"
+        }
+        "commit_effect" | "fail_effect" | "mark_ambiguous" => {
+            "nothing more was written. This write records an outcome, so the executor has \
+             already run; if the write did not land, the key turns ambiguous when its lease \
+             lapses, and a person resolves it. Do not run it again blindly"
+        }
+        _ => "nothing more was written; read the effect to see whether the write landed",
+    };
+    Error::StoreUnresolved(format!(
+        "the COMMIT of {what} for effect '{key}' in {store_name} may or may not have landed \
+         ({why}), and re-reading the row on a fresh connection failed ({cause}); {next}"
+    ))
+}
+
 /// The arguments of one transition, as its write and its recovery need them.
 pub(crate) struct TransitionCall<'a> {
     pub(crate) key: &'a str,

@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::planner::{self, Expected, ReservationPlan, Transition};
 use crate::record::{EffectRecord, EffectState, Micros};
 use crate::store::pool::{Pool, Pooled};
-use crate::store::recovery::{Commit, Reread, TransitionCall};
+use crate::store::recovery::{reread_failed, Commit, Reread, TransitionCall};
 use crate::store::Store;
 use conn::{describe, describe_pg_error, is_serialization, is_session_gone, Conn, Manager, Txn};
 use schema::init_schema;
@@ -256,17 +256,13 @@ impl Reread for PostgresStore {
             .and_then(|mut client| self.sql.select_row(&mut client, key, None));
         match read {
             Ok(row) => read_found(&row),
-            Err(e) => {
-                log::error!(target: "ctrlrun.store", "reread_failed: {what} '{key}': {e}");
-                Err(Error::StoreUnresolved(format!(
-                    "the COMMIT of {what} for effect '{key}' in the PostgreSQL store {} may or may \
-                     not have landed ({why}), and re-reading the row on a fresh connection failed \
-                     ({}); nothing more was written and the executor was not run. The key may stay \
-                     reserved until its lease lapses; then a person resolves it",
-                    self.description,
-                    describe_pg_error(&e)
-                )))
-            }
+            Err(e) => Err(reread_failed(
+                &self.store_name(),
+                what,
+                key,
+                why,
+                &describe_pg_error(&e),
+            )),
         }
     }
 

@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::planner::{self, Expected, ReservationPlan, Transition};
 use crate::record::{now_micros, EffectRecord, EffectState, Micros};
 use crate::store::pool::{Pool, Pooled};
-use crate::store::recovery::{Commit, Reread, Step, TransitionCall};
+use crate::store::recovery::{reread_failed, Commit, Reread, Step, TransitionCall};
 use crate::store::Store;
 use crate::url::SqliteOptions;
 pub use conn::ConnectionInit;
@@ -160,16 +160,8 @@ impl Reread for SqliteStore {
     fn reread(&self, what: &str, key: &str, why: &str) -> Result<(Option<EffectRecord>, Micros)> {
         let fresh = open_connection(&self.opts)
             .and_then(|c| select(&c, key).map_err(|e| Error::Store(e.to_string())));
-        let found = fresh.map_err(|e| {
-            log::error!(target: "ctrlrun.store", "reread_failed: {what} '{key}': {e}");
-            Error::StoreUnresolved(format!(
-                "the COMMIT of {what} for effect '{key}' in the SQLite store at {} may or may not \
-                 have landed ({why}), and re-reading the row failed ({e}); nothing more was \
-                 written and the executor was not run. The key stays reserved until its lease \
-                 lapses; then a person resolves it",
-                self.opts.path.display()
-            ))
-        })?;
+        let found =
+            fresh.map_err(|e| reread_failed(&self.store_name(), what, key, why, &e.to_string()))?;
         Ok((found, now_micros()))
     }
 
