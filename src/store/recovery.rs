@@ -67,6 +67,11 @@ pub(crate) trait Reread {
 
     /// The store, as messages name it ("the SQLite store at …").
     fn store_name(&self) -> String;
+
+    /// Whether a `COMMIT` that failed may still land after a re-read that did not see it. Not
+    /// for an embedded SQLite file (the failed `COMMIT` ended in this process: the re-read is
+    /// final); a server may still be processing a `COMMIT` whose reply was lost.
+    fn failed_commit_may_land_later(&self) -> bool;
 }
 
 /// The error for an unknown `COMMIT` whose re-read failed (`cause`): it says what the caller
@@ -165,11 +170,7 @@ pub(crate) fn settle_transition<T>(
                 log::warn!(target: "ctrlrun.store", "reread_unchanged_reissue: {what} '{key}'");
                 again()
             }
-            None => Err(Error::StoreUnresolved(format!(
-                "the re-issued COMMIT of {what} for effect '{key}' in {} failed again ({why}); \
-                 nothing more was written",
-                store.store_name()
-            ))),
+            None => Err(failed_twice(store, "re-issued", what, key, &why)),
         },
         AfterUnknown::Refuse(e) => {
             log::warn!(target: "ctrlrun.store", "reread_other: {what} '{key}'");
@@ -215,10 +216,24 @@ pub(crate) fn settle_write(
     }
     match retry {
         Some(again) => again(),
-        None => Err(Error::StoreUnresolved(format!(
-            "the retried COMMIT of {what} for effect '{key}' in {} failed again ({why}); nothing \
-             more was written",
-            store.store_name()
-        ))),
+        None => Err(failed_twice(store, "retried", what, key, &why)),
+    }
+}
+
+/// The second `COMMIT` of a write failed too, after a re-read showed the first had not landed.
+/// Where the re-read is final (SQLite), nothing was committed: a failed write, safe to retry
+/// (a full disk, an I/O error). Where a lost `COMMIT` may still land, it is unresolved.
+fn failed_twice(store: &impl Reread, again: &str, what: &str, key: &str, why: &str) -> Error {
+    let name = store.store_name();
+    if store.failed_commit_may_land_later() {
+        Error::StoreUnresolved(format!(
+            "the {again} COMMIT of {what} for effect '{key}' in {name} failed again ({why}); \
+             nothing more was written"
+        ))
+    } else {
+        Error::StoreWriteFailed(format!(
+            "{what} for effect '{key}' failed in {name}: its COMMIT failed twice ({why}) and a \
+             re-read showed it did not land; nothing was committed, so the write may be retried"
+        ))
     }
 }

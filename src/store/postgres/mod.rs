@@ -269,6 +269,10 @@ impl Reread for PostgresStore {
     fn store_name(&self) -> String {
         format!("the PostgreSQL store {}", self.description)
     }
+
+    fn failed_commit_may_land_later(&self) -> bool {
+        true
+    }
 }
 
 impl Store for PostgresStore {

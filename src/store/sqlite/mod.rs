@@ -168,6 +168,10 @@ impl Reread for SqliteStore {
     fn store_name(&self) -> String {
         format!("the SQLite store at {}", self.opts.path.display())
     }
+
+    fn failed_commit_may_land_later(&self) -> bool {
+        false
+    }
 }
 
 impl Store for SqliteStore {
