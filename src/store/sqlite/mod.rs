@@ -29,6 +29,15 @@ use sql::{read_record, select, COLUMNS};
 pub struct SqliteStore {
     opts: SqliteOptions,
     pool: Arc<Pool<Manager>>,
+    /// The file's (device, inode) when the store opened it.
+    identity: (u64, u64),
+}
+
+/// The (device, inode) the path names now.
+fn file_identity(path: &std::path::Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path)?;
+    Ok((meta.dev(), meta.ino()))
 }
 
 impl SqliteStore {
@@ -58,6 +67,7 @@ impl SqliteStore {
         }
         let first = open_connection(&opts)?;
         init_schema(&first, &opts.path)?;
+        let identity = file_identity(&opts.path).map_err(|e| open_error(&opts.path, e))?;
         drop(first);
         let pool = Arc::new(Pool::new(
             Manager {
@@ -70,7 +80,11 @@ impl SqliteStore {
         // No SQLite connection may stay open across a fork (see `store::fork`).
         let weak = Arc::downgrade(&pool);
         super::fork::register(weak);
-        Ok(SqliteStore { opts, pool })
+        Ok(SqliteStore {
+            opts,
+            pool,
+            identity,
+        })
     }
 
     fn conn(&self) -> Result<Pooled<'_, Manager>> {
@@ -90,8 +104,30 @@ impl SqliteStore {
         ))
     }
 
-    /// `BEGIN IMMEDIATE`, `body`, `COMMIT`. Errors before `COMMIT` roll back and are failed
-    /// writes; an error on `COMMIT` is reported as [`Commit::Unknown`].
+    /// The path still names the file this store opened. A file deleted or replaced under a
+    /// running process (a deploy that recreates the state folder, a cleanup job) would let this
+    /// process write into the old file while new processes reserve in the new one: the same key
+    /// would run twice. So every write transaction checks, under the write lock, and refuses.
+    fn check_identity(&self) -> Result<()> {
+        let now = file_identity(&self.opts.path);
+        if now.as_ref().ok() == Some(&self.identity) {
+            return Ok(());
+        }
+        let what = match now {
+            Ok(_) => "replaced by another file".to_owned(),
+            Err(e) => format!("deleted ({e})"),
+        };
+        Err(Error::Store(format!(
+            "the SQLite store file at {} was {what} since this store opened it; refusing to \
+             write, since other processes may now reserve in a different file. Nothing was \
+             written. Open the store again (or restart the process) once the file is where it \
+             belongs",
+            self.opts.path.display()
+        )))
+    }
+
+    /// `BEGIN IMMEDIATE`, the file's identity check, `body`, `COMMIT`. Errors before `COMMIT`
+    /// roll back and are failed writes; an error on `COMMIT` is reported as [`Commit::Unknown`].
     fn txn<T>(
         &self,
         conn: &mut Conn,
@@ -109,7 +145,7 @@ impl SqliteStore {
             }
             return Err(self.failed(what, key, e));
         }
-        let value = match body(&conn.conn) {
+        let value = match self.check_identity().and_then(|_| body(&conn.conn)) {
             Ok(v) => v,
             Err(e) => {
                 if conn.conn.execute_batch("ROLLBACK").is_err() {
@@ -158,7 +194,10 @@ impl SqliteStore {
 impl Reread for SqliteStore {
     /// The row and this host's clock: SQLite has no other.
     fn reread(&self, what: &str, key: &str, why: &str) -> Result<(Option<EffectRecord>, Micros)> {
-        let fresh = open_connection(&self.opts)
+        // Never re-read (or create) another file at the path.
+        let fresh = self
+            .check_identity()
+            .and_then(|_| open_connection(&self.opts))
             .and_then(|c| select(&c, key).map_err(|e| Error::Store(e.to_string())));
         let found =
             fresh.map_err(|e| reread_failed(&self.store_name(), what, key, why, &e.to_string()))?;
