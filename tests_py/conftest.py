@@ -20,6 +20,7 @@ import pytest
 import ctrlrun
 from ctrlrun.testing import MovableClock  # noqa: F401  (the store clock the tests move)
 
+from modes import Mode
 from pgproxy import PgProxy
 from pgserver import _find_bin, start_cluster
 
@@ -110,6 +111,12 @@ def store_url(backend, tmp_path, request) -> str:
         return sqlite_url(tmp_path / "state.db")
     pg_server: PgServer = request.getfixturevalue("pg")
     return pg_server.url(request.getfixturevalue("pg_schema"))
+
+
+@pytest.fixture(params=["sync", "async"])
+def mode(request) -> Mode:
+    """The kind of executor a shared decorator case runs against (tests_py/modes.py)."""
+    return Mode(request.param)
 
 
 @pytest.fixture(autouse=True)

@@ -105,10 +105,10 @@ def test_keyboard_interrupt_right_after_the_reservation_fails_it(store_url):
     row is failed and a retry runs."""
     import inspect
 
-    from ctrlrun import _runner
+    from ctrlrun._steps import Call
 
-    code = _runner.reserve_and_begin.__code__
-    lines, first = inspect.getsourcelines(_runner.reserve_and_begin)
+    code = Call.reserve.__code__
+    lines, first = inspect.getsourcelines(Call.reserve)
     reserve_line = first + next(i for i, ln in enumerate(lines) if "core.reserve(" in ln)
     fired = []
 

@@ -1,8 +1,8 @@
 """``protect``: reserve the effect key, run the executor, record the outcome.
 
 The pieces, each in its own module: ``_binding`` (the key from the arguments, and the policy's
-say), ``_runner`` (the steps, synchronous) and ``_runner_async`` (the same steps for
-coroutines)."""
+say), ``_steps`` (the steps of one call: reserve, run, record the outcome), ``_runner`` and
+``_runner_async`` (their drivers for functions and for coroutines)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, TypeVar, Union
 
 from . import _core, _runner, _runner_async
 from ._binding import Gate, PolicyWarning
-from ._runner import idempotency_token
+from ._steps import idempotency_token
 from ._store import Store, default_store, lease_to_micros, store_for_url
 from .errors import InvalidArgument
 

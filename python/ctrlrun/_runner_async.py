@@ -1,6 +1,7 @@
-"""The steps of a protected call for ``async def`` executors: the same reserve, run and
-outcome as ``_runner``, with every store call on a worker thread so the event loop never
-waits on the database, and the cancellation rules of SPEC §8.1."""
+"""The driver of a protected call for ``async def`` executors: the steps of
+:class:`._steps.Call` as ``_runner`` takes them, with every store step on a worker thread so
+the event loop never waits on the database, and the cancellation rules of SPEC §8.1: a
+reservation or outcome write in flight settles before a cancellation propagates."""
 
 from __future__ import annotations
 
@@ -10,17 +11,8 @@ import os
 import threading
 from typing import Any, Awaitable, Callable, Optional, Set, Tuple
 
-from ._records import result_to_json
-from ._runner import (
-    current,
-    fail_unstarted,
-    new_action_id,
-    outcome_of_raise,
-    reserve_and_begin,
-    write_outcome,
-)
+from ._steps import REFUSALS, Call
 from ._store import Store
-from .errors import AmbiguousEffect, DuplicateEffect, InvalidArgument, StoreError
 
 # Store calls are synchronous and release the GIL; coroutines run them on these worker
 # threads, so the event loop never waits on the database.
@@ -75,16 +67,28 @@ async def _finish(work: Awaitable[Any]) -> Any:
     return task.result()
 
 
-async def _fail_if_granted(
-    started: "asyncio.Future[int]", store: Store, key: str, action_id: str, why: BaseException
-) -> None:
+async def _fail_if_granted(started: "asyncio.Future[int]", call: Call, why: BaseException) -> None:
     """The caller was cancelled while the reservation was being written: once that write
     ends, a granted reservation whose body never started is recorded as failed."""
     try:
-        attempt = await started
+        await started
     except BaseException:
         return  # refused or failed: nothing was granted
-    await _in_thread(fail_unstarted, store, key, action_id, attempt, why)
+    await _in_thread(call.fail_unstarted, why)
+
+
+async def _record_raise(call: Call, exc: BaseException) -> None:
+    """Record what the executor's exception ``exc`` says; a refused write is raised in its
+    place. A cancellation meanwhile lets the write go on in its thread: if ``exc`` is itself
+    a cancellation it propagates as it is, else the new cancellation does."""
+    try:
+        await _finish(_in_thread(call.record, call.raised(exc)))
+    except REFUSALS as refusal:
+        raise call.refused(refusal, exc)
+    except asyncio.CancelledError:
+        if isinstance(exc, asyncio.CancelledError):
+            return  # the outcome write goes on in its thread; the cancellation propagates
+        raise
 
 
 async def run(
@@ -95,39 +99,23 @@ async def run(
     args: Tuple[Any, ...],
     kwargs: dict,
 ) -> Any:
-    action_id = new_action_id()
-    started = _in_thread(reserve_and_begin, store, key, action_id, lease_us)
+    call = Call(store, key, lease_us)
+    started = _in_thread(call.reserve)
     try:
-        attempt = await asyncio.shield(started)
+        await asyncio.shield(started)
     except asyncio.CancelledError as cancel:
         try:
-            await _finish(_fail_if_granted(started, store, key, action_id, cancel))
+            await _finish(_fail_if_granted(started, call, cancel))
         except asyncio.CancelledError:
             pass
         raise
-    token = current.set((key, attempt))
+    call.enter()
     try:
         result = await fn(*args, **kwargs)
     except BaseException as exc:
-        kind, text = outcome_of_raise(exc)
-        await _outcome_after_raise_async(store, key, action_id, attempt, kind, text, exc)
+        await _record_raise(call, exc)
         raise
     finally:
-        current.reset(token)
-    await _finish(
-        _in_thread(write_outcome, store, key, action_id, attempt, "commit", result_to_json(result))
-    )
+        call.leave()
+    await _finish(_in_thread(call.record, call.returned(result)))
     return result
-
-
-async def _outcome_after_raise_async(
-    store: Store, key: str, action_id: str, attempt: int, kind: str, text: str, exc: BaseException
-) -> None:
-    try:
-        await _finish(_in_thread(write_outcome, store, key, action_id, attempt, kind, text))
-    except (StoreError, DuplicateEffect, AmbiguousEffect, InvalidArgument) as refusal:
-        raise refusal from exc
-    except asyncio.CancelledError:
-        if isinstance(exc, asyncio.CancelledError):
-            return  # the outcome write goes on in its thread; the cancellation propagates
-        raise

@@ -1,0 +1,184 @@
+"""The step machine of one protected call: reserve (straight into ``executing``), run the
+executor inside its context, record its outcome.
+
+A :class:`Call` holds every decision once: the reservation, the executor context, what a
+return or a raise records, how a refused outcome write is chained onto the executor's
+exception. Its store steps (:meth:`Call.reserve`, :meth:`Call.record`,
+:meth:`Call.fail_unstarted`) are plain blocking calls. The drivers only sequence the steps,
+do the I/O and await: ``_runner`` calls them in line, ``_runner_async`` on worker threads
+with the cancellation rules of SPEC §8.1."""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import logging
+import os
+import time
+from typing import Any, Optional, Tuple
+
+from ._records import result_to_json
+from ._store import Store
+from .errors import (
+    AmbiguousEffect,
+    DuplicateEffect,
+    InvalidArgument,
+    NotExecuted,
+    StoreError,
+    StoreUnresolved,
+    StoreWriteFailed,
+)
+
+log = logging.getLogger("ctrlrun")
+
+# The call whose executor is running in this context (its effect key and attempt).
+current: contextvars.ContextVar[Optional["Call"]] = contextvars.ContextVar(
+    "ctrlruncurrent_effect", default=None
+)
+
+# Outcome writes are compare-and-sets, so re-issuing them is safe: this many tries, these pauses.
+OUTCOME_PAUSES = (0.05, 0.25, 1.0)
+_TRIES = (*OUTCOME_PAUSES, None)  # the pause after each try; None: the last one
+
+# What a failed outcome write raises in place of the executor's exception (chained onto it):
+# the store's refusal, or the write that could not be recorded. Anything else (an interrupt)
+# propagates as it is.
+REFUSALS = (StoreError, DuplicateEffect, AmbiguousEffect, InvalidArgument)
+
+
+def idempotency_token() -> str:
+    """A token for the remote API's own idempotency header, derived from the running
+    executor's (effect key, attempt): the same on every call within one attempt, different
+    after a renewal. Raises ``InvalidArgument`` outside a protected executor."""
+    call = current.get()
+    if call is None:
+        raise InvalidArgument("idempotency_token() is only available inside a protected executor")
+    text = f"{call.attempt}\x1f{call.key}"
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"ctrlrun-{digest[:40]}"
+
+
+def exc_text(exc: BaseException) -> str:
+    """``Type: message`` for the record: never raises, and storable as text anywhere (lone
+    surrogates escaped, NUL shown as \\x00)."""
+    try:
+        msg = str(exc)
+    except Exception:
+        msg = "<str() of the exception raised>"
+    text = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
+class Call:
+    """One protected call of the executor for ``key``: its action id, its lease and, once
+    reserved, its attempt. The steps, in order: :meth:`reserve`; :meth:`enter` the executor
+    context; run the body; :meth:`leave`; :meth:`record` what :meth:`returned` or
+    :meth:`raised` says, raising :meth:`refused` if that write is refused after a raise."""
+
+    __slots__ = ("store", "key", "lease_us", "action_id", "attempt", "token")
+
+    attempt: int
+    token: contextvars.Token[Optional[Call]]
+
+    def __init__(self, store: Store, key: str, lease_us: int) -> None:
+        self.store = store
+        self.key = key
+        self.lease_us = lease_us
+        self.action_id = "act_" + os.urandom(16).hex()
+        # attempt: set by reserve(); token: by enter()
+
+    # ---- step 1: the reservation (store I/O) ----------------------------------------------
+
+    def reserve(self) -> int:
+        """Reserve the key straight into ``executing`` (one durable write: the begin
+        transition is folded into the reservation, since the body starts right after);
+        returns the attempt."""
+        store = self.store
+        core = store.core
+        attempt: Optional[int] = None
+        try:
+            attempt = core.reserve(self.key, self.action_id, self.lease_us, store.now_us(), True)[3]
+            # Still inside the try: an interrupt (KeyboardInterrupt) landing just after the
+            # reservation returned records it as failed, since the body never started.
+            self.attempt = attempt
+            return attempt
+        except BaseException as exc:
+            if attempt is not None:
+                self.attempt = attempt
+                self.fail_unstarted(exc)
+            raise
+
+    def fail_unstarted(self, why: BaseException) -> None:
+        """The call stopped after the reservation landed but before the body began: nothing
+        ran, so record ``failed`` (a retry may run). If that write fails too, the lease lapses
+        into ``ambiguous``."""
+        store = self.store
+        try:
+            store.core.transition(
+                self.key,
+                self.action_id,
+                self.attempt,
+                "fail",
+                f"the executor never started: {exc_text(why)}",
+                store.now_us(),
+            )
+        except Exception as exc:  # the original error is what the caller must see
+            log.warning("ctrlrun: could not record %r as failed after %r: %s", self.key, why, exc)
+
+    # ---- step 2: the executor's context ---------------------------------------------------
+
+    def enter(self) -> None:
+        """Make ``idempotency_token()`` answer for this attempt while the body runs."""
+        self.token = current.set(self)
+
+    def leave(self) -> None:
+        current.reset(self.token)
+
+    # ---- step 3: the outcome --------------------------------------------------------------
+
+    def returned(self, result: Any) -> Tuple[str, Optional[str]]:
+        """The outcome a return records: ``commit``, with the value as JSON."""
+        return "commit", result_to_json(result)
+
+    def raised(self, exc: BaseException) -> Tuple[str, str]:
+        """The outcome an executor's exception records: ``NotExecuted`` says nothing happened
+        (``failed``: a retry may run); anything else leaves it unknown (``ambiguous``)."""
+        if isinstance(exc, NotExecuted):
+            return "fail", exc_text(exc)
+        text = exc_text(exc)
+        return "ambiguous", f"the executor raised {text}; whether the effect happened is unknown"
+
+    def refused(self, refusal: BaseException, exc: BaseException) -> BaseException:
+        """What the caller gets when recording the outcome of ``exc`` raised one of
+        ``REFUSALS``: the refusal, caused by the executor's exception."""
+        refusal.__cause__ = exc
+        return refusal
+
+    def record(self, outcome: Tuple[str, Optional[str]]) -> None:
+        """Record the executor's outcome, ``(kind, payload)`` as :meth:`returned` or
+        :meth:`raised` gave it (store I/O), re-issuing the compare-and-set on store failures."""
+        kind, payload = outcome
+        store = self.store
+        core = store.core
+        key, action_id, attempt = self.key, self.action_id, self.attempt
+        last: Optional[Exception] = None
+        for pause in _TRIES:
+            try:
+                core.transition_unread(key, action_id, attempt, kind, payload, store.now_us())
+                return
+            except (StoreWriteFailed, StoreUnresolved) as exc:
+                last = exc
+                log.warning("ctrlrun: recording %s for %r failed (%s); retrying", kind, key, exc)
+                if pause is not None:
+                    time.sleep(pause)
+            except (DuplicateEffect, AmbiguousEffect):
+                raise  # the row was taken over: the store's refusal is the answer
+            except Exception as exc:  # a closed store, a broken clock: not worth retrying
+                last = exc
+                break
+        raise StoreError(
+            f"the executor for effect '{key}' has already run (attempt {attempt}, action "
+            f"{action_id}), but recording its outcome ({kind}) failed: {last}. The effect stays "
+            f"executing and turns ambiguous when a contender meets its lapsed lease; do not "
+            f"retry it blindly"
+        ) from last
