@@ -148,7 +148,11 @@ def test_lost_commit_and_a_failed_reread_is_unresolved_and_runs_nothing(
     assert rule.fired == 1
     assert runs == []
     assert "re-read" in str(info.value) or "re-reading" in str(info.value)
+    assert "the executor was not run" in str(info.value)
+    assert info.value.effect_key == "pay:o6" and info.value.action_id.startswith("act_")
     rec = direct.get_effect("pay:o6")
+    if rec is not None:
+        assert rec.action_id == info.value.action_id  # the attempt to look for
     if action == "drop_before":
         assert rec is None  # nothing landed, nothing else was written
     else:

@@ -9,6 +9,7 @@ import asyncio
 import inspect
 import json
 import re
+import sys
 import uuid
 from datetime import timedelta
 
@@ -395,10 +396,33 @@ class _BadRepr:
         raise RuntimeError("repr is broken")
 
 
+class _ExitingRepr:
+    def __repr__(self):
+        # Raises for ctrlrun's result encoding only: asyncio's task repr and pytest's reports
+        # call repr too, and they are not what this case is about.
+        if sys._getframe(1).f_globals.get("__name__") == "ctrlrun._records":
+            raise SystemExit("repr exits")
+        return "_ExitingRepr()"
+
+
+class _BrokenDict(dict):
+    """A dict subclass whose own methods raise something json does not expect."""
+
+    def items(self):
+        raise RuntimeError("items() is broken")
+
+    def __iter__(self):
+        raise RuntimeError("__iter__ is broken")
+
+    def __repr__(self):
+        return "_BrokenDict(...)"
+
+
 @pytest.mark.parametrize(
     "make", [object, lambda: {1, 2}, lambda: float("nan"), lambda: {"s": {3}},
-             lambda: b"raw", _BadRepr],
-    ids=["object", "set", "nan", "nested-set", "bytes", "bad-repr"],
+             lambda: b"raw", _BadRepr, _ExitingRepr, lambda: _BrokenDict(a=1)],
+    ids=["object", "set", "nan", "nested-set", "bytes", "bad-repr", "repr-raises-SystemExit",
+         "dict-whose-items-raise"],
 )
 def test_unserialisable_result_still_commits_and_caller_gets_the_object(
     mode, store, second_store, make
@@ -418,8 +442,10 @@ def test_unserialisable_result_still_commits_and_caller_gets_the_object(
     assert isinstance(rec.result, dict)
     stored = list(rec.result.values())
     assert len(stored) == 1 and isinstance(stored[0], str)
-    if not isinstance(value, _BadRepr):
+    if not isinstance(value, (_BadRepr, _ExitingRepr)):
         assert stored == [repr(value)]
+    else:
+        assert stored == [f"<unrepresentable {type(value).__qualname__}>"]
 
 
 @pytest.mark.parametrize("value", [None, 0, "", False, [], {}, 0.0],

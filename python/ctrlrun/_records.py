@@ -110,10 +110,13 @@ def result_to_json(value: Any) -> str:
         if kind is str:
             return _quote(value)  # what json.dumps does for a str, without its Python layers
         return json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError, RecursionError):
+    except Exception:  # not JSON, or a container whose own methods raise (items(), __iter__)
         pass
     try:
         text = repr(value)
-    except Exception:  # a broken __repr__ must not turn a done effect into a failure
-        text = f"<unrepresentable {type(value).__qualname__}>"
+        if not isinstance(text, str):
+            raise TypeError("__repr__ returned a non-string")
+    except BaseException:  # noqa: B036 - a broken __repr__ (even one raising SystemExit) must
+        # not turn a done effect into a failure or leave its row executing: the effect happened
+        text = f"<unrepresentable {kind.__qualname__}>"
     return json.dumps({UNSERIALIZABLE_MARKER: text})

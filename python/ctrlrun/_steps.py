@@ -102,6 +102,10 @@ class Call:
             # reservation returned records it as failed, since the body never started.
             self.attempt = attempt
             return attempt
+        except StoreUnresolved as exc:
+            # the attempt an operator looks for, if the reservation did land
+            exc.effect_key, exc.action_id = self.key, self.action_id
+            raise
         except BaseException as exc:
             if attempt is not None:
                 self.attempt = attempt
