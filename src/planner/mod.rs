@@ -89,6 +89,9 @@ pub const MAX_LEASE: Micros = 10 * 366 * 86_400 * 1_000_000;
 /// The first instant no record may hold (year 10000): every reader shows times as dates.
 pub const END_OF_TIME: Micros = 253_402_300_800_000_000;
 
+/// The earliest instant a record may hold (0001-01-01, the first a date can show).
+pub const START_OF_TIME: Micros = -62_135_596_800_000_000;
+
 /// A character that does not belong in one printable line: a control character or a Unicode
 /// line or paragraph separator.
 fn breaks_a_line(c: char) -> bool {
@@ -99,9 +102,10 @@ fn breaks_a_line(c: char) -> bool {
 /// near the year 9999 must not write a row nobody can read back).
 pub fn check_lease_end(now: Micros, lease: Micros) -> Result<()> {
     match now.checked_add(lease) {
-        Some(end) if (0..END_OF_TIME).contains(&now) && end < END_OF_TIME => Ok(()),
+        Some(end) if (START_OF_TIME..END_OF_TIME).contains(&now) && end < END_OF_TIME => Ok(()),
         _ => Err(Error::InvalidArgument(format!(
-            "a lease of {lease} µs from {} would end after the year 9999; check the store's clock",
+            "a lease of {lease} µs from {} would end outside the years 1 to 9999; check the \
+             store's clock",
             format_micros(now)
         ))),
     }
