@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 
 def _find_bin(name: str) -> str:
@@ -60,11 +60,16 @@ class Cluster:
         shutil.rmtree(os.path.dirname(self.datadir), ignore_errors=True)
 
 
-def start_cluster(password: Optional[str] = "ctrlrun-test-secret") -> Cluster:
+def start_cluster(password: Optional[str] = "ctrlrun-test-secret",
+                  settings: Optional[Dict[str, str]] = None, hba: Optional[str] = None,
+                  files: Optional[Dict[str, str]] = None) -> Cluster:
     """Create and start a cluster; raises RuntimeError (with the server's log) on failure.
 
     With ``password``, TCP connections authenticate with it (scram-sha-256), so the tests can
-    check that a wrong password fails and that no message leaks one."""
+    check that a wrong password fails and that no message leaks one. ``settings`` are extra
+    server settings (``ssl``, ``default_transaction_read_only``), ``hba`` replaces pg_hba.conf,
+    ``files`` are copied into the data folder (name -> source path), owned by the server's user
+    and private to it (a TLS key must be)."""
     initdb, pg_ctl = _find_bin("initdb"), _find_bin("pg_ctl")
     root = tempfile.mkdtemp(prefix="ctrlrun-pg-")
     datadir = os.path.join(root, "data")
@@ -91,11 +96,22 @@ def start_cluster(password: Optional[str] = "ctrlrun-test-secret") -> Cluster:
     init = subprocess.run(cmd, capture_output=True, text=True)
     if init.returncode != 0:
         raise RuntimeError(f"initdb failed ({init.returncode}): {init.stderr or init.stdout}")
+    for name, source in (files or {}).items():
+        target = os.path.join(datadir, name)
+        shutil.copyfile(source, target)
+        os.chmod(target, 0o600)
+        if as_user:
+            os.chown(target, pw.pw_uid, pw.pw_gid)
+    if hba is not None:
+        with open(os.path.join(datadir, "pg_hba.conf"), "w") as f:
+            f.write(hba)
     logfile = os.path.join(root, "server.log")
     opts = (
         f"-p {port} -k {root} -c listen_addresses='127.0.0.1,127.0.0.2' "
         f"-c max_connections=200 -c fsync=on -c shared_buffers=32MB"
     )
+    for name, value in (settings or {}).items():
+        opts += f" -c {name}={value}"
     start = subprocess.run(
         [*as_user, pg_ctl, "-D", datadir, "-l", logfile, "-o", opts, "-w", "-t", "60", "start"],
         capture_output=True,

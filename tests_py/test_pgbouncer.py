@@ -255,7 +255,7 @@ def test_statement_mode_refuses_transactions_so_the_store_fails_closed(pg, schem
                 runs.append(order)
                 return "paid"
 
-            with pytest.raises(ctrlrun.StoreWriteFailed, match="connection closed"):
+            with pytest.raises(ctrlrun.StoreWriteFailed, match="not allowed in statement pooling mode"):
                 pay("o1")
         assert runs == []
         with ctrlrun.open_store(pg.url(made)) as direct:

@@ -305,7 +305,8 @@ fn transition_from_states_and_targets_follow_the_spec_table() {
     assert_eq!(fail().target(), Failed);
     let mut m = mark().from_states().to_vec();
     m.sort_by_key(|s| s.as_str());
-    assert_eq!(m, vec![Ambiguous, Executing, Reserved]);
+    // an ambiguous row of the same attempt takes a late error through plan_mismatch
+    assert_eq!(m, vec![Executing, Reserved]);
     assert_eq!(mark().target(), Ambiguous);
 }
 
@@ -770,5 +771,79 @@ fn line_and_paragraph_separators_are_not_one_printable_line() {
             bad,
             T0,
         ));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// late outcomes: what an attempt learns after its lease lapsed is written while the row is its
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn late_outcomes_follow_the_table_and_keep_the_rows_history() {
+    use ctrlrun::planner::{plan_mismatch, Mismatch};
+    let lapsed = EffectRecord {
+        error: Some("the lease lapsed".into()),
+        lease_expires_at: None,
+        ..row(EffectState::Ambiguous)
+    };
+    let by_person = |state: EffectState| EffectRecord {
+        state,
+        resolved_by: Some("ops:alice".into()),
+        error: Some(format!(
+            "the lease lapsed [resolved as {state} by ops:alice]"
+        )),
+        lease_expires_at: None,
+        result: None,
+        ..row(state)
+    };
+    let late = |found: &EffectRecord, t: Transition| match plan_mismatch(
+        Some(found.clone()),
+        KEY,
+        HOLDER,
+        Some(3),
+        &t,
+        T0 + 9,
+    ) {
+        Mismatch::Late { expected, row } => {
+            assert_eq!(expected, Expected::of(found));
+            assert_eq!((row.attempt, row.action_id.as_str()), (3, HOLDER));
+            assert_eq!((row.updated_at, row.lease_expires_at), (T0 + 9, None));
+            assert!(row
+                .error
+                .as_deref()
+                .unwrap()
+                .starts_with(found.error.as_deref().unwrap()));
+            row
+        }
+        other => panic!("expected a late write, got {other:?}"),
+    };
+    let c = late(&lapsed, commit());
+    assert_eq!(
+        (c.state, c.result.as_deref()),
+        (EffectState::Committed, Some("42"))
+    );
+    assert_eq!(late(&lapsed, fail()).state, EffectState::Failed);
+    let m = late(&lapsed, mark());
+    assert_eq!(m.state, EffectState::Ambiguous);
+    assert!(m.error.unwrap().ends_with("then, late: exploded"));
+    let over = late(&by_person(EffectState::Failed), commit());
+    assert_eq!(over.state, EffectState::Committed);
+    assert_eq!(over.resolved_by.as_deref(), Some("ops:alice"));
+    assert!(over.error.unwrap().contains("overrules"));
+    let gained = late(&by_person(EffectState::Committed), commit());
+    assert_eq!(
+        (gained.state, gained.result.is_some()),
+        (EffectState::Committed, true)
+    );
+    // nothing late to write: another attempt's row, or a combination the table leaves alone
+    for (found, t, attempt) in [
+        (lapsed.clone(), commit(), Some(4)),
+        (by_person(EffectState::Failed), mark(), Some(3)),
+        (by_person(EffectState::Committed), fail(), Some(3)),
+    ] {
+        match plan_mismatch(Some(found), KEY, HOLDER, attempt, &t, T0 + 9) {
+            Mismatch::Late { .. } => panic!("no late write for {t:?} on another row"),
+            Mismatch::Landed(_) | Mismatch::Refuse(_) => {}
+        }
     }
 }

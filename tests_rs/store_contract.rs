@@ -180,20 +180,39 @@ fn lapsed_lease_is_written_ambiguous_before_refusing_and_the_holder_is_shut_out(
         let other = f.reopen();
         assert_eq!(other.get("k").unwrap(), Some(rec.clone()));
 
-        // The holder finishes late: refused, and the row stays as the contender wrote it.
-        if begin {
-            let (r, _) = assert_ambiguous(f.step("k", A1, 1, commit("\"done\""), late + 5));
-            assert_eq!(r, rec);
-        } else {
-            let (r, _) = assert_ambiguous(f.step("k", A1, 1, Transition::Begin, late + 5));
-            assert_eq!(r, rec);
-        }
-        assert_ambiguous(f.step("k", A1, 1, fail("nothing ran"), late + 6));
-        assert_eq!(f.get("k"), rec);
-        assert_eq!(other.get("k").unwrap(), Some(rec));
         // And the next contender is refused the same way, writing nothing.
         assert_ambiguous(other.reserve("k", A2, LEASE, false, Some(late + 10)));
         assert_eq!(f.get("k").updated_at, late);
+
+        // The holder comes back late. A begin is refused (its lease is gone), but an outcome
+        // is written while the row is still its attempt's (the late-outcome rule).
+        if begin {
+            let c = f.step("k", A1, 1, commit("\"done\""), late + 20).unwrap();
+            assert_eq!(
+                (c.state, c.result.as_deref()),
+                (EffectState::Committed, Some("\"done\""))
+            );
+            assert!(c.error.as_deref().unwrap().starts_with(&lapse), "{c:?}");
+            assert_eq!(f.get("k"), c);
+            assert_duplicate(
+                other.reserve("k", A2, LEASE, false, Some(late + 21)),
+                DuplicateKind::Committed,
+            );
+        } else {
+            let (r, _) = assert_ambiguous(f.step("k", A1, 1, Transition::Begin, late + 20));
+            assert_eq!(r, rec);
+            let failed = f.step("k", A1, 1, fail("nothing ran"), late + 21).unwrap();
+            assert_eq!(failed.state, EffectState::Failed);
+            assert!(failed
+                .error
+                .as_deref()
+                .unwrap()
+                .ends_with("did not run: nothing ran"));
+            let renewed = other
+                .reserve("k", A2, LEASE, false, Some(late + 22))
+                .unwrap();
+            assert_eq!(renewed.attempt, 2);
+        }
     }
 }
 
@@ -512,9 +531,14 @@ fn a_held_key_whose_lease_lapsed_is_resolved_with_its_lapse(b: Backend) {
         );
         assert_eq!(f.get(key), r);
         assert_duplicate(f.reserve(key, A2, late + 1), DuplicateKind::Committed);
-        // the holder, back late, changes nothing
-        let _ = f.step(key, A1, 1, commit("1"), late + 2);
-        assert_eq!(f.get(key), r);
+        // the holder, back late, keeps it committed and adds its result
+        let c = f.step(key, A1, 1, commit("1"), late + 2).unwrap();
+        assert_eq!(
+            (c.state, c.result.as_deref()),
+            (EffectState::Committed, Some("1"))
+        );
+        assert_eq!(c.resolved_by.as_deref(), Some("ops:alice"));
+        assert_eq!(f.get(key), c);
     }
 }
 

@@ -175,14 +175,24 @@ class Call:
                 log.warning("ctrlrun: recording %s for %r failed (%s); retrying", kind, key, exc)
                 if pause is not None:
                     time.sleep(pause)
-            except (DuplicateEffect, AmbiguousEffect):
-                raise  # the row was taken over: the store's refusal is the answer
+            except (DuplicateEffect, AmbiguousEffect, InvalidArgument) as refusal:
+                if isinstance(refusal, InvalidArgument) and core.closed:
+                    last = refusal  # the store was closed meanwhile: not the row's answer
+                    break
+                # The row is no longer this attempt's to write (a newer attempt holds it, or a
+                # person settled it in a way the outcome cannot change): the store's refusal is
+                # the answer, and the outcome that came too late is on record in the log.
+                log.error(
+                    "ctrlrun: the outcome (%s) of effect %r, attempt %d (action %s), was not "
+                    "recorded: %s", kind, key, attempt, action_id, refusal,
+                )
+                raise
             except Exception as exc:  # a closed store, a broken clock: not worth retrying
                 last = exc
                 break
         raise StoreError(
             f"the executor for effect '{key}' has already run (attempt {attempt}, action "
-            f"{action_id}), but recording its outcome ({kind}) failed: {last}. The effect stays "
-            f"executing and turns ambiguous when a contender meets its lapsed lease; do not "
-            f"retry it blindly"
+            f"{action_id}), but recording its outcome ({kind}) failed: {last}. The row keeps what "
+            f"the store last recorded (executing, until a contender finds its lease lapsed and "
+            f"marks it ambiguous); do not retry it blindly"
         ) from last

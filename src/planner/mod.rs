@@ -6,7 +6,8 @@ use crate::record::{EffectRecord, EffectState, Micros};
 
 mod transition;
 pub use transition::{
-    settle_mismatch, settle_unknown_transition, AfterUnknown, Transition, TransitionWrite,
+    plan_mismatch, settle_mismatch, settle_unknown_transition, AfterUnknown, Mismatch, Transition,
+    TransitionWrite,
 };
 
 /// The row a compare-and-set expects to find: `WHERE effect_key = .. AND state = .. AND

@@ -14,7 +14,8 @@ pub enum Transition {
     Commit { result: Option<String> },
     /// `executing` (or `reserved`: the body never started) -> `failed`.
     Fail { error: String },
-    /// `reserved`/`executing`/`ambiguous` -> `ambiguous`.
+    /// `reserved`/`executing` -> `ambiguous` (on an `ambiguous` row of the same attempt, the
+    /// error is added to the row's: see [`plan_mismatch`]).
     MarkAmbiguous { error: String },
 }
 
@@ -35,7 +36,7 @@ impl Transition {
             Transition::Begin => &[Reserved],
             Transition::Commit { .. } => &[Executing],
             Transition::Fail { .. } => &[Executing, Reserved],
-            Transition::MarkAmbiguous { .. } => &[Reserved, Executing, Ambiguous],
+            Transition::MarkAmbiguous { .. } => &[Reserved, Executing],
         }
     }
 
@@ -140,6 +141,113 @@ pub fn settle_mismatch(
     ))
 }
 
+/// What a transition whose compare-and-set matched nothing does with the row it found.
+#[derive(Debug)]
+pub enum Mismatch {
+    /// The transition had already landed for this attempt: nothing to write.
+    Landed(EffectRecord),
+    /// A late outcome: write `row` over `expected` (see [`plan_mismatch`]).
+    Late {
+        expected: super::Expected,
+        row: EffectRecord,
+    },
+    /// Refuse by SPEC §4's re-read rule.
+    Refuse(Error),
+}
+
+/// After a compare-and-set for `transition` matched nothing, the row found decides.
+///
+/// An outcome that arrives late (the executor ran past its lease) is never lost while the row
+/// still belongs to its attempt (same action id and attempt, no newer attempt since):
+///
+/// | the row | a return (`commit`) | `NotExecuted` (`fail`) | another exception (`mark_ambiguous`) |
+/// | --- | --- | --- | --- |
+/// | `ambiguous` (lapsed) | `committed` with the result | `failed` | stays `ambiguous` |
+/// | `failed`, set by a person | `committed` with the result: the effect happened | - | - |
+/// | `committed`, set by a person | stays `committed`, gains the result | - | - |
+///
+/// Each keeps the row's history in `error` and adds what came late. Anything else is the
+/// re-read rule's: landed, or refused.
+pub fn plan_mismatch(
+    found: Option<EffectRecord>,
+    key: &str,
+    action_id: &str,
+    attempt: Option<i64>,
+    transition: &Transition,
+    now: Micros,
+) -> Mismatch {
+    if let Some(row) = &found {
+        if row.is_attempt(action_id, attempt) {
+            if let Some(late) = late_outcome(row, transition, now) {
+                return Mismatch::Late {
+                    expected: super::Expected::of(row),
+                    row: late,
+                };
+            }
+        }
+    }
+    match settle_mismatch(found, key, action_id, attempt, transition, now) {
+        Ok(row) => Mismatch::Landed(row),
+        Err(e) => Mismatch::Refuse(e),
+    }
+}
+
+/// The row a late outcome writes over `row` (of the same attempt), or `None`.
+fn late_outcome(row: &EffectRecord, t: &Transition, now: Micros) -> Option<EffectRecord> {
+    let w = t.write();
+    let by_person = row.resolved_by.is_some();
+    let noted = |what: String| match row.error.as_deref() {
+        Some(e) if !e.is_empty() => Some(format!("{e}; {what}")),
+        _ => Some(what),
+    };
+    let (state, result, error) = match (t, row.state) {
+        (Transition::Commit { .. }, EffectState::Ambiguous) if !by_person => (
+            EffectState::Committed,
+            w.result.map(str::to_owned),
+            noted("then the executor returned, late: the effect happened".into()),
+        ),
+        (Transition::Commit { .. }, EffectState::Failed) if by_person => (
+            EffectState::Committed,
+            w.result.map(str::to_owned),
+            noted(
+                "then the executor returned, late: the effect happened, which overrules \
+                   the resolution as failed"
+                    .into(),
+            ),
+        ),
+        (Transition::Commit { .. }, EffectState::Committed)
+            if by_person && row.result.is_none() =>
+        {
+            (
+                EffectState::Committed,
+                w.result.map(str::to_owned),
+                noted("then the executor returned, late".into()),
+            )
+        }
+        (Transition::Fail { error }, EffectState::Ambiguous) if !by_person => (
+            EffectState::Failed,
+            None,
+            noted(format!(
+                "then the executor reported, late, that it did not run: {error}"
+            )),
+        ),
+        (Transition::MarkAmbiguous { error }, EffectState::Ambiguous) if !by_person => (
+            EffectState::Ambiguous,
+            row.result.clone(),
+            noted(format!("then, late: {error}")),
+        ),
+        _ => return None,
+    };
+    Some(EffectRecord {
+        state,
+        updated_at: now,
+        lease_expires_at: None,
+        result,
+        error,
+        ..row.clone()
+    })
+}
+
 /// After an unknown `COMMIT` of a later transition, what the re-read row says (SPEC §6).
 #[derive(Debug)]
 pub enum AfterUnknown {
@@ -161,18 +269,17 @@ pub fn settle_unknown_transition(
     now: Micros,
 ) -> AfterUnknown {
     match found {
-        Some(row) if row.state == transition.target() && row.is_attempt(action_id, attempt) => {
-            AfterUnknown::Landed(row)
-        }
         Some(row)
             if transition.from_states().contains(&row.state)
                 && row.is_attempt(action_id, attempt) =>
         {
             AfterUnknown::Reissue
         }
-        other => match settle_mismatch(other, key, action_id, attempt, transition, now) {
-            Ok(row) => AfterUnknown::Landed(row),
-            Err(e) => AfterUnknown::Refuse(e),
+        // a late outcome not yet written is written again; one written has landed
+        other => match plan_mismatch(other, key, action_id, attempt, transition, now) {
+            Mismatch::Landed(row) => AfterUnknown::Landed(row),
+            Mismatch::Late { .. } => AfterUnknown::Reissue,
+            Mismatch::Refuse(e) => AfterUnknown::Refuse(e),
         },
     }
 }

@@ -99,8 +99,10 @@ pub fn open_store(url: &str) -> Result<Arc<dyn Store>> {
             url,
             schema,
             pool_size,
+            timeout,
+            tls,
         } => Ok(Arc::new(postgres::PostgresStore::open(
-            &url, &schema, pool_size,
+            &url, &schema, pool_size, timeout, &tls,
         )?)),
     }
 }

@@ -65,7 +65,8 @@ impl Fixture {
             }
             Backend::Postgres => {
                 let schema = format!(
-                    "rs_{}_{}",
+                    "{}rs_{}_{}",
+                    ctrlrun::store::postgres::SCRATCH_PREFIX,
                     std::process::id(),
                     SCHEMAS.fetch_add(1, Ordering::SeqCst)
                 );
@@ -131,11 +132,9 @@ impl Fixture {
 
 impl Drop for Fixture {
     fn drop(&mut self) {
-        if let Some(schema) = &self.schema {
+        if self.schema.is_some() {
             // Best effort: the cluster is a throwaway one, but a given server is kept tidy.
-            if let Ok(mut admin) = postgres::Client::connect(&pg_base_url(), postgres::NoTls) {
-                let _ = admin.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"));
-            }
+            let _ = ctrlrun::store::postgres::drop_scratch_schema(&self.url);
         }
     }
 }

@@ -1,9 +1,12 @@
 //! One pooled connection, how it is opened, and how the driver's errors are classified.
 
-use postgres::error::SqlState;
-use postgres::{Client, Config, NoTls};
+use std::time::Duration;
 
-use super::sql::PgResult;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::Config;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use super::client::{Client, PgError, PgResult};
 
 /// One pooled connection. It holds no prepared statement and no session setting.
 pub struct Conn {
@@ -33,7 +36,7 @@ pub(super) struct Txn<'a> {
 
 impl<'a> Txn<'a> {
     pub(super) fn begin(conn: &'a mut Conn) -> PgResult<Txn<'a>> {
-        if let Err(e) = conn.client.batch_execute(BEGIN) {
+        if let Err(e) = conn.client.batch_execute("START TRANSACTION", BEGIN) {
             // Whatever part of it ran, the session may be left inside a transaction: never
             // lend this connection out again.
             conn.broken = true;
@@ -49,7 +52,7 @@ impl<'a> Txn<'a> {
 
     pub(super) fn commit(mut self) -> PgResult<()> {
         self.open = false;
-        let committed = self.conn.client.batch_execute("COMMIT");
+        let committed = self.conn.client.batch_execute("COMMIT", "COMMIT");
         if committed.is_err() {
             self.conn.broken = true; // its state is unknown: never lend it out again
         }
@@ -59,20 +62,37 @@ impl<'a> Txn<'a> {
 
 impl Drop for Txn<'_> {
     fn drop(&mut self) {
-        if self.open && self.conn.client.batch_execute("ROLLBACK").is_err() {
+        if self.open
+            && self
+                .conn
+                .client
+                .batch_execute("ROLLBACK", "ROLLBACK")
+                .is_err()
+        {
             self.conn.broken = true;
         }
     }
 }
 
-pub(super) struct Manager {
+#[derive(Clone)]
+pub(crate) struct Manager {
     pub(super) config: Config,
+    pub(super) tls: MakeRustlsConnect,
+    /// Bounds a new connection's start-up (libpq's `connect_timeout`, default 10 s).
+    pub(super) connect_timeout: Duration,
+    /// Bounds every later exchange (our `timeout`, default 30 s).
+    pub(super) timeout: Duration,
 }
 
 impl Manager {
-    fn connect_client(&self) -> PgResult<Conn> {
+    /// A new connection, not pooled (the store's pool, and the fresh one a re-read needs).
+    pub(super) fn connect_client(&self) -> PgResult<Client> {
+        Client::connect(&self.config, &self.tls, self.connect_timeout, self.timeout)
+    }
+
+    fn connect_conn(&self) -> PgResult<Conn> {
         Ok(Conn {
-            client: self.config.connect(NoTls)?,
+            client: self.connect_client()?,
             broken: false,
             used: false,
         })
@@ -84,7 +104,7 @@ impl crate::store::pool::Manage for Manager {
     type Error = String;
 
     fn connect(&self) -> std::result::Result<Conn, String> {
-        self.connect_client().map_err(|e| describe_pg_error(&e))
+        self.connect_conn().map_err(|e| e.describe())
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
@@ -92,17 +112,18 @@ impl crate::store::pool::Manage for Manager {
     }
 }
 
-pub(super) fn is_serialization(e: &postgres::Error) -> bool {
+pub(super) fn is_serialization(e: &PgError) -> bool {
     matches!(
         e.code(),
         Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED
     )
 }
 
-/// The server ended the session (an administrator, a restart, a crash) or the socket is gone.
-/// The client may not have noticed the closed socket yet when the server's goodbye arrives as
-/// the answer to `BEGIN`, so `Client::is_closed` alone is not enough.
-pub(super) fn is_session_gone(e: &postgres::Error) -> bool {
+/// The server ended the session (an administrator, a restart, a crash), the socket is gone, or
+/// a wait ran out and the connection was abandoned. The client may not have noticed the closed
+/// socket yet when the server's goodbye arrives as the answer to `BEGIN`, so
+/// `Client::is_closed` alone is not enough.
+pub(super) fn is_session_gone(e: &PgError) -> bool {
     e.is_closed()
         || matches!(
             e.code(),
@@ -113,34 +134,29 @@ pub(super) fn is_session_gone(e: &postgres::Error) -> bool {
         )
 }
 
-pub(super) fn describe_pg_error(e: &postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
-        None => {
-            // "error connecting to server" alone does not say why: add the causes.
-            let mut text = e.to_string();
-            let mut source = std::error::Error::source(e);
-            while let Some(cause) = source {
-                let more = cause.to_string();
-                if !text.contains(&more) {
-                    text = format!("{text}: {more}");
-                }
-                source = cause.source();
-            }
-            text
-        }
-    }
-}
-
+/// `postgresql://user@host:port,host2:port2/db?schema=…` for messages (never a password).
 pub(super) fn describe(config: &Config, schema: &str) -> String {
-    use postgres::config::Host;
+    use tokio_postgres::config::Host;
     let user = config.get_user().unwrap_or("");
-    let host = match config.get_hosts().first() {
-        Some(Host::Tcp(h)) => h.clone(),
-        Some(Host::Unix(p)) => p.display().to_string(),
-        None => "localhost".into(),
+    let ports = config.get_ports();
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| {
+            let name = match host {
+                Host::Tcp(h) => h.clone(),
+                Host::Unix(p) => p.display().to_string(),
+            };
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            format!("{name}:{port}")
+        })
+        .collect();
+    let hosts = if hosts.is_empty() {
+        "localhost:5432".to_owned()
+    } else {
+        hosts.join(",")
     };
-    let port = config.get_ports().first().copied().unwrap_or(5432);
     let db = config.get_dbname().unwrap_or(user);
-    format!("postgresql://{user}@{host}:{port}/{db}?schema={schema}")
+    format!("postgresql://{user}@{hosts}/{db}?schema={schema}")
 }

@@ -13,15 +13,17 @@
 //! timeout) is unknown: the row is re-read on a fresh connection and decides. A failed re-read
 //! is `StoreUnresolved`. Each branch is logged on `ctrlrun.store` with its name.
 
+mod client;
 mod conn;
 mod schema;
 mod sql;
+mod tls;
 mod writes;
 
 use std::str::FromStr;
 use std::time::Duration;
 
-use postgres::{Client, Config, NoTls};
+use tokio_postgres::Config;
 
 use crate::error::{Error, Result};
 use crate::planner::{self, Expected, ReservationPlan, Transition};
@@ -29,10 +31,12 @@ use crate::record::{EffectRecord, EffectState, Micros};
 use crate::store::pool::{Pool, Pooled};
 use crate::store::recovery::{reread_failed, Commit, Reread, TransitionCall};
 use crate::store::Store;
-use conn::{describe, describe_pg_error, is_serialization, is_session_gone, Conn, Manager, Txn};
+use crate::url::PgTls;
+use client::{Client, PgError, PgResult};
+use conn::{describe, is_serialization, is_session_gone, Conn, Manager, Txn};
 use schema::init_schema;
 pub use schema::{drop_scratch_schema, SCHEMA_VERSION, SCRATCH_PREFIX};
-use sql::{read_found, read_record, PgResult, Sql};
+use sql::{read_found, read_record, Sql};
 
 /// PostgreSQL `text` cannot hold NUL: refuse such a key before any write.
 fn check_key(key: &str) -> Result<()> {
@@ -61,7 +65,8 @@ fn check_transition_text(t: &Transition) -> Result<()> {
 }
 
 pub struct PostgresStore {
-    manager_config: Config,
+    /// How a fresh, unpooled connection is made (the re-read after an unknown `COMMIT`).
+    fresh: Manager,
     sql: std::sync::Arc<Sql>,
     description: String,
     pool: Pool<Manager>,
@@ -71,10 +76,12 @@ pub struct PostgresStore {
 }
 
 impl PostgresStore {
-    /// Connect, create the schema's tables if missing, check the recorded schema version.
-    pub fn open(url: &str, schema: &str, pool_size: usize) -> Result<PostgresStore> {
+    /// How connections to the URL's servers are made: the driver's settings with our
+    /// defaults (`connect_timeout` 10 s, `application_name` ctrlrun, TCP keepalives), the TLS
+    /// connector, and the bound on every exchange.
+    pub(crate) fn connector_for(url: &str, timeout: Duration, tls: &PgTls) -> Result<Manager> {
         let mut config = Config::from_str(url).map_err(|e| {
-            Error::Store(format!(
+            Error::InvalidArgument(format!(
                 "cannot parse the PostgreSQL URL (password not shown): {e}"
             ))
         })?;
@@ -85,30 +92,41 @@ impl PostgresStore {
             config.application_name("ctrlrun");
         }
         config.keepalives_idle(Duration::from_secs(30));
-        let description = describe(&config, schema);
-        let mut client = config.connect(NoTls).map_err(|e| {
+        let connect_timeout = config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(Duration::from_secs(10));
+        Ok(Manager {
+            tls: tls::connector(tls)?,
+            config,
+            connect_timeout,
+            timeout,
+        })
+    }
+
+    /// Connect, create the schema's tables if missing, check the recorded schema version.
+    pub fn open(
+        url: &str,
+        schema: &str,
+        pool_size: usize,
+        timeout: Duration,
+        tls: &PgTls,
+    ) -> Result<PostgresStore> {
+        let fresh = Self::connector_for(url, timeout, tls)?;
+        let description = describe(&fresh.config, schema);
+        let mut client = fresh.connect_client().map_err(|e| {
             Error::Store(format!(
                 "cannot connect to the PostgreSQL store {description}: {}",
-                describe_pg_error(&e)
+                e.describe()
             ))
         })?;
         init_schema(&mut client, schema, &description)?;
         drop(client);
         let sql = std::sync::Arc::new(Sql::new(schema));
         // Waiting for a pooled connection, or for the server: the connect timeout bounds both.
-        let timeout = config
-            .get_connect_timeout()
-            .copied()
-            .unwrap_or(Duration::from_secs(10));
-        let pool = Pool::new(
-            Manager {
-                config: config.clone(),
-            },
-            pool_size,
-            timeout,
-        );
+        let pool = Pool::new(fresh.clone(), pool_size, fresh.connect_timeout);
         Ok(PostgresStore {
-            manager_config: config,
+            fresh,
             sql,
             description,
             pool,
@@ -126,12 +144,12 @@ impl PostgresStore {
         })
     }
 
-    fn failed(&self, what: &str, key: &str, e: &postgres::Error) -> Error {
+    fn failed(&self, what: &str, key: &str, e: &PgError) -> Error {
         Error::StoreWriteFailed(format!(
             "{what} for effect '{key}' failed in the PostgreSQL store {}: {}; nothing was \
              committed, so the write may be retried",
             self.description,
-            describe_pg_error(e)
+            e.describe()
         ))
     }
 
@@ -164,7 +182,7 @@ impl PostgresStore {
     fn died_idle(
         &self,
         conn: &mut Conn,
-        e: &postgres::Error,
+        e: &PgError,
         stale: &mut usize,
         what: &str,
         key: &str,
@@ -173,7 +191,10 @@ impl PostgresStore {
         if gone {
             conn.broken = true;
         }
-        if !(gone && conn.used && *stale < self.max_stale) {
+        // A wait that ran out is a server that is slow or silent now, not a connection that
+        // died idle: trying the next one would multiply the bound.
+        let timed_out = matches!(e, PgError::TimedOut { .. });
+        if !(gone && !timed_out && conn.used && *stale < self.max_stale) {
             return false;
         }
         *stale += 1;
@@ -208,7 +229,7 @@ impl PostgresStore {
                             log::warn!(target: "ctrlrun.store", "commit_refused: {what} '{key}': {e}");
                             Err(self.failed(what, key, &e))
                         }
-                        Err(e) => Ok(Commit::Unknown(value, describe_pg_error(&e))),
+                        Err(e) => Ok(Commit::Unknown(value, e.describe())),
                     };
                 }
                 Err(e) => e,
@@ -251,8 +272,8 @@ impl PostgresStore {
 impl Reread for PostgresStore {
     fn reread(&self, what: &str, key: &str, why: &str) -> Result<(Option<EffectRecord>, Micros)> {
         let read = self
-            .manager_config
-            .connect(NoTls)
+            .fresh
+            .connect_client()
             .and_then(|mut client| self.sql.select_row(&mut client, key, None));
         match read {
             Ok(row) => read_found(&row),
@@ -261,7 +282,7 @@ impl Reread for PostgresStore {
                 what,
                 key,
                 why,
-                &describe_pg_error(&e),
+                &e.describe(),
             )),
         }
     }
@@ -362,7 +383,7 @@ impl Store for PostgresStore {
                 Error::Store(format!(
                     "reading effect '{key}' from the PostgreSQL store {} failed: {}",
                     self.description,
-                    describe_pg_error(&e)
+                    e.describe()
                 ))
             })?;
         Ok(read_found(&row)?.0)
@@ -378,7 +399,7 @@ impl Store for PostgresStore {
                 Error::Store(format!(
                     "listing effects in the PostgreSQL store {} failed: {}",
                     self.description,
-                    describe_pg_error(&e)
+                    e.describe()
                 ))
             })?;
         rows.iter()

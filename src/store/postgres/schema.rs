@@ -1,27 +1,26 @@
 //! Creating the store's tables, checking their version, and dropping scratch schemas.
 
-use std::str::FromStr;
 use std::time::Duration;
 
-use postgres::error::SqlState;
-use postgres::{Client, Config, NoTls};
+use tokio_postgres::error::SqlState;
 
-use super::conn::{describe, describe_pg_error};
+use super::client::{Client, PgError};
+use super::conn::describe;
 use crate::error::{Error, Result};
 
 /// The schema version this build writes (`ctrlrun_meta.schema_version`).
 pub const SCHEMA_VERSION: i64 = 1;
 
 pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) -> Result<()> {
-    let fail = |e: postgres::Error| {
+    let fail = |e: PgError| {
         Error::Store(format!(
             "cannot set up the tables of the PostgreSQL store {description}: {}",
-            describe_pg_error(&e)
+            e.describe()
         ))
     };
     let version_query =
         format!("SELECT value FROM \"{schema}\".ctrlrun_meta WHERE key = 'schema_version'");
-    let read_version = |client: &mut Client| -> std::result::Result<Option<i64>, postgres::Error> {
+    let read_version = |client: &mut Client| -> std::result::Result<Option<i64>, PgError> {
         let rows = client.query_typed(&version_query, &[])?;
         Ok(rows
             .first()
@@ -68,10 +67,13 @@ pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) 
             // sees a unique violation and simply tries again.
             let mut tries = 0;
             loop {
-                let created = client.transaction().and_then(|mut tx| {
-                    tx.batch_execute(&ddl)?;
-                    tx.commit()
-                });
+                let created = client
+                    .batch_execute("START TRANSACTION", "START TRANSACTION")
+                    .and_then(|_| client.batch_execute("the tables' creation", &ddl))
+                    .and_then(|_| client.batch_execute("COMMIT", "COMMIT"));
+                if created.is_err() && !client.is_closed() {
+                    let _ = client.batch_execute("ROLLBACK", "ROLLBACK");
+                }
                 match created {
                     Ok(()) => break,
                     Err(e)
@@ -107,7 +109,14 @@ pub const SCRATCH_PREFIX: &str = "ctrlrun_scratch_";
 /// Drop a throwaway schema made by `ctrlrun verify` or the pytest plugin. Refuses any schema whose name does not start
 /// with [`SCRATCH_PREFIX`], so it can never drop the user's data.
 pub fn drop_scratch_schema(url: &str) -> Result<()> {
-    let crate::url::StoreUrl::Postgres { url, schema, .. } = crate::url::parse(url)? else {
+    let crate::url::StoreUrl::Postgres {
+        url,
+        schema,
+        timeout,
+        tls,
+        ..
+    } = crate::url::parse(url)?
+    else {
         return Err(Error::InvalidArgument(
             "drop_scratch_schema takes a postgresql:// URL".into(),
         ));
@@ -117,17 +126,19 @@ pub fn drop_scratch_schema(url: &str) -> Result<()> {
             "refusing to drop schema {schema:?}: only {SCRATCH_PREFIX}* scratch schemas are dropped"
         )));
     }
-    let config = Config::from_str(&url)
-        .map_err(|e| Error::Store(format!("cannot parse the PostgreSQL URL: {e}")))?;
-    let description = describe(&config, &schema);
-    let fail = |e: postgres::Error| {
+    let store = super::PostgresStore::connector_for(&url, timeout, &tls)?;
+    let description = describe(&store.config, &schema);
+    let fail = |e: PgError| {
         Error::Store(format!(
             "cannot drop the scratch schema of {description}: {}",
-            describe_pg_error(&e)
+            e.describe()
         ))
     };
-    let mut client = config.connect(NoTls).map_err(fail)?;
+    let mut client = store.connect_client().map_err(fail)?;
     client
-        .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+        .batch_execute(
+            "DROP SCHEMA",
+            &format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"),
+        )
         .map_err(fail)
 }

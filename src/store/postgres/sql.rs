@@ -1,7 +1,9 @@
 //! The PostgreSQL store's statements and the decoding of its rows.
 
-use postgres::types::{ToSql, Type};
-use postgres::{GenericClient, Row};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::Row;
+
+use super::client::{Client, PgResult};
 
 use crate::error::{Error, Result};
 use crate::planner::{Expected, Transition};
@@ -99,13 +101,11 @@ impl Sql {
     }
 }
 
-pub(super) type PgResult<T> = std::result::Result<T, postgres::Error>;
-
 /// The statements' executions, each one unnamed exchange with its parameter types spelled out.
 impl Sql {
     pub(super) fn select_row(
         &self,
-        c: &mut impl GenericClient,
+        c: &mut Client,
         key: &str,
         now: Option<Micros>,
     ) -> PgResult<Row> {
@@ -117,7 +117,7 @@ impl Sql {
     /// its lease keeping the length the planner gave it.
     pub(super) fn insert(
         &self,
-        c: &mut impl GenericClient,
+        c: &mut Client,
         r: &EffectRecord,
         now: Option<Micros>,
     ) -> PgResult<Option<Row>> {
@@ -141,7 +141,7 @@ impl Sql {
     /// The compare-and-set of the whole row `r` over `expected`: how many rows changed.
     pub(super) fn cas(
         &self,
-        c: &mut impl GenericClient,
+        c: &mut Client,
         expected: &Expected,
         r: &EffectRecord,
     ) -> PgResult<u64> {
@@ -169,7 +169,7 @@ impl Sql {
     /// written, or none when the compare-and-set matched nothing.
     pub(super) fn transition_rows(
         &self,
-        c: &mut impl GenericClient,
+        c: &mut Client,
         t: &Transition,
         key: &str,
         action_id: &str,
@@ -192,11 +192,7 @@ impl Sql {
         c.query_typed(&self.transition, &params)
     }
 
-    pub(super) fn list_rows(
-        &self,
-        c: &mut impl GenericClient,
-        state: Option<&str>,
-    ) -> PgResult<Vec<Row>> {
+    pub(super) fn list_rows(&self, c: &mut Client, state: Option<&str>) -> PgResult<Vec<Row>> {
         c.query_typed(&self.list, &[(&state, Type::TEXT)])
     }
 }

@@ -4,7 +4,7 @@
 use super::sql::{read_record, Found};
 use super::PostgresStore;
 use crate::error::{Error, Result};
-use crate::planner::{self, Expected, ReservationPlan};
+use crate::planner::{self, Expected, Mismatch, ReservationPlan};
 use crate::record::{EffectRecord, Micros};
 use crate::store::recovery::{settle_transition, settle_write, Commit, Step, TransitionCall};
 
@@ -162,9 +162,24 @@ impl PostgresStore {
                 Some(row) => Ok(Ok(read_record(row, 0)?.expect("RETURNING gives the row"))),
                 None => {
                     let (found, n) = self.select_in(tx, what, key, now)?;
-                    Ok(planner::settle_mismatch(
-                        found, key, action_id, attempt, t, n,
-                    ))
+                    Ok(
+                        match planner::plan_mismatch(found, key, action_id, attempt, t, n) {
+                            Mismatch::Landed(row) => Ok(row),
+                            Mismatch::Refuse(e) => Err(e),
+                            // A late outcome: a compare-and-set of the whole row; one that
+                            // loses to a concurrent writer fails and may be retried.
+                            Mismatch::Late { expected, row } => {
+                                if !self.write_cas(tx, what, &expected, &row)? {
+                                    return Err(Error::StoreWriteFailed(format!(
+                                        "{what} for effect '{key}': the row changed while its \
+                                         late outcome was written; nothing was committed, so \
+                                         the write may be retried"
+                                    )));
+                                }
+                                Ok(row)
+                            }
+                        },
+                    )
                 }
             }
         })?;

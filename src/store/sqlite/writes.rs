@@ -4,7 +4,7 @@
 use super::sql::{compare_and_set, insert, select, set_synchronous, transition_cas};
 use super::SqliteStore;
 use crate::error::Result;
-use crate::planner::{self, Expected};
+use crate::planner::{self, Expected, Mismatch};
 use crate::record::EffectRecord;
 use crate::store::recovery::{settle_transition, settle_write, Step, TransitionCall};
 use crate::url::Synchronous;
@@ -88,7 +88,26 @@ impl SqliteStore {
             if changed == 1 {
                 return Ok(Ok(found));
             }
-            Ok(planner::settle_mismatch(found, key, action_id, attempt, t, now).map(Some))
+            Ok(
+                match planner::plan_mismatch(found, key, action_id, attempt, t, now) {
+                    Mismatch::Landed(row) => Ok(Some(row)),
+                    Mismatch::Refuse(e) => Err(e),
+                    Mismatch::Late { expected, row } => {
+                        // A late outcome: a compare-and-set of the whole row, under the lock.
+                        if compare_and_set(c, &expected, &row)
+                            .map_err(|e| self.failed(what, key, e))?
+                            != 1
+                        {
+                            return Err(self.failed(
+                                what,
+                                key,
+                                "the compare-and-set matched no row",
+                            ));
+                        }
+                        Ok(Some(row))
+                    }
+                },
+            )
         });
         if relaxed && set_synchronous(&conn.conn, "FULL").is_err() {
             conn.broken = true; // never hand out a connection left at NORMAL

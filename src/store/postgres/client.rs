@@ -1,0 +1,244 @@
+//! One blocking PostgreSQL connection whose every wait is bounded.
+//!
+//! The driver is tokio-postgres. Each connection owns a current-thread tokio runtime without
+//! threads of its own: the caller's thread drives the connection's I/O inside `block_on`, so a
+//! round trip costs no thread hop (the synchronous `postgres` crate works the same way, but it
+//! offers no bound on a statement: a server that accepts and never answers would block the
+//! caller for ever). Here every exchange, the connection's start-up included, runs under
+//! `tokio::time::timeout`; one that runs out is [`PgError::TimedOut`] and the connection is
+//! never used again (its reply may still arrive).
+//!
+//! Our own small wrapper, not a pool crate: the store's pool (`store::pool`) must stay
+//! fork-aware and lends each connection to one thread at a time, which is all this needs.
+
+use std::time::Duration;
+
+use tokio::runtime::{Builder, Runtime};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Config, Row};
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+/// A driver error, or a wait that ran past its bound.
+#[derive(Debug)]
+pub(crate) enum PgError {
+    Driver(tokio_postgres::Error),
+    /// No answer within the bound (`what` was waited for).
+    TimedOut {
+        what: &'static str,
+        after: Duration,
+    },
+    /// The connection's runtime could not be made (out of file descriptors).
+    Runtime(std::io::Error),
+}
+
+pub(crate) type PgResult<T> = std::result::Result<T, PgError>;
+
+impl PgError {
+    pub(crate) fn code(&self) -> Option<&SqlState> {
+        match self {
+            PgError::Driver(e) => e.code(),
+            _ => None,
+        }
+    }
+
+    /// The connection is gone (closed by either side, or abandoned after a timeout).
+    pub(crate) fn is_closed(&self) -> bool {
+        match self {
+            PgError::Driver(e) => e.is_closed(),
+            PgError::TimedOut { .. } => true,
+            PgError::Runtime(_) => false,
+        }
+    }
+
+    /// One line saying what went wrong, with the driver's causes (never a password).
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            PgError::TimedOut { what, after } => format!(
+                "no answer from the server to {what} within {} s (the URL's timeout)",
+                after.as_secs_f64()
+            ),
+            PgError::Runtime(e) => format!("cannot start the connection's I/O driver: {e}"),
+            PgError::Driver(e) => match e.as_db_error() {
+                Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+                None => {
+                    // "error connecting to server" alone does not say why: add the causes.
+                    let mut text = e.to_string();
+                    let mut source = std::error::Error::source(e);
+                    while let Some(cause) = source {
+                        let more = cause.to_string();
+                        if !text.contains(&more) {
+                            text = format!("{text}: {more}");
+                        }
+                        source = cause.source();
+                    }
+                    text
+                }
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for PgError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+/// The parameters of one statement, with their types spelled out (statements go out unnamed).
+pub(crate) type Params<'a> = &'a [(&'a (dyn ToSql + Sync), Type)];
+
+pub(crate) struct Client {
+    rt: Runtime,
+    inner: tokio_postgres::Client,
+    timeout: Duration,
+    /// A wait ran out: the connection is abandoned.
+    timed_out: bool,
+}
+
+impl Client {
+    /// Connect (trying the URL's hosts in order, as libpq does) within `connect_timeout`.
+    pub(crate) fn connect(
+        config: &Config,
+        tls: &MakeRustlsConnect,
+        connect_timeout: Duration,
+        timeout: Duration,
+    ) -> PgResult<Client> {
+        let rt = Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(PgError::Runtime)?;
+        let connecting = config.connect(tls.clone());
+        let (inner, connection) =
+            match rt.block_on(async { tokio::time::timeout(connect_timeout, connecting).await }) {
+                Ok(Ok(pair)) => pair,
+                Ok(Err(e)) => return Err(PgError::Driver(e)),
+                Err(_) => {
+                    return Err(PgError::TimedOut {
+                        what: "the connection's start-up",
+                        after: connect_timeout,
+                    })
+                }
+            };
+        // The connection's I/O runs whenever a caller's `block_on` drives this runtime.
+        rt.spawn(connection);
+        Ok(Client {
+            rt,
+            inner,
+            timeout,
+            timed_out: false,
+        })
+    }
+
+    pub(crate) fn query_typed(&mut self, sql: &str, params: Params<'_>) -> PgResult<Vec<Row>> {
+        let Client {
+            rt,
+            inner,
+            timeout,
+            timed_out,
+        } = self;
+        bounded(
+            rt,
+            *timeout,
+            timed_out,
+            "a statement",
+            inner.query_typed(sql, params),
+        )
+    }
+
+    pub(crate) fn query_typed_one(&mut self, sql: &str, params: Params<'_>) -> PgResult<Row> {
+        let Client {
+            rt,
+            inner,
+            timeout,
+            timed_out,
+        } = self;
+        bounded(
+            rt,
+            *timeout,
+            timed_out,
+            "a statement",
+            inner.query_typed_one(sql, params),
+        )
+    }
+
+    pub(crate) fn query_typed_opt(
+        &mut self,
+        sql: &str,
+        params: Params<'_>,
+    ) -> PgResult<Option<Row>> {
+        let Client {
+            rt,
+            inner,
+            timeout,
+            timed_out,
+        } = self;
+        bounded(
+            rt,
+            *timeout,
+            timed_out,
+            "a statement",
+            inner.query_typed_opt(sql, params),
+        )
+    }
+
+    pub(crate) fn execute_typed(&mut self, sql: &str, params: Params<'_>) -> PgResult<u64> {
+        let Client {
+            rt,
+            inner,
+            timeout,
+            timed_out,
+        } = self;
+        bounded(
+            rt,
+            *timeout,
+            timed_out,
+            "a statement",
+            inner.execute_typed(sql, params),
+        )
+    }
+
+    /// One simple query (several statements in one round trip); `what` names it in a timeout.
+    pub(crate) fn batch_execute(&mut self, what: &'static str, sql: &str) -> PgResult<()> {
+        let Client {
+            rt,
+            inner,
+            timeout,
+            timed_out,
+        } = self;
+        bounded(rt, *timeout, timed_out, what, inner.batch_execute(sql))
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.timed_out || self.inner.is_closed()
+    }
+}
+
+/// Drive `work` on the connection's runtime for at most `timeout`. A wait that runs out
+/// abandons the connection for good (`timed_out`): its reply may still be on its way.
+fn bounded<T>(
+    rt: &Runtime,
+    timeout: Duration,
+    timed_out: &mut bool,
+    what: &'static str,
+    work: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+) -> PgResult<T> {
+    if *timed_out {
+        return Err(PgError::TimedOut {
+            what,
+            after: timeout,
+        });
+    }
+    // The timer is made inside `block_on`: it needs the runtime's context.
+    match rt.block_on(async { tokio::time::timeout(timeout, work).await }) {
+        Ok(done) => done.map_err(PgError::Driver),
+        Err(_) => {
+            *timed_out = true;
+            Err(PgError::TimedOut {
+                what,
+                after: timeout,
+            })
+        }
+    }
+}

@@ -1,0 +1,118 @@
+"""Every wait on PostgreSQL is bounded (issue #11, item 3): a listener that accepts and never
+answers, a server whose answers stop coming, and a COMMIT held by the fault proxy. The bound is
+the URL's ``timeout`` (seconds, every exchange) and libpq's ``connect_timeout`` (start-up)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+import ctrlrun
+from ctrlrun import EffectState, StoreError, StoreUnresolved, StoreWriteFailed
+
+
+@pytest.fixture
+def silent_listener():
+    """Accepts connections and never says a word."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+@pytest.mark.parametrize("options", ["connect_timeout=1", "connect_timeout=1&timeout=0.5"])
+def test_a_server_that_never_answers_fails_the_open_within_the_bound(silent_listener, options):
+    started = time.monotonic()
+    with pytest.raises(StoreError) as info:
+        ctrlrun.open_store(f"postgresql://u:s3cr3t@127.0.0.1:{silent_listener}/db?{options}")
+    assert time.monotonic() - started < 5
+    assert "s3cr3t" not in str(info.value)
+
+
+def bounded_store(pg, pg_schema, proxy, timeout: float = 1.0):
+    base = pg.url(pg_schema, host=proxy.host, port=proxy.port)
+    return ctrlrun.open_store(f"{base}&timeout={timeout}")
+
+
+def counted(store, runs):
+    @ctrlrun.protect("slow.pay", effect="pay:{order}", store=store)
+    def pay(order: str) -> int:
+        runs.append(order)
+        return len(runs)
+
+    return pay
+
+
+def test_answers_that_stop_coming_are_a_failed_write_within_the_bound(pg, pg_schema, proxy,
+                                                                      direct):
+    store = bounded_store(pg, pg_schema, proxy)
+    runs: list = []
+    pay = counted(store, runs)
+    assert pay("o1") == 1  # the connection is up
+    proxy.delay = 5.0  # every answer now takes 5 s: past the 1 s bound
+    started = time.monotonic()
+    with pytest.raises(StoreWriteFailed) as info:
+        pay("o2")
+    elapsed = time.monotonic() - started
+    assert elapsed < 4, elapsed
+    assert "within 1" in str(info.value)
+    assert runs == ["o1"]
+    proxy.delay = 0.0
+    time.sleep(0.5)
+    assert direct.get_effect("pay:o2") is None  # nothing was written
+    assert pay("o2") == 2  # and the write may be retried
+    store.close()
+
+
+def test_a_commit_held_past_the_bound_is_unresolved_when_the_reread_fails(pg, pg_schema,
+                                                                           proxy, direct):
+    store = bounded_store(pg, pg_schema, proxy)
+    runs: list = []
+    pay = counted(store, runs)
+    rule = proxy.arm("hold", b"INSERT INTO", then_refuse=True)
+    started = time.monotonic()
+    with pytest.raises(StoreUnresolved) as info:
+        pay("o3")
+    assert time.monotonic() - started < 8
+    assert rule.fired == 1
+    assert runs == []  # the executor never ran
+    assert info.value.effect_key == "pay:o3"
+    rule._release.set()
+    store.close()
+
+
+def test_a_commit_held_past_the_bound_is_settled_by_the_reread(pg, pg_schema, proxy, direct):
+    """The COMMIT never reached the server: abandoning the connection rolls its transaction
+    back, the re-read on a fresh connection finds no row, and the insert is tried again."""
+    store = bounded_store(pg, pg_schema, proxy)
+    runs: list = []
+    pay = counted(store, runs)
+    rule = proxy.arm("hold", b"INSERT INTO")
+    started = time.monotonic()
+    assert pay("o4") == 1
+    assert time.monotonic() - started < 8
+    assert rule.fired == 1
+    assert runs == ["o4"]
+    assert direct.get_effect("pay:o4").state is EffectState.COMMITTED
+    store.close()
