@@ -93,6 +93,8 @@ pub fn redact(url: &str) -> String {
             out.replace_range(start + colon + 1..at, "***");
         }
     }
+    // `host=db password=…` (libpq keywords), not a URL's `?…&password=…`
+    let keyword_form = !url.contains("://");
     let mut from = 0;
     while let Some(i) = out[from..].to_ascii_lowercase().find("password") {
         let mut pos = from + i + "password".len();
@@ -112,6 +114,16 @@ pub fn redact(url: &str) -> String {
                 j += 1;
             }
             (j + 1).min(out.len())
+        } else if keyword_form {
+            // a libpq keyword value: up to whitespace not escaped with a backslash
+            let bytes = out.as_bytes();
+            let mut j = pos;
+            while j < bytes.len()
+                && !(bytes[j].is_ascii_whitespace() && (j == pos || bytes[j - 1] != b'\\'))
+            {
+                j += 1;
+            }
+            j
         } else {
             out[pos..]
                 .find(|c: char| c == '&' || c.is_whitespace())
@@ -124,33 +136,22 @@ pub fn redact(url: &str) -> String {
 }
 
 /// Where the user info of `head` (a URL up to its last `@`) starts: after `://`, after a
-/// leading `scheme:` and its slashes, or at the start.
+/// store's scheme and its slashes (`postgresql:/u:pw@…`, `postgresql//u:pw@…`), or at the
+/// start (so `user:p:w@host` hides everything after `user:`).
 fn userinfo_start(head: &str) -> usize {
     if let Some(i) = head.find("://") {
         return i + 3;
     }
-    let scheme = head
-        .find(':')
-        .filter(|&i| i >= 2 && head.as_bytes()[0].is_ascii_alphabetic())
-        .filter(|&i| {
-            head[..i]
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
-        });
-    match scheme {
-        // `postgresql:/u:pw@…`: the user info follows the scheme's colon and slashes
-        Some(i) if head[i + 1..].contains(':') => {
-            let after = &head[i + 1..];
-            i + 1 + (after.len() - after.trim_start_matches('/').len())
-        }
-        _ => {
-            let lower = head.to_ascii_lowercase();
-            ["postgresql//", "postgres//"]
-                .iter()
-                .find(|p| lower.starts_with(*p))
-                .map_or(0, |p| p.len())
+    let lower = head.to_ascii_lowercase();
+    for scheme in ["postgresql", "postgres", "sqlite"] {
+        if let Some(rest) = lower.strip_prefix(scheme) {
+            let rest = rest.strip_prefix(':').unwrap_or(rest);
+            if rest.len() < lower.len() - scheme.len() || rest.starts_with('/') {
+                return head.len() - rest.trim_start_matches('/').len();
+            }
         }
     }
+    0
 }
 
 fn memory_refused(url: &str) -> Error {
@@ -198,8 +199,16 @@ pub fn parse(url: &str) -> Result<StoreUrl> {
     }
     let (path, query) = match url_trim.split_once("://") {
         None => {
-            let words: Vec<&str> = url_trim.split_whitespace().collect();
-            if words.len() > 1 && words.iter().all(|w| w.contains('=')) {
+            // `host=db dbname=app`, `service=prod`, `host = db`: a libpq keyword string, never
+            // a file name (each host would otherwise reserve in a file of its own).
+            let first = url_trim.split(['=', ' ', '\t']).next().unwrap_or("");
+            let after = url_trim[first.len()..].trim_start();
+            let keyword = !first.is_empty()
+                && first
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                && after.starts_with('=');
+            if keyword {
                 return Err(Error::InvalidArgument(format!(
                     "store URL {shown:?} looks like a libpq keyword string; write it as \
                      postgresql://user:password@host:port/db (a bare path is a SQLite file)"
@@ -298,11 +307,18 @@ pub fn parse(url: &str) -> Result<StoreUrl> {
 /// `public`) and `pool_size` (default 16); the rest is the driver's connection URL. A schema
 /// name is plain: letters, digits, `_`.
 fn parse_postgres(url: &str) -> Result<StoreUrl> {
+    let shown = || redact(url);
+    check_userinfo(url).map_err(|why| {
+        Error::InvalidArgument(format!(
+            "store URL {:?}: {why}; write special characters of the user name and password \
+             percent-encoded (%40 for @, %3F for ?, %2F for /, %23 for #)",
+            shown()
+        ))
+    })?;
     let (base, query) = match url.split_once('?') {
         Some((b, q)) => (b, q),
         None => (url, ""),
     };
-    let shown = || redact(url);
     let mut schema = String::from("public");
     let mut pool_size = DEFAULT_POOL_SIZE;
     let mut timeout = DEFAULT_PG_TIMEOUT;
@@ -421,6 +437,28 @@ fn parse_postgres(url: &str) -> Result<StoreUrl> {
         timeout,
         tls,
     })
+}
+
+/// A user name or password with an unescaped `@`, `?`, `/` or `#` would be split in the wrong
+/// place: part of the password read as the host (and shown in messages), or the options read
+/// from inside the password (an `sslmode=require` silently lost). Refused.
+fn check_userinfo(url: &str) -> std::result::Result<(), &'static str> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let query_at = rest.find('?').unwrap_or(rest.len());
+    let (before, query) = rest.split_at(query_at);
+    if query.contains('@') || query[query.len().min(1)..].contains('?') || rest.contains('#') {
+        return Err("an '@', '?' or '#' appears where only the password could hold it");
+    }
+    let ats = before.matches('@').count();
+    if ats > 1 {
+        return Err("the user info holds more than one '@'");
+    }
+    if let (Some(at), Some(slash)) = (before.rfind('@'), before.find('/')) {
+        if slash < at {
+            return Err("a '/' comes before the '@' that ends the user info");
+        }
+    }
+    Ok(())
 }
 
 /// `%XX` escapes in a URL query value (a path with spaces), decoded; anything else as is.

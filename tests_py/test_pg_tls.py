@@ -6,6 +6,7 @@ carry."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 
@@ -128,3 +129,21 @@ def test_bad_tls_settings_are_refused_before_connecting(options, word):
     with pytest.raises(InvalidArgument) as info:
         ctrlrun.open_store(target)
     assert word in str(info.value) and "s3cr3t" not in str(info.value)
+
+
+def test_a_unix_socket_connects_without_tls_and_refuses_a_mode_that_insists(pg_unix):
+    socket_dir, port = pg_unix
+    base = f"postgresql://postgres@/postgres?host={socket_dir}&port={port}"
+    for mode in ("", "&sslmode=prefer", "&sslmode=disable"):
+        protected_call_runs_once(f"{base}{mode}&schema=unix_{uuid.uuid4().hex[:10]}")
+    with pytest.raises(InvalidArgument, match="Unix-domain"):
+        ctrlrun.open_store(f"{base}&sslmode=require&schema=unix_x")
+
+
+@pytest.fixture(scope="module")
+def pg_unix():
+    cluster = start_cluster()
+    try:
+        yield os.path.dirname(cluster.datadir), cluster.port
+    finally:
+        cluster.stop()

@@ -32,6 +32,45 @@ fn malformed_urls_are_refused_not_taken_as_file_paths() {
 }
 
 #[test]
+fn libpq_keyword_strings_are_refused_not_taken_as_file_paths() {
+    for dsn in [
+        "service=prod",
+        "dbname=app",
+        "host = db",
+        "host=db password='a s3cr3t'",
+        "host=db user=u password=s3cr3t",
+    ] {
+        match parse(dsn) {
+            Err(Error::InvalidArgument(m)) => {
+                assert!(m.contains("keyword"), "{dsn}: {m}");
+                assert!(!m.contains(SECRET), "{dsn}: {m}");
+            }
+            other => panic!("{dsn:?}: expected InvalidArgument, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_password_with_unescaped_specials_is_refused_and_never_shown() {
+    for url in [
+        "postgresql://app:p@s3cr3t@db/x",
+        "postgresql://app:pa?s3cr3t@db/x?sslmode=require",
+        "postgresql://app:pa/s3cr3t@db/x",
+        "postgresql://app:pa#s3cr3t@db/x",
+    ] {
+        match parse(url) {
+            Err(Error::InvalidArgument(m)) => {
+                assert!(m.contains("percent-encoded"), "{url}: {m}");
+                assert!(!m.contains("s3cr3t"), "{url}: {m}");
+            }
+            other => panic!("{url:?}: expected InvalidArgument, got {other:?}"),
+        }
+    }
+    // percent-encoded, the same password is fine
+    assert!(parse("postgresql://app:p%40s3cr3t@db/x?sslmode=require").is_ok());
+}
+
+#[test]
 fn plain_paths_are_still_sqlite_files() {
     for path in [
         "state.db",
@@ -67,6 +106,9 @@ fn no_url_or_dsn_form_shows_its_password() {
         "host=db user=u password = s3cr3t",
         "host=db user=u password='s3 cr3t x'",
         "host=db password='s3\\'cr3t' user=u",
+        "host=db password=s3\\ cr3t user=u",
+        "host=db password=s3&cr3t",
+        "user:s3:cr3t@host",
     ] {
         let shown = redact(url);
         for part in ["s3cr3t", "cr3t", "s3 "] {

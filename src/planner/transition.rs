@@ -176,7 +176,9 @@ pub fn plan_mismatch(
     transition: &Transition,
     now: Micros,
 ) -> Mismatch {
-    if let Some(row) = &found {
+    // Only for a caller that names its attempt (the decorator always does): an action id
+    // alone could be reused by a later attempt through the Store API.
+    if let (Some(row), Some(_)) = (&found, attempt) {
         if row.is_attempt(action_id, attempt) {
             if let Some(late) = late_outcome(row, transition, now) {
                 return Mismatch::Late {

@@ -215,7 +215,25 @@ pub(crate) fn settle_write(
         return Err(refused);
     }
     match retry {
-        Some(again) => again(),
+        Some(again) => match again() {
+            // The retry met the very row the lost COMMIT wrote (it landed after the re-read):
+            // ours, so the write landed.
+            Err(Error::Duplicate { record, .. }) if *record == written => {
+                log::warn!(target: "ctrlrun.store", "retry_met_own_row: {what} '{key}'");
+                step.outcome
+            }
+            // Where the lost COMMIT may still land, a failed retry does not mean that nothing
+            // was committed.
+            Err(Error::StoreWriteFailed(m)) if store.failed_commit_may_land_later() => {
+                Err(Error::StoreUnresolved(format!(
+                    "the COMMIT of {what} for effect '{key}' in {} may or may not have landed \
+                     ({why}), and the write tried again failed ({m}); nothing more was written \
+                     and the executor was not run",
+                    store.store_name()
+                )))
+            }
+            other => other,
+        },
         None => Err(failed_twice(store, "retried", what, key, &why)),
     }
 }

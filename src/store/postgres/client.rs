@@ -1,8 +1,8 @@
 //! One blocking PostgreSQL connection whose every wait is bounded.
 //!
-//! The driver is tokio-postgres. Each connection owns a current-thread tokio runtime without
-//! threads of its own: the caller's thread drives the connection's I/O inside `block_on`, so a
-//! round trip costs no thread hop (the synchronous `postgres` crate works the same way, but it
+//! The driver is tokio-postgres. Each connection owns a current-thread tokio runtime (it starts
+//! a thread only to look up a host name): the caller's thread drives the connection's I/O
+//! inside `block_on`, so a round trip costs no thread hop (the synchronous `postgres` crate works the same way, but it
 //! offers no bound on a statement: a server that accepts and never answers would block the
 //! caller for ever). Here every exchange, the connection's start-up included, runs under
 //! `tokio::time::timeout`; one that runs out is [`PgError::TimedOut`] and the connection is
@@ -88,8 +88,29 @@ impl std::fmt::Display for PgError {
 /// The parameters of one statement, with their types spelled out (statements go out unnamed).
 pub(crate) type Params<'a> = &'a [(&'a (dyn ToSql + Sync), Type)];
 
+/// The connection's runtime. Dropped, it shuts down without waiting: a host name lookup still
+/// running on its blocking pool (the only threads it ever starts) must not stretch a bound.
+struct Rt(Option<Runtime>);
+
+impl std::ops::Deref for Rt {
+    type Target = Runtime;
+    fn deref(&self) -> &Runtime {
+        self.0
+            .as_ref()
+            .expect("the runtime lives as long as its connection")
+    }
+}
+
+impl Drop for Rt {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
 pub(crate) struct Client {
-    rt: Runtime,
+    rt: Rt,
     inner: tokio_postgres::Client,
     timeout: Duration,
     /// A wait ran out: the connection is abandoned.
@@ -98,31 +119,47 @@ pub(crate) struct Client {
 
 impl Client {
     /// Connect (trying the URL's hosts in order, as libpq does) within `connect_timeout`.
+    /// `tls` is `None` for `sslmode=disable`.
     pub(crate) fn connect(
         config: &Config,
-        tls: &MakeRustlsConnect,
+        tls: Option<&MakeRustlsConnect>,
         connect_timeout: Duration,
         timeout: Duration,
     ) -> PgResult<Client> {
-        let rt = Builder::new_current_thread()
-            .enable_io()
-            .enable_time()
-            .build()
-            .map_err(PgError::Runtime)?;
-        let connecting = config.connect(tls.clone());
-        let (inner, connection) =
-            match rt.block_on(async { tokio::time::timeout(connect_timeout, connecting).await }) {
-                Ok(Ok(pair)) => pair,
-                Ok(Err(e)) => return Err(PgError::Driver(e)),
-                Err(_) => {
-                    return Err(PgError::TimedOut {
-                        what: "the connection's start-up",
-                        after: connect_timeout,
-                    })
-                }
-            };
+        let rt = Rt(Some(
+            Builder::new_current_thread()
+                .enable_io()
+                .enable_time()
+                .build()
+                .map_err(PgError::Runtime)?,
+        ));
+        let timed_out = || PgError::TimedOut {
+            what: "the connection's start-up",
+            after: connect_timeout,
+        };
         // The connection's I/O runs whenever a caller's `block_on` drives this runtime.
-        rt.spawn(connection);
+        let inner = match tls {
+            Some(tls) => match rt.block_on(async {
+                tokio::time::timeout(connect_timeout, config.connect(tls.clone())).await
+            }) {
+                Ok(Ok((client, connection))) => {
+                    rt.spawn(connection);
+                    client
+                }
+                Ok(Err(e)) => return Err(PgError::Driver(e)),
+                Err(_) => return Err(timed_out()),
+            },
+            None => match rt.block_on(async {
+                tokio::time::timeout(connect_timeout, config.connect(tokio_postgres::NoTls)).await
+            }) {
+                Ok(Ok((client, connection))) => {
+                    rt.spawn(connection);
+                    client
+                }
+                Ok(Err(e)) => return Err(PgError::Driver(e)),
+                Err(_) => return Err(timed_out()),
+            },
+        };
         Ok(Client {
             rt,
             inner,

@@ -77,7 +77,8 @@ impl Drop for Txn<'_> {
 #[derive(Clone)]
 pub(crate) struct Manager {
     pub(super) config: Config,
-    pub(super) tls: MakeRustlsConnect,
+    /// `None` for `sslmode=disable` (no TLS connector is consulted at all).
+    pub(super) tls: Option<MakeRustlsConnect>,
     /// Bounds a new connection's start-up (libpq's `connect_timeout`, default 10 s).
     pub(super) connect_timeout: Duration,
     /// Bounds every later exchange (our `timeout`, default 30 s).
@@ -87,7 +88,12 @@ pub(crate) struct Manager {
 impl Manager {
     /// A new connection, not pooled (the store's pool, and the fresh one a re-read needs).
     pub(super) fn connect_client(&self) -> PgResult<Client> {
-        Client::connect(&self.config, &self.tls, self.connect_timeout, self.timeout)
+        Client::connect(
+            &self.config,
+            self.tls.as_ref(),
+            self.connect_timeout,
+            self.timeout,
+        )
     }
 
     fn connect_conn(&self) -> PgResult<Conn> {

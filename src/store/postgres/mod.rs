@@ -31,7 +31,7 @@ use crate::record::{EffectRecord, EffectState, Micros};
 use crate::store::pool::{Pool, Pooled};
 use crate::store::recovery::{reread_failed, Commit, Reread, TransitionCall};
 use crate::store::Store;
-use crate::url::PgTls;
+use crate::url::{PgTls, SslMode};
 use client::{Client, PgError, PgResult};
 use conn::{describe, is_serialization, is_session_gone, Conn, Manager, Txn};
 use schema::init_schema;
@@ -96,8 +96,43 @@ impl PostgresStore {
             .get_connect_timeout()
             .copied()
             .unwrap_or(Duration::from_secs(10));
+        if connect_timeout > Duration::from_secs(3600) || connect_timeout.is_zero() {
+            return Err(Error::InvalidArgument(format!(
+                "connect_timeout must be from 1 to 3600 seconds, got {} s",
+                connect_timeout.as_secs()
+            )));
+        }
+        // TLS is never used over a Unix-domain socket (libpq's rule): `prefer` means plaintext
+        // there, and a mode that insists on TLS is refused rather than quietly ignored.
+        let hosts = config.get_hosts();
+        let unix_only = !hosts.is_empty()
+            && hosts
+                .iter()
+                .all(|h| matches!(h, tokio_postgres::config::Host::Unix(_)));
+        let mode = match tls.mode {
+            SslMode::Prefer if unix_only => SslMode::Disable,
+            SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull if unix_only => {
+                return Err(Error::InvalidArgument(
+                    "the URL names only Unix-domain sockets, over which TLS is not used; use \
+                     sslmode=disable (or prefer), or a TCP host for TLS"
+                        .into(),
+                ))
+            }
+            mode => mode,
+        };
+        // The driver's own TLS mode follows ours, whatever the URL text said (defence in
+        // depth: an option lost in a malformed URL must not turn `require` into `prefer`).
+        config.ssl_mode(match mode {
+            SslMode::Disable => tokio_postgres::config::SslMode::Disable,
+            SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+            _ => tokio_postgres::config::SslMode::Require,
+        });
+        let connector = match mode {
+            SslMode::Disable => None,
+            _ => Some(tls::connector(tls)?),
+        };
         Ok(Manager {
-            tls: tls::connector(tls)?,
+            tls: connector,
             config,
             connect_timeout,
             timeout,
