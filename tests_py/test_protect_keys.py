@@ -330,3 +330,34 @@ def test_executor_mutating_its_arguments_does_not_move_the_key(mode, store, seco
         mode.call(ship, uuid.UUID(original), "c1", ["a"], {"n": 1})
     assert ei.value.effect_key == f"ship:{original}:c1"
     assert lines == ["a", "added"]
+
+
+def test_the_fast_binding_agrees_with_signature_bind_on_every_call_shape():
+    """KeyBinder binds well-formed calls without inspect.Signature.bind (it costs more than the
+    rest of the binding); every call, well-formed or not, must bind exactly as bind does."""
+    import inspect
+    import itertools
+
+    from ctrlrun import _core
+    from ctrlrun._binding import KeyBinder
+
+    def f1(a, b, /, c, d=4, *, e, g=7): ...
+    def f2(a, b=2): ...
+    def f3(*, a, b=2): ...
+    def f4(a, /): ...
+
+    shapes = [(), (1,), (1, 2), (1, 2, 3), (1, 2, 3, 4), (1, 2, 3, 4, 5)]
+    kws = [{}, {"a": 1}, {"b": 2}, {"c": 3}, {"e": 5}, {"c": 3, "e": 5}, {"d": 4, "e": 5, "g": 6},
+           {"zz": 1}, {"a": 1, "b": 2}, {"e": 5, "c": 3, "d": 9}]
+    for fn in (f1, f2, f3, f4):
+        binder = KeyBinder(_core.Template("k:{a}"), fn, "x")
+        sig = inspect.signature(fn)
+        for args, kwargs in itertools.product(shapes, kws):
+            try:
+                want = dict(sig.bind(*args, **kwargs).arguments)
+            except TypeError as exc:
+                with pytest.raises(TypeError) as got:
+                    binder._bind(args, dict(kwargs))
+                assert str(got.value) == str(exc), (fn.__name__, args, kwargs)
+                continue
+            assert dict(binder._bind(args, dict(kwargs))) == want, (fn.__name__, args, kwargs)

@@ -59,7 +59,8 @@ def render_value(template: str, name: str, value: Any) -> str:
 class KeyBinder:
     """Binds a call to the function's signature and renders the effect key."""
 
-    __slots__ = ("template", "signature", "names", "defaults", "qualname")
+    __slots__ = ("template", "signature", "names", "defaults", "qualname", "positional",
+                 "by_keyword", "required")
 
     def __init__(self, template: _core.Template, fn: Callable[..., Any], action: str) -> None:
         self.template = template
@@ -87,10 +88,35 @@ class KeyBinder:
                     f"{', '.join(params) or '(none)'}"
                 )
         self.defaults = {n: params[n].default for n in self.names}
+        # What `key` needs to bind a well-formed call without `Signature.bind` (which costs
+        # more than the rest of the binding); anything unusual goes to `bind`, which raises
+        # the TypeError Python would.
+        kinds = inspect.Parameter
+        self.positional = [p.name for p in params.values()
+                           if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)]
+        self.by_keyword = frozenset(p.name for p in params.values()
+                                    if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY))
+        self.required = frozenset(p.name for p in params.values() if p.default is p.empty)
+
+    def _bind(self, args: Tuple[Any, ...], kwargs: dict) -> dict:
+        """The arguments given, by name (defaults not filled in), as ``Signature.bind`` gives
+        them; a call the signature refuses raises its TypeError."""
+        positional = self.positional
+        if len(args) <= len(positional):
+            bound = dict(zip(positional, args))
+            by_keyword = self.by_keyword
+            for name in kwargs:
+                if name in bound or name not in by_keyword:
+                    break
+            else:
+                bound.update(kwargs)
+                if self.required.issubset(bound):
+                    return bound
+        return self.signature.bind(*args, **kwargs).arguments
 
     def key(self, args: Tuple[Any, ...], kwargs: dict) -> str:
         # A call the signature refuses raises TypeError here, before anything is reserved.
-        arguments = self.signature.bind(*args, **kwargs).arguments
+        arguments = self._bind(args, kwargs)
         src = self.template.source
         values = []
         for name in self.names:
