@@ -169,35 +169,11 @@ impl Client {
     }
 
     pub(crate) fn query_typed(&mut self, sql: &str, params: Params<'_>) -> PgResult<Vec<Row>> {
-        let Client {
-            rt,
-            inner,
-            timeout,
-            timed_out,
-        } = self;
-        bounded(
-            rt,
-            *timeout,
-            timed_out,
-            "a statement",
-            inner.query_typed(sql, params),
-        )
+        self.run("a statement", |c| c.query_typed(sql, params))
     }
 
     pub(crate) fn query_typed_one(&mut self, sql: &str, params: Params<'_>) -> PgResult<Row> {
-        let Client {
-            rt,
-            inner,
-            timeout,
-            timed_out,
-        } = self;
-        bounded(
-            rt,
-            *timeout,
-            timed_out,
-            "a statement",
-            inner.query_typed_one(sql, params),
-        )
+        self.run("a statement", |c| c.query_typed_one(sql, params))
     }
 
     pub(crate) fn query_typed_opt(
@@ -205,77 +181,53 @@ impl Client {
         sql: &str,
         params: Params<'_>,
     ) -> PgResult<Option<Row>> {
-        let Client {
-            rt,
-            inner,
-            timeout,
-            timed_out,
-        } = self;
-        bounded(
-            rt,
-            *timeout,
-            timed_out,
-            "a statement",
-            inner.query_typed_opt(sql, params),
-        )
+        self.run("a statement", |c| c.query_typed_opt(sql, params))
     }
 
     pub(crate) fn execute_typed(&mut self, sql: &str, params: Params<'_>) -> PgResult<u64> {
-        let Client {
-            rt,
-            inner,
-            timeout,
-            timed_out,
-        } = self;
-        bounded(
-            rt,
-            *timeout,
-            timed_out,
-            "a statement",
-            inner.execute_typed(sql, params),
-        )
+        self.run("a statement", |c| c.execute_typed(sql, params))
     }
 
     /// One simple query (several statements in one round trip); `what` names it in a timeout.
     pub(crate) fn batch_execute(&mut self, what: &'static str, sql: &str) -> PgResult<()> {
+        self.run(what, |c| c.batch_execute(sql))
+    }
+
+    /// Drive `work` on the connection's runtime for at most the bound. A wait that runs out
+    /// abandons the connection for good: its reply may still be on its way.
+    fn run<'c, T, F>(
+        &'c mut self,
+        what: &'static str,
+        work: impl FnOnce(&'c tokio_postgres::Client) -> F,
+    ) -> PgResult<T>
+    where
+        F: std::future::Future<Output = Result<T, tokio_postgres::Error>> + 'c,
+    {
+        let timed_out = PgError::TimedOut {
+            what,
+            after: self.timeout,
+        };
+        if self.timed_out {
+            return Err(timed_out);
+        }
         let Client {
             rt,
             inner,
             timeout,
-            timed_out,
+            timed_out: abandoned,
         } = self;
-        bounded(rt, *timeout, timed_out, what, inner.batch_execute(sql))
+        let work = work(inner);
+        // The timer is made inside `block_on`: it needs the runtime's context.
+        match rt.block_on(async { tokio::time::timeout(*timeout, work).await }) {
+            Ok(done) => done.map_err(PgError::Driver),
+            Err(_) => {
+                *abandoned = true;
+                Err(timed_out)
+            }
+        }
     }
 
     pub(crate) fn is_closed(&self) -> bool {
         self.timed_out || self.inner.is_closed()
-    }
-}
-
-/// Drive `work` on the connection's runtime for at most `timeout`. A wait that runs out
-/// abandons the connection for good (`timed_out`): its reply may still be on its way.
-fn bounded<T>(
-    rt: &Runtime,
-    timeout: Duration,
-    timed_out: &mut bool,
-    what: &'static str,
-    work: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
-) -> PgResult<T> {
-    if *timed_out {
-        return Err(PgError::TimedOut {
-            what,
-            after: timeout,
-        });
-    }
-    // The timer is made inside `block_on`: it needs the runtime's context.
-    match rt.block_on(async { tokio::time::timeout(timeout, work).await }) {
-        Ok(done) => done.map_err(PgError::Driver),
-        Err(_) => {
-            *timed_out = true;
-            Err(PgError::TimedOut {
-                what,
-                after: timeout,
-            })
-        }
     }
 }
