@@ -1,0 +1,201 @@
+//! Store URLs (SPEC §8.3), following the SQLAlchemy convention for SQLite:
+//! `sqlite:///relative/state.db` (relative to the working directory),
+//! `sqlite:////abs/state.db` (absolute); a bare path is a SQLite file too.
+//! Query options: `synchronous=full|normal`, `busy_timeout=<seconds>`.
+//! PostgreSQL: `postgresql://user@host:port/db?schema=NAME` (schema default `public`); other
+//! options go to the driver.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+mod postgres;
+mod redact;
+use postgres::parse_postgres;
+pub use postgres::{PgTls, SslMode, DEFAULT_PG_TIMEOUT, DEFAULT_POOL_SIZE, MAX_POOL_SIZE};
+pub use redact::redact;
+
+/// SQLite's `PRAGMA synchronous` level for the WAL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Synchronous {
+    /// fsync the WAL on every commit: a committed reservation survives power loss (default).
+    Full,
+    /// fsync at checkpoints only: faster; the last commits can be lost on power loss.
+    Normal,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SqliteOptions {
+    pub path: PathBuf,
+    pub synchronous: Synchronous,
+    /// How long a writer waits for SQLite's write lock before the write fails.
+    pub busy_timeout: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum StoreUrl {
+    Sqlite(SqliteOptions),
+    /// `url` is the driver's connection URL: without our own options (`schema`, `pool_size`,
+    /// `timeout`) and the TLS ones, which `tls` holds.
+    Postgres {
+        url: String,
+        schema: String,
+        /// At most this many connections per store (per process): `pool_size`, default 16.
+        pool_size: usize,
+        /// The bound on every exchange with the server (`timeout`, seconds; default 30).
+        timeout: Duration,
+        tls: PgTls,
+    },
+}
+
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn memory_refused(url: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "store URL {url:?} names an in-memory SQLite database, which cannot reserve an effect \
+         across connections or processes; give a file path such as sqlite:///.ctrlrun/state.db"
+    ))
+}
+
+/// Why a string without `://` is a malformed URL rather than a file path: it starts with a
+/// scheme (`postgresql:/…`, `sqlite:x.db`, `redis:…`), or with a store's scheme name followed by
+/// a slash (`postgresql//…`). `None`: a plain path. One-letter schemes are drive letters.
+fn malformed_url(s: &str) -> Option<String> {
+    let lower = s.to_ascii_lowercase();
+    for known in ["postgresql", "postgres", "sqlite"] {
+        if let Some(rest) = lower.strip_prefix(known) {
+            if rest.starts_with(['/', ':']) {
+                return Some(format!(
+                    "starts with the scheme '{known}' but is missing the '://' after it"
+                ));
+            }
+        }
+    }
+    let scheme_len = s
+        .find(':')
+        .filter(|&i| i >= 2)
+        .filter(|_| s.as_bytes()[0].is_ascii_alphabetic())
+        .filter(|&i| {
+            s[..i]
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+        })?;
+    Some(format!(
+        "starts with a URL scheme ('{}:') but has no '://'",
+        &s[..scheme_len]
+    ))
+}
+
+/// Parse a store URL or a bare SQLite path.
+pub fn parse(url: &str) -> Result<StoreUrl> {
+    let shown = redact(url);
+    let url_trim = url.trim();
+    if url_trim.is_empty() {
+        return Err(Error::InvalidArgument("store URL must not be empty".into()));
+    }
+    let (path, query) = match url_trim.split_once("://") {
+        None => {
+            // `host=db dbname=app`, `service=prod`, `host = db`: a libpq keyword string, never
+            // a file name (each host would otherwise reserve in a file of its own).
+            let first = url_trim.split(['=', ' ', '\t']).next().unwrap_or("");
+            let after = url_trim[first.len()..].trim_start();
+            let keyword = !first.is_empty()
+                && first
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                && after.starts_with('=');
+            if keyword {
+                return Err(Error::InvalidArgument(format!(
+                    "store URL {shown:?} looks like a libpq keyword string; write it as \
+                     postgresql://user:password@host:port/db (a bare path is a SQLite file)"
+                )));
+            }
+            if (url_trim.starts_with("file:") || url_trim == ":memory:")
+                && (url_trim.contains(":memory:") || url_trim.contains("mode=memory"))
+            {
+                return Err(memory_refused(&shown));
+            }
+            if let Some(why) = malformed_url(url_trim) {
+                return Err(Error::InvalidArgument(format!(
+                    "store URL {shown:?} {why}; it is refused rather than taken as a SQLite file                      path (each host would reserve in a file of its own). Write \
+                     postgresql://user:password@host:port/db, sqlite:///relative/path.db or \
+                     sqlite:////absolute/path.db"
+                )));
+            }
+            (url_trim.to_owned(), None)
+        }
+        Some((scheme, rest)) => match scheme.to_ascii_lowercase().as_str() {
+            "sqlite" => {
+                let (p, q) = match rest.split_once('?') {
+                    Some((p, q)) => (p, Some(q)),
+                    None => (rest, None),
+                };
+                let Some(p) = p.strip_prefix('/') else {
+                    return Err(Error::InvalidArgument(format!(
+                        "store URL {shown:?}: a SQLite URL has no host; write sqlite:///relative/path.db \
+                         or sqlite:////absolute/path.db"
+                    )));
+                };
+                if p.is_empty() {
+                    return Err(Error::InvalidArgument(format!(
+                        "store URL {shown:?} has no file path (an in-memory database is refused); \
+                         write sqlite:///relative/path.db or sqlite:////absolute/path.db"
+                    )));
+                }
+                (p.to_owned(), q)
+            }
+            "postgresql" | "postgres" => return parse_postgres(url_trim),
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "unknown store URL scheme '{other}' in {shown:?}; expected sqlite:///path.db \
+                     (or a bare file path) or postgresql://user@host:port/db"
+                )))
+            }
+        },
+    };
+    if path == ":memory:" || path.starts_with("file::memory:") {
+        return Err(memory_refused(&shown));
+    }
+    let mut opts = SqliteOptions {
+        path: PathBuf::from(path),
+        synchronous: Synchronous::Full,
+        busy_timeout: DEFAULT_BUSY_TIMEOUT,
+    };
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "synchronous" => {
+                opts.synchronous = match v.to_ascii_lowercase().as_str() {
+                    "full" => Synchronous::Full,
+                    "normal" => Synchronous::Normal,
+                    _ => {
+                        return Err(Error::InvalidArgument(format!(
+                            "store URL {shown:?}: synchronous must be 'full' or 'normal', got {v:?}"
+                        )))
+                    }
+                }
+            }
+            "busy_timeout" => {
+                let secs: f64 = v.parse().map_err(|_| {
+                    Error::InvalidArgument(format!(
+                        "store URL {shown:?}: busy_timeout must be a number of seconds, got {v:?}"
+                    ))
+                })?;
+                if !(secs.is_finite() && (0.0..86_400.0).contains(&secs)) {
+                    return Err(Error::InvalidArgument(format!(
+                        "store URL {shown:?}: busy_timeout must be between 0 and 86400 seconds, got {v:?}"
+                    )));
+                }
+                opts.busy_timeout = Duration::from_secs_f64(secs);
+            }
+            "mode" if v == "memory" => return Err(memory_refused(&shown)),
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "store URL {shown:?}: unknown option '{k}' (SQLite accepts synchronous and busy_timeout)"
+                )))
+            }
+        }
+    }
+    Ok(StoreUrl::Sqlite(opts))
+}

@@ -1,0 +1,222 @@
+//! PostgreSQL store URLs: our own options (`schema`, `pool_size`, `timeout`), libpq's TLS
+//! options (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`), and the user info checks; every
+//! other option goes to the driver.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{redact, StoreUrl};
+use crate::error::{Error, Result};
+
+/// libpq's `sslmode`, as libpq means it (`allow` is refused: it tries plaintext first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SslMode {
+    /// Plaintext only.
+    Disable,
+    /// TLS when the server offers it (no certificate check), else plaintext (the default).
+    Prefer,
+    /// TLS or nothing; the certificate is checked against `sslrootcert` only if one is given.
+    Require,
+    /// TLS, and the server's certificate chain must lead to a root in `sslrootcert`.
+    VerifyCa,
+    /// As `VerifyCa`, and the certificate must name the host connected to.
+    VerifyFull,
+}
+
+/// The TLS settings of a PostgreSQL URL (libpq's names and meanings).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PgTls {
+    pub mode: SslMode,
+    /// `sslrootcert`: PEM file of trusted roots; `None`: `~/.postgresql/root.crt` for the
+    /// verify modes, as libpq does.
+    pub root_cert: Option<PathBuf>,
+    /// `sslcert` / `sslkey`: a client certificate and its key (PEM), for servers that ask.
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+/// The bound on each exchange with a PostgreSQL server unless the URL sets `timeout`.
+pub const DEFAULT_PG_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Connections per PostgreSQL store unless the URL sets `pool_size`.
+pub const DEFAULT_POOL_SIZE: usize = 16;
+/// The largest `pool_size` accepted (a server's `max_connections` is far lower in practice).
+pub const MAX_POOL_SIZE: usize = 1000;
+
+/// `postgresql://user@host:port/db?schema=NAME&pool_size=N&...`: pull out `schema` (default
+/// `public`) and `pool_size` (default 16); the rest is the driver's connection URL. A schema
+/// name is plain: letters, digits, `_`.
+pub(super) fn parse_postgres(url: &str) -> Result<StoreUrl> {
+    let shown = || redact(url);
+    check_userinfo(url).map_err(|why| {
+        Error::InvalidArgument(format!(
+            "store URL {:?}: {why}; write special characters of the user name and password \
+             percent-encoded (%40 for @, %3F for ?, %2F for /, %23 for #)",
+            shown()
+        ))
+    })?;
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, q),
+        None => (url, ""),
+    };
+    let mut schema = String::from("public");
+    let mut pool_size = DEFAULT_POOL_SIZE;
+    let mut timeout = DEFAULT_PG_TIMEOUT;
+    let mut tls = PgTls {
+        mode: SslMode::Prefer,
+        root_cert: None,
+        cert: None,
+        key: None,
+    };
+    let mut rest = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("schema", v)) => schema = v.to_owned(),
+            Some(("pool_size", v)) => {
+                let digits = !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit());
+                pool_size = match v.parse::<usize>() {
+                    Ok(n) if digits && (1..=MAX_POOL_SIZE).contains(&n) => n,
+                    _ => {
+                        return Err(Error::InvalidArgument(format!(
+                            "store URL {:?}: pool_size must be a whole number of connections \
+                             from 1 to {MAX_POOL_SIZE}, got {v:?}",
+                            shown()
+                        )))
+                    }
+                }
+            }
+            Some(("timeout", v)) => {
+                timeout = match v.parse::<f64>() {
+                    Ok(secs) if secs.is_finite() && (0.1..=3600.0).contains(&secs) => {
+                        Duration::from_secs_f64(secs)
+                    }
+                    _ => {
+                        return Err(Error::InvalidArgument(format!(
+                            "store URL {:?}: timeout must be a number of seconds from 0.1 to \
+                             3600 (the bound on every exchange with the server), got {v:?}",
+                            shown()
+                        )))
+                    }
+                }
+            }
+            Some(("sslmode", v)) => {
+                tls.mode = match v {
+                    "disable" => SslMode::Disable,
+                    "prefer" => SslMode::Prefer,
+                    "require" => SslMode::Require,
+                    "verify-ca" => SslMode::VerifyCa,
+                    "verify-full" => SslMode::VerifyFull,
+                    _ => {
+                        return Err(Error::InvalidArgument(format!(
+                            "store URL {:?}: sslmode must be disable, prefer, require, verify-ca \
+                             or verify-full, got {v:?}",
+                            shown()
+                        )))
+                    }
+                }
+            }
+            Some((name @ ("sslrootcert" | "sslcert" | "sslkey"), v)) => {
+                if v.is_empty() {
+                    return Err(Error::InvalidArgument(format!(
+                        "store URL {:?}: {name} is empty; give the path of a PEM file",
+                        shown()
+                    )));
+                }
+                let path = Some(PathBuf::from(percent_decode(v)));
+                match name {
+                    "sslrootcert" => tls.root_cert = path,
+                    "sslcert" => tls.cert = path,
+                    _ => tls.key = path,
+                }
+            }
+            _ => rest.push(pair),
+        }
+    }
+    if tls.cert.is_some() != tls.key.is_some() {
+        return Err(Error::InvalidArgument(format!(
+            "store URL {:?}: sslcert and sslkey go together (a client certificate and its key)",
+            shown()
+        )));
+    }
+    if tls.mode == SslMode::Disable && (tls.root_cert.is_some() || tls.cert.is_some()) {
+        return Err(Error::InvalidArgument(format!(
+            "store URL {:?}: sslmode=disable with certificates given; remove them or choose a \
+             TLS mode (require, verify-ca, verify-full)",
+            shown()
+        )));
+    }
+    let valid = !schema.is_empty()
+        && schema.len() <= 63
+        && schema
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !schema.starts_with(|c: char| c.is_ascii_digit());
+    if !valid {
+        return Err(Error::Store(format!(
+            "PostgreSQL schema name {schema:?} is not allowed: use 1 to 63 ASCII letters, digits \
+             and underscores, not starting with a digit (no quotes, semicolons or spaces)"
+        )));
+    }
+    // The driver knows disable, prefer and require; the verify modes are require plus our
+    // certificate checks.
+    let driver_mode = match tls.mode {
+        SslMode::Disable => "disable",
+        SslMode::Prefer => "prefer",
+        _ => "require",
+    };
+    rest.push(match driver_mode {
+        "disable" => "sslmode=disable",
+        "prefer" => "sslmode=prefer",
+        _ => "sslmode=require",
+    });
+    let url = format!("{base}?{}", rest.join("&"));
+    Ok(StoreUrl::Postgres {
+        url,
+        schema,
+        pool_size,
+        timeout,
+        tls,
+    })
+}
+
+/// A user name or password with an unescaped `@`, `?`, `/` or `#` would be split in the wrong
+/// place: part of the password read as the host (and shown in messages), or the options read
+/// from inside the password (an `sslmode=require` silently lost). Refused.
+fn check_userinfo(url: &str) -> std::result::Result<(), &'static str> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let query_at = rest.find('?').unwrap_or(rest.len());
+    let (before, query) = rest.split_at(query_at);
+    if query.contains('@') || query[query.len().min(1)..].contains('?') || rest.contains('#') {
+        return Err("an '@', '?' or '#' appears where only the password could hold it");
+    }
+    let ats = before.matches('@').count();
+    if ats > 1 {
+        return Err("the user info holds more than one '@'");
+    }
+    if let (Some(at), Some(slash)) = (before.rfind('@'), before.find('/')) {
+        if slash < at {
+            return Err("a '/' comes before the '@' that ends the user info");
+        }
+    }
+    Ok(())
+}
+
+/// `%XX` escapes in a URL query value (a path with spaces), decoded; anything else as is.
+fn percent_decode(v: &str) -> String {
+    let bytes = v.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
