@@ -5,6 +5,17 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Microseconds since the Unix epoch, UTC. Every timestamp in the core uses this unit.
 pub type Micros = i64;
 
+/// A new attempt token: 16 random bytes from the OS, as 32 hex digits.
+pub fn new_attempt_token() -> crate::error::Result<String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| {
+        crate::error::Error::Store(format!(
+            "cannot read random bytes for an attempt token: {e}"
+        ))
+    })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// The wall clock in [`Micros`].
 pub fn now_micros() -> Micros {
     match SystemTime::now().duration_since(UNIX_EPOCH) {
@@ -70,6 +81,10 @@ pub struct EffectRecord {
     pub result: Option<String>,
     pub error: Option<String>,
     pub resolved_by: Option<String>,
+    /// Random per reservation call: the row of this attempt and no other, even when two
+    /// attempts share an action id and a clock value. `None` on rows written before schema
+    /// version 2.
+    pub attempt_token: Option<String>,
 }
 
 impl EffectRecord {

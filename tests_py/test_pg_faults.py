@@ -134,6 +134,30 @@ def test_shared_action_id_with_a_live_holder_is_in_progress_when_the_commit_is_l
     assert direct.get_effect("pay:o5").state is EffectState.COMMITTED
 
 
+def test_a_shared_action_id_and_clock_cannot_pass_for_our_own_row_after_a_lost_commit(
+    proxy, proxied, direct, caplog
+):
+    # Two attempts share an action id and a clock value, so their rows agree in every column
+    # but the per-attempt token. Ours is lost before its COMMIT reaches the server; the other
+    # lands between that and our re-read. Our re-read must not take the other row for ours.
+    caplog.set_level(logging.WARNING, logger=STORE_LOG)
+    shared_id = "act_" + "6" * 32
+    clock = MovableClock()  # frozen: both attempts write the same times
+    ours, theirs = proxied.with_clock(clock), direct.with_clock(clock)
+    held = []
+    rule = proxy.arm("drop_before", b"INSERT INTO")
+    # our plain read is the first SELECT; the re-read on a fresh connection is the second
+    race = proxy.arm("call", b"LEFT JOIN", on="statement", skip=1,
+                     callback=lambda: held.append(theirs.reserve_effect("pay:o6", shared_id, 60)))
+    with pytest.raises(DuplicateEffect) as info:
+        ours.reserve_effect("pay:o6", shared_id, 60)
+    assert info.value.state == "in_progress"
+    assert rule.fired == 1 and race.fired == 1
+    assert "reread_other_replan" in branches(caplog)
+    (holder,) = held
+    assert direct.get_effect("pay:o6") == holder.record  # the other attempt's row, untouched
+
+
 # e. -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("action", ["drop_before", "drop_after"])
 def test_lost_commit_and_a_failed_reread_is_unresolved_and_runs_nothing(

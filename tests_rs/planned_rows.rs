@@ -7,7 +7,7 @@ mod support;
 
 use ctrlrun::error::DuplicateKind;
 use ctrlrun::planner::{
-    plan_extension, plan_reservation, plan_resolution, Expected, Refusal, ReservationPlan,
+    plan_extension, plan_reservation, plan_resolution, Expected, Proposal, Refusal, ReservationPlan,
 };
 use ctrlrun::{EffectRecord, EffectState, Transition};
 use support::*;
@@ -34,6 +34,17 @@ fn row_in(f: &Fixture, key: &str, state: EffectState) -> EffectRecord {
     f.get(key)
 }
 
+/// A2's reservation call on `key` with `token`.
+fn proposal<'a>(key: &'a str, begin: bool, token: &'a str) -> Proposal<'a> {
+    Proposal {
+        key,
+        action_id: A2,
+        lease: LEASE,
+        begin,
+        token,
+    }
+}
+
 const STATES: [EffectState; 5] = [
     EffectState::Reserved,
     EffectState::Executing,
@@ -49,8 +60,9 @@ fn every_reservation_writes_the_row_the_planner_plans(b: Backend) {
         // no row: the planned insert
         let key = format!("new:{begin}");
         let got = f.store.reserve(&key, A2, LEASE, begin, Some(now)).unwrap();
+        let token = token_of(&got);
         assert_eq!(
-            plan_reservation(None, &key, A2, LEASE, now, begin),
+            plan_reservation(None, &proposal(&key, begin, &token), now),
             ReservationPlan::Insert(got.clone())
         );
         assert_eq!(f.get(&key), got);
@@ -58,9 +70,17 @@ fn every_reservation_writes_the_row_the_planner_plans(b: Backend) {
             for now in [T0 + 10, T0 + LEASE + 1] {
                 let key = format!("{state}:{begin}:{now}");
                 let before = row_in(&f, &key, state);
-                let plan = plan_reservation(Some(&before), &key, A2, LEASE, now, begin);
                 let got = f.store.reserve(&key, A2, LEASE, begin, Some(now));
                 let after = f.get(&key);
+                // A granted row carries this call's new token; any other keeps the old one.
+                let token = match &got {
+                    Ok(granted) => {
+                        assert_ne!(granted.attempt_token, before.attempt_token, "{key}");
+                        token_of(granted)
+                    }
+                    Err(_) => token_of(&before),
+                };
+                let plan = plan_reservation(Some(&before), &proposal(&key, begin, &token), now);
                 match plan {
                     ReservationPlan::Renew { expected, record } => {
                         assert_eq!(expected, Expected::of(&before));

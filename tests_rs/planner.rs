@@ -3,7 +3,7 @@
 use ctrlrun::error::DuplicateKind;
 use ctrlrun::planner::{
     check_request, plan_extension, plan_reservation, plan_resolution, settle_mismatch, Expected,
-    Refusal, ReservationPlan, Transition,
+    Proposal, Refusal, ReservationPlan, Transition,
 };
 use ctrlrun::{EffectRecord, EffectState, Error, Micros};
 
@@ -12,6 +12,18 @@ const HOLDER: &str = "act_00000000000000000000000000000001";
 const CALLER: &str = "act_00000000000000000000000000000002";
 const LEASE: Micros = 300_000_000; // 5 minutes
 const T0: Micros = 1_800_000_000_000_000;
+const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+/// A reservation call with the test's token.
+fn proposal<'a>(key: &'a str, action_id: &'a str, lease: Micros, begin: bool) -> Proposal<'a> {
+    Proposal {
+        key,
+        action_id,
+        lease,
+        begin,
+        token: TOKEN,
+    }
+}
 
 /// A row as a backend would hold it, `state` under `HOLDER`, attempt 3, lease T0+LEASE.
 fn row(state: EffectState) -> EffectRecord {
@@ -37,6 +49,7 @@ fn row(state: EffectState) -> EffectRecord {
             _ => None,
         },
         resolved_by: None,
+        attempt_token: Some("f".repeat(32)),
     }
 }
 
@@ -53,7 +66,7 @@ fn expect_invalid<T: std::fmt::Debug>(r: Result<T, Error>) -> String {
 
 #[test]
 fn no_row_inserts_attempt_one_reserved_with_lease() {
-    let plan = plan_reservation(None, KEY, CALLER, LEASE, T0, false);
+    let plan = plan_reservation(None, &proposal(KEY, CALLER, LEASE, false), T0);
     let ReservationPlan::Insert(r) = plan else {
         panic!("expected Insert, got {plan:?}");
     };
@@ -70,6 +83,7 @@ fn no_row_inserts_attempt_one_reserved_with_lease() {
             result: None,
             error: None,
             resolved_by: None,
+            attempt_token: Some(TOKEN.to_owned()),
         }
     );
 }
@@ -77,14 +91,22 @@ fn no_row_inserts_attempt_one_reserved_with_lease() {
 #[test]
 fn committed_row_is_refused_as_committed() {
     let existing = row(EffectState::Committed);
-    let plan = plan_reservation(Some(&existing), KEY, CALLER, LEASE, T0 + 5, false);
+    let plan = plan_reservation(
+        Some(&existing),
+        &proposal(KEY, CALLER, LEASE, false),
+        T0 + 5,
+    );
     assert_eq!(plan, ReservationPlan::Refuse(Refusal::Committed(existing)));
 }
 
 #[test]
 fn ambiguous_row_is_refused_as_ambiguous() {
     let existing = row(EffectState::Ambiguous);
-    let plan = plan_reservation(Some(&existing), KEY, CALLER, LEASE, T0 + 5, false);
+    let plan = plan_reservation(
+        Some(&existing),
+        &proposal(KEY, CALLER, LEASE, false),
+        T0 + 5,
+    );
     assert_eq!(plan, ReservationPlan::Refuse(Refusal::Ambiguous(existing)));
 }
 
@@ -94,7 +116,7 @@ fn failed_row_is_renewed_with_next_attempt() {
     existing.result = Some("\"stale\"".to_owned());
     existing.resolved_by = Some("alice".to_owned());
     let now = T0 + 42;
-    let plan = plan_reservation(Some(&existing), KEY, CALLER, LEASE, now, false);
+    let plan = plan_reservation(Some(&existing), &proposal(KEY, CALLER, LEASE, false), now);
     let ReservationPlan::Renew { expected, record } = plan else {
         panic!("expected Renew, got {plan:?}");
     };
@@ -120,6 +142,7 @@ fn failed_row_is_renewed_with_next_attempt() {
             result: None,
             error: None,
             resolved_by: None,
+            attempt_token: Some(TOKEN.to_owned()),
         }
     );
 }
@@ -129,7 +152,11 @@ fn live_lease_is_in_progress_for_any_caller() {
     for state in [EffectState::Reserved, EffectState::Executing] {
         let existing = row(state);
         for caller in [CALLER, HOLDER] {
-            let plan = plan_reservation(Some(&existing), KEY, caller, LEASE, T0 + 1, false);
+            let plan = plan_reservation(
+                Some(&existing),
+                &proposal(KEY, caller, LEASE, false),
+                T0 + 1,
+            );
             assert_eq!(
                 plan,
                 ReservationPlan::Refuse(Refusal::InProgress(existing.clone())),
@@ -140,7 +167,7 @@ fn live_lease_is_in_progress_for_any_caller() {
 }
 
 fn assert_lapse(existing: &EffectRecord, now: Micros) -> EffectRecord {
-    let plan = plan_reservation(Some(existing), KEY, CALLER, LEASE, now, false);
+    let plan = plan_reservation(Some(existing), &proposal(KEY, CALLER, LEASE, false), now);
     let ReservationPlan::Lapse { expected, record } = plan else {
         panic!("expected Lapse for {existing:?} at {now}, got {plan:?}");
     };
@@ -192,11 +219,15 @@ fn lease_boundary_instant_is_live_and_one_micro_later_is_lapsed() {
     let existing = row(EffectState::Executing);
     let exp = existing.lease_expires_at.unwrap();
     assert_eq!(
-        plan_reservation(Some(&existing), KEY, CALLER, LEASE, exp, false),
+        plan_reservation(Some(&existing), &proposal(KEY, CALLER, LEASE, false), exp),
         ReservationPlan::Refuse(Refusal::InProgress(existing.clone()))
     );
     assert!(matches!(
-        plan_reservation(Some(&existing), KEY, CALLER, LEASE, exp + 1, false),
+        plan_reservation(
+            Some(&existing),
+            &proposal(KEY, CALLER, LEASE, false),
+            exp + 1
+        ),
         ReservationPlan::Lapse { .. }
     ));
     assert!(existing.lease_live(exp));
@@ -679,8 +710,8 @@ fn check_request_refuses_empty_key_and_non_positive_lease() {
 
 #[test]
 fn with_begin_a_new_row_is_granted_executing_and_otherwise_alike() {
-    let plain = plan_reservation(None, KEY, CALLER, LEASE, T0, false);
-    let folded = plan_reservation(None, KEY, CALLER, LEASE, T0, true);
+    let plain = plan_reservation(None, &proposal(KEY, CALLER, LEASE, false), T0);
+    let folded = plan_reservation(None, &proposal(KEY, CALLER, LEASE, true), T0);
     let (ReservationPlan::Insert(a), ReservationPlan::Insert(b)) = (plain, folded) else {
         panic!("both insert");
     };
@@ -698,7 +729,7 @@ fn with_begin_a_new_row_is_granted_executing_and_otherwise_alike() {
 fn with_begin_a_renewal_is_executing_and_refusals_and_lapses_are_unchanged() {
     let failed = row(EffectState::Failed);
     let ReservationPlan::Renew { record, .. } =
-        plan_reservation(Some(&failed), KEY, CALLER, LEASE, T0 + 42, true)
+        plan_reservation(Some(&failed), &proposal(KEY, CALLER, LEASE, true), T0 + 42)
     else {
         panic!("expected Renew");
     };
@@ -712,8 +743,8 @@ fn with_begin_a_renewal_is_executing_and_refusals_and_lapses_are_unchanged() {
         let existing = row(state);
         for now in [T0 + 1, T0 + 10 * LEASE] {
             assert_eq!(
-                plan_reservation(Some(&existing), KEY, CALLER, LEASE, now, true),
-                plan_reservation(Some(&existing), KEY, CALLER, LEASE, now, false),
+                plan_reservation(Some(&existing), &proposal(KEY, CALLER, LEASE, true), now),
+                plan_reservation(Some(&existing), &proposal(KEY, CALLER, LEASE, false), now),
                 "{state:?} at {now}"
             );
         }

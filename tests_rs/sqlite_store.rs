@@ -100,7 +100,7 @@ fn a_new_file_and_its_folder_are_created_and_reopened() {
         .unwrap()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 1);
+    assert_eq!(version, ctrlrun::store::sqlite::SCHEMA_VERSION);
 }
 
 #[test]
@@ -212,14 +212,16 @@ fn store_with_a_writer_before_begin(
                     other
                         .execute(
                             "INSERT INTO ctrlrun_effects (effect_key, state, action_id, attempt, \
-                             created_at, updated_at, lease_expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6)",
+                             created_at, updated_at, lease_expires_at, attempt_token) \
+                             VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6, ?7)",
                             rusqlite::params![
                                 row.effect_key,
                                 row.state.as_str(),
                                 row.action_id,
                                 row.attempt,
                                 row.created_at,
-                                row.lease_expires_at
+                                row.lease_expires_at,
+                                row.attempt_token
                             ],
                         )
                         .unwrap();
@@ -245,6 +247,7 @@ fn a_row_committed_between_the_plain_read_and_the_write_lock_is_obeyed() {
         result: None,
         error: None,
         resolved_by: None,
+        attempt_token: Some("a".repeat(32)),
     };
     let (store, inserts) = store_with_a_writer_before_begin(&dir, holder.clone());
     // our plain read finds nothing; the insert meets the holder's row and does nothing; the
@@ -272,6 +275,7 @@ fn a_lapsed_row_committed_between_the_plain_read_and_the_write_lock_is_lapsed() 
         result: None,
         error: None,
         resolved_by: None,
+        attempt_token: Some("a".repeat(32)),
     };
     let (store, _) = store_with_a_writer_before_begin(&dir, stale);
     assert_ambiguous(store.reserve("k", A2, LEASE, true, Some(T0 + LEASE)));

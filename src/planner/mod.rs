@@ -29,6 +29,20 @@ impl Expected {
     }
 }
 
+/// What a caller proposes for a key: one reservation call.
+#[derive(Clone, Copy, Debug)]
+pub struct Proposal<'a> {
+    pub key: &'a str,
+    pub action_id: &'a str,
+    /// The lease's length.
+    pub lease: Micros,
+    /// Write a granted row as `executing` (see [`plan_reservation`]).
+    pub begin: bool,
+    /// This call's attempt token ([`crate::record::new_attempt_token`]), written on the row
+    /// it grants.
+    pub token: &'a str,
+}
+
 /// What a reservation must do, decided from the row found (SPEC §3).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ReservationPlan {
@@ -146,13 +160,11 @@ pub fn check_action_id(action_id: &str) -> Result<()> {
 /// both lapse to `ambiguous`.
 pub fn plan_reservation(
     existing: Option<&EffectRecord>,
-    key: &str,
-    action_id: &str,
-    lease: Micros,
+    p: &Proposal<'_>,
     now: Micros,
-    begin: bool,
 ) -> ReservationPlan {
-    let granted = if begin {
+    let (key, action_id, lease) = (p.key, p.action_id, p.lease);
+    let granted = if p.begin {
         EffectState::Executing
     } else {
         EffectState::Reserved
@@ -169,6 +181,7 @@ pub fn plan_reservation(
             result: None,
             error: None,
             resolved_by: None,
+            attempt_token: Some(p.token.to_owned()),
         });
     };
     match row.state {
@@ -187,6 +200,7 @@ pub fn plan_reservation(
                 result: None,
                 error: None,
                 resolved_by: None,
+                attempt_token: Some(p.token.to_owned()),
             },
         },
         EffectState::Reserved | EffectState::Executing => {

@@ -206,3 +206,19 @@ macro_rules! on_both_backends {
         }
     };
 }
+
+/// The attempt token of a row a reservation granted: 32 lowercase hex digits.
+pub fn token_of(r: &EffectRecord) -> String {
+    let token = r
+        .attempt_token
+        .clone()
+        .expect("a granted row carries an attempt token");
+    assert!(
+        token.len() == 32
+            && token
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+        "{token:?}"
+    );
+    token
+}

@@ -26,7 +26,7 @@ use std::time::Duration;
 use tokio_postgres::Config;
 
 use crate::error::{Error, Result};
-use crate::planner::{self, Expected, ReservationPlan, Transition};
+use crate::planner::{self, Expected, Proposal, Transition};
 use crate::record::{EffectRecord, EffectState, Micros};
 use crate::store::pool::{Pool, Pooled};
 use crate::store::recovery::{reread_failed, Commit, Reread, TransitionCall};
@@ -346,25 +346,14 @@ impl Store for PostgresStore {
     ) -> Result<EffectRecord> {
         planner::check_request(key, action_id, lease)?;
         check_key(key)?;
-        // A refusal needs no transaction: decide it from one plain read (one round trip
-        // instead of BEGIN, statement, COMMIT). A stale read only means the caller arrived a
-        // moment earlier; a grant is written by an INSERT that yields to any row there, a
-        // renewal or a lapse by a compare-and-set on a row read again in the transaction.
-        let row = self
-            .read("reserve_effect", key, |client, sql| {
-                sql.select_row(client, key, now)
-            })?
-            .map_err(|e| self.failed("reserve_effect", key, &e))?;
-        let (found, n) = read_found(&row)?;
-        planner::check_lease_end(n, lease)?;
-        if let ReservationPlan::Refuse(refusal) =
-            planner::plan_reservation(found.as_ref(), key, action_id, lease, n, begin)
-        {
-            return Err(refusal.into_error());
-        }
-        // A fresh key costs one INSERT planned from this read; a row that appeared meanwhile
-        // makes the INSERT return nothing and is read and planned again in the transaction.
-        self.reserve_step(key, action_id, lease, begin, now, Some((found, n)), true)
+        let proposal = Proposal {
+            key,
+            action_id,
+            lease,
+            begin,
+            token: "",
+        };
+        self.reserve_from_a_read(proposal, now)
     }
 
     fn transition(

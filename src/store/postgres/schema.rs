@@ -9,7 +9,14 @@ use super::conn::describe;
 use crate::error::{Error, Result};
 
 /// The schema version this build writes (`ctrlrun_meta.schema_version`).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// How each older version is brought to the next (`MIGRATIONS[v - 1]` takes version `v` to
+/// `v + 1`), all in one transaction with the version's update. `{t}` is the effects table.
+const MIGRATIONS: [&str; 1] = [
+    // 1 -> 2: the per-attempt token (rows written before keep NULL).
+    "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS attempt_token text",
+];
 
 pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) -> Result<()> {
     let fail = |e: PgError| {
@@ -53,7 +60,8 @@ pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) 
                      lease_expires_at bigint,
                      result           text,
                      error            text,
-                     resolved_by      text);
+                     resolved_by      text,
+                     attempt_token    text);
                  COMMENT ON COLUMN \"{schema}\".ctrlrun_effects.created_at IS
                      'microseconds since the Unix epoch, UTC';
                  COMMENT ON COLUMN \"{schema}\".ctrlrun_effects.key_digest IS
@@ -100,7 +108,46 @@ pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) 
              ctrlrun understands ({SCHEMA_VERSION}); upgrade ctrlrun"
         )));
     }
+    if version < SCHEMA_VERSION {
+        let migrated = migrate(client, schema);
+        if migrated.is_err() && !client.is_closed() {
+            let _ = client.batch_execute("ROLLBACK", "ROLLBACK");
+        }
+        migrated.map_err(|e| {
+            Error::Store(format!(
+                "cannot bring the tables of the PostgreSQL store {description} from schema \
+                 version {version} to {SCHEMA_VERSION}: {}",
+                e.describe()
+            ))
+        })?;
+    }
     Ok(())
+}
+
+/// Bring an older schema to [`SCHEMA_VERSION`] in one transaction. The version row is locked
+/// first, so processes that open the store at once migrate it once, one after another.
+fn migrate(client: &mut Client, schema: &str) -> std::result::Result<(), PgError> {
+    let meta = format!("\"{schema}\".ctrlrun_meta");
+    client.batch_execute("START TRANSACTION", "START TRANSACTION")?;
+    let rows = client.query_typed(
+        &format!("SELECT value FROM {meta} WHERE key = 'schema_version' FOR UPDATE"),
+        &[],
+    )?;
+    let version = rows
+        .first()
+        .and_then(|r| r.get::<_, String>(0).parse::<i64>().ok())
+        .unwrap_or(1);
+    if (1..SCHEMA_VERSION).contains(&version) {
+        let table = format!("\"{schema}\".ctrlrun_effects");
+        for step in &MIGRATIONS[(version - 1) as usize..] {
+            client.batch_execute("a schema migration", &step.replace("{t}", &table))?;
+        }
+        client.batch_execute(
+            "the schema version's update",
+            &format!("UPDATE {meta} SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version'"),
+        )?;
+    }
+    client.batch_execute("COMMIT", "COMMIT")
 }
 
 /// Prefix of throwaway schemas (`ctrlrun verify`, the pytest plugin).

@@ -10,7 +10,7 @@ use crate::planner::{Expected, Transition};
 use crate::record::{EffectRecord, EffectState, Micros};
 
 const COLUMNS: &str = "effect_key, state, action_id, attempt, created_at, updated_at, \
-                       lease_expires_at, result, error, resolved_by";
+                       lease_expires_at, result, error, resolved_by, attempt_token";
 
 /// The row's index: the SHA-256 of the key's UTF-8 bytes. The primary key is this digest, not
 /// the key, because a B-tree entry cannot exceed ~2.7 KB and keys may be longer; every lookup
@@ -58,7 +58,7 @@ impl Sql {
             // out the row (a CTE) costs the server a tenth of a millisecond on every call.
             insert: format!(
                 "INSERT INTO {t} (key_digest, {COLUMNS}) \
-                 VALUES ({d}, $1, $2, $3, $4, {at}, {at}, {at} + $6::int8, $7, $8, $9) \
+                 VALUES ({d}, $1, $2, $3, $4, {at}, {at}, {at} + $6::int8, $7, $8, $9, $10) \
                  ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}",
                 d = digest(1),
                 at = "COALESCE($5::int8, \
@@ -78,7 +78,7 @@ impl Sql {
             cas: format!(
                 "UPDATE {t} SET state = $1, action_id = $2, attempt = $3, created_at = $4, \
                  updated_at = $5, lease_expires_at = $6, result = $7, error = $8, \
-                 resolved_by = $9 \
+                 resolved_by = $9, attempt_token = $14 \
                  WHERE key_digest = {d} AND effect_key = $10 AND state = $11 \
                  AND action_id = $12 AND attempt = $13",
                 d = digest(10)
@@ -134,6 +134,7 @@ impl Sql {
                 (&r.result, Type::TEXT),
                 (&r.error, Type::TEXT),
                 (&r.resolved_by, Type::TEXT),
+                (&r.attempt_token, Type::TEXT),
             ],
         )
     }
@@ -161,6 +162,7 @@ impl Sql {
                 (&expected.state.as_str(), Type::TEXT),
                 (&expected.action_id, Type::TEXT),
                 (&expected.attempt, Type::INT8),
+                (&r.attempt_token, Type::TEXT),
             ],
         )
     }
@@ -220,6 +222,7 @@ pub(super) fn read_record(row: &Row, at: usize) -> Result<Option<EffectRecord>> 
         result: row.get(at + 7),
         error: row.get(at + 8),
         resolved_by: row.get(at + 9),
+        attempt_token: row.get(at + 10),
     }))
 }
 
@@ -228,5 +231,5 @@ pub(super) type Found = (Option<EffectRecord>, Micros);
 
 /// A row of the `select` statement.
 pub(super) fn read_found(row: &Row) -> Result<Found> {
-    Ok((read_record(row, 0)?, row.get(10)))
+    Ok((read_record(row, 0)?, row.get(11)))
 }

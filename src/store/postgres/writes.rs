@@ -1,28 +1,59 @@
 //! The store's writes: the reservation and the later transitions, each a transaction with its
 //! re-read after an unknown `COMMIT`.
 
-use super::sql::{read_record, Found};
+use super::sql::{read_found, read_record, Found};
 use super::PostgresStore;
 use crate::error::{Error, Result};
-use crate::planner::{self, Expected, Mismatch, ReservationPlan};
-use crate::record::{EffectRecord, Micros};
+use crate::planner::{self, Expected, Mismatch, Proposal, ReservationPlan};
+use crate::record::{new_attempt_token, EffectRecord, Micros};
 use crate::store::recovery::{settle_transition, settle_write, Commit, Step, TransitionCall};
 
 impl PostgresStore {
+    /// A reservation: a refusal decided from one plain read, anything else written by
+    /// [`PostgresStore::reserve_step`] with a new attempt token.
+    pub(super) fn reserve_from_a_read(
+        &self,
+        proposal: Proposal<'_>,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord> {
+        let (key, lease) = (proposal.key, proposal.lease);
+        // A refusal needs no transaction: decide it from one plain read (one round trip
+        // instead of BEGIN, statement, COMMIT). A stale read only means the caller arrived a
+        // moment earlier; a grant is written by an INSERT that yields to any row there, a
+        // renewal or a lapse by a compare-and-set on a row read again in the transaction.
+        let row = self
+            .read("reserve_effect", key, |client, sql| {
+                sql.select_row(client, key, now)
+            })?
+            .map_err(|e| self.failed("reserve_effect", key, &e))?;
+        let (found, n) = read_found(&row)?;
+        planner::check_lease_end(n, lease)?;
+        if let ReservationPlan::Refuse(refusal) =
+            planner::plan_reservation(found.as_ref(), &proposal, n)
+        {
+            return Err(refusal.into_error());
+        }
+        let token = new_attempt_token()?; // only for a call that may write
+        let proposal = Proposal {
+            token: &token,
+            ..proposal
+        };
+        // A fresh key costs one INSERT planned from this read; a row that appeared meanwhile
+        // makes the INSERT return nothing and is read and planned again in the transaction.
+        self.reserve_step(&proposal, now, Some((found, n)), true)
+    }
+
     /// One reservation transaction: plan from `first` (the plain read just made) or from a
     /// read in the transaction, write the plan, and re-read and re-plan when a concurrent
     /// writer got there first. Returns what was written (for the identity re-read).
-    #[allow(clippy::too_many_arguments)]
     fn reserve_txn(
         &self,
-        key: &str,
-        action_id: &str,
-        lease: Micros,
-        begin: bool,
+        proposal: &Proposal<'_>,
         now: Option<Micros>,
         first: Option<Found>,
     ) -> Result<Commit<Step>> {
         const WHAT: &str = "reserve_effect";
+        let key = proposal.key;
         self.txn(WHAT, key, |tx, sql| {
             // The plain read made just before is enough to plan an INSERT (which takes its
             // times again); a row to renew or lapse is read again here, so its new lease counts
@@ -34,14 +65,8 @@ impl PostgresStore {
             // A write that loses a race re-reads and re-plans; a few rounds at most.
             for _ in 0..4 {
                 let (row, n) = found;
-                let (written, outcome) = match planner::plan_reservation(
-                    row.as_ref(),
-                    key,
-                    action_id,
-                    lease,
-                    n,
-                    begin,
-                ) {
+                let (written, outcome) = match planner::plan_reservation(row.as_ref(), proposal, n)
+                {
                     ReservationPlan::Refuse(r) => return Ok(Step::refused(r.into_error())),
                     ReservationPlan::Insert(record) => {
                         let inserted = sql
@@ -112,33 +137,25 @@ impl PostgresStore {
     /// A reservation; after an unknown `COMMIT`, the whole-row identity re-read decides: the
     /// row we wrote means it landed; no row means it did not, so the insert is retried once;
     /// any other row goes back to the planner.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn reserve_step(
         &self,
-        key: &str,
-        action_id: &str,
-        lease: Micros,
-        begin: bool,
+        proposal: &Proposal<'_>,
         now: Option<Micros>,
         first: Option<Found>,
         may_retry: bool,
     ) -> Result<EffectRecord> {
         const WHAT: &str = "reserve_effect";
-        let committed = self.reserve_txn(key, action_id, lease, begin, now, first)?;
+        let committed = self.reserve_txn(proposal, now, first)?;
         let refusal = |row: &EffectRecord, n: Micros| match planner::plan_reservation(
             Some(row),
-            key,
-            action_id,
-            lease,
+            proposal,
             now.unwrap_or(n),
-            begin,
         ) {
             ReservationPlan::Refuse(r) => Some(r.into_error()),
             _ => None,
         };
-        let retry = may_retry
-            .then_some(|| self.reserve_step(key, action_id, lease, begin, now, None, false));
-        settle_write(self, WHAT, key, committed, refusal, retry)
+        let retry = may_retry.then_some(|| self.reserve_step(proposal, now, None, false));
+        settle_write(self, WHAT, proposal.key, committed, refusal, retry)
     }
 
     pub(super) fn transition_step(

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::sql::{SCHEMA, SCHEMA_VERSION};
+use super::sql::{MIGRATIONS, SCHEMA, SCHEMA_VERSION};
 use crate::error::{Error, Result};
 use crate::url::{SqliteOptions, Synchronous};
 
@@ -82,7 +82,8 @@ pub(super) fn open_connection(opts: &SqliteOptions) -> Result<Connection> {
     Ok(conn)
 }
 
-/// Create the table on a new file, check the version on an existing one.
+/// Create the table on a new file, bring an older one to [`SCHEMA_VERSION`] (one write
+/// transaction), refuse a newer one.
 pub(super) fn init_schema(conn: &Connection, path: &Path) -> Result<()> {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
@@ -100,9 +101,16 @@ pub(super) fn init_schema(conn: &Connection, path: &Path) -> Result<()> {
     conn.execute_batch("BEGIN IMMEDIATE")
         .map_err(|e| open_error(path, e))?;
     let created = (|| -> rusqlite::Result<()> {
+        // Read again under the write lock: another process may have got here first.
         let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         if v == 0 {
             conn.execute_batch(SCHEMA)?;
+        } else {
+            for step in MIGRATIONS.iter().skip((v - 1).max(0) as usize) {
+                conn.execute_batch(step)?;
+            }
+        }
+        if v < SCHEMA_VERSION {
             conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         }
         conn.execute_batch("COMMIT")

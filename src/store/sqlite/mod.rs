@@ -15,8 +15,8 @@ use std::time::Duration;
 use rusqlite::Connection;
 
 use crate::error::{Error, Result};
-use crate::planner::{self, Expected, ReservationPlan, Transition};
-use crate::record::{now_micros, EffectRecord, EffectState, Micros};
+use crate::planner::{self, Expected, Proposal, ReservationPlan, Transition};
+use crate::record::{new_attempt_token, now_micros, EffectRecord, EffectState, Micros};
 use crate::store::pool::{Pool, Pooled};
 use crate::store::recovery::{reread_failed, Commit, Reread, Step, TransitionCall};
 use crate::store::Store;
@@ -254,14 +254,23 @@ impl Store for SqliteStore {
         // A refusal needs no write: decide it from a plain read, without taking the write lock.
         // (A stale read only means the caller arrived a moment earlier; anything the planner
         // would grant or lapse is decided again under BEGIN IMMEDIATE below.)
+        let mut proposal = Proposal {
+            key,
+            action_id,
+            lease,
+            begin,
+            token: "",
+        };
         let seen = self.read(key)?;
         if let ReservationPlan::Refuse(refusal) =
-            planner::plan_reservation(seen.as_ref(), key, action_id, lease, now, begin)
+            planner::plan_reservation(seen.as_ref(), &proposal, now)
         {
             return Err(refusal.into_error());
         }
+        let token = new_attempt_token()?; // only for a call that may write
+        proposal.token = &token;
         let plan = |found: Option<EffectRecord>| {
-            let plan = planner::plan_reservation(found.as_ref(), key, action_id, lease, now, begin);
+            let plan = planner::plan_reservation(found.as_ref(), &proposal, now);
             Ok(Step::of_reservation(plan))
         };
         self.read_plan_write("reserve_effect", key, &plan, seen.is_none(), true)

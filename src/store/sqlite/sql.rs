@@ -6,14 +6,21 @@ use crate::planner::{Expected, Transition};
 use crate::record::{EffectRecord, EffectState, Micros};
 
 /// The schema version this build writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// How each older version is brought to the next (`MIGRATIONS[v - 1]` takes version `v` to
+/// `v + 1`), each in the transaction that also writes the new version.
+pub(super) const MIGRATIONS: [&str; 1] = [
+    // 1 -> 2: the per-attempt token (rows written before keep NULL).
+    "ALTER TABLE ctrlrun_effects ADD COLUMN attempt_token TEXT",
+];
 
 /// The columns in [`read_record`]'s order (a macro, so statements are compile-time literals:
 /// the hot path builds no SQL text).
 macro_rules! columns {
     () => {
         "effect_key, state, action_id, attempt, created_at, updated_at, \
-         lease_expires_at, result, error, resolved_by"
+         lease_expires_at, result, error, resolved_by, attempt_token"
     };
 }
 pub(super) const COLUMNS: &str = columns!();
@@ -25,7 +32,7 @@ const SELECT_ONE: &str = concat!(
 const INSERT_ONE: &str = concat!(
     "INSERT INTO ctrlrun_effects (",
     columns!(),
-    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT (effect_key) DO NOTHING"
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (effect_key) DO NOTHING"
 );
 
 pub(super) const SCHEMA: &str = "
@@ -40,7 +47,8 @@ CREATE TABLE IF NOT EXISTS ctrlrun_effects (
     lease_expires_at INTEGER,
     result           TEXT,              -- JSON
     error            TEXT,
-    resolved_by      TEXT
+    resolved_by      TEXT,
+    attempt_token    TEXT               -- random per reservation call (schema version 2)
 ) WITHOUT ROWID;
 ";
 
@@ -64,6 +72,7 @@ pub(super) fn read_record(row: &Row<'_>) -> rusqlite::Result<EffectRecord> {
         result: row.get(7)?,
         error: row.get(8)?,
         resolved_by: row.get(9)?,
+        attempt_token: row.get(10)?,
     })
 }
 
@@ -85,7 +94,8 @@ pub(super) fn insert(conn: &Connection, r: &EffectRecord) -> rusqlite::Result<us
         r.lease_expires_at,
         r.result,
         r.error,
-        r.resolved_by
+        r.resolved_by,
+        r.attempt_token
     ])
 }
 
@@ -97,7 +107,8 @@ pub(super) fn compare_and_set(
 ) -> rusqlite::Result<usize> {
     conn.prepare_cached(
         "UPDATE ctrlrun_effects SET state = ?1, action_id = ?2, attempt = ?3, created_at = ?4, \
-         updated_at = ?5, lease_expires_at = ?6, result = ?7, error = ?8, resolved_by = ?9 \
+         updated_at = ?5, lease_expires_at = ?6, result = ?7, error = ?8, resolved_by = ?9, \
+         attempt_token = ?14 \
          WHERE effect_key = ?10 AND state = ?11 AND action_id = ?12 AND attempt = ?13",
     )?
     .execute(params![
@@ -113,7 +124,8 @@ pub(super) fn compare_and_set(
         r.effect_key,
         expected.state.as_str(),
         expected.action_id,
-        expected.attempt
+        expected.attempt,
+        r.attempt_token
     ])
 }
 
