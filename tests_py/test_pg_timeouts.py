@@ -116,3 +116,30 @@ def test_a_commit_held_past_the_bound_is_settled_by_the_reread(pg, pg_schema, pr
     assert runs == ["o4"]
     assert direct.get_effect("pay:o4").state is EffectState.COMMITTED
     store.close()
+
+
+def test_a_silent_first_host_gets_its_own_bound_and_the_next_host_is_used(silent_listener, pg,
+                                                                           pg_schema):
+    # libpq's rule: connect_timeout bounds each host, so a host that accepts and then stalls
+    # does not stop a failover to the next one on the list.
+    auth = pg.user + (f":{pg.password}" if pg.password else "")
+    url = (f"postgresql://{auth}@127.0.0.1:{silent_listener},{pg.host}:{pg.port}/{pg.db}"
+           f"?schema={pg_schema}&connect_timeout=1")
+    started = time.monotonic()
+    with ctrlrun.open_store(url) as store:
+        store.reserve_effect("pay:o1", "act_" + "7" * 32, 60)
+        assert store.get_effect("pay:o1").state is EffectState.RESERVED
+    assert time.monotonic() - started < 10
+
+
+def test_every_host_silent_fails_naming_each_host_within_their_bounds(silent_listener):
+    url = (f"postgresql://u:s3cr3t@127.0.0.1:{silent_listener},"
+           f"127.0.0.2:{silent_listener}/db?connect_timeout=1")
+    started = time.monotonic()
+    with pytest.raises(StoreError) as info:
+        ctrlrun.open_store(url)
+    assert time.monotonic() - started < 2 * 1 + 3
+    message = str(info.value)
+    assert f"127.0.0.1:{silent_listener}: no answer" in message, message
+    assert f"127.0.0.2:{silent_listener}:" in message, message
+    assert "s3cr3t" not in message

@@ -76,7 +76,10 @@ impl Drop for Txn<'_> {
 
 #[derive(Clone)]
 pub(crate) struct Manager {
+    /// The URL's settings (messages describe the store from them).
     pub(super) config: Config,
+    /// The same, one per host, in the order to try them.
+    pub(super) hosts: Vec<Config>,
     /// `None` for `sslmode=disable` (no TLS connector is consulted at all).
     pub(super) tls: Option<MakeRustlsConnect>,
     /// Bounds a new connection's start-up (libpq's `connect_timeout`, default 10 s).
@@ -89,7 +92,7 @@ impl Manager {
     /// A new connection, not pooled (the store's pool, and the fresh one a re-read needs).
     pub(super) fn connect_client(&self) -> PgResult<Client> {
         Client::connect(
-            &self.config,
+            &self.hosts,
             self.tls.as_ref(),
             self.connect_timeout,
             self.timeout,

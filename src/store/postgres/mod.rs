@@ -32,7 +32,7 @@ use crate::store::pool::{Pool, Pooled};
 use crate::store::recovery::{reread_failed, Commit, Reread, TransitionCall};
 use crate::store::Store;
 use crate::url::{PgTls, SslMode};
-use client::{Client, PgError, PgResult};
+use client::{one_per_host, Client, PgError, PgResult};
 use conn::{describe, is_serialization, is_session_gone, Conn, Manager, Txn};
 use schema::init_schema;
 pub use schema::{drop_scratch_schema, SCHEMA_VERSION, SCRATCH_PREFIX};
@@ -133,6 +133,7 @@ impl PostgresStore {
         };
         Ok(Manager {
             tls: connector,
+            hosts: one_per_host(&config),
             config,
             connect_timeout,
             timeout,
