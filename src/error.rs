@@ -37,6 +37,20 @@ pub enum Error {
         record: Box<EffectRecord>,
         message: String,
     },
+    /// A duplicate (`kind`) proposed by another action or with other arguments than the
+    /// attempt that holds or held the key: `fields` names the arguments that differ.
+    #[error("{message}")]
+    Conflict {
+        kind: DuplicateKind,
+        record: Box<EffectRecord>,
+        fields: Vec<String>,
+        other_action: Option<String>,
+        message: String,
+    },
+    /// The action needs an approval granted for its name and arguments, and none is there:
+    /// nothing was written.
+    #[error("{0}")]
+    ApprovalNeeded(String),
     /// The key is `ambiguous` (possibly just now, because its lease lapsed).
     #[error("{message}")]
     Ambiguous {
@@ -71,6 +85,41 @@ impl Error {
         Error::Duplicate {
             kind,
             record: Box::new(record),
+            message,
+        }
+    }
+
+    pub fn conflict(
+        kind: DuplicateKind,
+        record: EffectRecord,
+        c: crate::planner::Conflict,
+    ) -> Error {
+        let (key, attempt) = (&record.effect_key, record.attempt);
+        let held = match kind {
+            DuplicateKind::Committed => format!("is already committed (attempt {attempt})"),
+            DuplicateKind::InProgress => format!("is in progress (attempt {attempt})"),
+        };
+        let message = match &c.other_action {
+            Some(theirs) => format!(
+                "effect '{key}' {held} under the action '{theirs}', and another action proposes                  the same key: a conflict; refusing it"
+            ),
+            None if c.fields.is_empty() => format!(
+                "effect '{key}' {held} with other arguments: a conflict; refusing it"
+            ),
+            None => {
+                let names: Vec<String> = c.fields.iter().map(|f| format!("'{f}'")).collect();
+                let which = match names.len() {
+                    1 => format!("the argument {} differs", names[0]),
+                    _ => format!("the arguments {} differ", names.join(", ")),
+                };
+                format!("effect '{key}' {held} with other arguments ({which}): a conflict; refusing it")
+            }
+        };
+        Error::Conflict {
+            kind,
+            record: Box::new(record),
+            fields: c.fields,
+            other_action: c.other_action,
             message,
         }
     }

@@ -9,6 +9,7 @@
 //!
 //! The PyO3 binding (`ctrlrun._core`) lives in `src/py/` behind the `python` feature.
 
+pub mod approval;
 pub mod error;
 pub mod planner;
 pub mod record;

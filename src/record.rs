@@ -16,6 +16,21 @@ pub fn new_attempt_token() -> crate::error::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// This process as a holder: `host:pid` (the host name read once, the pid on every call, so a
+/// forked child names itself).
+pub fn holder() -> String {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let host = HOST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "unknown-host".to_owned())
+    });
+    format!("{host}:{}", std::process::id())
+}
+
 /// The wall clock in [`Micros`].
 pub fn now_micros() -> Micros {
     match SystemTime::now().duration_since(UNIX_EPOCH) {
@@ -85,6 +100,16 @@ pub struct EffectRecord {
     /// attempts share an action id and a clock value. `None` on rows written before schema
     /// version 2.
     pub attempt_token: Option<String>,
+    /// The current attempt's action name (`stripe.refund`), when the caller gave one.
+    pub action: Option<String>,
+    /// Who runs the current attempt: `host:pid` of the process that reserved it.
+    pub holder: Option<String>,
+    /// The digest of the attempt's canonical arguments, when the caller gave one.
+    pub args_digest: Option<String>,
+    /// Per argument: `name digest` lines, sorted by name (which arguments differ).
+    pub arg_digests: Option<String>,
+    /// The approval request this attempt consumed, if its action needed one.
+    pub approval_id: Option<String>,
 }
 
 impl EffectRecord {

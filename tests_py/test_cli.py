@@ -191,7 +191,10 @@ def test_list_json_parses_with_iso_datetimes(populated, store_url):
     assert [d["effect_key"] for d in data] == [r.effect_key for r in records]
     for d, r in zip(data, records):
         assert set(d) == {"effect_key", "state", "action_id", "attempt", "created_at",
-                          "updated_at", "lease_expires_at", "result", "error", "resolved_by"}
+                          "updated_at", "lease_expires_at", "result", "error", "resolved_by",
+                          "action", "holder", "args_digest", "approval_id"}
+        assert (d["action"], d["holder"], d["args_digest"]) == (r.action, r.holder,
+                                                                r.args_digest)
         assert d["state"] == r.state.value
         assert d["action_id"] == r.action_id
         assert d["attempt"] == r.attempt

@@ -173,6 +173,11 @@ VOLATILE = [
     (re.compile(r"(\d+h)?(\d+m)?\d+s left"), "<left>"),
     (re.compile(r"/tmp/ctrlrun-demo-\w+"), "/tmp/<demo>"),
     (re.compile(r"\(attempt 1, act_…\)"), "(attempt 1, act_<id>)"),
+    # the holder (host:pid) ends a table line and a `show` line, and is a JSON field
+    (re.compile(r"\b[A-Za-z0-9][A-Za-z0-9.-]*:\d+$"), "<host>:<pid>"),
+    (re.compile(r'"holder": "[^"]*"'), '"holder": "<host>:<pid>"'),
+    (re.compile(r"\bsha256:[0-9a-f]{64}"), "sha256:<digest>"),
+    (re.compile(r"\bapr_[0-9a-f]{32}"), "apr_<id>"),
 ]
 
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -147,17 +148,39 @@ def test_duplicate_top_level_key(tmp_path):
     assert "line 1" in str(err)
 
 
-def test_decision_approve_not_supported(tmp_path):
-    err = load_error(tmp_path, """\
+def test_decision_approve_and_its_time_to_live_are_read(tmp_path):
+    path = tmp_path / "p.yaml"
+    write(path, """\
         schema: ctrlrun.policy/v2
         actions:
           billing.refund:
             effect: "refund:{payment_id}"
             decision: approve
+            approval_ttl: 2h
+          billing.quote:
+            effect: "quote:{id}"
+            decision: approve
+            approval_ttl: 90
         """)
-    assert err.line == 5
-    assert err.field == "actions.billing.refund.decision"
-    assert "approvals are not supported in this version" in str(err)
+    policy = load_policy(str(path))
+    refund, quote = policy.actions["billing.refund"], policy.actions["billing.quote"]
+    assert (refund.decision, refund.approval_ttl) == ("approve", timedelta(hours=2))
+    assert quote.approval_ttl == timedelta(seconds=90)
+
+
+@pytest.mark.parametrize("entry,field,problem", [
+    ('decision: maybe', "decision", "expected allow, approve or deny"),
+    ('decision: approve\n    approval_ttl: soon', "approval_ttl", "expected a duration"),
+    ('decision: approve\n    approval_ttl: 0s', "approval_ttl", "expected a duration"),
+    ('decision: approve\n    approval_ttl: 31d', "approval_ttl", "expected a duration"),
+    ('decision: allow\n    approval_ttl: 5m', "approval_ttl", "decision: approve only"),
+])
+def test_bad_decisions_and_times_to_live_name_the_field(tmp_path, entry, field, problem):
+    path = tmp_path / "p.yaml"
+    path.write_text(f"schema: ctrlrun.policy/v2\nactions:\n  a.b:\n    {entry}\n")
+    with pytest.raises(PolicyError) as info:
+        load_policy(str(path))
+    assert info.value.field == f"actions.a.b.{field}" and problem in str(info.value)
 
 
 def test_unknown_decision(tmp_path):
@@ -506,7 +529,7 @@ def test_broken_policy_raises_at_call_and_nothing_runs(here, store):
         actions:
           billing.refund:
             effect: "refund:{payment_id}"
-            decision: approve
+            decision: approve-maybe
         """)
     calls = []
 
@@ -519,7 +542,7 @@ def test_broken_policy_raises_at_call_and_nothing_runs(here, store):
     assert info.value.file == str(here / "ctrlrun.yaml")
     assert info.value.line == 5
     assert info.value.field == "actions.billing.refund.decision"
-    assert "approvals are not supported" in str(info.value)
+    assert "expected allow, approve or deny" in str(info.value)
     assert calls == [] and store.list_effects() == []
 
 
@@ -705,7 +728,7 @@ def test_policy_check_default_file_and_ctrlrun_config(here):
 @pytest.mark.parametrize("text,line,field", [
     ("schema: ctrlrun.policy/v2\nactions:\n  a.b:\n    effect: \"k:{x\"\n", 4, "actions.a.b.effect"),
     ("schema: ctrlrun.policy/v3\n", 1, "schema"),
-    ("schema: ctrlrun.policy/v2\nactions:\n  a.b:\n    decision: approve\n", 4,
+    ("schema: ctrlrun.policy/v2\nactions:\n  a.b:\n    decision: approves\n", 4,
      "actions.a.b.decision"),
     ("schema: ctrlrun.policy/v2\nactions:\n  a.b: {}\n  a.b: {}\n", 4, "actions.a.b"),
     ("schema: ctrlrun.policy/v2\nextra: 1\n", 2, "extra"),

@@ -1,10 +1,13 @@
-"""A store written by an older ctrlrun (schema version 1, before the per-attempt token) is
-brought to the current version when opened, on both backends: its rows stay readable and keep
-their meaning, new reservations carry a token, and processes opening it at once migrate it once.
+"""A store written by an older ctrlrun (schema version 1, before the per-attempt token, the
+holder, the argument digests and approvals) is brought to the current version when opened, on
+both backends: its rows stay readable and keep their meaning, new reservations carry the new
+columns, and processes opening it at once migrate it once.
 """
+
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
@@ -17,6 +20,8 @@ import ctrlrun
 from ctrlrun import DuplicateEffect, EffectState
 from conftest import sqlite_url
 
+CURRENT = 3  # the schema version this build writes
+NEW_COLUMNS = ["attempt_token", "action", "holder", "args_digest", "arg_digests", "approval_id"]
 T0 = 1_700_000_000_000_000  # microseconds (2023)
 V1_COLUMNS = ("effect_key, state, action_id, attempt, created_at, updated_at, "
               "lease_expires_at, result, error, resolved_by")
@@ -109,8 +114,8 @@ def test_a_version_1_store_is_migrated_and_its_rows_keep_their_meaning(v1_store)
     assert version() == 1
     store = ctrlrun.open_store(url)
     try:
-        assert version() == 2
-        assert columns()[-1] == "attempt_token" and columns().count("attempt_token") == 1
+        assert version() == CURRENT
+        assert columns()[-len(NEW_COLUMNS):] == NEW_COLUMNS
         done = store.get_effect("refund:done")
         assert done.state is EffectState.COMMITTED and done.result == {"ok": True}
         with pytest.raises(DuplicateEffect) as info:
@@ -123,11 +128,13 @@ def test_a_version_1_store_is_migrated_and_its_rows_keep_their_meaning(v1_store)
         grant = store.reserve_effect("refund:new", "act_" + "4" * 32, 60)
         store.begin_execution("refund:new", grant.action_id, attempt=1)
         assert store.commit_effect("refund:new", grant.action_id, 7, attempt=1).result == 7
+        assert done.holder is None and grant.record.holder.endswith(f":{os.getpid()}")
+        assert store.list_approvals() == []
     finally:
         store.close()
     # opening it again changes nothing
     again = ctrlrun.open_store(url)
-    assert version() == 2 and again.get_effect("refund:new").result == 7
+    assert version() == CURRENT and again.get_effect("refund:new").result == 7
     again.close()
 
 
@@ -152,8 +159,8 @@ def test_processes_opening_a_version_1_store_at_once_migrate_it_once(v1_store, t
     for p in procs:
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0 and out.strip() == "ok", err[-2000:]
-    assert version() == 2
-    assert columns().count("attempt_token") == 1
+    assert version() == CURRENT
+    assert columns()[-len(NEW_COLUMNS):] == NEW_COLUMNS
     store = ctrlrun.open_store(url)
     try:
         assert sorted(r.effect_key for r in store.list_effects() if r.effect_key.startswith(

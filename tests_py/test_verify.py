@@ -216,6 +216,26 @@ def test_verify_policy_per_templated_action(store_url, tmp_path):
     assert not any("[ctrlrun.verify]" in ln for ln in lines)
 
 
+def test_verify_covers_approve_actions_granting_its_own_approvals(store_url, tmp_path):
+    # the seed's policy: an approve action behind the gateway
+    pol = tmp_path / "policy.yaml"
+    pol.write_text(textwrap.dedent("""\
+        schema: ctrlrun.policy/v2
+        actions:
+          mcp.acme.create_refund:
+            effect: "refund:{payment_id}"
+            decision: approve
+        """))
+    proc = run_cli("verify", "--store", store_url, "--policy", str(pol), cwd=tmp_path)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    lines = out_lines(proc)
+    assert len(lines) == 2 and all("[mcp.acme.create_refund]" in ln for ln in lines), lines
+    assert any(PASS_G3.match(ln) for ln in lines) and any(PASS_G4.match(ln) for ln in lines)
+    # the grants went to the scratch stores only
+    with ctrlrun.open_store(store_url) as user_store:
+        assert user_store.list_approvals() == [] and user_store.list_effects() == []
+
+
 def test_verify_policy_without_templates_is_not_applicable(tmp_path):
     pol = tmp_path / "policy.yaml"
     pol.write_text(textwrap.dedent("""\
@@ -357,14 +377,14 @@ SITECUSTOMIZE = textwrap.dedent("""\
         import ctrlrun._runner as _p
         _orig = _p.run
         if _mode == "twice":
-            def _run(store, key, lease_us, fn, args, kwargs):
+            def _run(store, key, lease_us, fn, args, kwargs, spec=None):
                 def both(*a, **k):
                     fn(*a, **k)
                     return fn(*a, **k)
-                return _orig(store, key, lease_us, both, args, kwargs)
+                return _orig(store, key, lease_us, both, args, kwargs, spec)
             _p.run = _run
         elif _mode == "unreserved":
-            _p.run = lambda store, key, lease_us, fn, args, kwargs: fn(*args, **kwargs)
+            _p.run = lambda store, key, lease_us, fn, args, kwargs, spec=None: fn(*args, **kwargs)
     """)
 
 

@@ -9,6 +9,7 @@ use ctrlrun::error::DuplicateKind;
 use ctrlrun::planner::{
     plan_extension, plan_reservation, plan_resolution, Expected, Proposal, Refusal, ReservationPlan,
 };
+use ctrlrun::record::holder;
 use ctrlrun::{EffectRecord, EffectState, Transition};
 use support::*;
 
@@ -34,14 +35,13 @@ fn row_in(f: &Fixture, key: &str, state: EffectState) -> EffectRecord {
     f.get(key)
 }
 
-/// A2's reservation call on `key` with `token`.
-fn proposal<'a>(key: &'a str, begin: bool, token: &'a str) -> Proposal<'a> {
+/// A2's reservation call on `key` with `token`, from this process (the store writes it as
+/// the holder).
+fn proposal<'a>(key: &'a str, begin: bool, token: &'a str, holder: &'a str) -> Proposal<'a> {
     Proposal {
-        key,
-        action_id: A2,
-        lease: LEASE,
-        begin,
         token,
+        holder,
+        ..Proposal::new(key, A2, LEASE, begin)
     }
 }
 
@@ -62,7 +62,7 @@ fn every_reservation_writes_the_row_the_planner_plans(b: Backend) {
         let got = f.store.reserve(&key, A2, LEASE, begin, Some(now)).unwrap();
         let token = token_of(&got);
         assert_eq!(
-            plan_reservation(None, &proposal(&key, begin, &token), now),
+            plan_reservation(None, &proposal(&key, begin, &token, &holder()), now),
             ReservationPlan::Insert(got.clone())
         );
         assert_eq!(f.get(&key), got);
@@ -80,7 +80,11 @@ fn every_reservation_writes_the_row_the_planner_plans(b: Backend) {
                     }
                     Err(_) => token_of(&before),
                 };
-                let plan = plan_reservation(Some(&before), &proposal(&key, begin, &token), now);
+                let plan = plan_reservation(
+                    Some(&before),
+                    &proposal(&key, begin, &token, &holder()),
+                    now,
+                );
                 match plan {
                     ReservationPlan::Renew { expected, record } => {
                         assert_eq!(expected, Expected::of(&before));
@@ -106,6 +110,7 @@ fn every_reservation_writes_the_row_the_planner_plans(b: Backend) {
                                 assert_eq!(assert_ambiguous(got).0, r);
                                 r
                             }
+                            Refusal::Conflict(..) => panic!("no arguments, no conflict: {key}"),
                         };
                         assert_eq!(on, before, "{key}");
                         assert_eq!(after, before, "a refusal writes nothing: {key}");

@@ -17,11 +17,8 @@ const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 /// A reservation call with the test's token.
 fn proposal<'a>(key: &'a str, action_id: &'a str, lease: Micros, begin: bool) -> Proposal<'a> {
     Proposal {
-        key,
-        action_id,
-        lease,
-        begin,
         token: TOKEN,
+        ..Proposal::new(key, action_id, lease, begin)
     }
 }
 
@@ -50,6 +47,11 @@ fn row(state: EffectState) -> EffectRecord {
         },
         resolved_by: None,
         attempt_token: Some("f".repeat(32)),
+        action: None,
+        holder: None,
+        args_digest: None,
+        arg_digests: None,
+        approval_id: None,
     }
 }
 
@@ -84,6 +86,11 @@ fn no_row_inserts_attempt_one_reserved_with_lease() {
             error: None,
             resolved_by: None,
             attempt_token: Some(TOKEN.to_owned()),
+            action: None,
+            holder: None,
+            args_digest: None,
+            arg_digests: None,
+            approval_id: None,
         }
     );
 }
@@ -143,6 +150,11 @@ fn failed_row_is_renewed_with_next_attempt() {
             error: None,
             resolved_by: None,
             attempt_token: Some(TOKEN.to_owned()),
+            action: None,
+            holder: None,
+            args_digest: None,
+            arg_digests: None,
+            approval_id: None,
         }
     );
 }

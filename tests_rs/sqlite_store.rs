@@ -248,6 +248,11 @@ fn a_row_committed_between_the_plain_read_and_the_write_lock_is_obeyed() {
         error: None,
         resolved_by: None,
         attempt_token: Some("a".repeat(32)),
+        action: None,
+        holder: None,
+        args_digest: None,
+        arg_digests: None,
+        approval_id: None,
     };
     let (store, inserts) = store_with_a_writer_before_begin(&dir, holder.clone());
     // our plain read finds nothing; the insert meets the holder's row and does nothing; the
@@ -276,6 +281,11 @@ fn a_lapsed_row_committed_between_the_plain_read_and_the_write_lock_is_lapsed() 
         error: None,
         resolved_by: None,
         attempt_token: Some("a".repeat(32)),
+        action: None,
+        holder: None,
+        args_digest: None,
+        arg_digests: None,
+        approval_id: None,
     };
     let (store, _) = store_with_a_writer_before_begin(&dir, stale);
     assert_ambiguous(store.reserve("k", A2, LEASE, true, Some(T0 + LEASE)));

@@ -7,6 +7,7 @@ mod support;
 use std::sync::{Arc, Barrier};
 
 use ctrlrun::error::DuplicateKind;
+use ctrlrun::record::holder;
 use ctrlrun::{EffectRecord, EffectState, Error, Micros, Transition};
 use support::*;
 
@@ -31,6 +32,11 @@ fn reserve_begin_commit_then_a_duplicate_is_refused(b: Backend) {
             error: None,
             resolved_by: None,
             attempt_token: Some(token_of(&r)),
+            action: None,
+            holder: Some(holder()),
+            args_digest: None,
+            arg_digests: None,
+            approval_id: None,
         }
     );
     assert_eq!(f.get("k"), r);
@@ -122,6 +128,11 @@ fn failed_rows_are_renewed_with_the_next_attempt(b: Backend) {
                 error: None,
                 resolved_by: None,
                 attempt_token: Some(token_of(&r)),
+                action: None,
+                holder: Some(holder()),
+                args_digest: None,
+                arg_digests: None,
+                approval_id: None,
             }
         );
         assert_eq!(f.get(key), r);
@@ -832,6 +843,11 @@ fn an_outcome_written_without_reading_back_lands_the_same_row_and_refuses_alike(
     // the same row but for the two reservations' own tokens
     let untokened = |r: EffectRecord| EffectRecord {
         attempt_token: None,
+        action: None,
+        holder: None,
+        args_digest: None,
+        arg_digests: None,
+        approval_id: None,
         ..r
     };
     assert_eq!(untokened(f.get("k")), untokened(read_back));

@@ -17,6 +17,8 @@ from ._records import EffectRecord, EffectState, Reservation
 from ._store import Store, default_store, open_store, set_default_store
 from .errors import (
     ActionDenied,
+    ApprovalRequired,
+    EffectConflict,
     AmbiguousEffect,
     CTRLRunError,
     DuplicateEffect,
@@ -48,6 +50,8 @@ __all__ = [
     "DuplicateEffect",
     "AmbiguousEffect",
     "ActionDenied",
+    "ApprovalRequired",
+    "EffectConflict",
     "PolicyError",
     "PolicyWarning",
     "StoreError",

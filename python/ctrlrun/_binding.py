@@ -7,7 +7,8 @@ import enum
 import inspect
 import uuid
 import warnings
-from typing import Any, Callable, List, Optional, Tuple
+from datetime import timedelta
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _core
 from ._policy import current_policy
@@ -60,7 +61,7 @@ class KeyBinder:
     """Binds a call to the function's signature and renders the effect key."""
 
     __slots__ = ("template", "signature", "names", "defaults", "qualname", "positional",
-                 "by_keyword", "required")
+                 "by_keyword", "required", "optional")
 
     def __init__(self, template: _core.Template, fn: Callable[..., Any], action: str) -> None:
         self.template = template
@@ -97,6 +98,7 @@ class KeyBinder:
         self.by_keyword = frozenset(p.name for p in params.values()
                                     if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY))
         self.required = frozenset(p.name for p in params.values() if p.default is p.empty)
+        self.optional = [(p.name, p.default) for p in params.values() if p.default is not p.empty]
 
     def _bind(self, args: Tuple[Any, ...], kwargs: dict) -> dict:
         """The arguments given, by name (defaults not filled in), as ``Signature.bind`` gives
@@ -114,9 +116,21 @@ class KeyBinder:
                     return bound
         return self.signature.bind(*args, **kwargs).arguments
 
+    def bind(self, args: Tuple[Any, ...], kwargs: dict) -> Tuple[str, Dict[str, Any]]:
+        """The call's effect key, and every parameter's value with defaults filled in (what
+        its fingerprint is made of). A call the signature refuses raises TypeError here,
+        before anything is reserved."""
+        arguments = self._bind(args, kwargs)  # a new dict: filling in defaults is safe
+        key = self._render(arguments)
+        for name, default in self.optional:
+            if name not in arguments:
+                arguments[name] = default
+        return key, arguments
+
     def key(self, args: Tuple[Any, ...], kwargs: dict) -> str:
-        # A call the signature refuses raises TypeError here, before anything is reserved.
-        arguments = self._bind(args, kwargs)
+        return self._render(self._bind(args, kwargs))
+
+    def _render(self, arguments: dict) -> str:
         src = self.template.source
         values = []
         for name in self.names:
@@ -140,34 +154,59 @@ class KeyBinder:
 
 
 class Gate:
-    """Per protected function: which key binder a call uses, after the policy has its say.
+    """Per protected function: which key binder a call uses and whether it needs a person's
+    approval, after the policy has its say.
 
-    The decorator's template wins over the policy's (with one warning per function when they
-    differ); without one, the policy's template applies; with neither, the call runs
-    unreserved. A ``deny`` decision refuses the call before anything is reserved."""
+    Templates: the decorator's wins over the policy's (with one warning per function when they
+    differ); without one, the policy's applies; with neither, the call runs unreserved.
+    Decisions: the policy's wins over the decorator's (with one warning when they differ). A
+    ``deny`` refuses the call before anything is reserved; ``approve`` returns the approval's
+    time to live with the binder."""
 
-    __slots__ = ("name", "fn", "own", "from_policy", "warned")
+    __slots__ = ("name", "fn", "own", "decision", "approval_ttl", "from_policy", "warned",
+                 "warned_decision")
 
-    def __init__(self, name: str, fn: Callable[..., Any], template: Optional[_core.Template]):
+    def __init__(self, name: str, fn: Callable[..., Any], template: Optional[_core.Template],
+                 decision: str = "allow", approval_ttl: Optional[timedelta] = None):
         self.name = name
         self.fn = fn
         self.own = None if template is None else KeyBinder(template, fn, name)
+        self.decision = decision
+        self.approval_ttl = approval_ttl
         self.from_policy: dict = {}
         self.warned = False
+        self.warned_decision = False
 
     def binder(self) -> Optional[KeyBinder]:
+        route = self.route()
+        return None if route is None else route[0]
+
+    def _deny(self, where: str, policy: Optional[str]) -> ActionDenied:
+        return ActionDenied(f"action {self.name!r} is denied by {where}; nothing was reserved "
+                            f"or run", action=self.name, policy=policy)
+
+    def route(self) -> Optional[Tuple[KeyBinder, Optional[timedelta]]]:
+        """The binder for this call and, for an ``approve`` action, the approval's time to
+        live; ``None``: the call runs unreserved."""
         policy = current_policy()
         entry = None if policy is None else policy.actions.get(self.name)
         if entry is None:
-            return self.own
+            if self.decision == "deny":
+                raise self._deny("its decorator (decision='deny')", None)
+            if self.own is None:
+                return None
+            return self.own, self._ttl(None) if self.decision == "approve" else None
+        assert policy is not None
         if entry.decision == "deny":
-            assert policy is not None
-            raise ActionDenied(
-                f"action {self.name!r} is denied by the policy {policy.path} (line "
-                f"{entry.line}); nothing was reserved or run",
-                action=self.name,
-                policy=policy.path,
-            )
+            raise self._deny(f"the policy {policy.path} (line {entry.line})", policy.path)
+        if entry.decision != self.decision and not self.warned_decision and (
+                self.decision != "allow"):
+            self.warned_decision = True
+            warnings.warn(
+                f"protect({self.name!r}): the decorator's decision {self.decision!r} differs "
+                f"from the policy's {entry.decision!r} ({policy.path}, line {entry.line}); the "
+                f"policy's is used", PolicyWarning, stacklevel=3)
+        ttl = self._ttl(entry.approval_ttl) if entry.decision == "approve" else None
         if self.own is not None:
             if entry.effect is not None and entry.effect != self.own.template.source:
                 if not self.warned:
@@ -175,16 +214,21 @@ class Gate:
                     warnings.warn(
                         f"protect({self.name!r}) on {self.own.qualname}: the decorator's effect "
                         f"template {self.own.template.source!r} differs from the policy's "
-                        f"{entry.effect!r} ({policy.path if policy else ''}, line {entry.line}); "
+                        f"{entry.effect!r} ({policy.path}, line {entry.line}); "
                         f"the decorator's is used",
                         PolicyWarning,
                         stacklevel=3,
                     )
-            return self.own
+            return self.own, ttl
         if entry.effect is None:
             return None
         binder = self.from_policy.get(entry.effect)
         if binder is None:
             binder = KeyBinder(_core.Template(entry.effect), self.fn, self.name)
             self.from_policy[entry.effect] = binder
-        return binder
+        return binder, ttl
+
+    def _ttl(self, from_policy: Optional[timedelta]) -> timedelta:
+        from ._approvals import DEFAULT_APPROVAL_TTL
+
+        return from_policy or self.approval_ttl or DEFAULT_APPROVAL_TTL

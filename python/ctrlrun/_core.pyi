@@ -2,7 +2,10 @@
 
 Timestamps are integer microseconds since the Unix epoch (UTC). A record is the tuple
 ``(effect_key, state, action_id, attempt, created_at_us, updated_at_us, lease_expires_at_us,
-result_json, error, resolved_by)``.
+result_json, error, resolved_by, (action, holder, args_digest, arg_digests, approval_id))``.
+An approval request is ``(request_id, action, args_digest, effect_key, arguments_json, state,
+(requested_at_us, ttl_us, expires_at_us, decided_at_us, decided_by, note, used_at_us,
+used_by))``.
 """
 
 from pathlib import Path
@@ -22,7 +25,28 @@ __all__ = [
 ]
 
 _RecordTuple = Tuple[
-    str, str, str, int, int, int, Optional[int], Optional[str], Optional[str], Optional[str]
+    str,
+    str,
+    str,
+    int,
+    int,
+    int,
+    Optional[int],
+    Optional[str],
+    Optional[str],
+    Optional[str],
+    Tuple[Optional[str], Optional[str], Optional[str], Optional[str], Optional[str]],
+]
+_ApprovalTuple = Tuple[
+    str,
+    str,
+    str,
+    str,
+    str,
+    str,
+    Tuple[
+        int, int, int, Optional[int], Optional[str], Optional[str], Optional[int], Optional[str]
+    ],
 ]
 
 __version__: str
@@ -54,7 +78,33 @@ class Store:
         lease_us: int,
         now_us: Optional[int] = None,
         begin: bool = False,
+        action: Optional[str] = None,
+        args: Optional[Tuple[str, str]] = None,
+        approval: bool = False,
     ) -> _RecordTuple: ...
+    def request_approval(
+        self,
+        action: str,
+        args_digest: str,
+        effect_key: str,
+        arguments: str,
+        ttl_us: int,
+        now_us: Optional[int] = None,
+    ) -> _ApprovalTuple: ...
+    def decide_approval(
+        self,
+        request_id: str,
+        grant: bool,
+        by: str,
+        note: Optional[str] = None,
+        now_us: Optional[int] = None,
+    ) -> _ApprovalTuple: ...
+    def get_approval(
+        self, request_id: str, now_us: Optional[int] = None
+    ) -> Optional[_ApprovalTuple]: ...
+    def list_approvals(
+        self, state: Optional[str] = None, now_us: Optional[int] = None
+    ) -> List[_ApprovalTuple]: ...
     def transition(
         self,
         key: str,

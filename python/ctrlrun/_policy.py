@@ -7,7 +7,8 @@ carry them (tools called through a gateway).
     actions:
       stripe.refund:
         effect: "refund:{payment_id}"
-        decision: allow          # allow (default) | deny
+        decision: allow          # allow (default) | approve | deny
+        approval_ttl: 15m        # approve only: how long a request waits and a grant lasts
 
 Found at ``CTRLRUN_CONFIG``, else ``ctrlrun.yaml`` in the working directory; no file means no
 policy. Parsed with PyYAML; every error is a :class:`~ctrlrun.PolicyError` naming the file, the
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
+from datetime import timedelta
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -30,7 +32,7 @@ __all__ = ["Policy", "ActionPolicy", "load_policy", "current_policy", "SCHEMA", 
 
 SCHEMA = "ctrlrun.policy/v2"
 DEFAULT_FILE = "ctrlrun.yaml"
-DECISIONS = ("allow", "deny")
+DECISIONS = ("allow", "approve", "deny")
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,8 @@ class ActionPolicy:
     effect: Optional[str]
     decision: str
     line: int
+    #: ``approval_ttl`` (``approve`` only), or ``None``: the default (15 minutes).
+    approval_ttl: Optional[timedelta] = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,26 @@ class Policy:
     def unreserved(self) -> List[ActionPolicy]:
         """Allowed actions with no effect template: writes that run without a reservation."""
         return [a for a in self.actions.values() if a.effect is None and a.decision == "allow"]
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration(path: str, node: yaml.Node, fieldname: str) -> timedelta:
+    """``90``, ``90s``, ``15m``, ``2h`` or ``1d``: more than 0 and at most 30 days."""
+    numeric = isinstance(node, yaml.ScalarNode) and node.tag in (
+        "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+    text = (str(node.value) if numeric else _scalar(path, node, fieldname)).strip()
+    number, unit = (text[:-1], text[-1]) if text[-1:] in _UNITS else (text, "s")
+    try:
+        seconds = float(number) * _UNITS[unit]
+    except ValueError:
+        seconds = float("nan")
+    if not (0 < seconds <= 30 * 86400):
+        raise _fail(path, node, fieldname,
+                    f"is {text!r}; expected a duration such as 90s, 15m, 2h or 1d (more than 0, "
+                    f"at most 30 days)")
+    return timedelta(seconds=seconds)
 
 
 def _fail(path: str, node: Optional[yaml.Node], fieldname: str, problem: str) -> PolicyError:
@@ -114,6 +138,8 @@ def parse_policy(text: str, path: str) -> Policy:
                     raise _fail(path, k, fieldname, "an action name must be printable text")
                 effect: Optional[str] = None
                 decision = "allow"
+                approval_ttl: Optional[timedelta] = None
+                ttl_node: Optional[yaml.Node] = None
                 for ek, ev in _mapping(path, v, fieldname):
                     key = str(ek.value)
                     if key == "effect":
@@ -124,19 +150,20 @@ def parse_policy(text: str, path: str) -> Policy:
                             raise _fail(path, ev, f"{fieldname}.effect", str(exc)) from None
                     elif key == "decision":
                         decision = _scalar(path, ev, f"{fieldname}.decision")
-                        if decision == "approve":
-                            raise _fail(
-                                path, ev, f"{fieldname}.decision",
-                                "approvals are not supported in this version of ctrlrun; use "
-                                "allow or deny",
-                            )
                         if decision not in DECISIONS:
                             raise _fail(path, ev, f"{fieldname}.decision",
-                                        f"is {decision!r}; expected allow or deny")
+                                        f"is {decision!r}; expected allow, approve or deny")
+                    elif key == "approval_ttl":
+                        ttl_node = ev
+                        approval_ttl = _duration(path, ev, f"{fieldname}.approval_ttl")
                     else:
                         raise _fail(path, ek, f"{fieldname}.{key}",
-                                    "unknown key (expected effect and decision)")
-                actions[name] = ActionPolicy(name, effect, decision, k.start_mark.line + 1)
+                                    "unknown key (expected effect, decision and approval_ttl)")
+                if approval_ttl is not None and decision != "approve":
+                    raise _fail(path, ttl_node, f"{fieldname}.approval_ttl",
+                                "applies to decision: approve only")
+                actions[name] = ActionPolicy(name, effect, decision, k.start_mark.line + 1,
+                                             approval_ttl)
     return Policy(path, actions)
 
 

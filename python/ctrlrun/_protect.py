@@ -9,11 +9,12 @@ from __future__ import annotations
 import functools
 import inspect
 from datetime import timedelta
-from typing import Any, Callable, Optional, TypeVar, Union
+from typing import Any, Callable, Iterable, Optional, Tuple, TypeVar, Union
 
 from . import _core, _runner, _runner_async
-from ._binding import Gate, PolicyWarning
-from ._steps import idempotency_token
+from ._binding import Gate, KeyBinder, PolicyWarning
+from ._fingerprint import fingerprint
+from ._steps import Spec, idempotency_token
 from ._store import Store, default_store, lease_to_micros, store_for_url
 from .errors import InvalidArgument
 
@@ -52,6 +53,10 @@ def protect(
     effect: Optional[str] = None,
     lease: Union[timedelta, int, float, None] = None,
     store: Union[Store, str, None] = None,
+    decision: str = "allow",
+    approval_ttl: Union[timedelta, int, float, None] = None,
+    approval_timeout: Union[int, float] = 0,
+    fingerprint_exclude: Iterable[str] = (),
 ) -> Callable[[F], F]:
     """Make a side-effecting function run at most once per effect key.
 
@@ -64,6 +69,26 @@ def protect(
             (> 0, finite). Default 5 minutes.
         store: a :class:`Store`, a store URL, or ``None`` for the default store looked up at
             call time.
+        decision: ``"allow"`` (default), ``"approve"`` (a person approves each call's action
+            and arguments once; see below) or ``"deny"``. The policy's decision for ``name``
+            wins over this one (with a ``PolicyWarning`` when they differ).
+        approval_ttl: ``approve`` only: how long a request waits for a decision and a grant
+            stays usable (``timedelta`` or seconds; default 15 minutes; the policy's
+            ``approval_ttl`` wins).
+        approval_timeout: ``approve`` only: seconds to wait (sync) or await (async) for a
+            person's decision before raising ``ApprovalRequired``; default 0 (raise at once).
+        fingerprint_exclude: names of arguments left out of the call's fingerprint (values
+            that change on every retry, such as a request id).
+
+    Every reserved call stores a fingerprint of its arguments (a digest of their canonical
+    form, and one per argument). A later call on the same key with different arguments, or
+    from another action, raises ``EffectConflict`` (a ``DuplicateEffect``) naming the
+    arguments that differ. Arguments of a type with no canonical form are left out.
+
+    An ``approve`` call with no grant in force for its action and arguments writes a pending
+    approval request and raises ``ApprovalRequired`` (nothing is reserved); once a person
+    grants it (``ctrlrun approve ID --by NAME``), the same call runs once: the grant is used
+    in the reservation's own transaction. A denied request raises ``ActionDenied``.
 
     Works on ``def`` and ``async def`` functions (generators are refused). For a coroutine,
     nothing is reserved until it is awaited; store I/O runs on worker threads so the event
@@ -93,6 +118,26 @@ def protect(
         )
     template = None if effect is None else _core.Template(effect)
     store_ref = _StoreRef(store)
+    if decision not in ("allow", "approve", "deny"):
+        raise InvalidArgument(
+            f"protect({name!r}): decision must be 'allow', 'approve' or 'deny', got {decision!r}")
+    ttl = None if approval_ttl is None else timedelta(
+        microseconds=lease_to_micros(approval_ttl, "approval_ttl"))
+    if (isinstance(approval_timeout, bool) or not isinstance(approval_timeout, (int, float))
+            or not 0 <= approval_timeout <= 86400):
+        raise InvalidArgument(f"protect({name!r}): approval_timeout must be seconds from 0 to "
+                              f"86400, got {approval_timeout!r}")
+    if isinstance(fingerprint_exclude, str):
+        raise InvalidArgument(f"protect({name!r}): fingerprint_exclude takes argument names "
+                              f"(a tuple), got the str {fingerprint_exclude!r}")
+    exclude = frozenset(fingerprint_exclude)
+    timeout = float(approval_timeout)
+
+    def bound(route: Tuple[KeyBinder, Optional[timedelta]], args: Any, kwargs: Any
+              ) -> Tuple[str, Spec]:
+        """The call's key, and what it says about itself (its fingerprint, its approval)."""
+        key, arguments = route[0].bind(args, kwargs)
+        return key, Spec(name, fingerprint(arguments, exclude), route[1], timeout)
 
     def decorate(fn: F) -> F:
         if not callable(fn):
@@ -102,28 +147,29 @@ def protect(
                 f"protect({name!r}): {fn.__qualname__} is a generator; its effect would happen "
                 f"across many resumptions, so it cannot be reserved once. Protect a plain function"
             )
-        gate = Gate(name, fn, template)
+        gate = Gate(name, fn, template, decision, ttl)
 
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                binder = gate.binder()
-                if binder is None:
+                route = gate.route()
+                if route is None:
                     return await fn(*args, **kwargs)
-                key = binder.key(args, kwargs)
-                return await _runner_async.run(store_ref.get(), key, lease_us, fn, args, kwargs)
+                key, spec = bound(route, args, kwargs)
+                return await _runner_async.run(store_ref.get(), key, lease_us, fn, args, kwargs,
+                                               spec)
 
             async_wrapper.__ctrlrun_action__ = name  # type: ignore[attr-defined]
             return async_wrapper  # type: ignore[return-value]
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            binder = gate.binder()
-            if binder is None:
+            route = gate.route()
+            if route is None:
                 return fn(*args, **kwargs)
-            key = binder.key(args, kwargs)
-            return _runner.run(store_ref.get(), key, lease_us, fn, args, kwargs)
+            key, spec = bound(route, args, kwargs)
+            return _runner.run(store_ref.get(), key, lease_us, fn, args, kwargs, spec)
 
         wrapper.__ctrlrun_action__ = name  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]

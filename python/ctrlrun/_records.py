@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 __all__ = ["EffectState", "EffectRecord", "Reservation"]
 
@@ -43,6 +43,13 @@ class EffectRecord:
             cannot hold is stored as ``{"__ctrlrun_unserializable__": repr(value)}``.
         error: why the effect is ``failed`` or ``ambiguous``; annotated by a resolution.
         resolved_by: who moved it out of ``ambiguous``; cleared by the next renewal.
+        action: the current attempt's action name (``stripe.refund``), or ``None`` when the
+            caller gave none (the ``Store`` API) or the row predates it.
+        holder: who reserved the current attempt: ``host:pid``.
+        args_digest: the digest of the attempt's canonical arguments (``sha256:…``), or
+            ``None``.
+        arg_digests: argument name -> digest of that argument (``{}`` when none were given).
+        approval_id: the approval request the attempt used, or ``None``.
     """
 
     effect_key: str
@@ -55,6 +62,11 @@ class EffectRecord:
     result: Any
     error: Optional[str]
     resolved_by: Optional[str]
+    action: Optional[str] = None
+    holder: Optional[str] = None
+    args_digest: Optional[str] = None
+    arg_digests: Dict[str, str] = field(default_factory=dict)
+    approval_id: Optional[str] = None
 
     def lease_live(self, now: Optional[datetime] = None) -> bool:
         """True when the state is reserved/executing and ``now <= lease_expires_at``."""
@@ -81,7 +93,8 @@ def micros_to_datetime(us: int) -> datetime:
 
 
 def record_from_core(t: Tuple[Any, ...]) -> EffectRecord:
-    key, state, action_id, attempt, created, updated, lease, result, error, resolved_by = t
+    key, state, action_id, attempt, created, updated, lease, result, error, resolved_by, more = t
+    action, holder, args_digest, arg_lines, approval_id = more
     return EffectRecord(
         effect_key=key,
         state=EffectState(state),
@@ -93,7 +106,23 @@ def record_from_core(t: Tuple[Any, ...]) -> EffectRecord:
         result=None if result is None else json.loads(result),
         error=error,
         resolved_by=resolved_by,
+        action=action,
+        holder=holder,
+        args_digest=args_digest,
+        arg_digests=parse_arg_digests(arg_lines),
+        approval_id=approval_id,
     )
+
+
+def arg_digests_text(fields: Dict[str, str]) -> str:
+    """Per-argument digests as the store keeps them: ``name digest`` lines, sorted by name."""
+    return "\n".join(f"{name} {digest}" for name, digest in sorted(fields.items()))
+
+
+def parse_arg_digests(text: Optional[str]) -> Dict[str, str]:
+    if not text:
+        return {}
+    return dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
 
 
 _quote = json.encoder.encode_basestring_ascii

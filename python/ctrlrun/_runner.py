@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Tuple
+from typing import Any, Callable, Optional, Tuple
 
-from ._steps import REFUSALS, Call
+from ._approvals import refusal, wait_for_decision
+from ._steps import REFUSALS, Call, Spec
 from ._store import Store
+from .errors import ApprovalNeeded
 
 
 def run(
@@ -16,9 +18,27 @@ def run(
     fn: Callable[..., Any],
     args: Tuple[Any, ...],
     kwargs: dict,
+    spec: Optional[Spec] = None,
 ) -> Any:
-    call = Call(store, key, lease_us)
-    call.reserve()
+    call = Call(store, key, lease_us, spec)
+    try:
+        call.reserve()
+        needed = False
+    except ApprovalNeeded:
+        needed = True
+    if needed:
+        # No grant in force: ask (or find the request that stands), wait if told to, and
+        # reserve again once granted. (Outside the except block: the caller's traceback shows
+        # the refusal alone.)
+        assert spec is not None
+        record = call.ask()
+        if record.state.value == "pending" and spec.approval_timeout > 0:
+            record = wait_for_decision(store, record.request_id, spec.approval_timeout)
+        call.granted(record)
+        try:
+            call.reserve()
+        except ApprovalNeeded:  # used by another call meanwhile
+            raise refusal(call.ask()) from None
     call.enter()
     try:
         result = fn(*args, **kwargs)

@@ -11,8 +11,10 @@ import os
 import threading
 from typing import Any, Awaitable, Callable, Optional, Set, Tuple
 
-from ._steps import REFUSALS, Call
+from ._approvals import ApprovalRecord, ApprovalState, poll_interval, refusal
+from ._steps import REFUSALS, Call, Spec
 from ._store import Store
+from .errors import ApprovalNeeded
 
 # Store calls are synchronous and release the GIL; coroutines run them on these worker
 # threads, so the event loop never waits on the database.
@@ -91,15 +93,9 @@ async def _record_raise(call: Call, exc: BaseException) -> None:
         raise
 
 
-async def run(
-    store: Store,
-    key: str,
-    lease_us: int,
-    fn: Callable[..., Awaitable[Any]],
-    args: Tuple[Any, ...],
-    kwargs: dict,
-) -> Any:
-    call = Call(store, key, lease_us)
+async def _reserve(call: Call) -> None:
+    """The reservation on a worker thread; a cancellation meanwhile lets the write settle and
+    records a grant whose body never started as failed."""
     started = _in_thread(call.reserve)
     try:
         await asyncio.shield(started)
@@ -109,6 +105,52 @@ async def run(
         except asyncio.CancelledError:
             pass
         raise
+
+
+async def _decision(store: Store, record: ApprovalRecord, timeout: float) -> ApprovalRecord:
+    """Await a decision on the pending ``record`` for up to ``timeout`` seconds, polling the
+    store (on a worker thread, holding no connection between polls); the last record read."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while record.state is ApprovalState.PENDING:
+        left = started + timeout - loop.time()
+        if left <= 0:
+            break
+        await asyncio.sleep(min(left, poll_interval(loop.time() - started)))
+        found = await _in_thread(store.get_approval, record.request_id)
+        if found is None:
+            break
+        record = found
+    return record
+
+
+async def run(
+    store: Store,
+    key: str,
+    lease_us: int,
+    fn: Callable[..., Awaitable[Any]],
+    args: Tuple[Any, ...],
+    kwargs: dict,
+    spec: Optional[Spec] = None,
+) -> Any:
+    call = Call(store, key, lease_us, spec)
+    try:
+        await _reserve(call)
+        needed = False
+    except ApprovalNeeded:
+        needed = True
+    if needed:
+        # No grant in force: ask (or find the request that stands), await a decision if told
+        # to, and reserve again once granted.
+        assert spec is not None
+        record = await _in_thread(call.ask)
+        if record.state is ApprovalState.PENDING and spec.approval_timeout > 0:
+            record = await _decision(store, record, spec.approval_timeout)
+        call.granted(record)
+        try:
+            await _reserve(call)
+        except ApprovalNeeded:  # used by another call meanwhile
+            raise refusal(await _in_thread(call.ask)) from None
     call.enter()
     try:
         result = await fn(*args, **kwargs)

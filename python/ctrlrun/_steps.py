@@ -17,7 +17,11 @@ import os
 import time
 from typing import Any, Optional, Tuple
 
-from ._records import result_to_json
+from datetime import timedelta
+
+from ._approvals import ApprovalRecord, ApprovalState, ask, refusal
+from ._fingerprint import Fingerprint
+from ._records import arg_digests_text, result_to_json
 from ._store import Store
 from .errors import (
     AmbiguousEffect,
@@ -69,21 +73,38 @@ def exc_text(exc: BaseException) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
 
 
+class Spec:
+    """What a protected call says about itself besides its key: its action name, the digests
+    of its arguments, and (for an ``approve`` action) the approval's time to live and how long
+    to wait for a decision."""
+
+    __slots__ = ("action", "fingerprint", "args", "approval_ttl", "approval_timeout")
+
+    def __init__(self, action: str, fingerprint: Fingerprint,
+                 approval_ttl: Optional[timedelta], approval_timeout: float) -> None:
+        self.action = action
+        self.fingerprint = fingerprint
+        self.args = (fingerprint.digest, arg_digests_text(fingerprint.fields))
+        self.approval_ttl = approval_ttl
+        self.approval_timeout = approval_timeout
+
+
 class Call:
     """One protected call of the executor for ``key``: its action id, its lease and, once
     reserved, its attempt. The steps, in order: :meth:`reserve`; :meth:`enter` the executor
     context; run the body; :meth:`leave`; :meth:`record` what :meth:`returned` or
     :meth:`raised` says, raising :meth:`refused` if that write is refused after a raise."""
 
-    __slots__ = ("store", "key", "lease_us", "action_id", "attempt", "token")
+    __slots__ = ("store", "key", "lease_us", "spec", "action_id", "attempt", "token")
 
     attempt: int
     token: contextvars.Token[Optional[Call]]
 
-    def __init__(self, store: Store, key: str, lease_us: int) -> None:
+    def __init__(self, store: Store, key: str, lease_us: int, spec: Optional[Spec] = None) -> None:
         self.store = store
         self.key = key
         self.lease_us = lease_us
+        self.spec = spec
         self.action_id = "act_" + os.urandom(16).hex()
         # attempt: set by reserve(); token: by enter()
 
@@ -97,7 +118,9 @@ class Call:
         core = store.core
         attempt: Optional[int] = None
         try:
-            attempt = core.reserve(self.key, self.action_id, self.lease_us, store.now_us(), True)[3]
+            spec, now = self.spec, store.now_us()
+            said = () if spec is None else (spec.action, spec.args, spec.approval_ttl is not None)
+            attempt = core.reserve(self.key, self.action_id, self.lease_us, now, True, *said)[3]
             # Still inside the try: an interrupt (KeyboardInterrupt) landing just after the
             # reservation returned records it as failed, since the body never started.
             self.attempt = attempt
@@ -111,6 +134,20 @@ class Call:
                 self.attempt = attempt
                 self.fail_unstarted(exc)
             raise
+
+    def ask(self) -> ApprovalRecord:
+        """This call's approval request: the one that stands for its action and arguments, or
+        a new pending one (store I/O)."""
+        spec = self.spec
+        assert spec is not None and spec.approval_ttl is not None
+        return ask(self.store, spec.action, self.key, spec.fingerprint.digest,
+                   spec.fingerprint.arguments, spec.approval_ttl)
+
+    def granted(self, record: ApprovalRecord) -> None:
+        """Go on only with a grant in force: a pending or denied request raises
+        ``ApprovalRequired`` / ``ActionDenied``."""
+        if record.state is not ApprovalState.GRANTED:
+            raise refusal(record)
 
     def fail_unstarted(self, why: BaseException) -> None:
         """The call stopped after the reservation landed but before the body began: nothing

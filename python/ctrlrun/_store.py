@@ -8,7 +8,7 @@ import math
 import os
 import threading
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
 from . import _core
 from ._records import (
@@ -19,6 +19,9 @@ from ._records import (
     result_to_json,
 )
 from .errors import InvalidArgument, StoreUnresolved
+
+if TYPE_CHECKING:
+    from ._approvals import ApprovalRecord
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -238,6 +241,45 @@ class Store:
         """Every record (or those in ``state``), oldest first."""
         st = None if state is None else _state_text(state)
         return [record_from_core(t) for t in self.core.list_effects(st)]
+
+    # -- approvals ------------------------------------------------------------------------
+    def get_approval(self, request_id: str) -> Optional["ApprovalRecord"]:
+        """The approval request ``request_id`` (its state as of now), or ``None``."""
+        from ._approvals import approval_from_core
+
+        t = self.core.get_approval(request_id, self.now_us())
+        return None if t is None else approval_from_core(t)
+
+    def list_approvals(self, state: Optional[str] = None) -> List["ApprovalRecord"]:
+        """Every approval request (or those in ``state``: pending, granted, denied, used,
+        expired), oldest first."""
+        from ._approvals import approval_from_core
+
+        st = None if state is None else str(getattr(state, "value", state))
+        return [approval_from_core(t) for t in self.core.list_approvals(st, self.now_us())]
+
+    def grant_approval(self, request_id: str, by: str, note: Optional[str] = None
+                       ) -> "ApprovalRecord":
+        """A person (``by``) approves a pending request: the next call of its action with the
+        same arguments runs, once, within the request's time to live."""
+        return self._decide(request_id, True, by, note)
+
+    def deny_approval(self, request_id: str, by: str, note: Optional[str] = None
+                      ) -> "ApprovalRecord":
+        """A person (``by``) denies a pending request: calls of its action with the same
+        arguments raise ``ActionDenied`` naming them, for the request's time to live."""
+        return self._decide(request_id, False, by, note)
+
+    def _decide(self, request_id: str, grant: bool, by: str, note: Optional[str]
+                ) -> "ApprovalRecord":
+        from ._approvals import approval_from_core
+
+        try:
+            t = self.core.decide_approval(request_id, grant, by, note, self.now_us())
+        except UnicodeEncodeError:
+            raise InvalidArgument("a request id, name or note with a lone surrogate cannot be "
+                                  "stored; nothing was written") from None
+        return approval_from_core(t)
 
     def close(self) -> None:
         """Release the store's connections; later calls raise ``InvalidArgument``."""

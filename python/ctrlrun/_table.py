@@ -33,13 +33,15 @@ def _short(text: str, width: int) -> str:
 def table(records: List[EffectRecord], now: Optional[datetime] = None) -> str:
     """Records as a text table, in the order given (the store lists oldest first)."""
     now = now or datetime.now(timezone.utc)
-    head = ("EFFECT KEY", "STATE", "ATTEMPT", "LEASE", "UPDATED", "ACTION", "RESOLVED BY",
-            "RESULT / ERROR")
+    head = ("EFFECT KEY", "STATE", "ATTEMPT", "LEASE", "UPDATED", "ACTION", "ACTION ID",
+            "RESOLVED BY", "RESULT / ERROR", "HOLDER")
     rows = [
         (
             _short(r.effect_key, 40), r.state.value, str(r.attempt), lease_text(r, now),
-            r.updated_at.strftime("%Y-%m-%d %H:%M:%S"), r.action_id, r.resolved_by or "-",
+            r.updated_at.strftime("%Y-%m-%d %H:%M:%S"), r.action or "-", r.action_id,
+            r.resolved_by or "-",
             _short(json.dumps(r.result) if r.result is not None else (r.error or ""), 50),
+            r.holder or "-",
         )
         for r in records
     ]

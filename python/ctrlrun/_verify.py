@@ -263,21 +263,21 @@ def _executions(marks: str, key_ids: Dict[str, str]) -> Dict[str, int]:
 
 
 def _cfg(url: str, action: str, template: str, names: List[str], marks: str, worker: int,
-         tag: str, sleep: float) -> dict:
+         tag: str, sleep: float, approve: bool = False) -> dict:
     values = {n: f"verify-{tag}" for n in names}
     key = _core.Template(template).render([values[n] for n in names])
     return {"url": url, "action": action, "template": template, "values": values, "key": key,
-            "marks": marks, "worker": worker, "sleep": sleep, "mark": tag}
+            "marks": marks, "worker": worker, "sleep": sleep, "mark": tag, "approve": approve}
 
 
 def _check_g3(user_url: str, action: str, template: str, run: str,
-              progress: Callable[[str], None]) -> Verdict:
+              progress: Callable[[str], None], approve: bool = False) -> Verdict:
     names = _placeholders(template)
     marks = tempfile.mkdtemp(prefix="ctrlrun-verify-marks-")
     try:
         with _Scratch(user_url, progress) as url:
             progress(f"G3 [{action}]: one attempt commits, a second process retries the same key")
-            first_cfg = _cfg(url, action, template, names, marks, 0, f"{run}-g3", 0.0)
+            first_cfg = _cfg(url, action, template, names, marks, 0, f"{run}-g3", 0.0, approve)
             first = _run_workers([first_cfg])[0]
             second = _run_workers([dict(first_cfg, worker=1)])[0]
             key = first_cfg["key"]
@@ -289,7 +289,7 @@ def _check_g3(user_url: str, action: str, template: str, run: str,
         shutil.rmtree(marks, ignore_errors=True)
 
 
-def _check_g4(user_url: str, action: str, template: str, run: str,
+def _check_g4(user_url: str, action: str, template: str, run: str, approve: bool,
               progress: Callable[[str], None]) -> Verdict:
     names = _placeholders(template)
     # The control leg needs 8 different keys: a literal template names one consequence, so its
@@ -300,12 +300,14 @@ def _check_g4(user_url: str, action: str, template: str, run: str,
     try:
         with _Scratch(user_url, progress) as url:
             progress(f"G4 [{action}]: control leg, {WORKERS} processes on {WORKERS} different keys")
-            control_cfgs = [_cfg(url, c_action, c_template, c_names, marks, i, f"{run}-c{i}", 0.2)
+            control_cfgs = [_cfg(url, c_action, c_template, c_names, marks, i, f"{run}-c{i}", 0.2,
+                                 approve and c_action == action)
                             for i in range(WORKERS)]
             control = _run_workers(control_cfgs)
             control_exec = _executions(marks, {c["key"]: c["mark"] for c in control_cfgs})
             progress(f"G4 [{action}]: contended leg, {WORKERS} processes on one key")
-            contended_cfgs = [_cfg(url, action, template, names, marks, i, f"{run}-x", 0.2)
+            contended_cfgs = [_cfg(url, action, template, names, marks, i, f"{run}-x", 0.2,
+                                   approve)
                               for i in range(WORKERS)]
             contended = _run_workers(contended_cfgs)
             key = contended_cfgs[0]["key"]
@@ -329,12 +331,15 @@ def run_verify(
     user_url = store_url or default_url()
     _core.sqlite_path(user_url)  # a URL no store accepts is bad usage, before any work
     targets: List[Tuple[str, str]] = []
+    approving = set()  # approve actions: each worker grants its own request in the scratch store
     skipped: List[Verdict] = []
     if policy is not None:
         pol: Policy = load_policy(policy)
         for a in pol.actions.values():
-            if a.effect is not None and a.decision == "allow":
+            if a.effect is not None and a.decision in ("allow", "approve"):
                 targets.append((a.name, a.effect))
+                if a.decision == "approve":
+                    approving.add(a.name)
             else:
                 why = ("denied by the policy: it never runs" if a.decision == "deny"
                        else "no effect template: it runs unreserved")
@@ -347,8 +352,9 @@ def run_verify(
     run = uuid.uuid4().hex[:10]
     verdicts: List[Verdict] = []
     for action, template in targets:
-        verdicts.append(_check_g3(user_url, action, template, run, progress))
-        verdicts.append(_check_g4(user_url, action, template, run, progress))
+        approve = action in approving
+        verdicts.append(_check_g3(user_url, action, template, run, progress, approve))
+        verdicts.append(_check_g4(user_url, action, template, run, approve, progress))
     return verdicts + skipped
 
 

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, NoReturn, Optional
 
 import click
 
+from . import cli_approvals as _cli_approvals
 from ._records import EffectRecord, EffectState
 from ._table import lease_text, table
 from ._store import Store, default_store, open_store
@@ -67,6 +68,10 @@ def record_dict(r: EffectRecord) -> Dict[str, Any]:
         "result": r.result,
         "error": r.error,
         "resolved_by": r.resolved_by,
+        "action": r.action,
+        "holder": r.holder,
+        "args_digest": r.args_digest,
+        "approval_id": r.approval_id,
     }
 
 
@@ -210,6 +215,9 @@ def demo(store_url: Optional[str]) -> None:
 
 # click >= 8.2 raises this for a group called without a command (8.1 prints the help itself).
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+_cli_approvals.register(cli, store_option, _open, _die)
 
 
 def main(argv: Optional[List[str]] = None) -> None:

@@ -7,8 +7,10 @@
     ├── EffectKeyError         the template cannot be resolved from the arguments
     ├── NotExecuted            raised BY an executor: "provably nothing happened"
     ├── DuplicateEffect        .state ("committed" | "in_progress"), .effect_key, .record
+    │   └── EffectConflict     the same key with other arguments or another action (.fields)
     ├── AmbiguousEffect        .effect_key, .action_id (the holder), .record
-    ├── ActionDenied           the policy's decision is deny; nothing reserved (.action, .policy)
+    ├── ApprovalRequired       a person must approve this call first (.request_id, .arguments)
+    ├── ActionDenied           the policy's decision is deny, or a person denied the call
     ├── PolicyError            a policy file that cannot be loaded (.file, .line, .field)
     └── StoreError
         ├── StoreWriteFailed   nothing committed; safe to retry the write
@@ -19,7 +21,7 @@ Exceptions pickle with their attributes (they cross process boundaries in worker
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 if TYPE_CHECKING:
     from ._records import EffectRecord
@@ -30,7 +32,9 @@ __all__ = [
     "EffectKeyError",
     "NotExecuted",
     "DuplicateEffect",
+    "EffectConflict",
     "AmbiguousEffect",
+    "ApprovalRequired",
     "ActionDenied",
     "PolicyError",
     "StoreError",
@@ -105,6 +109,66 @@ class DuplicateEffect(_FoundRecord, CTRLRunError):
 
 
 
+class EffectConflict(DuplicateEffect):
+    """The key is taken (``committed`` or ``in_progress``) by a call with other arguments, or
+    by another action: not a plain retry of the same call.
+
+    Attributes (besides :class:`DuplicateEffect`'s):
+        fields: the names of the arguments whose values differ (never the values), sorted.
+        other_action: the holder's action name when another action proposed the key.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        state: Optional[str] = None,
+        effect_key: Optional[str] = None,
+        record: Optional[EffectRecord] = None,
+        fields: Tuple[str, ...] = (),
+        other_action: Optional[str] = None,
+    ) -> None:
+        super().__init__(message, state=state, effect_key=effect_key, record=record)
+        self.fields = tuple(fields)
+        self.other_action = other_action
+
+
+class ApprovalRequired(CTRLRunError):
+    """This call needs a person's approval of its action and arguments: nothing was reserved
+    and the function did not run. A person runs ``ctrlrun approve REQUEST_ID --by NAME`` (or
+    ``Store.grant_approval``); the same call retried then runs once.
+
+    Attributes:
+        request_id: the pending request (``apr_`` + 32 hex digits).
+        action: the action name.
+        effect_key: the key the call would reserve.
+        arguments: what the approver is shown: the canonical arguments by name.
+        expires_at: when the request lapses without a decision (aware UTC datetime).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        request_id: Optional[str] = None,
+        action: Optional[str] = None,
+        effect_key: Optional[str] = None,
+        arguments: Optional[Dict[str, Any]] = None,
+        expires_at: Any = None,
+    ) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+        self.action = action
+        self.effect_key = effect_key
+        self.arguments = arguments
+        self.expires_at = expires_at
+
+
+class ApprovalNeeded(CTRLRunError):
+    """Internal: the core found no grant in force for a call that needs one (the decorator
+    then asks for an approval and raises :class:`ApprovalRequired`)."""
+
+
 class AmbiguousEffect(_FoundRecord, CTRLRunError):
     """The effect key is ``ambiguous``: a blind retry is refused until a person resolves it.
 
@@ -131,19 +195,30 @@ class AmbiguousEffect(_FoundRecord, CTRLRunError):
 
 
 class ActionDenied(CTRLRunError):
-    """The policy's decision for this action is ``deny``: nothing was reserved or run.
+    """The action may not run: the policy's decision is ``deny``, or a person denied this call
+    (its approval request). Nothing was reserved or run.
 
     Attributes:
         action: the action name.
-        policy: the policy file's path.
+        policy: the policy file's path (a policy denial), or ``None``.
+        request_id: the denied approval request, or ``None``.
+        denied_by: who denied it, or ``None``.
     """
 
     def __init__(
-        self, message: str, *, action: Optional[str] = None, policy: Optional[str] = None
+        self,
+        message: str,
+        *,
+        action: Optional[str] = None,
+        policy: Optional[str] = None,
+        request_id: Optional[str] = None,
+        denied_by: Optional[str] = None,
     ) -> None:
         super().__init__(message)
         self.action = action
         self.policy = policy
+        self.request_id = request_id
+        self.denied_by = denied_by
 
 
 class PolicyError(CTRLRunError):
@@ -199,15 +274,21 @@ _SIMPLE = {
     "StoreError": StoreError,
     "StoreWriteFailed": StoreWriteFailed,
     "StoreUnresolved": StoreUnresolved,
+    "ApprovalNeeded": ApprovalNeeded,
 }
 
 
-def _from_core(kind: str, message: str, record: Any) -> CTRLRunError:
-    """Build the exception for a core error (called by the Rust binding only)."""
+def _from_core(kind: str, message: str, record: Any, extra: Any = None) -> CTRLRunError:
+    """Build the exception for a core error (called by the Rust binding only). ``extra``:
+    (fields, other_action) of a conflict."""
     if record is not None:
         # record: the core's tuple (key, state, action_id, ...); converted on first access.
         exc: CTRLRunError
-        if kind == "AmbiguousEffect":
+        if extra is not None:
+            fields, other_action = extra
+            exc = EffectConflict(message, state=kind, effect_key=record[0], fields=fields,
+                                 other_action=other_action)
+        elif kind == "AmbiguousEffect":
             exc = AmbiguousEffect(message, effect_key=record[0], action_id=record[2])
         else:
             exc = DuplicateEffect(message, state=kind, effect_key=record[0])

@@ -4,7 +4,11 @@
 use crate::error::{DuplicateKind, Error, Result};
 use crate::record::{EffectRecord, EffectState, Micros};
 
+mod approval;
+mod reservation;
 mod transition;
+pub use approval::{check_note, plan_consume, plan_decision, plan_request, RequestPlan};
+pub use reservation::{plan_reservation, Conflict, Proposal, Refusal, ReservationPlan};
 pub use transition::{
     plan_mismatch, settle_mismatch, settle_unknown_transition, AfterUnknown, Mismatch, Transition,
     TransitionWrite,
@@ -29,58 +33,8 @@ impl Expected {
     }
 }
 
-/// What a caller proposes for a key: one reservation call.
-#[derive(Clone, Copy, Debug)]
-pub struct Proposal<'a> {
-    pub key: &'a str,
-    pub action_id: &'a str,
-    /// The lease's length.
-    pub lease: Micros,
-    /// Write a granted row as `executing` (see [`plan_reservation`]).
-    pub begin: bool,
-    /// This call's attempt token ([`crate::record::new_attempt_token`]), written on the row
-    /// it grants.
-    pub token: &'a str,
-}
-
-/// What a reservation must do, decided from the row found (SPEC §3).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ReservationPlan {
-    /// No row: insert this one (attempt 1).
-    Insert(EffectRecord),
-    /// `failed`: overwrite with this row (attempt + 1) if the row is still `expected`.
-    Renew {
-        expected: Expected,
-        record: EffectRecord,
-    },
-    /// A held row whose lease lapsed: write this `ambiguous` row, commit it, then refuse.
-    Lapse {
-        expected: Expected,
-        record: EffectRecord,
-    },
-    /// Refuse and write nothing.
-    Refuse(Refusal),
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Refusal {
-    Committed(EffectRecord),
-    InProgress(EffectRecord),
-    Ambiguous(EffectRecord),
-}
-
-impl Refusal {
-    pub fn into_error(self) -> Error {
-        match self {
-            Refusal::Committed(r) => Error::duplicate(DuplicateKind::Committed, r),
-            Refusal::InProgress(r) => Error::duplicate(DuplicateKind::InProgress, r),
-            Refusal::Ambiguous(r) => Error::ambiguous(r),
-        }
-    }
-}
-
 /// Why a held row whose lease lapsed is `ambiguous`.
-fn lapse_note(row: &EffectRecord) -> String {
+pub(crate) fn lapse_note(row: &EffectRecord) -> String {
     match row.lease_expires_at {
         Some(exp) => format!(
             "the lease of action {} (attempt {}) lapsed at {} while {}; \
@@ -109,7 +63,7 @@ pub const START_OF_TIME: Micros = -62_135_596_800_000_000;
 
 /// A character that does not belong in one printable line: a control character or a Unicode
 /// line or paragraph separator.
-fn breaks_a_line(c: char) -> bool {
+pub(crate) fn breaks_a_line(c: char) -> bool {
     c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')
 }
 
@@ -149,78 +103,6 @@ pub fn check_action_id(action_id: &str) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// The one reservation planner (SPEC §3), checked in the table's order.
-///
-/// `begin`: the caller starts the executor's body right after this write (the decorator), so a
-/// granted row is written as `executing` at once: the begin transition folded into the
-/// reservation, one durable write fewer. Without it (the `Store` API) a granted row is
-/// `reserved` and the caller writes begin itself. Contenders treat both alike (SPEC §3), and
-/// both lapse to `ambiguous`.
-pub fn plan_reservation(
-    existing: Option<&EffectRecord>,
-    p: &Proposal<'_>,
-    now: Micros,
-) -> ReservationPlan {
-    let (key, action_id, lease) = (p.key, p.action_id, p.lease);
-    let granted = if p.begin {
-        EffectState::Executing
-    } else {
-        EffectState::Reserved
-    };
-    let Some(row) = existing else {
-        return ReservationPlan::Insert(EffectRecord {
-            effect_key: key.to_owned(),
-            state: granted,
-            action_id: action_id.to_owned(),
-            attempt: 1,
-            created_at: now,
-            updated_at: now,
-            lease_expires_at: Some(now.saturating_add(lease)),
-            result: None,
-            error: None,
-            resolved_by: None,
-            attempt_token: Some(p.token.to_owned()),
-        });
-    };
-    match row.state {
-        EffectState::Committed => ReservationPlan::Refuse(Refusal::Committed(row.clone())),
-        EffectState::Ambiguous => ReservationPlan::Refuse(Refusal::Ambiguous(row.clone())),
-        EffectState::Failed => ReservationPlan::Renew {
-            expected: Expected::of(row),
-            record: EffectRecord {
-                effect_key: row.effect_key.clone(),
-                state: granted,
-                action_id: action_id.to_owned(),
-                attempt: row.attempt + 1,
-                created_at: row.created_at,
-                updated_at: now,
-                lease_expires_at: Some(now.saturating_add(lease)),
-                result: None,
-                error: None,
-                resolved_by: None,
-                attempt_token: Some(p.token.to_owned()),
-            },
-        },
-        EffectState::Reserved | EffectState::Executing => {
-            if row.lease_live(now) {
-                // Whatever the caller's action id: ids name attempts, not processes.
-                ReservationPlan::Refuse(Refusal::InProgress(row.clone()))
-            } else {
-                ReservationPlan::Lapse {
-                    expected: Expected::of(row),
-                    record: EffectRecord {
-                        state: EffectState::Ambiguous,
-                        updated_at: now,
-                        lease_expires_at: None,
-                        error: Some(lapse_note(row)),
-                        ..row.clone()
-                    },
-                }
-            }
-        }
-    }
 }
 
 /// SPEC §4's re-read rule for a write that matched nothing.

@@ -252,6 +252,7 @@ fn late_outcome(row: &EffectRecord, t: &Transition, now: Micros) -> Option<Effec
 
 /// After an unknown `COMMIT` of a later transition, what the re-read row says (SPEC §6).
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // a short-lived value, never stored in bulk
 pub enum AfterUnknown {
     /// The transition landed (the row is in the target state under our attempt).
     Landed(EffectRecord),

@@ -4,10 +4,12 @@
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
+use crate::approval::ApprovalRecord;
 use crate::error::Error;
 use crate::record::EffectRecord;
 
-/// A record as the tuple `ctrlrun._records.record_from_core` reads.
+/// A record as the tuple `ctrlrun._records.record_from_core` reads: the ten columns of
+/// version 1, then (action, holder, args_digest, arg_digests, approval_id).
 pub type RecordTuple = (
     String,
     &'static str,
@@ -19,6 +21,13 @@ pub type RecordTuple = (
     Option<String>,
     Option<String>,
     Option<String>,
+    (
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    ),
 );
 
 pub fn record_tuple(r: EffectRecord) -> RecordTuple {
@@ -33,12 +42,61 @@ pub fn record_tuple(r: EffectRecord) -> RecordTuple {
         r.result,
         r.error,
         r.resolved_by,
+        (
+            r.action,
+            r.holder,
+            r.args_digest,
+            r.arg_digests,
+            r.approval_id,
+        ),
+    )
+}
+
+/// An approval request as the tuple `ctrlrun._approvals.approval_from_core` reads.
+pub type ApprovalTuple = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    &'static str,
+    (
+        i64,
+        i64,
+        i64,
+        Option<i64>,
+        Option<String>,
+        Option<String>,
+        Option<i64>,
+        Option<String>,
+    ),
+);
+
+pub fn approval_tuple(r: ApprovalRecord) -> ApprovalTuple {
+    (
+        r.request_id,
+        r.action,
+        r.args_digest,
+        r.effect_key,
+        r.arguments,
+        r.state.as_str(),
+        (
+            r.requested_at,
+            r.ttl,
+            r.expires_at,
+            r.decided_at,
+            r.decided_by,
+            r.note,
+            r.used_at,
+            r.used_by,
+        ),
     )
 }
 
 static FROM_CORE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 pub fn to_py(py: Python<'_>, err: Error) -> PyErr {
+    let mut extra: Option<(Vec<String>, Option<String>)> = None;
     let (kind, message, record) = match err {
         Error::InvalidArgument(m) => ("InvalidArgument", m, None),
         Error::EffectKey(m) => ("EffectKeyError", m, None),
@@ -47,6 +105,17 @@ pub fn to_py(py: Python<'_>, err: Error) -> PyErr {
             record,
             message,
         } => (kind.as_str(), message, Some(record_tuple(*record))),
+        Error::Conflict {
+            kind,
+            record,
+            fields,
+            other_action,
+            message,
+        } => {
+            extra = Some((fields, other_action));
+            (kind.as_str(), message, Some(record_tuple(*record)))
+        }
+        Error::ApprovalNeeded(m) => ("ApprovalNeeded", m, None),
         Error::Ambiguous { record, message } => {
             ("AmbiguousEffect", message, Some(record_tuple(*record)))
         }
@@ -59,7 +128,7 @@ pub fn to_py(py: Python<'_>, err: Error) -> PyErr {
             Ok(py.import("ctrlrun.errors")?.getattr("_from_core")?.unbind())
         })?;
         Ok(PyErr::from_value(
-            f.bind(py).call1((kind, message, record))?,
+            f.bind(py).call1((kind, message, record, extra))?,
         ))
     };
     build().unwrap_or_else(|e| e)

@@ -2,9 +2,10 @@ use std::sync::{Arc, RwLock};
 
 use pyo3::prelude::*;
 
-use super::errors::{record_tuple, IntoPyResult, RecordTuple};
+use super::errors::{approval_tuple, record_tuple, ApprovalTuple, IntoPyResult, RecordTuple};
+use crate::approval::{ApprovalAsk, ApprovalState};
 use crate::error::Error;
-use crate::planner::Transition;
+use crate::planner::{Proposal, Transition};
 use crate::record::{EffectState, Micros};
 use crate::store::{fork, Store};
 
@@ -141,8 +142,11 @@ impl PyStore {
     }
 
     /// With `begin=True` a granted row is written `executing` at once (the caller runs the body
-    /// right after), saving the separate begin write.
-    #[pyo3(signature = (key, action_id, lease_us, now_us=None, begin=false))]
+    /// right after), saving the separate begin write. `action` names the action, `args` is
+    /// (digest, per-argument `name digest` lines), and `approval=True` uses a granted
+    /// approval for the action and arguments in the same transaction.
+    #[pyo3(signature = (key, action_id, lease_us, now_us=None, begin=false, action=None, args=None, approval=false))]
+    #[allow(clippy::too_many_arguments)]
     fn reserve(
         &self,
         py: Python<'_>,
@@ -151,9 +155,93 @@ impl PyStore {
         lease_us: Micros,
         now_us: Option<Micros>,
         begin: bool,
+        action: Option<&str>,
+        args: Option<(String, String)>,
+        approval: bool,
     ) -> PyResult<RecordTuple> {
-        self.call(py, |s| s.reserve(key, action_id, lease_us, begin, now_us))
+        let args = args.as_ref().map(|(d, f)| (d.as_str(), f.as_str()));
+        let proposal = Proposal {
+            action,
+            args,
+            needs_approval: approval,
+            ..Proposal::new(key, action_id, lease_us, begin)
+        };
+        self.call(py, |s| s.propose(proposal, now_us))
             .map(record_tuple)
+    }
+
+    /// Ask for an approval (see `Store.request_approval` in Rust): the request that stands, or
+    /// a new pending one.
+    #[pyo3(signature = (action, args_digest, effect_key, arguments, ttl_us, now_us=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn request_approval(
+        &self,
+        py: Python<'_>,
+        action: &str,
+        args_digest: &str,
+        effect_key: &str,
+        arguments: &str,
+        ttl_us: Micros,
+        now_us: Option<Micros>,
+    ) -> PyResult<ApprovalTuple> {
+        let ask = ApprovalAsk {
+            action,
+            args_digest,
+            effect_key,
+            arguments,
+            ttl: ttl_us,
+        };
+        self.call(py, |s| s.request_approval(&ask, now_us))
+            .map(approval_tuple)
+    }
+
+    #[pyo3(signature = (request_id, grant, by, note=None, now_us=None))]
+    fn decide_approval(
+        &self,
+        py: Python<'_>,
+        request_id: &str,
+        grant: bool,
+        by: &str,
+        note: Option<&str>,
+        now_us: Option<Micros>,
+    ) -> PyResult<ApprovalTuple> {
+        self.call(py, |s| {
+            s.decide_approval(request_id, grant, by, note, now_us)
+        })
+        .map(approval_tuple)
+    }
+
+    #[pyo3(signature = (request_id, now_us=None))]
+    fn get_approval(
+        &self,
+        py: Python<'_>,
+        request_id: &str,
+        now_us: Option<Micros>,
+    ) -> PyResult<Option<ApprovalTuple>> {
+        self.call(py, |s| s.get_approval(request_id, now_us))
+            .map(|r| r.map(approval_tuple))
+    }
+
+    #[pyo3(signature = (state=None, now_us=None))]
+    fn list_approvals(
+        &self,
+        py: Python<'_>,
+        state: Option<&str>,
+        now_us: Option<Micros>,
+    ) -> PyResult<Vec<ApprovalTuple>> {
+        let state = state
+            .map(|st| {
+                ApprovalState::parse(st).ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "unknown approval state {st:?}; expected one of pending, granted, \
+                         denied, used, expired"
+                    ))
+                })
+            })
+            .transpose()
+            .py_err(py)?;
+        self.call(py, |s| s.list_approvals(state, now_us))
+            .map(|v| v.into_iter().map(approval_tuple).collect())
     }
 
     /// `kind` is one of `begin`, `commit` (payload: result JSON), `fail` and `ambiguous`

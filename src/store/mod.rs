@@ -9,7 +9,9 @@ pub mod sqlite;
 
 use std::sync::Arc;
 
+use crate::approval::{ApprovalAsk, ApprovalRecord, ApprovalState};
 use crate::error::Result;
+use crate::planner::Proposal;
 use crate::record::{EffectRecord, EffectState, Micros};
 use crate::url::{self, StoreUrl};
 
@@ -40,7 +42,45 @@ pub trait Store: Send + Sync {
         lease: Micros,
         begin: bool,
         now: Option<Micros>,
-    ) -> Result<EffectRecord>;
+    ) -> Result<EffectRecord> {
+        self.propose(Proposal::new(key, action_id, lease, begin), now)
+    }
+
+    /// [`Store::reserve`] with everything a caller may say: the action's name, the digests of
+    /// its arguments (a duplicate with other arguments is `Error::Conflict`), and whether a
+    /// granted approval must be used in the same transaction (`Error::ApprovalNeeded` when
+    /// none is in force). The store sets the attempt token and the holder.
+    fn propose(&self, proposal: Proposal<'_>, now: Option<Micros>) -> Result<EffectRecord>;
+
+    /// Ask for an approval of `ask`: the request that stands for its action and arguments
+    /// (pending, granted, or denied), or a new pending one.
+    fn request_approval(
+        &self,
+        ask: &ApprovalAsk<'_>,
+        now: Option<Micros>,
+    ) -> Result<ApprovalRecord>;
+
+    /// A person grants or denies a pending request.
+    fn decide_approval(
+        &self,
+        request_id: &str,
+        grant: bool,
+        by: &str,
+        note: Option<&str>,
+        now: Option<Micros>,
+    ) -> Result<ApprovalRecord>;
+
+    /// One request, its state as of `now` (a pending request or a grant past its time is
+    /// `expired`).
+    fn get_approval(&self, request_id: &str, now: Option<Micros>)
+        -> Result<Option<ApprovalRecord>>;
+
+    /// Every request (or those in `state` as of `now`), oldest first.
+    fn list_approvals(
+        &self,
+        state: Option<ApprovalState>,
+        now: Option<Micros>,
+    ) -> Result<Vec<ApprovalRecord>>;
 
     /// A later transition (SPEC §4) as a compare-and-set; returns the row written.
     fn transition(

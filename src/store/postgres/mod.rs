@@ -13,6 +13,7 @@
 //! timeout) is unknown: the row is re-read on a fresh connection and decides. A failed re-read
 //! is `StoreUnresolved`. Each branch is logged on `ctrlrun.store` with its name.
 
+mod approvals;
 mod client;
 mod conn;
 mod schema;
@@ -25,6 +26,7 @@ use std::time::Duration;
 
 use tokio_postgres::Config;
 
+use crate::approval::{ApprovalAsk, ApprovalRecord, ApprovalState};
 use crate::error::{Error, Result};
 use crate::planner::{self, Expected, Proposal, Transition};
 use crate::record::{EffectRecord, EffectState, Micros};
@@ -337,23 +339,9 @@ impl Store for PostgresStore {
         self.description.clone()
     }
 
-    fn reserve(
-        &self,
-        key: &str,
-        action_id: &str,
-        lease: Micros,
-        begin: bool,
-        now: Option<Micros>,
-    ) -> Result<EffectRecord> {
-        planner::check_request(key, action_id, lease)?;
-        check_key(key)?;
-        let proposal = Proposal {
-            key,
-            action_id,
-            lease,
-            begin,
-            token: "",
-        };
+    fn propose(&self, proposal: Proposal<'_>, now: Option<Micros>) -> Result<EffectRecord> {
+        planner::check_request(proposal.key, proposal.action_id, proposal.lease)?;
+        check_key(proposal.key)?;
         self.reserve_from_a_read(proposal, now)
     }
 
@@ -412,6 +400,41 @@ impl Store for PostgresStore {
                 ))
             })?;
         Ok(read_found(&row)?.0)
+    }
+
+    fn request_approval(
+        &self,
+        ask: &ApprovalAsk<'_>,
+        now: Option<Micros>,
+    ) -> Result<ApprovalRecord> {
+        self.request_approval_(ask, now)
+    }
+
+    fn decide_approval(
+        &self,
+        request_id: &str,
+        grant: bool,
+        by: &str,
+        note: Option<&str>,
+        now: Option<Micros>,
+    ) -> Result<ApprovalRecord> {
+        self.decide_approval_(request_id, grant, by, note, now)
+    }
+
+    fn get_approval(
+        &self,
+        request_id: &str,
+        now: Option<Micros>,
+    ) -> Result<Option<ApprovalRecord>> {
+        self.get_approval_(request_id, now)
+    }
+
+    fn list_approvals(
+        &self,
+        state: Option<ApprovalState>,
+        now: Option<Micros>,
+    ) -> Result<Vec<ApprovalRecord>> {
+        self.list_approvals_(state, now)
     }
 
     fn list(&self, state: Option<EffectState>) -> Result<Vec<EffectRecord>> {

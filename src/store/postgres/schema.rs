@@ -9,13 +9,39 @@ use super::conn::describe;
 use crate::error::{Error, Result};
 
 /// The schema version this build writes (`ctrlrun_meta.schema_version`).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// How each older version is brought to the next (`MIGRATIONS[v - 1]` takes version `v` to
-/// `v + 1`), all in one transaction with the version's update. `{t}` is the effects table.
-const MIGRATIONS: [&str; 1] = [
+/// `v + 1`), all in one transaction with the version's update. `{t}` is the effects table, `{a}`
+/// the approvals table. A new schema gets version 1's tables and then every step.
+const MIGRATIONS: [&str; 2] = [
     // 1 -> 2: the per-attempt token (rows written before keep NULL).
     "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS attempt_token text",
+    // 2 -> 3: who holds a key and with which arguments; approvals.
+    "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS action text,
+         ADD COLUMN IF NOT EXISTS holder text,
+         ADD COLUMN IF NOT EXISTS args_digest text,
+         ADD COLUMN IF NOT EXISTS arg_digests text,
+         ADD COLUMN IF NOT EXISTS approval_id text;
+     CREATE TABLE IF NOT EXISTS {a} (
+         request_id   text   NOT NULL PRIMARY KEY,
+         action       text   NOT NULL,
+         args_digest  text   NOT NULL,
+         effect_key   text   NOT NULL,
+         arguments    text   NOT NULL,
+         state        text   NOT NULL CHECK (state IN
+             ('pending', 'granted', 'denied', 'used', 'expired')),
+         requested_at bigint NOT NULL,
+         ttl          bigint NOT NULL,
+         expires_at   bigint NOT NULL,
+         decided_at   bigint,
+         decided_by   text,
+         note         text,
+         used_at      bigint,
+         used_by      text);
+     CREATE UNIQUE INDEX IF NOT EXISTS ctrlrun_approvals_open ON {a} (action, args_digest)
+         WHERE state IN ('pending', 'granted');
+     CREATE INDEX IF NOT EXISTS ctrlrun_approvals_call ON {a} (action, args_digest, requested_at)",
 ];
 
 pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) -> Result<()> {
@@ -60,15 +86,14 @@ pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) 
                      lease_expires_at bigint,
                      result           text,
                      error            text,
-                     resolved_by      text,
-                     attempt_token    text);
+                     resolved_by      text);
                  COMMENT ON COLUMN \"{schema}\".ctrlrun_effects.created_at IS
                      'microseconds since the Unix epoch, UTC';
                  COMMENT ON COLUMN \"{schema}\".ctrlrun_effects.key_digest IS
                      'sha256 of effect_key (UTF-8): the unique index, for keys of any length';
                  CREATE TABLE IF NOT EXISTS \"{schema}\".ctrlrun_meta (
                      key text NOT NULL PRIMARY KEY, value text NOT NULL);
-                 INSERT INTO \"{schema}\".ctrlrun_meta VALUES ('schema_version', '{SCHEMA_VERSION}')
+                 INSERT INTO \"{schema}\".ctrlrun_meta VALUES ('schema_version', '1')
                      ON CONFLICT (key) DO NOTHING;"
             );
             // Several processes may create the same schema at once; the loser of a catalog race
@@ -97,9 +122,7 @@ pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) 
                     Err(e) => return Err(fail(e)),
                 }
             }
-            read_version(client)
-                .map_err(fail)?
-                .unwrap_or(SCHEMA_VERSION)
+            read_version(client).map_err(fail)?.unwrap_or(1)
         }
     };
     if version > SCHEMA_VERSION {
@@ -139,8 +162,10 @@ fn migrate(client: &mut Client, schema: &str) -> std::result::Result<(), PgError
         .unwrap_or(1);
     if (1..SCHEMA_VERSION).contains(&version) {
         let table = format!("\"{schema}\".ctrlrun_effects");
+        let approvals = format!("\"{schema}\".ctrlrun_approvals");
         for step in &MIGRATIONS[(version - 1) as usize..] {
-            client.batch_execute("a schema migration", &step.replace("{t}", &table))?;
+            let step = step.replace("{t}", &table).replace("{a}", &approvals);
+            client.batch_execute("a schema migration", &step)?;
         }
         client.batch_execute(
             "the schema version's update",

@@ -10,7 +10,8 @@ use crate::planner::{Expected, Transition};
 use crate::record::{EffectRecord, EffectState, Micros};
 
 const COLUMNS: &str = "effect_key, state, action_id, attempt, created_at, updated_at, \
-                       lease_expires_at, result, error, resolved_by, attempt_token";
+                       lease_expires_at, result, error, resolved_by, attempt_token, action, \
+                       holder, args_digest, arg_digests, approval_id";
 
 /// The row's index: the SHA-256 of the key's UTF-8 bytes. The primary key is this digest, not
 /// the key, because a B-tree entry cannot exceed ~2.7 KB and keys may be longer; every lookup
@@ -39,6 +40,8 @@ fn now_expr(param: usize) -> String {
 /// statement on every call (tens of microseconds next to a commit's WAL flush); the round trips
 /// are the same as for a prepared statement.
 pub(super) struct Sql {
+    /// The approvals table, schema-qualified (its statements are in `approvals.rs`).
+    pub(super) approvals: String,
     insert: String,
     select: String,
     cas: String,
@@ -50,6 +53,7 @@ impl Sql {
     pub(super) fn new(schema: &str) -> Sql {
         let t = format!("\"{schema}\".ctrlrun_effects");
         Sql {
+            approvals: format!("\"{schema}\".ctrlrun_approvals"),
             // The planner's row; a row already there wins (no row returned). Its times are
             // the server's clock when the INSERT runs (or the caller's `now`), the lease the
             // planner's length from there: planned from a read made before the transaction, a
@@ -58,7 +62,8 @@ impl Sql {
             // out the row (a CTE) costs the server a tenth of a millisecond on every call.
             insert: format!(
                 "INSERT INTO {t} (key_digest, {COLUMNS}) \
-                 VALUES ({d}, $1, $2, $3, $4, {at}, {at}, {at} + $6::int8, $7, $8, $9, $10) \
+                 VALUES ({d}, $1, $2, $3, $4, {at}, {at}, {at} + $6::int8, $7, $8, $9, $10, \
+                 $11, $12, $13, $14, $15) \
                  ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}",
                 d = digest(1),
                 at = "COALESCE($5::int8, \
@@ -78,7 +83,8 @@ impl Sql {
             cas: format!(
                 "UPDATE {t} SET state = $1, action_id = $2, attempt = $3, created_at = $4, \
                  updated_at = $5, lease_expires_at = $6, result = $7, error = $8, \
-                 resolved_by = $9, attempt_token = $14 \
+                 resolved_by = $9, attempt_token = $14, action = $15, holder = $16, \
+                 args_digest = $17, arg_digests = $18, approval_id = $19 \
                  WHERE key_digest = {d} AND effect_key = $10 AND state = $11 \
                  AND action_id = $12 AND attempt = $13",
                 d = digest(10)
@@ -135,6 +141,11 @@ impl Sql {
                 (&r.error, Type::TEXT),
                 (&r.resolved_by, Type::TEXT),
                 (&r.attempt_token, Type::TEXT),
+                (&r.action, Type::TEXT),
+                (&r.holder, Type::TEXT),
+                (&r.args_digest, Type::TEXT),
+                (&r.arg_digests, Type::TEXT),
+                (&r.approval_id, Type::TEXT),
             ],
         )
     }
@@ -163,6 +174,11 @@ impl Sql {
                 (&expected.action_id, Type::TEXT),
                 (&expected.attempt, Type::INT8),
                 (&r.attempt_token, Type::TEXT),
+                (&r.action, Type::TEXT),
+                (&r.holder, Type::TEXT),
+                (&r.args_digest, Type::TEXT),
+                (&r.arg_digests, Type::TEXT),
+                (&r.approval_id, Type::TEXT),
             ],
         )
     }
@@ -223,6 +239,11 @@ pub(super) fn read_record(row: &Row, at: usize) -> Result<Option<EffectRecord>> 
         error: row.get(at + 8),
         resolved_by: row.get(at + 9),
         attempt_token: row.get(at + 10),
+        action: row.get(at + 11),
+        holder: row.get(at + 12),
+        args_digest: row.get(at + 13),
+        arg_digests: row.get(at + 14),
+        approval_id: row.get(at + 15),
     }))
 }
 
@@ -231,5 +252,5 @@ pub(super) type Found = (Option<EffectRecord>, Micros);
 
 /// A row of the `select` statement.
 pub(super) fn read_found(row: &Row) -> Result<Found> {
-    Ok((read_record(row, 0)?, row.get(11)))
+    Ok((read_record(row, 0)?, row.get(16)))
 }

@@ -1,11 +1,12 @@
 //! The store's writes: the reservation and the later transitions, each a transaction with its
 //! re-read after an unknown `COMMIT`.
 
+use super::approvals;
 use super::sql::{read_found, read_record, Found};
 use super::PostgresStore;
 use crate::error::{Error, Result};
 use crate::planner::{self, Expected, Mismatch, Proposal, ReservationPlan};
-use crate::record::{new_attempt_token, EffectRecord, Micros};
+use crate::record::{holder, new_attempt_token, EffectRecord, Micros};
 use crate::store::recovery::{settle_transition, settle_write, Commit, Step, TransitionCall};
 
 impl PostgresStore {
@@ -33,9 +34,10 @@ impl PostgresStore {
         {
             return Err(refusal.into_error());
         }
-        let token = new_attempt_token()?; // only for a call that may write
+        let (token, holder) = (new_attempt_token()?, holder()); // only for a call that may write
         let proposal = Proposal {
             token: &token,
+            holder: &holder,
             ..proposal
         };
         // A fresh key costs one INSERT planned from this read; a row that appeared meanwhile
@@ -65,8 +67,36 @@ impl PostgresStore {
             // A write that loses a race re-reads and re-plans; a few rounds at most.
             for _ in 0..4 {
                 let (row, n) = found;
-                let (written, outcome) = match planner::plan_reservation(row.as_ref(), proposal, n)
+                let mut plan = planner::plan_reservation(row.as_ref(), proposal, n);
+                // An action that needs approval writes its row with the grant in force, and
+                // marks the grant used after that write (the key's unique index orders
+                // contenders first: a loser waits on the winner's row and is refused by it).
+                let mut grant = None;
+                if let (true, ReservationPlan::Insert(_) | ReservationPlan::Renew { .. }) =
+                    (proposal.needs_approval, &plan)
                 {
+                    let used = match approvals::grant_in_force(self, tx, proposal, n) {
+                        Ok(used) => used,
+                        Err(needed) => {
+                            // A winner may have used the grant and written the key meanwhile:
+                            // its row refuses this call, which then asks nobody again.
+                            let (now_row, n) = self.select_in(tx, WHAT, key, now)?;
+                            if let ReservationPlan::Refuse(r) =
+                                planner::plan_reservation(now_row.as_ref(), proposal, n)
+                            {
+                                return Ok(Step::refused(r.into_error()));
+                            }
+                            return Err(needed);
+                        }
+                    };
+                    let with = Proposal {
+                        approval_id: Some(&used.request_id),
+                        ..*proposal
+                    };
+                    plan = planner::plan_reservation(row.as_ref(), &with, n);
+                    grant = Some(used);
+                }
+                let (written, outcome) = match plan {
                     ReservationPlan::Refuse(r) => return Ok(Step::refused(r.into_error())),
                     ReservationPlan::Insert(record) => {
                         let inserted = sql
@@ -90,6 +120,9 @@ impl PostgresStore {
                     }
                 };
                 if written.is_some() {
+                    if let Some(used) = &grant {
+                        approvals::mark_used(self, tx, key, used)?; // an error rolls back
+                    }
                     return Ok(Step { written, outcome });
                 }
                 // Another writer's row is there now: read it (a new statement sees it under

@@ -104,11 +104,10 @@ pub(super) fn init_schema(conn: &Connection, path: &Path) -> Result<()> {
         // Read again under the write lock: another process may have got here first.
         let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         if v == 0 {
-            conn.execute_batch(SCHEMA)?;
-        } else {
-            for step in MIGRATIONS.iter().skip((v - 1).max(0) as usize) {
-                conn.execute_batch(step)?;
-            }
+            conn.execute_batch(SCHEMA)?; // version 1, then every step below
+        }
+        for step in MIGRATIONS.iter().skip((v - 1).max(0) as usize) {
+            conn.execute_batch(step)?;
         }
         if v < SCHEMA_VERSION {
             conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;

@@ -5,6 +5,7 @@
 //! failed write: rolled back, `StoreWriteFailed`. An error on `COMMIT` is unknown: the row is
 //! re-read on a fresh connection and decides; a failed re-read is `StoreUnresolved`.
 
+mod approvals;
 mod conn;
 mod sql;
 mod writes;
@@ -14,9 +15,10 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
+use crate::approval::{ApprovalAsk, ApprovalRecord, ApprovalState};
 use crate::error::{Error, Result};
 use crate::planner::{self, Expected, Proposal, ReservationPlan, Transition};
-use crate::record::{new_attempt_token, now_micros, EffectRecord, EffectState, Micros};
+use crate::record::{holder, new_attempt_token, now_micros, EffectRecord, EffectState, Micros};
 use crate::store::pool::{Pool, Pooled};
 use crate::store::recovery::{reread_failed, Commit, Reread, Step, TransitionCall};
 use crate::store::Store;
@@ -240,40 +242,59 @@ impl Store for SqliteStore {
         self.transition_step(&call, false, true).map(|_| ())
     }
 
-    fn reserve(
-        &self,
-        key: &str,
-        action_id: &str,
-        lease: Micros,
-        begin: bool,
-        now: Option<Micros>,
-    ) -> Result<EffectRecord> {
-        planner::check_request(key, action_id, lease)?;
+    fn propose(&self, p: Proposal<'_>, now: Option<Micros>) -> Result<EffectRecord> {
+        planner::check_request(p.key, p.action_id, p.lease)?;
         let now = now.unwrap_or_else(now_micros);
-        planner::check_lease_end(now, lease)?;
+        planner::check_lease_end(now, p.lease)?;
         // A refusal needs no write: decide it from a plain read, without taking the write lock.
         // (A stale read only means the caller arrived a moment earlier; anything the planner
         // would grant or lapse is decided again under BEGIN IMMEDIATE below.)
-        let mut proposal = Proposal {
-            key,
-            action_id,
-            lease,
-            begin,
-            token: "",
-        };
-        let seen = self.read(key)?;
-        if let ReservationPlan::Refuse(refusal) =
-            planner::plan_reservation(seen.as_ref(), &proposal, now)
+        let seen = self.read(p.key)?;
+        if let ReservationPlan::Refuse(refusal) = planner::plan_reservation(seen.as_ref(), &p, now)
         {
             return Err(refusal.into_error());
         }
-        let token = new_attempt_token()?; // only for a call that may write
-        proposal.token = &token;
-        let plan = |found: Option<EffectRecord>| {
-            let plan = planner::plan_reservation(found.as_ref(), &proposal, now);
-            Ok(Step::of_reservation(plan))
+        let (token, holder) = (new_attempt_token()?, holder()); // only for a call that may write
+        let p = Proposal {
+            token: &token,
+            holder: &holder,
+            ..p
         };
-        self.read_plan_write("reserve_effect", key, &plan, seen.is_none(), true)
+        match (p.needs_approval, p.action, p.args) {
+            (true, Some(action), Some((digest, _))) => {
+                // The grant is used in the reservation's own transaction, only by a write that
+                // grants the key (a refusal or a lapse leaves it for the next call).
+                let plan = |c: &Connection, found: Option<EffectRecord>| {
+                    let plan = planner::plan_reservation(found.as_ref(), &p, now);
+                    if !matches!(
+                        plan,
+                        ReservationPlan::Insert(_) | ReservationPlan::Renew { .. }
+                    ) {
+                        return Ok(Step::of_reservation(plan));
+                    }
+                    let used = approvals::consume(self, c, (action, digest), p.action_id, now)?;
+                    let with = Proposal {
+                        approval_id: Some(&used.request_id),
+                        ..p
+                    };
+                    let plan = planner::plan_reservation(found.as_ref(), &with, now);
+                    Ok(Step::of_reservation(plan))
+                };
+                self.read_plan_write("reserve_effect", p.key, &plan, false, true)
+            }
+            (true, _, _) => Err(Error::InvalidArgument(
+                "an action that needs approval is reserved with its action name and the digest \
+                 of its arguments"
+                    .into(),
+            )),
+            _ => {
+                let plan = |_: &Connection, found: Option<EffectRecord>| {
+                    let plan = planner::plan_reservation(found.as_ref(), &p, now);
+                    Ok(Step::of_reservation(plan))
+                };
+                self.read_plan_write("reserve_effect", p.key, &plan, seen.is_none(), true)
+            }
+        }
     }
 
     fn transition(
@@ -305,7 +326,7 @@ impl Store for SqliteStore {
     ) -> Result<EffectRecord> {
         planner::check_action_id(action_id)?;
         let now = now.unwrap_or_else(now_micros);
-        let plan = |found: Option<EffectRecord>| {
+        let plan = |_: &Connection, found: Option<EffectRecord>| {
             let expected = found.as_ref().map(Expected::of);
             let row = planner::plan_extension(found, key, action_id, attempt, until, now)?;
             Ok((expected, Step::wrote(row)))
@@ -322,7 +343,7 @@ impl Store for SqliteStore {
     ) -> Result<EffectRecord> {
         planner::check_resolver(resolver)?;
         let now = now.unwrap_or_else(now_micros);
-        let plan = |found: Option<EffectRecord>| {
+        let plan = |_: &Connection, found: Option<EffectRecord>| {
             let expected = found.as_ref().map(Expected::of);
             let row = planner::plan_resolution(found, key, target, resolver, now)?;
             Ok((expected, Step::wrote(row)))
@@ -332,6 +353,41 @@ impl Store for SqliteStore {
 
     fn get(&self, key: &str) -> Result<Option<EffectRecord>> {
         self.read(key)
+    }
+
+    fn request_approval(
+        &self,
+        ask: &ApprovalAsk<'_>,
+        now: Option<Micros>,
+    ) -> Result<ApprovalRecord> {
+        self.request_approval_(ask, now)
+    }
+
+    fn decide_approval(
+        &self,
+        request_id: &str,
+        grant: bool,
+        by: &str,
+        note: Option<&str>,
+        now: Option<Micros>,
+    ) -> Result<ApprovalRecord> {
+        self.decide_approval_(request_id, grant, by, note, now)
+    }
+
+    fn get_approval(
+        &self,
+        request_id: &str,
+        now: Option<Micros>,
+    ) -> Result<Option<ApprovalRecord>> {
+        self.get_approval_(request_id, now)
+    }
+
+    fn list_approvals(
+        &self,
+        state: Option<ApprovalState>,
+        now: Option<Micros>,
+    ) -> Result<Vec<ApprovalRecord>> {
+        self.list_approvals_(state, now)
     }
 
     fn list(&self, state: Option<EffectState>) -> Result<Vec<EffectRecord>> {

@@ -6,13 +6,40 @@ use crate::planner::{Expected, Transition};
 use crate::record::{EffectRecord, EffectState, Micros};
 
 /// The schema version this build writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// How each older version is brought to the next (`MIGRATIONS[v - 1]` takes version `v` to
-/// `v + 1`), each in the transaction that also writes the new version.
-pub(super) const MIGRATIONS: [&str; 1] = [
+/// `v + 1`), all in the transaction that also writes the new version. A new file gets
+/// [`SCHEMA`] (version 1) and then every step.
+pub(super) const MIGRATIONS: [&str; 2] = [
     // 1 -> 2: the per-attempt token (rows written before keep NULL).
-    "ALTER TABLE ctrlrun_effects ADD COLUMN attempt_token TEXT",
+    "ALTER TABLE ctrlrun_effects ADD COLUMN attempt_token TEXT;",
+    // 2 -> 3: who holds a key and with which arguments; approvals.
+    "ALTER TABLE ctrlrun_effects ADD COLUMN action TEXT;
+     ALTER TABLE ctrlrun_effects ADD COLUMN holder TEXT;         -- host:pid
+     ALTER TABLE ctrlrun_effects ADD COLUMN args_digest TEXT;
+     ALTER TABLE ctrlrun_effects ADD COLUMN arg_digests TEXT;    -- 'name digest' lines
+     ALTER TABLE ctrlrun_effects ADD COLUMN approval_id TEXT;
+     CREATE TABLE ctrlrun_approvals (
+         request_id   TEXT    NOT NULL PRIMARY KEY,
+         action       TEXT    NOT NULL,
+         args_digest  TEXT    NOT NULL,
+         effect_key   TEXT    NOT NULL,
+         arguments    TEXT    NOT NULL,   -- JSON: what the approver is shown
+         state        TEXT    NOT NULL CHECK (state IN
+                          ('pending', 'granted', 'denied', 'used', 'expired')),
+         requested_at INTEGER NOT NULL,
+         ttl          INTEGER NOT NULL,
+         expires_at   INTEGER NOT NULL,
+         decided_at   INTEGER,
+         decided_by   TEXT,
+         note         TEXT,
+         used_at      INTEGER,
+         used_by      TEXT
+     ) WITHOUT ROWID;
+     CREATE UNIQUE INDEX ctrlrun_approvals_open ON ctrlrun_approvals (action, args_digest)
+         WHERE state IN ('pending', 'granted');
+     CREATE INDEX ctrlrun_approvals_call ON ctrlrun_approvals (action, args_digest, requested_at);",
 ];
 
 /// The columns in [`read_record`]'s order (a macro, so statements are compile-time literals:
@@ -20,7 +47,8 @@ pub(super) const MIGRATIONS: [&str; 1] = [
 macro_rules! columns {
     () => {
         "effect_key, state, action_id, attempt, created_at, updated_at, \
-         lease_expires_at, result, error, resolved_by, attempt_token"
+         lease_expires_at, result, error, resolved_by, attempt_token, action, holder, \
+         args_digest, arg_digests, approval_id"
     };
 }
 pub(super) const COLUMNS: &str = columns!();
@@ -32,9 +60,11 @@ const SELECT_ONE: &str = concat!(
 const INSERT_ONE: &str = concat!(
     "INSERT INTO ctrlrun_effects (",
     columns!(),
-    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (effect_key) DO NOTHING"
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
+     ON CONFLICT (effect_key) DO NOTHING"
 );
 
+/// Version 1's table; [`MIGRATIONS`] bring it to [`SCHEMA_VERSION`].
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS ctrlrun_effects (
     effect_key       TEXT    NOT NULL PRIMARY KEY,
@@ -47,8 +77,7 @@ CREATE TABLE IF NOT EXISTS ctrlrun_effects (
     lease_expires_at INTEGER,
     result           TEXT,              -- JSON
     error            TEXT,
-    resolved_by      TEXT,
-    attempt_token    TEXT               -- random per reservation call (schema version 2)
+    resolved_by      TEXT
 ) WITHOUT ROWID;
 ";
 
@@ -73,6 +102,11 @@ pub(super) fn read_record(row: &Row<'_>) -> rusqlite::Result<EffectRecord> {
         error: row.get(8)?,
         resolved_by: row.get(9)?,
         attempt_token: row.get(10)?,
+        action: row.get(11)?,
+        holder: row.get(12)?,
+        args_digest: row.get(13)?,
+        arg_digests: row.get(14)?,
+        approval_id: row.get(15)?,
     })
 }
 
@@ -95,7 +129,12 @@ pub(super) fn insert(conn: &Connection, r: &EffectRecord) -> rusqlite::Result<us
         r.result,
         r.error,
         r.resolved_by,
-        r.attempt_token
+        r.attempt_token,
+        r.action,
+        r.holder,
+        r.args_digest,
+        r.arg_digests,
+        r.approval_id
     ])
 }
 
@@ -108,7 +147,8 @@ pub(super) fn compare_and_set(
     conn.prepare_cached(
         "UPDATE ctrlrun_effects SET state = ?1, action_id = ?2, attempt = ?3, created_at = ?4, \
          updated_at = ?5, lease_expires_at = ?6, result = ?7, error = ?8, resolved_by = ?9, \
-         attempt_token = ?14 \
+         attempt_token = ?14, action = ?15, holder = ?16, args_digest = ?17, \
+         arg_digests = ?18, approval_id = ?19 \
          WHERE effect_key = ?10 AND state = ?11 AND action_id = ?12 AND attempt = ?13",
     )?
     .execute(params![
@@ -125,7 +165,12 @@ pub(super) fn compare_and_set(
         expected.state.as_str(),
         expected.action_id,
         expected.attempt,
-        r.attempt_token
+        r.attempt_token,
+        r.action,
+        r.holder,
+        r.args_digest,
+        r.arg_digests,
+        r.approval_id
     ])
 }
 

@@ -8,6 +8,12 @@ use crate::planner::{self, Expected, Mismatch};
 use crate::record::EffectRecord;
 use crate::store::recovery::{settle_transition, settle_write, Step, TransitionCall};
 use crate::url::Synchronous;
+use rusqlite::Connection;
+
+/// A read-plan-write step's plan: from the row found (and the transaction's connection, for a
+/// plan that reads more), the row it expects to replace and the step.
+pub(super) type Plan<'a> =
+    dyn Fn(&Connection, Option<EffectRecord>) -> Result<(Option<Expected>, Step)> + 'a;
 
 impl SqliteStore {
     /// A read-plan-write step under `BEGIN IMMEDIATE`; after an unknown `COMMIT` the row is
@@ -20,14 +26,14 @@ impl SqliteStore {
         &self,
         what: &str,
         key: &str,
-        plan: &dyn Fn(Option<EffectRecord>) -> Result<(Option<Expected>, Step)>,
+        plan: &Plan<'_>,
         absent: bool,
         may_retry: bool,
     ) -> Result<EffectRecord> {
         let mut conn = self.conn()?;
         let committed = self.txn(&mut conn, what, key, |c| {
             if absent {
-                if let (None, step) = plan(None)? {
+                if let (None, step) = plan(c, None)? {
                     if let Some(row) = &step.written {
                         if insert(c, row).map_err(|e| self.failed(what, key, e))? == 1 {
                             return Ok(step);
@@ -36,7 +42,7 @@ impl SqliteStore {
                 }
             }
             let found = select(c, key).map_err(|e| self.failed(what, key, e))?;
-            let (expected, step) = plan(found)?;
+            let (expected, step) = plan(c, found)?;
             if let Some(row) = &step.written {
                 let written = match &expected {
                     None => insert(c, row),

@@ -1,0 +1,107 @@
+//! An approval request: a person's yes or no to one action with one set of arguments, used at
+//! most once ([`ApprovalRecord`] and its [`ApprovalState`]).
+
+use crate::record::Micros;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ApprovalState {
+    /// Asked; nobody has decided yet.
+    Pending,
+    /// A person said yes: the next reservation of this action with these arguments uses it.
+    Granted,
+    /// A person said no.
+    Denied,
+    /// A reservation consumed the grant (single use).
+    Used,
+    /// Nobody decided (or used the grant) in time.
+    Expired,
+}
+
+impl ApprovalState {
+    pub const ALL: [ApprovalState; 5] = [
+        ApprovalState::Pending,
+        ApprovalState::Granted,
+        ApprovalState::Denied,
+        ApprovalState::Used,
+        ApprovalState::Expired,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalState::Pending => "pending",
+            ApprovalState::Granted => "granted",
+            ApprovalState::Denied => "denied",
+            ApprovalState::Used => "used",
+            ApprovalState::Expired => "expired",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ApprovalState> {
+        ApprovalState::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for ApprovalState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One approval request's row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApprovalRecord {
+    /// `apr_` + 32 hex digits.
+    pub request_id: String,
+    pub action: String,
+    /// The digest of the call's canonical arguments: the approval is bound to it.
+    pub args_digest: String,
+    pub effect_key: String,
+    /// The canonical arguments as JSON text: what the approver is shown.
+    pub arguments: String,
+    /// As stored; see [`ApprovalRecord::state_at`] for the state with expiry applied.
+    pub state: ApprovalState,
+    pub requested_at: Micros,
+    /// How long a request waits for a decision, and a decision lasts.
+    pub ttl: Micros,
+    /// A pending request, a grant or a denial stands until this instant (inclusive).
+    pub expires_at: Micros,
+    pub decided_at: Option<Micros>,
+    pub decided_by: Option<String>,
+    pub note: Option<String>,
+    pub used_at: Option<Micros>,
+    /// The action id of the attempt whose reservation consumed the grant.
+    pub used_by: Option<String>,
+}
+
+impl ApprovalRecord {
+    /// The state at `now`: a pending request or a grant past `expires_at` is expired.
+    pub fn state_at(&self, now: Micros) -> ApprovalState {
+        match self.state {
+            ApprovalState::Pending | ApprovalState::Granted if now > self.expires_at => {
+                ApprovalState::Expired
+            }
+            state => state,
+        }
+    }
+
+    /// This record as read at `now` (its state with expiry applied).
+    pub fn at(mut self, now: Micros) -> ApprovalRecord {
+        self.state = self.state_at(now);
+        self
+    }
+}
+
+/// What a call of an action that needs approval asks for.
+#[derive(Clone, Copy, Debug)]
+pub struct ApprovalAsk<'a> {
+    pub action: &'a str,
+    pub args_digest: &'a str,
+    pub effect_key: &'a str,
+    pub arguments: &'a str,
+    pub ttl: Micros,
+}
+
+/// A new request id: `apr_` + 32 hex digits from the OS's random source.
+pub fn new_request_id() -> crate::error::Result<String> {
+    Ok(format!("apr_{}", crate::record::new_attempt_token()?))
+}
