@@ -11,6 +11,7 @@
 
 pub mod approval;
 pub mod error;
+pub mod fingerprint;
 pub mod planner;
 pub mod record;
 pub mod store;

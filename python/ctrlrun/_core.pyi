@@ -17,6 +17,7 @@ __all__ = [
     "open_store",
     "drop_scratch_schema",
     "sqlite_path",
+    "arg_digests",
     "before_fork",
     "after_fork_in_parent",
     "after_fork_in_child",
@@ -79,7 +80,7 @@ class Store:
         now_us: Optional[int] = None,
         begin: bool = False,
         action: Optional[str] = None,
-        args: Optional[Tuple[str, str]] = None,
+        args: Optional[List[Tuple[str, str]]] = None,
         approval: bool = False,
     ) -> _RecordTuple: ...
     def request_approval(
@@ -141,6 +142,7 @@ class Store:
 def open_store(url: str) -> Store: ...
 def sqlite_path(url: str) -> Optional[Path]: ...
 def drop_scratch_schema(url: str) -> None: ...
+def arg_digests(parts: List[Tuple[str, str]]) -> Tuple[str, str]: ...
 
 def before_fork() -> None: ...
 def after_fork_in_parent() -> None: ...

@@ -16,6 +16,7 @@ import enum
 import hashlib
 import json
 import math
+import re
 import uuid
 from typing import Any, Collection, Dict, List, Mapping, NamedTuple, Set, Tuple
 
@@ -204,20 +205,48 @@ _quote = json.encoder.encode_basestring  # what json.dumps writes for a str (ens
 
 def _text(value: Any) -> str:
     """The canonical JSON text of one argument: the plain types (most arguments) directly, as
-    ``json.dumps`` writes them, anything else through :func:`canonical`."""
+    ``json.dumps`` writes them, anything else through :func:`canonical`. A lone surrogate, which
+    no UTF-8 text can hold, is written as its JSON escape."""
     tp = type(value)
     if tp is str:
-        return _quote(value)
-    if tp is int:
+        text: str = _quote(value)
+    elif tp is int:
         try:
             return int.__repr__(value)
         except ValueError:  # past the interpreter's int-to-text limit
             raise Unfingerprintable("an int too long to write as text") from None
-    if tp is bool:
+    elif tp is bool:
         return "true" if value else "false"
-    if value is None:
+    elif value is None:
         return "null"
-    return _dumps(canonical(value))
+    else:
+        text = _dumps(canonical(value))
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return text
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def texts(arguments: Mapping[str, Any], exclude: Collection[str] = ()
+          ) -> Tuple[List[Tuple[str, str]], List[str]]:
+    """``[(name, canonical JSON text)]`` of the fingerprintable arguments in name order, and the
+    names left out (unfingerprintable). Names in ``exclude`` are ignored. (Runs on every
+    protected call; the core hashes the texts: :func:`ctrlrun._core.arg_digests`.)"""
+    parts: List[Tuple[str, str]] = []
+    left_out: List[str] = []
+    for name in sorted(arguments):
+        if name in exclude:
+            continue
+        try:
+            parts.append((name, _text(arguments[name])))
+        except Unfingerprintable:
+            left_out.append(name)
+    return parts, left_out
 
 
 def fingerprint(arguments: Mapping[str, Any], exclude: Collection[str] = ()) -> Fingerprint:
@@ -225,29 +254,24 @@ def fingerprint(arguments: Mapping[str, Any], exclude: Collection[str] = ()) -> 
 
     Names in ``exclude`` are ignored entirely. An unfingerprintable argument is left out of
     ``digest`` and ``fields``, listed in ``left_out`` and shown by type name in ``arguments``.
-    No arguments at all still give a digest (of ``{}``). (Runs on every protected call: the
-    common argument types cost one hash each, and the whole is hashed from the same texts,
-    which are exactly the canonical JSON of the dict of included arguments.)
+    No arguments at all still give a digest (of ``{}``). The digests are the core's
+    (:func:`ctrlrun._core.arg_digests`), so they are those a reservation writes.
     """
-    fields: Dict[str, str] = {}
+    from . import _core
+
+    parts, left_out = texts(arguments, exclude)
+    digest, lines = _core.arg_digests(parts)
+    fields = dict(line.split(" ", 1) for line in lines.splitlines())
     shown: Dict[str, object] = {}
-    parts: List[str] = []
-    left_out: List[str] = []
     for name in sorted(arguments):
         if name in exclude:
             continue
         value = arguments[name]
-        try:
-            text = _text(value)
-        except Unfingerprintable:
-            left_out.append(name)
+        if name in fields:
+            shown[name] = value if type(value) in _PLAIN else canonical(value)
+        else:
             shown[name] = {"$unfingerprinted": _qualname(type(value))}
-            continue
-        fields[name] = digest_text(text)
-        shown[name] = value if type(value) in _PLAIN else canonical(value)
-        parts.append(f"{_quote(name)}:{text}")
-    whole = "{" + ",".join(parts) + "}"
-    return Fingerprint(digest_text(whole), fields, shown, tuple(left_out))
+    return Fingerprint(digest, fields, shown, tuple(left_out))
 
 
 _PLAIN = frozenset((str, int, bool, type(None)))

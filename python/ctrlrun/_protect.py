@@ -13,7 +13,6 @@ from typing import Any, Callable, Iterable, Optional, Tuple, TypeVar, Union
 
 from . import _core, _runner, _runner_async
 from ._binding import Gate, KeyBinder, PolicyWarning
-from ._fingerprint import fingerprint
 from ._steps import Spec, idempotency_token
 from ._store import Store, default_store, lease_to_micros, store_for_url
 from .errors import InvalidArgument
@@ -137,7 +136,7 @@ def protect(
               ) -> Tuple[str, Spec]:
         """The call's key, and what it says about itself (its fingerprint, its approval)."""
         key, arguments = route[0].bind(args, kwargs)
-        return key, Spec(name, fingerprint(arguments, exclude), route[1], timeout)
+        return key, Spec(name, arguments, exclude, route[1], timeout)
 
     def decorate(fn: F) -> F:
         if not callable(fn):

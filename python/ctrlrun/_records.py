@@ -114,11 +114,6 @@ def record_from_core(t: Tuple[Any, ...]) -> EffectRecord:
     )
 
 
-def arg_digests_text(fields: Dict[str, str]) -> str:
-    """Per-argument digests as the store keeps them: ``name digest`` lines, sorted by name."""
-    return "\n".join(f"{name} {digest}" for name, digest in sorted(fields.items()))
-
-
 def parse_arg_digests(text: Optional[str]) -> Dict[str, str]:
     if not text:
         return {}

@@ -15,13 +15,13 @@ import hashlib
 import logging
 import os
 import time
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Optional, Tuple
 
 from datetime import timedelta
 
 from ._approvals import ApprovalRecord, ApprovalState, ask, refusal
-from ._fingerprint import Fingerprint
-from ._records import arg_digests_text, result_to_json
+from ._fingerprint import Fingerprint, fingerprint, texts
+from ._records import result_to_json
 from ._store import Store
 from .errors import (
     AmbiguousEffect,
@@ -74,19 +74,26 @@ def exc_text(exc: BaseException) -> str:
 
 
 class Spec:
-    """What a protected call says about itself besides its key: its action name, the digests
-    of its arguments, and (for an ``approve`` action) the approval's time to live and how long
-    to wait for a decision."""
+    """What a protected call says about itself besides its key: its action name, its
+    arguments (``parts``: name and canonical JSON text, which the core hashes onto the row),
+    and for an ``approve`` action the approval's time to live and how long to wait for a
+    decision."""
 
-    __slots__ = ("action", "fingerprint", "args", "approval_ttl", "approval_timeout")
+    __slots__ = ("action", "arguments", "exclude", "parts", "approval_ttl", "approval_timeout")
 
-    def __init__(self, action: str, fingerprint: Fingerprint,
+    def __init__(self, action: str, arguments: Dict[str, Any], exclude: FrozenSet[str],
                  approval_ttl: Optional[timedelta], approval_timeout: float) -> None:
         self.action = action
-        self.fingerprint = fingerprint
-        self.args = (fingerprint.digest, arg_digests_text(fingerprint.fields))
+        self.arguments = arguments
+        self.exclude = exclude
+        self.parts = texts(arguments, exclude)[0]
         self.approval_ttl = approval_ttl
         self.approval_timeout = approval_timeout
+
+    def fingerprint(self) -> Fingerprint:
+        """The whole fingerprint (digests and what an approver is shown): asked for only by an
+        approval."""
+        return fingerprint(self.arguments, self.exclude)
 
 
 class Call:
@@ -119,7 +126,7 @@ class Call:
         attempt: Optional[int] = None
         try:
             spec, now = self.spec, store.now_us()
-            said = () if spec is None else (spec.action, spec.args, spec.approval_ttl is not None)
+            said = () if spec is None else (spec.action, spec.parts, spec.approval_ttl is not None)
             attempt = core.reserve(self.key, self.action_id, self.lease_us, now, True, *said)[3]
             # Still inside the try: an interrupt (KeyboardInterrupt) landing just after the
             # reservation returned records it as failed, since the body never started.
@@ -140,8 +147,8 @@ class Call:
         a new pending one (store I/O)."""
         spec = self.spec
         assert spec is not None and spec.approval_ttl is not None
-        return ask(self.store, spec.action, self.key, spec.fingerprint.digest,
-                   spec.fingerprint.arguments, spec.approval_ttl)
+        fp = spec.fingerprint()
+        return ask(self.store, spec.action, self.key, fp.digest, fp.arguments, spec.approval_ttl)
 
     def granted(self, record: ApprovalRecord) -> None:
         """Go on only with a grant in force: a pending or denied request raises

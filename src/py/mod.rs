@@ -16,6 +16,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store::open_store, m)?)?;
     m.add_function(wrap_pyfunction!(store::drop_scratch_schema, m)?)?;
     m.add_function(wrap_pyfunction!(store::sqlite_path, m)?)?;
+    m.add_function(wrap_pyfunction!(store::arg_digests, m)?)?;
     m.add_function(wrap_pyfunction!(store::before_fork, m)?)?;
     m.add_function(wrap_pyfunction!(store::after_fork_in_parent, m)?)?;
     m.add_function(wrap_pyfunction!(store::after_fork_in_child, m)?)?;

@@ -127,6 +127,13 @@ pub fn sqlite_path(py: Python<'_>, url: &str) -> PyResult<Option<std::path::Path
     }
 }
 
+/// `[(name, canonical JSON text)]` per argument -> (the digest of the whole, the per-argument
+/// `name digest` lines): what a reservation writes for the same arguments.
+#[pyfunction]
+pub fn arg_digests(mut parts: Vec<(String, String)>) -> (String, String) {
+    crate::fingerprint::digests(&mut parts)
+}
+
 /// Drop a `ctrlrun_scratch_*` schema (`ctrlrun verify`, the pytest plugin; refuses any other).
 #[pyfunction]
 pub fn drop_scratch_schema(py: Python<'_>, url: String) -> PyResult<()> {
@@ -143,8 +150,9 @@ impl PyStore {
 
     /// With `begin=True` a granted row is written `executing` at once (the caller runs the body
     /// right after), saving the separate begin write. `action` names the action, `args` is
-    /// (digest, per-argument `name digest` lines), and `approval=True` uses a granted
-    /// approval for the action and arguments in the same transaction.
+    /// `[(name, canonical JSON text)]` per argument (their digests go on the row), and
+    /// `approval=True` uses a granted approval for the action and arguments in the same
+    /// transaction.
     #[pyo3(signature = (key, action_id, lease_us, now_us=None, begin=false, action=None, args=None, approval=false))]
     #[allow(clippy::too_many_arguments)]
     fn reserve(
@@ -156,10 +164,11 @@ impl PyStore {
         now_us: Option<Micros>,
         begin: bool,
         action: Option<&str>,
-        args: Option<(String, String)>,
+        args: Option<Vec<(String, String)>>,
         approval: bool,
     ) -> PyResult<RecordTuple> {
-        let args = args.as_ref().map(|(d, f)| (d.as_str(), f.as_str()));
+        let digests = args.map(|mut parts| crate::fingerprint::digests(&mut parts));
+        let args = digests.as_ref().map(|(d, f)| (d.as_str(), f.as_str()));
         let proposal = Proposal {
             action,
             args,
