@@ -1,0 +1,151 @@
+//! The approval store contract, every case on SQLite and on PostgreSQL: asking, deciding, and
+//! the single use of a grant in the reservation's own transaction.
+
+mod support;
+
+use ctrlrun::approval::{ApprovalAsk, ApprovalState};
+use ctrlrun::error::DuplicateKind;
+use ctrlrun::planner::Proposal;
+use ctrlrun::{EffectState, Error};
+use support::*;
+
+const TTL: i64 = 900_000_000;
+const DIGEST: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000001";
+
+fn ask(key: &str) -> ApprovalAsk<'_> {
+    ApprovalAsk {
+        action: "acme.refund",
+        args_digest: DIGEST,
+        effect_key: key,
+        arguments: "{\"amount\":500}",
+        ttl: TTL,
+    }
+}
+
+fn approved<'a>(key: &'a str, action_id: &'a str) -> Proposal<'a> {
+    Proposal {
+        action: Some("acme.refund"),
+        args: Some((DIGEST, "amount sha256:a")),
+        needs_approval: true,
+        ..Proposal::new(key, action_id, LEASE, true)
+    }
+}
+
+fn asking_finds_one_request_and_a_grant_is_used_once(b: Backend) {
+    let f = Fixture::new(b);
+    // no grant: nothing is written
+    let none = f.store.propose(approved("k", A1), Some(T0));
+    assert!(matches!(none, Err(Error::ApprovalNeeded(_))), "{none:?}");
+    assert_eq!(f.store.get("k").unwrap(), None);
+    let first = f.store.request_approval(&ask("k"), Some(T0)).unwrap();
+    assert_eq!(first.state, ApprovalState::Pending);
+    assert!(first.request_id.starts_with("apr_") && first.request_id.len() == 36);
+    let again = f.store.request_approval(&ask("k"), Some(T0 + 1)).unwrap();
+    assert_eq!(
+        again.request_id, first.request_id,
+        "one open request per action and arguments"
+    );
+    let granted = f
+        .store
+        .decide_approval(&first.request_id, true, "alice", Some("ok"), Some(T0 + 2))
+        .unwrap();
+    assert_eq!(granted.state, ApprovalState::Granted);
+    assert_eq!(
+        f.store
+            .get_approval(&first.request_id, Some(T0 + 3))
+            .unwrap(),
+        Some(granted)
+    );
+    // the reservation uses it, in its own transaction
+    let row = f.store.propose(approved("k", A1), Some(T0 + 4)).unwrap();
+    assert_eq!(row.state, EffectState::Executing);
+    assert_eq!(row.approval_id.as_deref(), Some(first.request_id.as_str()));
+    let used = f
+        .store
+        .get_approval(&first.request_id, Some(T0 + 5))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (used.state, used.used_by.as_deref()),
+        (ApprovalState::Used, Some(A1))
+    );
+    // a second proposal meets the key (a plain duplicate, decided before any approval)
+    assert_duplicate(
+        f.store.propose(approved("k", A2), Some(T0 + 6)),
+        DuplicateKind::InProgress,
+    );
+    // and after a failed run, a new approval is needed
+    f.step("k", A1, 1, fail("declined"), T0 + 7).unwrap();
+    let renewed = f.store.propose(approved("k", A2), Some(T0 + 8));
+    assert!(
+        matches!(renewed, Err(Error::ApprovalNeeded(_))),
+        "{renewed:?}"
+    );
+    assert_eq!(f.get("k").state, EffectState::Failed);
+}
+
+fn a_refused_reservation_leaves_the_grant_unused(b: Backend) {
+    let f = Fixture::new(b);
+    f.store.reserve("k", A1, LEASE, true, Some(T0)).unwrap(); // held by another call
+    let r = f.store.request_approval(&ask("k"), Some(T0)).unwrap();
+    f.store
+        .decide_approval(&r.request_id, true, "alice", None, Some(T0))
+        .unwrap();
+    assert_duplicate(
+        f.store.propose(approved("k", A2), Some(T0 + 1)),
+        DuplicateKind::InProgress,
+    );
+    let still = f
+        .store
+        .get_approval(&r.request_id, Some(T0 + 2))
+        .unwrap()
+        .unwrap();
+    assert_eq!(still.state, ApprovalState::Granted);
+}
+
+fn decisions_are_made_once_and_expired_requests_are_refused(b: Backend) {
+    let f = Fixture::new(b);
+    let r = f.store.request_approval(&ask("k"), Some(T0)).unwrap();
+    f.store
+        .decide_approval(&r.request_id, false, "bob", Some("no"), Some(T0 + 1))
+        .unwrap();
+    let twice = f
+        .store
+        .decide_approval(&r.request_id, true, "alice", None, Some(T0 + 2));
+    assert!(assert_invalid(twice).contains("already decided"));
+    let denied = f
+        .store
+        .get_approval(&r.request_id, Some(T0 + 3))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (denied.state, denied.decided_by.as_deref()),
+        (ApprovalState::Denied, Some("bob"))
+    );
+    // a request nobody decided in time
+    let other = ApprovalAsk {
+        args_digest: "sha256:2",
+        ..ask("k2")
+    };
+    let late = f.store.request_approval(&other, Some(T0)).unwrap();
+    let refused =
+        f.store
+            .decide_approval(&late.request_id, true, "alice", None, Some(T0 + TTL + 1));
+    assert!(assert_invalid(refused).contains("expired"));
+    let listed = f
+        .store
+        .list_approvals(Some(ApprovalState::Expired), Some(T0 + TTL + 1))
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].request_id, late.request_id);
+    assert!(
+        assert_invalid(f.store.decide_approval("apr_nope", true, "a", None, None))
+            .contains("apr_nope")
+    );
+}
+
+on_both_backends!(
+    asking_finds_one_request_and_a_grant_is_used_once,
+    a_refused_reservation_leaves_the_grant_unused,
+    decisions_are_made_once_and_expired_requests_are_refused,
+);
