@@ -291,10 +291,11 @@ def test_valid_policy_parses(tmp_path):
     pol = load_policy(str(path))
     assert pol.path == str(path)
     assert pol.actions == {
-        "billing.refund": ActionPolicy("billing.refund", "refund:{payment_id}", "allow", 3),
+        "billing.refund": ActionPolicy("billing.refund", "refund:{payment_id}", "allow", 3,
+                                       decided=True),
         "mail.send": ActionPolicy("mail.send", "mail:{to}:{template}", "allow", 6),
-        "audit.log": ActionPolicy("audit.log", None, "allow", 8),
-        "danger.drop": ActionPolicy("danger.drop", None, "deny", 10),
+        "audit.log": ActionPolicy("audit.log", None, "allow", 8, decided=True),
+        "danger.drop": ActionPolicy("danger.drop", None, "deny", 10, decided=True),
     }
     assert [a.name for a in pol.unreserved()] == ["audit.log"]
 

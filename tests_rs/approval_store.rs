@@ -144,7 +144,22 @@ fn decisions_are_made_once_and_expired_requests_are_refused(b: Backend) {
     );
 }
 
+fn a_grant_is_bound_to_its_effect_key(b: Backend) {
+    let f = Fixture::new(b);
+    let r = f.store.request_approval(&ask("k1"), Some(T0)).unwrap();
+    f.store
+        .decide_approval(&r.request_id, true, "alice", None, Some(T0))
+        .unwrap();
+    // the same action and arguments on another key: no grant in force there
+    let other = f.store.propose(approved("k2", A1), Some(T0 + 1));
+    assert!(matches!(other, Err(Error::ApprovalNeeded(_))), "{other:?}");
+    assert_eq!(f.store.get("k2").unwrap(), None);
+    let mine = f.store.propose(approved("k1", A1), Some(T0 + 2)).unwrap();
+    assert_eq!(mine.approval_id.as_deref(), Some(r.request_id.as_str()));
+}
+
 on_both_backends!(
+    a_grant_is_bound_to_its_effect_key,
     asking_finds_one_request_and_a_grant_is_used_once,
     a_refused_reservation_leaves_the_grant_unused,
     decisions_are_made_once_and_expired_requests_are_refused,

@@ -134,7 +134,7 @@ def refusal(record: ApprovalRecord) -> Exception:
 def ask(store: "Store", action: str, effect_key: str, digest: str,
         arguments: Dict[str, Any], ttl: timedelta) -> ApprovalRecord:
     """The request that stands for ``action`` with these arguments, or a new pending one."""
-    text = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = json.dumps(arguments, sort_keys=True, separators=(",", ":"))
     t = store.core.request_approval(action, digest, effect_key, text,
                                     int(ttl / timedelta(microseconds=1)), store.now_us())
     return approval_from_core(t)
@@ -151,10 +151,16 @@ def wait_for_decision(store: "Store", request_id: str, timeout: float,
     ``timeout`` seconds pass; the last record read."""
     deadline = time.monotonic() + timeout
     started = time.monotonic()
+    last: Optional[ApprovalRecord] = None
     while True:
         record = store.get_approval(request_id)
+        if record is None:  # removed meanwhile (by hand): no grant, so no run
+            if last is None:
+                raise ApprovalRequired(f"approval request {request_id} is gone from the store; "
+                                       f"nothing was reserved or run", request_id=request_id)
+            return last
+        last = record
         left = deadline - time.monotonic()
-        if record is None or record.state is not ApprovalState.PENDING or left <= 0:
-            assert record is not None, request_id
+        if record.state is not ApprovalState.PENDING or left <= 0:
             return record
         sleep(min(left, poll_interval(time.monotonic() - started)))

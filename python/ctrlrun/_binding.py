@@ -194,19 +194,24 @@ class Gate:
             if self.decision == "deny":
                 raise self._deny("its decorator (decision='deny')", None)
             if self.own is None:
-                return None
+                return self._unreserved(self.decision)
             return self.own, self._ttl(None) if self.decision == "approve" else None
         assert policy is not None
-        if entry.decision == "deny":
-            raise self._deny(f"the policy {policy.path} (line {entry.line})", policy.path)
-        if entry.decision != self.decision and not self.warned_decision and (
+        # The policy's decision wins where it states one; an entry that only gives a template
+        # leaves the decorator's decision in force.
+        decision = entry.decision if entry.decided else self.decision
+        if decision == "deny":
+            where = (f"the policy {policy.path} (line {entry.line})" if entry.decided
+                     else "its decorator (decision='deny')")
+            raise self._deny(where, policy.path if entry.decided else None)
+        if entry.decided and entry.decision != self.decision and not self.warned_decision and (
                 self.decision != "allow"):
             self.warned_decision = True
             warnings.warn(
                 f"protect({self.name!r}): the decorator's decision {self.decision!r} differs "
                 f"from the policy's {entry.decision!r} ({policy.path}, line {entry.line}); the "
                 f"policy's is used", PolicyWarning, stacklevel=3)
-        ttl = self._ttl(entry.approval_ttl) if entry.decision == "approve" else None
+        ttl = self._ttl(entry.approval_ttl) if decision == "approve" else None
         if self.own is not None:
             if entry.effect is not None and entry.effect != self.own.template.source:
                 if not self.warned:
@@ -221,14 +226,26 @@ class Gate:
                     )
             return self.own, ttl
         if entry.effect is None:
-            return None
+            return self._unreserved(decision)
         binder = self.from_policy.get(entry.effect)
         if binder is None:
             binder = KeyBinder(_core.Template(entry.effect), self.fn, self.name)
             self.from_policy[entry.effect] = binder
         return binder, ttl
 
+    def _unreserved(self, decision: str) -> None:
+        """No template anywhere: the call runs unreserved, which an ``approve`` action must
+        never do (fail closed)."""
+        if decision == "approve":
+            raise InvalidArgument(
+                f"action {self.name!r} needs approval, but no effect template is given (on the "
+                f"decorator or in the policy): an approval is used with the reservation of its "
+                f"effect key, so the call is refused; nothing was reserved or run")
+        return None
+
     def _ttl(self, from_policy: Optional[timedelta]) -> timedelta:
         from ._approvals import DEFAULT_APPROVAL_TTL
 
-        return from_policy or self.approval_ttl or DEFAULT_APPROVAL_TTL
+        if from_policy is not None:
+            return from_policy
+        return self.approval_ttl if self.approval_ttl is not None else DEFAULT_APPROVAL_TTL

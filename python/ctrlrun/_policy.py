@@ -45,6 +45,9 @@ class ActionPolicy:
     line: int
     #: ``approval_ttl`` (``approve`` only), or ``None``: the default (15 minutes).
     approval_ttl: Optional[timedelta] = None
+    #: Whether the entry states a ``decision`` (else ``allow`` is assumed, and a decorator's
+    #: own decision stays in force).
+    decided: bool = False
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def _duration(path: str, node: yaml.Node, fieldname: str) -> timedelta:
-    """``90``, ``90s``, ``15m``, ``2h`` or ``1d``: more than 0 and at most 30 days."""
+    """``90``, ``90s``, ``15m``, ``2h`` or ``1d``: from 1 second to 30 days."""
     numeric = isinstance(node, yaml.ScalarNode) and node.tag in (
         "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
     text = (str(node.value) if numeric else _scalar(path, node, fieldname)).strip()
@@ -70,10 +73,10 @@ def _duration(path: str, node: yaml.Node, fieldname: str) -> timedelta:
         seconds = float(number) * _UNITS[unit]
     except ValueError:
         seconds = float("nan")
-    if not (0 < seconds <= 30 * 86400):
+    if not (1 <= seconds <= 30 * 86400):
         raise _fail(path, node, fieldname,
-                    f"is {text!r}; expected a duration such as 90s, 15m, 2h or 1d (more than 0, "
-                    f"at most 30 days)")
+                    f"is {text!r}; expected a duration such as 90s, 15m, 2h or 1d (from 1 "
+                    f"second to 30 days)")
     return timedelta(seconds=seconds)
 
 
@@ -140,6 +143,7 @@ def parse_policy(text: str, path: str) -> Policy:
                 decision = "allow"
                 approval_ttl: Optional[timedelta] = None
                 ttl_node: Optional[yaml.Node] = None
+                decided = False
                 for ek, ev in _mapping(path, v, fieldname):
                     key = str(ek.value)
                     if key == "effect":
@@ -149,6 +153,7 @@ def parse_policy(text: str, path: str) -> Policy:
                         except InvalidArgument as exc:
                             raise _fail(path, ev, f"{fieldname}.effect", str(exc)) from None
                     elif key == "decision":
+                        decided = True
                         decision = _scalar(path, ev, f"{fieldname}.decision")
                         if decision not in DECISIONS:
                             raise _fail(path, ev, f"{fieldname}.decision",
@@ -163,7 +168,7 @@ def parse_policy(text: str, path: str) -> Policy:
                     raise _fail(path, ttl_node, f"{fieldname}.approval_ttl",
                                 "applies to decision: approve only")
                 actions[name] = ActionPolicy(name, effect, decision, k.start_mark.line + 1,
-                                             approval_ttl)
+                                             approval_ttl, decided)
     return Policy(path, actions)
 
 

@@ -110,6 +110,9 @@ def protect(
     """
     if not isinstance(name, str) or not name.strip() or not name.isprintable():
         raise InvalidArgument(f"protect(): the action name must be a printable str, got {name!r}")
+    if len(name) > 1000:
+        raise InvalidArgument(f"protect(): the action name must be at most 1000 characters, got "
+                              f"{len(name)}")
     lease_us = lease_to_micros(DEFAULT_LEASE if lease is None else lease)
     if effect is not None and not isinstance(effect, str):
         raise InvalidArgument(
@@ -126,17 +129,30 @@ def protect(
             or not 0 <= approval_timeout <= 86400):
         raise InvalidArgument(f"protect({name!r}): approval_timeout must be seconds from 0 to "
                               f"86400, got {approval_timeout!r}")
-    if isinstance(fingerprint_exclude, str):
+    try:
+        if isinstance(fingerprint_exclude, str):
+            raise TypeError
+        exclude = frozenset(fingerprint_exclude)
+        if not all(isinstance(n, str) for n in exclude):
+            raise TypeError
+    except TypeError:
         raise InvalidArgument(f"protect({name!r}): fingerprint_exclude takes argument names "
-                              f"(a tuple), got the str {fingerprint_exclude!r}")
-    exclude = frozenset(fingerprint_exclude)
+                              f"(a tuple of str), got {fingerprint_exclude!r}") from None
     timeout = float(approval_timeout)
 
     def bound(route: Tuple[KeyBinder, Optional[timedelta]], args: Any, kwargs: Any
               ) -> Tuple[str, Spec]:
         """The call's key, and what it says about itself (its fingerprint, its approval)."""
         key, arguments = route[0].bind(args, kwargs)
-        return key, Spec(name, arguments, exclude, route[1], timeout)
+        spec = Spec(name, arguments, exclude, route[1], timeout)
+        if route[1] is not None and spec.left_out:
+            # an approval binds exactly the arguments a person is shown: none may be left out
+            raise InvalidArgument(
+                f"action {name!r} needs approval, but its argument(s) "
+                f"{', '.join(spec.left_out)} have no canonical form, so an approval could not "
+                f"be bound to them; pass plain values, or leave them out with "
+                f"fingerprint_exclude. Nothing was reserved or run")
+        return key, spec
 
     def decorate(fn: F) -> F:
         if not callable(fn):
@@ -147,6 +163,16 @@ def protect(
                 f"across many resumptions, so it cannot be reserved once. Protect a plain function"
             )
         gate = Gate(name, fn, template, decision, ttl)
+        params = inspect.signature(fn).parameters
+        unknown = sorted(n for n in exclude if n not in params)
+        if unknown:
+            raise InvalidArgument(f"protect({name!r}): fingerprint_exclude names no parameter "
+                                  f"of {fn.__qualname__}: {', '.join(unknown)}")
+        in_key = sorted(exclude & set(template.placeholders)) if template is not None else []
+        if in_key:
+            raise InvalidArgument(f"protect({name!r}): fingerprint_exclude names the key's own "
+                                  f"placeholder(s) {', '.join(in_key)}; they are always part of "
+                                  f"the call's identity")
 
         if inspect.iscoroutinefunction(fn):
 

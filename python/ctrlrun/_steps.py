@@ -79,14 +79,15 @@ class Spec:
     and for an ``approve`` action the approval's time to live and how long to wait for a
     decision."""
 
-    __slots__ = ("action", "arguments", "exclude", "parts", "approval_ttl", "approval_timeout")
+    __slots__ = ("action", "arguments", "exclude", "parts", "left_out", "approval_ttl",
+                 "approval_timeout")
 
     def __init__(self, action: str, arguments: Dict[str, Any], exclude: FrozenSet[str],
                  approval_ttl: Optional[timedelta], approval_timeout: float) -> None:
         self.action = action
         self.arguments = arguments
         self.exclude = exclude
-        self.parts = texts(arguments, exclude)[0]
+        self.parts, self.left_out = texts(arguments, exclude)
         self.approval_ttl = approval_ttl
         self.approval_timeout = approval_timeout
 

@@ -247,7 +247,10 @@ class Store:
         """The approval request ``request_id`` (its state as of now), or ``None``."""
         from ._approvals import approval_from_core
 
-        t = self.core.get_approval(request_id, self.now_us())
+        try:
+            t = self.core.get_approval(request_id, self.now_us())
+        except UnicodeEncodeError:
+            raise InvalidArgument(f"{request_id!r} is not an approval request id") from None
         return None if t is None else approval_from_core(t)
 
     def list_approvals(self, state: Optional[str] = None) -> List["ApprovalRecord"]:
@@ -256,7 +259,11 @@ class Store:
         from ._approvals import approval_from_core
 
         st = None if state is None else str(getattr(state, "value", state))
-        return [approval_from_core(t) for t in self.core.list_approvals(st, self.now_us())]
+        try:
+            found = self.core.list_approvals(st, self.now_us())
+        except UnicodeEncodeError:
+            raise InvalidArgument(f"unknown approval state {st!r}") from None
+        return [approval_from_core(t) for t in found]
 
     def grant_approval(self, request_id: str, by: str, note: Optional[str] = None
                        ) -> "ApprovalRecord":

@@ -25,8 +25,17 @@ def lease_text(r: EffectRecord, now: datetime) -> str:
     return f"{_span(left)} left" if left >= 0 else f"lapsed {_span(left)} ago"
 
 
+def printable(text: str) -> str:
+    """``text`` safe to print to a terminal: every character that is not printable (control
+    and escape characters, bidirectional overrides, line separators) as its ``\\uXXXX`` escape,
+    so text an agent chose cannot rewrite what a person reads."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)
+
+
 def _short(text: str, width: int) -> str:
-    text = text.replace("\n", " ")
+    text = printable(text)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -38,10 +47,10 @@ def table(records: List[EffectRecord], now: Optional[datetime] = None) -> str:
     rows = [
         (
             _short(r.effect_key, 40), r.state.value, str(r.attempt), lease_text(r, now),
-            r.updated_at.strftime("%Y-%m-%d %H:%M:%S"), r.action or "-", r.action_id,
-            r.resolved_by or "-",
+            r.updated_at.strftime("%Y-%m-%d %H:%M:%S"), printable(r.action or "-"), r.action_id,
+            printable(r.resolved_by or "-"),
             _short(json.dumps(r.result) if r.result is not None else (r.error or ""), 50),
-            r.holder or "-",
+            printable(r.holder or "-"),
         )
         for r in records
     ]

@@ -17,7 +17,7 @@ import click
 
 from . import cli_approvals as _cli_approvals
 from ._records import EffectRecord, EffectState
-from ._table import lease_text, table
+from ._table import lease_text, printable, table
 from ._store import Store, default_store, open_store
 from .errors import CTRLRunError, InvalidArgument
 
@@ -124,7 +124,8 @@ def effects_show(key: str, as_json: bool, store_url: Optional[str]) -> None:
         return
     d["lease"] = lease_text(rec, datetime.now(timezone.utc))
     for k, v in d.items():
-        click.echo(f"{k:>17}: {json.dumps(v) if k == 'result' else ('' if v is None else v)}")
+        shown = json.dumps(v) if k == "result" else ("" if v is None else str(v))
+        click.echo(f"{k:>17}: {printable(shown)}")
 
 
 @cli.command()
@@ -196,6 +197,10 @@ def policy_check(file: Optional[str]) -> None:
     unreserved = pol.unreserved()
     for a in unreserved:
         click.echo(f"  unreserved: {a.name} (line {a.line}) has no effect template")
+    for a in pol.actions.values():
+        if a.decision == "approve" and a.effect is None:
+            click.echo(f"  approve: {a.name} (line {a.line}) has no effect template here; its "
+                       f"decorator must give one, else its calls are refused")
     if not unreserved:
         click.echo("  every allowed action has an effect template")
 

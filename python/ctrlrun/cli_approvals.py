@@ -10,6 +10,7 @@ from typing import Any, Dict, Optional
 import click
 
 from ._approvals import ApprovalRecord, ApprovalState
+from ._table import printable
 from .errors import CTRLRunError
 
 APPROVAL_STATES = [s.value for s in ApprovalState]
@@ -37,7 +38,7 @@ def approval_dict(r: ApprovalRecord) -> Dict[str, Any]:
 
 
 def _arguments_text(arguments: Dict[str, Any], width: int = 60) -> str:
-    text = json.dumps(arguments, sort_keys=True, ensure_ascii=False)
+    text = printable(json.dumps(arguments, sort_keys=True, ensure_ascii=False))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -61,16 +62,15 @@ def register(cli: click.Group, store_option: Any, open_store: Any, die: Any) -> 
         except CTRLRunError as exc:
             die(str(exc))
         if as_json:
-            click.echo(json.dumps([approval_dict(r) for r in records], indent=2,
-                                  ensure_ascii=False))
+            click.echo(json.dumps([approval_dict(r) for r in records], indent=2))
             return
         if not records:
             click.echo(f"no approval requests{' in state ' + state if state else ''} in "
                        f"{store.url}")
             return
         head = ("REQUEST", "STATE", "ACTION", "EFFECT KEY", "ARGUMENTS", "DECIDED BY")
-        rows = [(r.request_id, r.state.value, r.action, r.effect_key,
-                 _arguments_text(r.arguments), r.decided_by or "") for r in records]
+        rows = [(r.request_id, r.state.value, printable(r.action), printable(r.effect_key),
+                 _arguments_text(r.arguments), printable(r.decided_by or "")) for r in records]
         widths = [max(len(str(row[i])) for row in [head, *rows]) for i in range(len(head))]
         for row in [head, *rows]:
             click.echo("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip())
@@ -82,13 +82,14 @@ def register(cli: click.Group, store_option: Any, open_store: Any, die: Any) -> 
             r = (store.grant_approval if grant else store.deny_approval)(request_id, by, note)
         except CTRLRunError as exc:
             die(str(exc))
+        who, action = printable(r.decided_by or ""), printable(r.action)
         if grant:
-            click.echo(f"{r.request_id}: granted by {r.decided_by} for {r.action} "
+            click.echo(f"{r.request_id}: granted by {who} for {action} "
                        f"{_arguments_text(r.arguments, 200)}; the agent's next call with these "
                        f"arguments runs once, until {_iso(r.expires_at)}")
         else:
-            click.echo(f"{r.request_id}: denied by {r.decided_by} for {r.action}; calls with "
-                       f"these arguments raise ActionDenied until {_iso(r.expires_at)}")
+            click.echo(f"{r.request_id}: denied by {who} for {action}; calls with these "
+                       f"arguments raise ActionDenied until {_iso(r.expires_at)}")
 
     @cli.command()
     @click.argument("request_id")

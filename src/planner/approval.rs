@@ -32,6 +32,27 @@ fn check_person(what: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// A request id is `apr_` + 32 lowercase hex digits; anything else names no request.
+pub fn check_request_id(id: &str) -> Result<()> {
+    let hex = id.strip_prefix("apr_").unwrap_or("");
+    if hex.len() != 32 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return Err(Error::InvalidArgument(format!(
+            "{id:?} is not an approval request id (apr_ and 32 hex digits); nothing was written"
+        )));
+    }
+    Ok(())
+}
+
+/// An action name is one printable line.
+fn check_action(action: &str) -> Result<()> {
+    if action.trim().is_empty() || action.chars().any(breaks_a_line) {
+        return Err(Error::InvalidArgument(format!(
+            "an action name must be one printable line, got {action:?}"
+        )));
+    }
+    Ok(())
+}
+
 /// A note is printable text on one line, at most 2,000 characters.
 pub fn check_note(note: &str) -> Result<()> {
     if note.chars().any(breaks_a_line) || note.chars().count() > 2000 {
@@ -51,7 +72,7 @@ pub fn plan_request(
     request_id: &str,
     now: Micros,
 ) -> Result<RequestPlan> {
-    check_person("an action name", ask.action)?;
+    check_action(ask.action)?;
     if !(1..=MAX_LEASE).contains(&ask.ttl) {
         return Err(Error::InvalidArgument(format!(
             "an approval's time to live must be more than 0 and at most ten years, got {} us",

@@ -7,7 +7,9 @@ use crate::record::{EffectRecord, EffectState, Micros};
 mod approval;
 mod reservation;
 mod transition;
-pub use approval::{check_note, plan_consume, plan_decision, plan_request, RequestPlan};
+pub use approval::{
+    check_note, check_request_id, plan_consume, plan_decision, plan_request, RequestPlan,
+};
 pub use reservation::{plan_reservation, Conflict, Proposal, Refusal, ReservationPlan};
 pub use transition::{
     plan_mismatch, settle_mismatch, settle_unknown_transition, AfterUnknown, Mismatch, Transition,

@@ -45,16 +45,20 @@ fn read(row: &Row) -> Result<ApprovalRecord> {
     })
 }
 
-/// The requests `filter` (over `$1`, `$2` text) selects.
+/// The requests `filter` (over `$1`, `$2`, `$3` text) selects.
 fn select(
     c: &mut Client,
     table: &str,
     filter: &str,
-    args: [&str; 2],
+    args: [&str; 3],
 ) -> std::result::Result<Vec<Row>, PgError> {
     c.query_typed(
         &format!("SELECT {COLUMNS} FROM {table} WHERE {filter}"),
-        &[(&args[0], Type::TEXT), (&args[1], Type::TEXT)],
+        &[
+            (&args[0], Type::TEXT),
+            (&args[1], Type::TEXT),
+            (&args[2], Type::TEXT),
+        ],
     )
 }
 
@@ -135,8 +139,8 @@ pub(super) fn grant_in_force(
     let rows = select(
         tx,
         &store.sql.approvals,
-        "action = $1 AND args_digest = $2 AND state = 'granted'",
-        [action, digest],
+        "action = $1 AND args_digest = $2 AND effect_key = $3 AND state = 'granted'",
+        [action, digest, p.key],
     )
     .map_err(|e| store.failed("reserve_effect", p.key, &e))?;
     planner::plan_consume(first(rows)?, action, p.action_id, now)
@@ -184,8 +188,8 @@ impl PostgresStore {
             select(
                 &mut c,
                 table,
-                "request_id = $1 AND $2 = $2",
-                [&ours.request_id, ""],
+                "request_id = $1 AND $2 = $3",
+                [&ours.request_id, "", ""],
             )
         });
         match again
@@ -219,8 +223,9 @@ impl PostgresStore {
             let rows = select(
                 tx,
                 table,
-                "action = $1 AND args_digest = $2 ORDER BY requested_at DESC LIMIT 1",
-                [ask.action, ask.args_digest],
+                "action = $1 AND args_digest = $2 AND effect_key = $3 \
+                 ORDER BY requested_at DESC LIMIT 1",
+                [ask.action, ask.args_digest, ask.effect_key],
             )
             .map_err(fail)?;
             match planner::plan_request(first(rows)?, ask, &id, now)? {
@@ -237,8 +242,9 @@ impl PostgresStore {
                     let rows = select(
                         tx,
                         table,
-                        "action = $1 AND args_digest = $2 ORDER BY requested_at DESC LIMIT 1",
-                        [ask.action, ask.args_digest],
+                        "action = $1 AND args_digest = $2 AND effect_key = $3 \
+                         ORDER BY requested_at DESC LIMIT 1",
+                        [ask.action, ask.args_digest, ask.effect_key],
                     )
                     .map_err(fail)?;
                     first(rows)?.map(|r| r.at(now)).ok_or_else(|| {
@@ -253,7 +259,7 @@ impl PostgresStore {
         };
         let landed =
             |found: &ApprovalRecord, ours: &ApprovalRecord| found.request_id == ours.request_id;
-        self.approval_write(WHAT, ask.action, body, landed)
+        self.approval_write(WHAT, &id, body, landed)
     }
 
     pub(super) fn decide_approval_(
@@ -264,6 +270,7 @@ impl PostgresStore {
         note: Option<&str>,
         now: Option<Micros>,
     ) -> Result<ApprovalRecord> {
+        planner::check_request_id(id)?;
         let what = if grant {
             "grant_approval"
         } else {
@@ -273,7 +280,8 @@ impl PostgresStore {
         let body = |tx: &mut Client| -> Result<ApprovalRecord> {
             let fail = |e: PgError| self.failed(what, id, &e);
             let now = self.clock(tx, now).map_err(fail)?;
-            let rows = select(tx, table, "request_id = $1 AND $2 = $2", [id, ""]).map_err(fail)?;
+            let rows =
+                select(tx, table, "request_id = $1 AND $2 = $3", [id, "", ""]).map_err(fail)?;
             let row = planner::plan_decision(first(rows)?, id, grant, by, note, now)?;
             if cas(tx, table, ApprovalState::Pending, &row).map_err(fail)? != 1 {
                 return Err(Error::StoreWriteFailed(format!(
@@ -289,7 +297,7 @@ impl PostgresStore {
     fn approvals_read(
         &self,
         filter: &str,
-        args: [&str; 2],
+        args: [&str; 3],
         now: Option<Micros>,
     ) -> Result<(Vec<ApprovalRecord>, Micros)> {
         let table = &self.sql.approvals;
@@ -313,7 +321,8 @@ impl PostgresStore {
         id: &str,
         now: Option<Micros>,
     ) -> Result<Option<ApprovalRecord>> {
-        let (rows, _) = self.approvals_read("request_id = $1 AND $2 = $2", [id, ""], now)?;
+        planner::check_request_id(id)?;
+        let (rows, _) = self.approvals_read("request_id = $1 AND $2 = $3", [id, "", ""], now)?;
         Ok(rows.into_iter().next())
     }
 
@@ -323,8 +332,8 @@ impl PostgresStore {
         now: Option<Micros>,
     ) -> Result<Vec<ApprovalRecord>> {
         let (rows, _) = self.approvals_read(
-            "$1 = $1 AND $2 = $2 ORDER BY requested_at, request_id",
-            ["", ""],
+            "$1 = $1 AND $2 = $3 ORDER BY requested_at, request_id",
+            ["", "", ""],
             now,
         )?;
         Ok(rows

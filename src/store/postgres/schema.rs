@@ -39,9 +39,10 @@ const MIGRATIONS: [&str; 2] = [
          note         text,
          used_at      bigint,
          used_by      text);
-     CREATE UNIQUE INDEX IF NOT EXISTS ctrlrun_approvals_open ON {a} (action, args_digest)
-         WHERE state IN ('pending', 'granted');
-     CREATE INDEX IF NOT EXISTS ctrlrun_approvals_call ON {a} (action, args_digest, requested_at)",
+     CREATE UNIQUE INDEX IF NOT EXISTS ctrlrun_approvals_open
+         ON {a} (action, args_digest, effect_key) WHERE state IN ('pending', 'granted');
+     CREATE INDEX IF NOT EXISTS ctrlrun_approvals_call
+         ON {a} (action, args_digest, effect_key, requested_at)",
 ];
 
 pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) -> Result<()> {

@@ -97,21 +97,21 @@ fn cas(c: &Connection, from: ApprovalState, r: &ApprovalRecord) -> rusqlite::Res
     ])
 }
 
-/// Inside a reservation's transaction: the grant in force for `action` and `args_digest`,
-/// marked used by `action_id` (single use: the compare-and-set from `granted` must change the
+/// Inside a reservation's transaction: the grant in force for `action`, `args_digest` and the
+/// effect `key`, marked used by `action_id` (single use: the compare-and-set from `granted` must change the
 /// row). [`Error::ApprovalNeeded`] when there is none; nothing is written then.
 pub(super) fn consume(
     store: &SqliteStore,
     c: &Connection,
     (action, args_digest): (&str, &str),
+    key: &str,
     action_id: &str,
     now: Micros,
 ) -> Result<ApprovalRecord> {
-    let key = "(approval)";
     let found = one(
         c,
-        "action = ?1 AND args_digest = ?2 AND state = 'granted'",
-        &[action, args_digest],
+        "action = ?1 AND args_digest = ?2 AND effect_key = ?3 AND state = 'granted'",
+        &[action, args_digest, key],
     )
     .map_err(|e| store.failed("reserve_effect", key, e))?;
     let used = planner::plan_consume(found, action, action_id, now)?;
@@ -177,8 +177,9 @@ impl SqliteStore {
             let fail = |e: rusqlite::Error| self.failed("request_approval", ask.action, e);
             let latest = one(
                 c,
-                "action = ?1 AND args_digest = ?2 ORDER BY requested_at DESC LIMIT 1",
-                &[ask.action, ask.args_digest],
+                "action = ?1 AND args_digest = ?2 AND effect_key = ?3 \
+                 ORDER BY requested_at DESC LIMIT 1",
+                &[ask.action, ask.args_digest, ask.effect_key],
             )
             .map_err(fail)?;
             match planner::plan_request(latest, ask, &id, now)? {
@@ -195,7 +196,7 @@ impl SqliteStore {
         // a request that stands wrote nothing; a new one landed if it is there
         let landed =
             |found: &ApprovalRecord, ours: &ApprovalRecord| found.request_id == ours.request_id;
-        self.approval_write("request_approval", ask.action, body, landed)
+        self.approval_write("request_approval", &id, body, landed)
     }
 
     pub(super) fn decide_approval_(
@@ -206,6 +207,7 @@ impl SqliteStore {
         note: Option<&str>,
         now: Option<Micros>,
     ) -> Result<ApprovalRecord> {
+        planner::check_request_id(id)?;
         let now = now.unwrap_or_else(now_micros);
         let what = if grant {
             "grant_approval"
@@ -229,6 +231,7 @@ impl SqliteStore {
         id: &str,
         now: Option<Micros>,
     ) -> Result<Option<ApprovalRecord>> {
+        planner::check_request_id(id)?;
         let now = now.unwrap_or_else(now_micros);
         Ok(self.approvals_read(|c| by_id(c, id))?.map(|r| r.at(now)))
     }

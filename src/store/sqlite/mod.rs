@@ -272,7 +272,8 @@ impl Store for SqliteStore {
                     ) {
                         return Ok(Step::of_reservation(plan));
                     }
-                    let used = approvals::consume(self, c, (action, digest), p.action_id, now)?;
+                    let used =
+                        approvals::consume(self, c, (action, digest), p.key, p.action_id, now)?;
                     let with = Proposal {
                         approval_id: Some(&used.request_id),
                         ..p

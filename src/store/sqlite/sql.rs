@@ -37,9 +37,11 @@ pub(super) const MIGRATIONS: [&str; 2] = [
          used_at      INTEGER,
          used_by      TEXT
      ) WITHOUT ROWID;
-     CREATE UNIQUE INDEX ctrlrun_approvals_open ON ctrlrun_approvals (action, args_digest)
+     CREATE UNIQUE INDEX ctrlrun_approvals_open
+         ON ctrlrun_approvals (action, args_digest, effect_key)
          WHERE state IN ('pending', 'granted');
-     CREATE INDEX ctrlrun_approvals_call ON ctrlrun_approvals (action, args_digest, requested_at);",
+     CREATE INDEX ctrlrun_approvals_call
+         ON ctrlrun_approvals (action, args_digest, effect_key, requested_at);",
 ];
 
 /// The columns in [`read_record`]'s order (a macro, so statements are compile-time literals:
