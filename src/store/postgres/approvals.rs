@@ -284,6 +284,10 @@ impl PostgresStore {
                 select(tx, table, "request_id = $1 AND $2 = $3", [id, "", ""]).map_err(fail)?;
             let row = planner::plan_decision(first(rows)?, id, grant, by, note, now)?;
             if cas(tx, table, ApprovalState::Pending, &row).map_err(fail)? != 1 {
+                // Another decision landed meanwhile: refuse by what is there now.
+                let rows =
+                    select(tx, table, "request_id = $1 AND $2 = $3", [id, "", ""]).map_err(fail)?;
+                planner::plan_decision(first(rows)?, id, grant, by, note, now)?;
                 return Err(Error::StoreWriteFailed(format!(
                     "{what} for approval request '{id}': the request changed meanwhile; nothing \
                      was committed, so the decision may be retried"
