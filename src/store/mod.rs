@@ -17,41 +17,9 @@ use crate::url::{self, StoreUrl};
 
 pub use crate::planner::Transition;
 
-/// A durable table of effect records. Safe to share across threads.
-///
-/// `now` overrides the backend's clock (tests move time with it); `None` uses the backend's
-/// clock. `attempt` narrows a compare-and-set to one attempt; the decorator always passes it.
-pub trait Store: Send + Sync {
-    /// The store's location for messages (never a password).
-    fn describe(&self) -> String;
-
-    /// Whether a `fork()` must wait for this store's calls and close its idle connections
-    /// first (see [`fork`]): SQLite keeps per-file state for the whole process.
-    fn fork_sensitive(&self) -> bool {
-        false
-    }
-
-    /// Reserve `key` for the attempt `action_id` for `lease` microseconds (SPEC §3). Returns the
-    /// granted row; a refusal is `Error::Duplicate` / `Error::Ambiguous`. With `begin` the granted
-    /// row is written `executing` (the body starts right after; see
-    /// [`crate::planner::plan_reservation`]), else `reserved`.
-    fn reserve(
-        &self,
-        key: &str,
-        action_id: &str,
-        lease: Micros,
-        begin: bool,
-        now: Option<Micros>,
-    ) -> Result<EffectRecord> {
-        self.propose(Proposal::new(key, action_id, lease, begin), now)
-    }
-
-    /// [`Store::reserve`] with everything a caller may say: the action's name, the digests of
-    /// its arguments (a duplicate with other arguments is `Error::Conflict`), and whether a
-    /// granted approval must be used in the same transaction (`Error::ApprovalNeeded` when
-    /// none is in force). The store sets the attempt token and the holder.
-    fn propose(&self, proposal: Proposal<'_>, now: Option<Micros>) -> Result<EffectRecord>;
-
+/// Approval requests, kept in the same database as the effects (each backend implements it in
+/// its `approvals.rs`).
+pub trait Approvals {
     /// Ask for an approval of `ask`: the request that stands for its action and arguments
     /// (pending, granted, or denied), or a new pending one.
     fn request_approval(
@@ -81,6 +49,42 @@ pub trait Store: Send + Sync {
         state: Option<ApprovalState>,
         now: Option<Micros>,
     ) -> Result<Vec<ApprovalRecord>>;
+}
+
+/// A durable table of effect records. Safe to share across threads.
+///
+/// `now` overrides the backend's clock (tests move time with it); `None` uses the backend's
+/// clock. `attempt` narrows a compare-and-set to one attempt; the decorator always passes it.
+pub trait Store: Approvals + Send + Sync {
+    /// The store's location for messages (never a password).
+    fn describe(&self) -> String;
+
+    /// Whether a `fork()` must wait for this store's calls and close its idle connections
+    /// first (see [`fork`]): SQLite keeps per-file state for the whole process.
+    fn fork_sensitive(&self) -> bool {
+        false
+    }
+
+    /// Reserve `key` for the attempt `action_id` for `lease` microseconds (SPEC §3). Returns the
+    /// granted row; a refusal is `Error::Duplicate` / `Error::Ambiguous`. With `begin` the granted
+    /// row is written `executing` (the body starts right after; see
+    /// [`crate::planner::plan_reservation`]), else `reserved`.
+    fn reserve(
+        &self,
+        key: &str,
+        action_id: &str,
+        lease: Micros,
+        begin: bool,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord> {
+        self.propose(Proposal::new(key, action_id, lease, begin), now)
+    }
+
+    /// [`Store::reserve`] with everything a caller may say: the action's name, the digests of
+    /// its arguments (a duplicate with other arguments is `Error::Conflict`), and whether a
+    /// granted approval must be used in the same transaction (`Error::ApprovalNeeded` when
+    /// none is in force). The store sets the attempt token and the holder.
+    fn propose(&self, proposal: Proposal<'_>, now: Option<Micros>) -> Result<EffectRecord>;
 
     /// A later transition (SPEC §4) as a compare-and-set; returns the row written.
     fn transition(

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::planner::{self, Proposal, RequestPlan};
 use crate::record::Micros;
 use crate::store::recovery::Commit;
+use crate::store::Approvals;
 
 const COLUMNS: &str = "request_id, action, args_digest, effect_key, arguments, state, \
                        requested_at, ttl, expires_at, decided_at, decided_by, note, used_at, \
@@ -209,7 +210,31 @@ impl PostgresStore {
         }
     }
 
-    pub(super) fn request_approval_(
+    fn approvals_read(
+        &self,
+        filter: &str,
+        args: [&str; 3],
+        now: Option<Micros>,
+    ) -> Result<(Vec<ApprovalRecord>, Micros)> {
+        let table = &self.sql.approvals;
+        let found = self.read("approvals", "", |c, _| {
+            let n = self.clock(c, now)?;
+            Ok((select(c, table, filter, args)?, n))
+        })?;
+        let (rows, n) = found.map_err(|e| {
+            Error::Store(format!(
+                "reading approvals from the PostgreSQL store {} failed: {}",
+                self.description,
+                e.describe()
+            ))
+        })?;
+        let records = rows.iter().map(read).collect::<Result<Vec<_>>>()?;
+        Ok((records.into_iter().map(|r| r.at(n)).collect(), n))
+    }
+}
+
+impl Approvals for PostgresStore {
+    fn request_approval(
         &self,
         ask: &ApprovalAsk<'_>,
         now: Option<Micros>,
@@ -262,7 +287,7 @@ impl PostgresStore {
         self.approval_write(WHAT, &id, body, landed)
     }
 
-    pub(super) fn decide_approval_(
+    fn decide_approval(
         &self,
         id: &str,
         grant: bool,
@@ -298,39 +323,13 @@ impl PostgresStore {
         self.approval_write(what, id, body, |found, ours| found == ours)
     }
 
-    fn approvals_read(
-        &self,
-        filter: &str,
-        args: [&str; 3],
-        now: Option<Micros>,
-    ) -> Result<(Vec<ApprovalRecord>, Micros)> {
-        let table = &self.sql.approvals;
-        let found = self.read("approvals", "", |c, _| {
-            let n = self.clock(c, now)?;
-            Ok((select(c, table, filter, args)?, n))
-        })?;
-        let (rows, n) = found.map_err(|e| {
-            Error::Store(format!(
-                "reading approvals from the PostgreSQL store {} failed: {}",
-                self.description,
-                e.describe()
-            ))
-        })?;
-        let records = rows.iter().map(read).collect::<Result<Vec<_>>>()?;
-        Ok((records.into_iter().map(|r| r.at(n)).collect(), n))
-    }
-
-    pub(super) fn get_approval_(
-        &self,
-        id: &str,
-        now: Option<Micros>,
-    ) -> Result<Option<ApprovalRecord>> {
+    fn get_approval(&self, id: &str, now: Option<Micros>) -> Result<Option<ApprovalRecord>> {
         planner::check_request_id(id)?;
         let (rows, _) = self.approvals_read("request_id = $1 AND $2 = $3", [id, "", ""], now)?;
         Ok(rows.into_iter().next())
     }
 
-    pub(super) fn list_approvals_(
+    fn list_approvals(
         &self,
         state: Option<ApprovalState>,
         now: Option<Micros>,

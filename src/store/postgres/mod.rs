@@ -26,7 +26,6 @@ use std::time::Duration;
 
 use tokio_postgres::Config;
 
-use crate::approval::{ApprovalAsk, ApprovalRecord, ApprovalState};
 use crate::error::{Error, Result};
 use crate::planner::{self, Expected, Proposal, Transition};
 use crate::record::{EffectRecord, EffectState, Micros};
@@ -400,41 +399,6 @@ impl Store for PostgresStore {
                 ))
             })?;
         Ok(read_found(&row)?.0)
-    }
-
-    fn request_approval(
-        &self,
-        ask: &ApprovalAsk<'_>,
-        now: Option<Micros>,
-    ) -> Result<ApprovalRecord> {
-        self.request_approval_(ask, now)
-    }
-
-    fn decide_approval(
-        &self,
-        request_id: &str,
-        grant: bool,
-        by: &str,
-        note: Option<&str>,
-        now: Option<Micros>,
-    ) -> Result<ApprovalRecord> {
-        self.decide_approval_(request_id, grant, by, note, now)
-    }
-
-    fn get_approval(
-        &self,
-        request_id: &str,
-        now: Option<Micros>,
-    ) -> Result<Option<ApprovalRecord>> {
-        self.get_approval_(request_id, now)
-    }
-
-    fn list_approvals(
-        &self,
-        state: Option<ApprovalState>,
-        now: Option<Micros>,
-    ) -> Result<Vec<ApprovalRecord>> {
-        self.list_approvals_(state, now)
     }
 
     fn list(&self, state: Option<EffectState>) -> Result<Vec<EffectRecord>> {

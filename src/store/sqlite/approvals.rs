@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::planner::{self, RequestPlan};
 use crate::record::{now_micros, Micros};
 use crate::store::recovery::Commit;
+use crate::store::Approvals;
 
 const COLUMNS: &str = "request_id, action, args_digest, effect_key, arguments, state, \
                        requested_at, ttl, expires_at, decided_at, decided_by, note, used_at, \
@@ -165,8 +166,10 @@ impl SqliteStore {
             }
         }
     }
+}
 
-    pub(super) fn request_approval_(
+impl Approvals for SqliteStore {
+    fn request_approval(
         &self,
         ask: &ApprovalAsk<'_>,
         now: Option<Micros>,
@@ -199,7 +202,7 @@ impl SqliteStore {
         self.approval_write("request_approval", &id, body, landed)
     }
 
-    pub(super) fn decide_approval_(
+    fn decide_approval(
         &self,
         id: &str,
         grant: bool,
@@ -226,17 +229,13 @@ impl SqliteStore {
         self.approval_write(what, id, body, |found, ours| found == ours)
     }
 
-    pub(super) fn get_approval_(
-        &self,
-        id: &str,
-        now: Option<Micros>,
-    ) -> Result<Option<ApprovalRecord>> {
+    fn get_approval(&self, id: &str, now: Option<Micros>) -> Result<Option<ApprovalRecord>> {
         planner::check_request_id(id)?;
         let now = now.unwrap_or_else(now_micros);
         Ok(self.approvals_read(|c| by_id(c, id))?.map(|r| r.at(now)))
     }
 
-    pub(super) fn list_approvals_(
+    fn list_approvals(
         &self,
         state: Option<ApprovalState>,
         now: Option<Micros>,

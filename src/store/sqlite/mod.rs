@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
-use crate::approval::{ApprovalAsk, ApprovalRecord, ApprovalState};
 use crate::error::{Error, Result};
 use crate::planner::{self, Expected, Proposal, ReservationPlan, Transition};
 use crate::record::{holder, new_attempt_token, now_micros, EffectRecord, EffectState, Micros};
@@ -354,41 +353,6 @@ impl Store for SqliteStore {
 
     fn get(&self, key: &str) -> Result<Option<EffectRecord>> {
         self.read(key)
-    }
-
-    fn request_approval(
-        &self,
-        ask: &ApprovalAsk<'_>,
-        now: Option<Micros>,
-    ) -> Result<ApprovalRecord> {
-        self.request_approval_(ask, now)
-    }
-
-    fn decide_approval(
-        &self,
-        request_id: &str,
-        grant: bool,
-        by: &str,
-        note: Option<&str>,
-        now: Option<Micros>,
-    ) -> Result<ApprovalRecord> {
-        self.decide_approval_(request_id, grant, by, note, now)
-    }
-
-    fn get_approval(
-        &self,
-        request_id: &str,
-        now: Option<Micros>,
-    ) -> Result<Option<ApprovalRecord>> {
-        self.get_approval_(request_id, now)
-    }
-
-    fn list_approvals(
-        &self,
-        state: Option<ApprovalState>,
-        now: Option<Micros>,
-    ) -> Result<Vec<ApprovalRecord>> {
-        self.list_approvals_(state, now)
     }
 
     fn list(&self, state: Option<EffectState>) -> Result<Vec<EffectRecord>> {
