@@ -13,7 +13,13 @@ pub fn new_attempt_token() -> crate::error::Result<String> {
             "cannot read random bytes for an attempt token: {e}"
         ))
     })?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut token = String::with_capacity(32);
+    for b in bytes {
+        token.push(char::from(HEX[usize::from(b >> 4)]));
+        token.push(char::from(HEX[usize::from(b & 15)]));
+    }
+    Ok(token)
 }
 
 /// This process as a holder: `host:pid` (the host name read once, the pid on every call, so a

@@ -88,6 +88,8 @@ def test_fingerprint_exclude_is_checked_at_decoration():
     with pytest.raises(InvalidArgument, match="placeholder"):
         ctrlrun.protect("x.y", effect="k:{to}", fingerprint_exclude=("to",))(f)
     ctrlrun.protect("x.y", effect="k:{to}", fingerprint_exclude=("request_id",))(f)
+    with pytest.raises(InvalidArgument, match="signature"):  # a builtin has none to check
+        ctrlrun.protect("x.y", fingerprint_exclude=("a",))(max)
 
 
 @pytest.mark.parametrize("ttl", ["1e-7", "0.0000001s", "0.5"])

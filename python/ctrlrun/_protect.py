@@ -163,7 +163,11 @@ def protect(
                 f"across many resumptions, so it cannot be reserved once. Protect a plain function"
             )
         gate = Gate(name, fn, template, decision, ttl)
-        params = inspect.signature(fn).parameters
+        try:
+            params = inspect.signature(fn).parameters if exclude else {}
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(f"protect({name!r}): cannot read the signature of {fn!r} to "
+                                  f"check fingerprint_exclude: {exc}") from None
         unknown = sorted(n for n in exclude if n not in params)
         if unknown:
             raise InvalidArgument(f"protect({name!r}): fingerprint_exclude names no parameter "
