@@ -244,3 +244,30 @@ def test_every_core_error_kind_maps_to_its_exception_and_an_unknown_kind_is_loud
     assert type(exc) is ctrlrun.AmbiguousEffect and exc.action_id == "act_1"
     with pytest.raises(RuntimeError, match="unknown kind 'NoSuchKind'"):
         _from_core("NoSuchKind", "x", None)
+
+
+def test_effect_conflict_and_approval_errors_pickle_with_attributes(store):
+    @ctrlrun.protect("mail.send", effect="mail:{msg}", store=store)
+    def send(msg: str, to: str) -> int:
+        return 1
+
+    send("m1", "alice")
+    with pytest.raises(ctrlrun.EffectConflict) as conflict:
+        send("m1", "bob")
+    back = roundtrip(conflict.value)
+    assert (back.fields, back.state, back.effect_key) == (("to",), "committed", "mail:m1")
+    assert back.record == conflict.value.record and back.record.action == "mail.send"
+
+    @ctrlrun.protect("pay.refund", effect="refund:{pid}", store=store, decision="approve")
+    def refund(pid: str) -> int:
+        return 1
+
+    with pytest.raises(ctrlrun.ApprovalRequired) as asked:
+        refund("pi_1")
+    back = roundtrip(asked.value)
+    assert back.request_id == asked.value.request_id and back.arguments == {"pid": "pi_1"}
+    store.deny_approval(asked.value.request_id, by="bob")
+    with pytest.raises(ctrlrun.ActionDenied) as denied:
+        refund("pi_1")
+    back = roundtrip(denied.value)
+    assert (back.denied_by, back.request_id) == ("bob", asked.value.request_id)
