@@ -2,7 +2,7 @@
 //! transaction with the planner's row; a grant is used inside the reservation's own
 //! transaction ([`consume`]). Times are the server's clock unless the caller gives `now`.
 
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
 use super::client::{Client, PgError};
@@ -46,20 +46,20 @@ fn read(row: &Row) -> Result<ApprovalRecord> {
     })
 }
 
-/// The requests `filter` (over `$1`, `$2`, `$3` text) selects.
+/// The requests `filter` selects, its `$n` bound to `args` (text) in order.
 fn select(
     c: &mut Client,
     table: &str,
     filter: &str,
-    args: [&str; 3],
+    args: &[&str],
 ) -> std::result::Result<Vec<Row>, PgError> {
+    let params: Vec<(&(dyn ToSql + Sync), Type)> = args
+        .iter()
+        .map(|a| (a as &(dyn ToSql + Sync), Type::TEXT))
+        .collect();
     c.query_typed(
         &format!("SELECT {COLUMNS} FROM {table} WHERE {filter}"),
-        &[
-            (&args[0], Type::TEXT),
-            (&args[1], Type::TEXT),
-            (&args[2], Type::TEXT),
-        ],
+        &params,
     )
 }
 
@@ -141,7 +141,7 @@ pub(super) fn grant_in_force(
         tx,
         &store.sql.approvals,
         "action = $1 AND args_digest = $2 AND effect_key = $3 AND state = 'granted'",
-        [action, digest, p.key],
+        &[action, digest, p.key],
     )
     .map_err(|e| store.failed("reserve_effect", p.key, &e))?;
     planner::plan_consume(first(rows)?, action, p.action_id, now)
@@ -185,14 +185,10 @@ impl PostgresStore {
             Commit::Unknown(r, why) => (r, why),
         };
         let table = &self.sql.approvals;
-        let again = self.fresh.connect_client().and_then(|mut c| {
-            select(
-                &mut c,
-                table,
-                "request_id = $1 AND $2 = $3",
-                [&ours.request_id, "", ""],
-            )
-        });
+        let again = self
+            .fresh
+            .connect_client()
+            .and_then(|mut c| select(&mut c, table, "request_id = $1", &[&ours.request_id]));
         match again
             .map_err(|e| e.describe())
             .and_then(|rows| first(rows).map_err(|e| e.to_string()))
@@ -213,7 +209,7 @@ impl PostgresStore {
     fn approvals_read(
         &self,
         filter: &str,
-        args: [&str; 3],
+        args: &[&str],
         now: Option<Micros>,
     ) -> Result<(Vec<ApprovalRecord>, Micros)> {
         let table = &self.sql.approvals;
@@ -250,7 +246,7 @@ impl Approvals for PostgresStore {
                 table,
                 "action = $1 AND args_digest = $2 AND effect_key = $3 \
                  ORDER BY requested_at DESC LIMIT 1",
-                [ask.action, ask.args_digest, ask.effect_key],
+                &[ask.action, ask.args_digest, ask.effect_key],
             )
             .map_err(fail)?;
             match planner::plan_request(first(rows)?, ask, &id, now)? {
@@ -269,7 +265,7 @@ impl Approvals for PostgresStore {
                         table,
                         "action = $1 AND args_digest = $2 AND effect_key = $3 \
                          ORDER BY requested_at DESC LIMIT 1",
-                        [ask.action, ask.args_digest, ask.effect_key],
+                        &[ask.action, ask.args_digest, ask.effect_key],
                     )
                     .map_err(fail)?;
                     first(rows)?.map(|r| r.at(now)).ok_or_else(|| {
@@ -305,13 +301,11 @@ impl Approvals for PostgresStore {
         let body = |tx: &mut Client| -> Result<ApprovalRecord> {
             let fail = |e: PgError| self.failed(what, id, &e);
             let now = self.clock(tx, now).map_err(fail)?;
-            let rows =
-                select(tx, table, "request_id = $1 AND $2 = $3", [id, "", ""]).map_err(fail)?;
+            let rows = select(tx, table, "request_id = $1", &[id]).map_err(fail)?;
             let row = planner::plan_decision(first(rows)?, id, grant, by, note, now)?;
             if cas(tx, table, ApprovalState::Pending, &row).map_err(fail)? != 1 {
                 // Another decision landed meanwhile: refuse by what is there now.
-                let rows =
-                    select(tx, table, "request_id = $1 AND $2 = $3", [id, "", ""]).map_err(fail)?;
+                let rows = select(tx, table, "request_id = $1", &[id]).map_err(fail)?;
                 planner::plan_decision(first(rows)?, id, grant, by, note, now)?;
                 return Err(Error::StoreWriteFailed(format!(
                     "{what} for approval request '{id}': the request changed meanwhile; nothing \
@@ -325,7 +319,7 @@ impl Approvals for PostgresStore {
 
     fn get_approval(&self, id: &str, now: Option<Micros>) -> Result<Option<ApprovalRecord>> {
         planner::check_request_id(id)?;
-        let (rows, _) = self.approvals_read("request_id = $1 AND $2 = $3", [id, "", ""], now)?;
+        let (rows, _) = self.approvals_read("request_id = $1", &[id], now)?;
         Ok(rows.into_iter().next())
     }
 
@@ -334,11 +328,7 @@ impl Approvals for PostgresStore {
         state: Option<ApprovalState>,
         now: Option<Micros>,
     ) -> Result<Vec<ApprovalRecord>> {
-        let (rows, _) = self.approvals_read(
-            "$1 = $1 AND $2 = $3 ORDER BY requested_at, request_id",
-            ["", "", ""],
-            now,
-        )?;
+        let (rows, _) = self.approvals_read("true ORDER BY requested_at, request_id", &[], now)?;
         Ok(rows
             .into_iter()
             .filter(|r| state.is_none_or(|s| r.state == s))
