@@ -13,6 +13,7 @@ pub mod approval;
 pub mod error;
 pub mod fingerprint;
 pub mod planner;
+pub mod receipt;
 pub mod record;
 pub mod store;
 pub mod template;

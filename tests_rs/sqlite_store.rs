@@ -200,7 +200,11 @@ fn store_with_a_writer_before_begin(
     let init: ConnectionInit = Arc::new(move |conn| {
         let (done, path, row, counted) = (done.clone(), path.clone(), row.clone(), counted.clone());
         conn.authorizer(Some(move |ctx: rusqlite::hooks::AuthContext<'_>| {
-            if let AuthAction::Insert { .. } = ctx.action {
+            // (an insert into the effects table; its trigger's receipt is authorized with it)
+            if let AuthAction::Insert {
+                table_name: "ctrlrun_effects",
+            } = ctx.action
+            {
                 counted.fetch_add(1, Ordering::SeqCst);
             }
             if let AuthAction::Transaction {

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use crate::approval::{ApprovalAsk, ApprovalRecord, ApprovalState};
 use crate::error::Result;
 use crate::planner::Proposal;
+use crate::receipt::{Receipt, Verification};
 use crate::record::{EffectRecord, EffectState, Micros};
 use crate::url::{self, StoreUrl};
 
@@ -51,11 +52,22 @@ pub trait Approvals {
     ) -> Result<Vec<ApprovalRecord>>;
 }
 
+/// Receipts: one per committed write, chained per effect key and per approval request (each
+/// backend implements it in its `receipts.rs`; see [`crate::receipt`]).
+pub trait Receipts {
+    /// The receipts of `key` (or of every key), oldest first; with `limit`, the latest that
+    /// many.
+    fn list_receipts(&self, key: Option<&str>, limit: Option<u64>) -> Result<Vec<Receipt>>;
+
+    /// Check every chain: each receipt's hash, each chain's order, each row's head.
+    fn verify_receipts(&self) -> Result<Verification>;
+}
+
 /// A durable table of effect records. Safe to share across threads.
 ///
 /// `now` overrides the backend's clock (tests move time with it); `None` uses the backend's
 /// clock. `attempt` narrows a compare-and-set to one attempt; the decorator always passes it.
-pub trait Store: Approvals + Send + Sync {
+pub trait Store: Approvals + Receipts + Send + Sync {
     /// The store's location for messages (never a password).
     fn describe(&self) -> String;
 

@@ -6,11 +6,13 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
 use super::client::{Client, PgError};
+use super::sql::Sql;
 use super::PostgresStore;
 use crate::approval::{new_request_id, ApprovalAsk, ApprovalRecord, ApprovalState};
 use crate::error::{Error, Result};
 use crate::planner::{self, Proposal, RequestPlan};
-use crate::record::Micros;
+use crate::receipt;
+use crate::record::{holder, Micros};
 use crate::store::recovery::Commit;
 use crate::store::Approvals;
 
@@ -67,13 +69,23 @@ fn first(rows: Vec<Row>) -> Result<Option<ApprovalRecord>> {
     rows.first().map(read).transpose()
 }
 
-fn insert(c: &mut Client, table: &str, r: &ApprovalRecord) -> std::result::Result<u64, PgError> {
-    let state = r.state.as_str();
+/// Insert the planner's new request `r`, written at `now`, with the first receipt of its chain.
+fn insert(
+    c: &mut Client,
+    sql: &Sql,
+    r: &ApprovalRecord,
+    now: Micros,
+) -> std::result::Result<u64, PgError> {
+    let (state, kind, writer) = (r.state.as_str(), receipt::approval_event(r.state), holder());
     c.execute_typed(
         &format!(
-            "INSERT INTO {table} ({COLUMNS}) VALUES \
-             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
-             ON CONFLICT DO NOTHING"
+            "INSERT INTO {table} ({COLUMNS}, updated_at, last_event, written_by, receipt_seq, \
+             receipt_prev, receipt_hash) VALUES \
+             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, 1, \
+             NULL, {hash}('approval', $4, $1, '1', NULL, $15::text, $16, $2, $14, NULL, $6, $3, \
+             $1, $11, $17)) ON CONFLICT DO NOTHING",
+            table = sql.approvals,
+            hash = sql.receipt_hash
         ),
         &[
             (&r.request_id, Type::TEXT),
@@ -90,22 +102,35 @@ fn insert(c: &mut Client, table: &str, r: &ApprovalRecord) -> std::result::Resul
             (&r.note, Type::TEXT),
             (&r.used_at, Type::INT8),
             (&r.used_by, Type::TEXT),
+            (&now, Type::INT8),
+            (&kind, Type::TEXT),
+            (&writer, Type::TEXT),
         ],
     )
 }
 
-/// Write the planner's `r` over the request if it is still in state `from`: rows changed.
+/// Write the planner's `r` over the request if it is still in state `from` (at `now`, with the
+/// next receipt of its chain): rows changed.
 fn cas(
     c: &mut Client,
-    table: &str,
+    sql: &Sql,
     from: ApprovalState,
     r: &ApprovalRecord,
+    now: Micros,
 ) -> std::result::Result<u64, PgError> {
     let (state, from) = (r.state.as_str(), from.as_str());
+    let (kind, writer) = (receipt::approval_event(r.state), holder());
     c.execute_typed(
         &format!(
             "UPDATE {table} SET state = $1, expires_at = $2, decided_at = $3, decided_by = $4, \
-             note = $5, used_at = $6, used_by = $7 WHERE request_id = $8 AND state = $9"
+             note = $5, used_at = $6, used_by = $7, updated_at = $10, last_event = $11, \
+             written_by = $12, receipt_seq = COALESCE(receipt_seq, 0) + 1, \
+             receipt_prev = receipt_hash, receipt_hash = {hash}('approval', effect_key, \
+             request_id, (COALESCE(receipt_seq, 0) + 1)::text, receipt_hash, $10::text, $11, \
+             action, $7, NULL, $1, args_digest, request_id, $4, $12) \
+             WHERE request_id = $8 AND state = $9",
+            table = sql.approvals,
+            hash = sql.receipt_hash
         ),
         &[
             (&state, Type::TEXT),
@@ -117,6 +142,9 @@ fn cas(
             (&r.used_by, Type::TEXT),
             (&r.request_id, Type::TEXT),
             (&from, Type::TEXT),
+            (&now, Type::INT8),
+            (&kind, Type::TEXT),
+            (&writer, Type::TEXT),
         ],
     )
 }
@@ -154,8 +182,9 @@ pub(super) fn mark_used(
     tx: &mut Client,
     key: &str,
     used: &ApprovalRecord,
+    now: Micros,
 ) -> Result<()> {
-    let n = cas(tx, &store.sql.approvals, ApprovalState::Granted, used)
+    let n = cas(tx, &store.sql, ApprovalState::Granted, used, now)
         .map_err(|e| store.failed("reserve_effect", key, &e))?;
     if n != 1 {
         return Err(Error::ApprovalNeeded(format!(
@@ -253,9 +282,9 @@ impl Approvals for PostgresStore {
                 RequestPlan::Stands(r) => Ok(r.at(now)),
                 RequestPlan::Ask { expire, new } => {
                     if let Some((from, old)) = expire {
-                        cas(tx, table, from, &old).map_err(fail)?;
+                        cas(tx, &self.sql, from, &old, now).map_err(fail)?;
                     }
-                    if insert(tx, table, &new).map_err(fail)? == 1 {
+                    if insert(tx, &self.sql, &new, now).map_err(fail)? == 1 {
                         return Ok(new);
                     }
                     // Another caller's request for the same action and arguments won the
@@ -303,7 +332,7 @@ impl Approvals for PostgresStore {
             let now = self.clock(tx, now).map_err(fail)?;
             let rows = select(tx, table, "request_id = $1", &[id]).map_err(fail)?;
             let row = planner::plan_decision(first(rows)?, id, grant, by, note, now)?;
-            if cas(tx, table, ApprovalState::Pending, &row).map_err(fail)? != 1 {
+            if cas(tx, &self.sql, ApprovalState::Pending, &row, now).map_err(fail)? != 1 {
                 // Another decision landed meanwhile: refuse by what is there now.
                 let rows = select(tx, table, "request_id = $1", &[id]).map_err(fail)?;
                 planner::plan_decision(first(rows)?, id, grant, by, note, now)?;

@@ -16,6 +16,7 @@
 mod approvals;
 mod client;
 mod conn;
+mod receipts;
 mod schema;
 mod sql;
 mod tls;

@@ -9,12 +9,13 @@ use super::conn::describe;
 use crate::error::{Error, Result};
 
 /// The schema version this build writes (`ctrlrun_meta.schema_version`).
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// How each older version is brought to the next (`MIGRATIONS[v - 1]` takes version `v` to
 /// `v + 1`), all in one transaction with the version's update. `{t}` is the effects table, `{a}`
-/// the approvals table. A new schema gets version 1's tables and then every step.
-const MIGRATIONS: [&str; 2] = [
+/// the approvals table, `{r}` the receipts table, `{s}` the schema (quoted). A new schema gets
+/// version 1's tables and then every step.
+const MIGRATIONS: [&str; 3] = [
     // 1 -> 2: the per-attempt token (rows written before keep NULL).
     "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS attempt_token text",
     // 2 -> 3: who holds a key and with which arguments; approvals.
@@ -43,6 +44,85 @@ const MIGRATIONS: [&str; 2] = [
          ON {a} (action, args_digest, effect_key) WHERE state IN ('pending', 'granted');
      CREATE INDEX IF NOT EXISTS ctrlrun_approvals_call
          ON {a} (action, args_digest, effect_key, requested_at)",
+    // 3 -> 4: receipts. Each write statement sets its row's chain head with
+    // `ctrlrun_receipt_hash` (the same hash as `crate::receipt::hash_fields`); the triggers
+    // append the written row as a receipt in the same transaction. The functions fix their
+    // `search_path`, so one a pooler carries over from another client cannot change them.
+    "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS last_event text,
+         ADD COLUMN IF NOT EXISTS written_by text,
+         ADD COLUMN IF NOT EXISTS receipt_seq bigint,
+         ADD COLUMN IF NOT EXISTS receipt_prev text,
+         ADD COLUMN IF NOT EXISTS receipt_hash text;
+     ALTER TABLE {a} ADD COLUMN IF NOT EXISTS updated_at bigint,
+         ADD COLUMN IF NOT EXISTS last_event text,
+         ADD COLUMN IF NOT EXISTS written_by text,
+         ADD COLUMN IF NOT EXISTS receipt_seq bigint,
+         ADD COLUMN IF NOT EXISTS receipt_prev text,
+         ADD COLUMN IF NOT EXISTS receipt_hash text;
+     CREATE TABLE IF NOT EXISTS {r} (
+         id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+         key_digest  bytea  NOT NULL,
+         chain       text   NOT NULL,
+         effect_key  text   NOT NULL,
+         request_id  text,
+         seq         bigint NOT NULL,
+         prev_hash   text,
+         hash        text   NOT NULL,
+         at          bigint NOT NULL,
+         kind        text   NOT NULL,
+         action      text,
+         action_id   text,
+         attempt     bigint,
+         state       text   NOT NULL,
+         args_digest text,
+         approval_id text,
+         actor       text,
+         writer      text);
+     CREATE INDEX IF NOT EXISTS ctrlrun_receipts_key ON {r} (key_digest, id);
+     CREATE OR REPLACE FUNCTION {s}.ctrlrun_receipt_hash(VARIADIC f text[]) RETURNS text
+         LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+         SELECT encode(sha256(convert_to(string_agg(
+             COALESCE(octet_length(convert_to(x, 'UTF8'))::text || ':' || x, '~'), ''
+             ORDER BY i), 'UTF8')), 'hex')
+         FROM unnest(f) WITH ORDINALITY AS u(x, i) $$;
+     CREATE OR REPLACE FUNCTION {s}.ctrlrun_effect_receipt() RETURNS trigger
+         LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+         BEGIN
+             INSERT INTO {r} (key_digest, chain, effect_key, request_id, seq, prev_hash, hash,
+                 at, kind, action, action_id, attempt, state, args_digest, approval_id, actor,
+                 writer)
+             VALUES (NEW.key_digest, 'effect', NEW.effect_key, NULL, NEW.receipt_seq,
+                 NEW.receipt_prev, NEW.receipt_hash, NEW.updated_at, NEW.last_event,
+                 NEW.action, NEW.action_id, NEW.attempt, NEW.state, NEW.args_digest,
+                 NEW.approval_id, NEW.resolved_by, NEW.written_by);
+             RETURN NULL;
+         END $$;
+     CREATE OR REPLACE FUNCTION {s}.ctrlrun_approval_receipt() RETURNS trigger
+         LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+         BEGIN
+             INSERT INTO {r} (key_digest, chain, effect_key, request_id, seq, prev_hash, hash,
+                 at, kind, action, action_id, attempt, state, args_digest, approval_id, actor,
+                 writer)
+             VALUES (sha256(convert_to(NEW.effect_key, 'UTF8')), 'approval', NEW.effect_key,
+                 NEW.request_id, NEW.receipt_seq, NEW.receipt_prev, NEW.receipt_hash,
+                 NEW.updated_at, NEW.last_event, NEW.action, NEW.used_by, NULL, NEW.state,
+                 NEW.args_digest, NEW.request_id, NEW.decided_by, NEW.written_by);
+             RETURN NULL;
+         END $$;
+     DROP TRIGGER IF EXISTS ctrlrun_effects_receipt_insert ON {t};
+     CREATE TRIGGER ctrlrun_effects_receipt_insert AFTER INSERT ON {t} FOR EACH ROW
+         WHEN (NEW.receipt_hash IS NOT NULL) EXECUTE FUNCTION {s}.ctrlrun_effect_receipt();
+     DROP TRIGGER IF EXISTS ctrlrun_effects_receipt_update ON {t};
+     CREATE TRIGGER ctrlrun_effects_receipt_update AFTER UPDATE ON {t} FOR EACH ROW
+         WHEN (NEW.receipt_hash IS DISTINCT FROM OLD.receipt_hash)
+         EXECUTE FUNCTION {s}.ctrlrun_effect_receipt();
+     DROP TRIGGER IF EXISTS ctrlrun_approvals_receipt_insert ON {a};
+     CREATE TRIGGER ctrlrun_approvals_receipt_insert AFTER INSERT ON {a} FOR EACH ROW
+         WHEN (NEW.receipt_hash IS NOT NULL) EXECUTE FUNCTION {s}.ctrlrun_approval_receipt();
+     DROP TRIGGER IF EXISTS ctrlrun_approvals_receipt_update ON {a};
+     CREATE TRIGGER ctrlrun_approvals_receipt_update AFTER UPDATE ON {a} FOR EACH ROW
+         WHEN (NEW.receipt_hash IS DISTINCT FROM OLD.receipt_hash)
+         EXECUTE FUNCTION {s}.ctrlrun_approval_receipt()",
 ];
 
 pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) -> Result<()> {
@@ -164,8 +244,14 @@ fn migrate(client: &mut Client, schema: &str) -> std::result::Result<(), PgError
     if (1..SCHEMA_VERSION).contains(&version) {
         let table = format!("\"{schema}\".ctrlrun_effects");
         let approvals = format!("\"{schema}\".ctrlrun_approvals");
+        let receipts = format!("\"{schema}\".ctrlrun_receipts");
+        let quoted = format!("\"{schema}\"");
         for step in &MIGRATIONS[(version - 1) as usize..] {
-            let step = step.replace("{t}", &table).replace("{a}", &approvals);
+            let step = step
+                .replace("{t}", &table)
+                .replace("{a}", &approvals)
+                .replace("{r}", &receipts)
+                .replace("{s}", &quoted);
             client.batch_execute("a schema migration", &step)?;
         }
         client.batch_execute(

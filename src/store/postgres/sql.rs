@@ -7,7 +7,8 @@ use super::client::{Client, PgResult};
 
 use crate::error::{Error, Result};
 use crate::planner::{Expected, Transition};
-use crate::record::{EffectRecord, EffectState, Micros};
+use crate::receipt;
+use crate::record::{holder, EffectRecord, EffectState, Micros};
 
 const COLUMNS: &str = "effect_key, state, action_id, attempt, created_at, updated_at, \
                        lease_expires_at, result, error, resolved_by, attempt_token, action, \
@@ -42,6 +43,11 @@ fn now_expr(param: usize) -> String {
 pub(super) struct Sql {
     /// The approvals table, schema-qualified (its statements are in `approvals.rs`).
     pub(super) approvals: String,
+    /// The receipts table and the function that hashes a receipt (see [`crate::receipt`]),
+    /// schema-qualified.
+    pub(super) receipts: String,
+    pub(super) receipt_hash: String,
+    pub(super) effects: String,
     insert: String,
     select: String,
     cas: String,
@@ -52,8 +58,28 @@ pub(super) struct Sql {
 impl Sql {
     pub(super) fn new(schema: &str) -> Sql {
         let t = format!("\"{schema}\".ctrlrun_effects");
+        let hash = format!("\"{schema}\".ctrlrun_receipt_hash");
+        // Each write sets the row's chain head from the head it replaces (in an UPDATE's SET
+        // list a column is the old row's value); a trigger appends the written row as the
+        // receipt. Fields in `Receipt::expected_hash`'s order.
+        let head = |seq: &str, prev: &str, fields: [&str; 11]| {
+            format!(
+                "receipt_seq = {seq}, receipt_prev = {prev}, receipt_hash = {hash}('effect', \
+                 {}, NULL, ({seq})::text, {prev}, {})",
+                fields[0],
+                fields[1..].join(", ")
+            )
+        };
+        let at = "COALESCE($5::int8, \
+                  (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8)";
+        let seq = "COALESCE(receipt_seq, 0) + 1";
+        let now9 = "COALESCE($9::int8, \
+                    (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8)";
         Sql {
             approvals: format!("\"{schema}\".ctrlrun_approvals"),
+            receipts: format!("\"{schema}\".ctrlrun_receipts"),
+            receipt_hash: hash.clone(),
+            effects: t.clone(),
             // The planner's row; a row already there wins (no row returned). Its times are
             // the server's clock when the INSERT runs (or the caller's `now`), the lease the
             // planner's length from there: planned from a read made before the transaction, a
@@ -61,13 +87,14 @@ impl Sql {
             // A plain INSERT … VALUES plans in microseconds, where a statement that also works
             // out the row (a CTE) costs the server a tenth of a millisecond on every call.
             insert: format!(
-                "INSERT INTO {t} (key_digest, {COLUMNS}) \
+                "INSERT INTO {t} (key_digest, {COLUMNS}, last_event, written_by, receipt_seq, \
+                 receipt_prev, receipt_hash) \
                  VALUES ({d}, $1, $2, $3, $4, {at}, {at}, {at} + $6::int8, $7, $8, $9, $10, \
-                 $11, $12, $13, $14, $15) \
+                 $11, $12, $13, $14, $15, $16, $17, 1, NULL, \
+                 {hash}('effect', $1, NULL, '1', NULL, ({at})::text, $16, $11, $3, $4::text, \
+                 $2, $13, $15, $9, $17)) \
                  ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}",
                 d = digest(1),
-                at = "COALESCE($5::int8, \
-                      (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8)"
             ),
             select: format!(
                 "SELECT {cols}, clock.n FROM (SELECT {now} AS n) clock \
@@ -84,20 +111,47 @@ impl Sql {
                 "UPDATE {t} SET state = $1, action_id = $2, attempt = $3, created_at = $4, \
                  updated_at = $5, lease_expires_at = $6, result = $7, error = $8, \
                  resolved_by = $9, attempt_token = $14, action = $15, holder = $16, \
-                 args_digest = $17, arg_digests = $18, approval_id = $19 \
+                 args_digest = $17, arg_digests = $18, approval_id = $19, last_event = $20, \
+                 written_by = $21, {head} \
                  WHERE key_digest = {d} AND effect_key = $10 AND state = $11 \
                  AND action_id = $12 AND attempt = $13",
-                d = digest(10)
+                d = digest(10),
+                head = head(
+                    seq,
+                    "receipt_hash",
+                    [
+                        "$10", "$5::text", "$20", "$15", "$2", "$3::text", "$1", "$17", "$19",
+                        "$9", "$21"
+                    ]
+                )
             ),
+            // The time is the statement's (stable within it: the row and its receipt agree).
             transition: format!(
                 "UPDATE {t} SET state = $1, updated_at = {now}, \
                  lease_expires_at = CASE WHEN $3 THEN NULL ELSE lease_expires_at END, \
-                 result = $4, error = $5 \
+                 result = $4, error = $5, last_event = $10, written_by = $11, {head} \
                  WHERE key_digest = {d} AND effect_key = $6 AND action_id = $7 \
                  AND ($8::int8 IS NULL OR attempt = $8) \
                  AND state = ANY($2::text[]) RETURNING {COLUMNS}",
-                now = now_expr(9),
-                d = digest(6)
+                now = now9,
+                d = digest(6),
+                head = head(
+                    seq,
+                    "receipt_hash",
+                    [
+                        "effect_key",
+                        &format!("({now9})::text"),
+                        "$10",
+                        "action",
+                        "action_id",
+                        "attempt::text",
+                        "$1",
+                        "args_digest",
+                        "approval_id",
+                        "resolved_by",
+                        "$11"
+                    ]
+                )
             ),
             list: format!(
                 "SELECT {COLUMNS} FROM {t} WHERE ($1::text IS NULL OR state = $1) \
@@ -146,6 +200,8 @@ impl Sql {
                 (&r.args_digest, Type::TEXT),
                 (&r.arg_digests, Type::TEXT),
                 (&r.approval_id, Type::TEXT),
+                (&receipt::effect_event(None, r), Type::TEXT),
+                (&holder(), Type::TEXT),
             ],
         )
     }
@@ -179,6 +235,8 @@ impl Sql {
                 (&r.args_digest, Type::TEXT),
                 (&r.arg_digests, Type::TEXT),
                 (&r.approval_id, Type::TEXT),
+                (&receipt::effect_event(Some(expected), r), Type::TEXT),
+                (&holder(), Type::TEXT),
             ],
         )
     }
@@ -196,7 +254,8 @@ impl Sql {
     ) -> PgResult<Vec<Row>> {
         let w = t.write();
         let from: Vec<&str> = w.from.iter().map(|s| s.as_str()).collect();
-        let params: [(&(dyn ToSql + Sync), Type); 9] = [
+        let (kind, writer) = (receipt::transition_event(t), holder());
+        let params: [(&(dyn ToSql + Sync), Type); 11] = [
             (&w.state.as_str(), Type::TEXT),
             (&from, Type::TEXT_ARRAY),
             (&w.clear_lease, Type::BOOL),
@@ -206,6 +265,8 @@ impl Sql {
             (&action_id, Type::TEXT),
             (&attempt, Type::INT8),
             (&now, Type::INT8),
+            (&kind, Type::TEXT),
+            (&writer, Type::TEXT),
         ];
         c.query_typed(&self.transition, &params)
     }

@@ -121,7 +121,7 @@ impl PostgresStore {
                 };
                 if written.is_some() {
                     if let Some(used) = &grant {
-                        approvals::mark_used(self, tx, key, used)?; // an error rolls back
+                        approvals::mark_used(self, tx, key, used, n)?; // an error rolls back
                     }
                     return Ok(Step { written, outcome });
                 }

@@ -8,7 +8,8 @@ use super::{open_connection, SqliteStore};
 use crate::approval::{new_request_id, ApprovalAsk, ApprovalRecord, ApprovalState};
 use crate::error::{Error, Result};
 use crate::planner::{self, RequestPlan};
-use crate::record::{now_micros, Micros};
+use crate::receipt;
+use crate::record::{holder, now_micros, Micros};
 use crate::store::recovery::Commit;
 use crate::store::Approvals;
 
@@ -55,10 +56,14 @@ fn by_id(c: &Connection, id: &str) -> rusqlite::Result<Option<ApprovalRecord>> {
     one(c, "request_id = ?1", &[id])
 }
 
-fn insert(c: &Connection, r: &ApprovalRecord) -> rusqlite::Result<usize> {
+/// Insert the planner's new request `r`, written at `now`, with the first receipt of its chain.
+fn insert(c: &Connection, r: &ApprovalRecord, now: Micros) -> rusqlite::Result<usize> {
     c.prepare_cached(&format!(
-        "INSERT INTO ctrlrun_approvals ({COLUMNS}) VALUES \
-         (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+        "INSERT INTO ctrlrun_approvals ({COLUMNS}, updated_at, last_event, written_by, \
+         receipt_seq, receipt_prev, receipt_hash) VALUES \
+         (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, 1, NULL, \
+         ctrlrun_receipt_hash('approval', ?4, ?1, 1, NULL, ?15, ?16, ?2, ?14, NULL, ?6, ?3, \
+         ?1, ?11, ?17))"
     ))?
     .execute(params![
         r.request_id,
@@ -74,15 +79,28 @@ fn insert(c: &Connection, r: &ApprovalRecord) -> rusqlite::Result<usize> {
         r.decided_by,
         r.note,
         r.used_at,
-        r.used_by
+        r.used_by,
+        now,
+        receipt::approval_event(r.state),
+        holder()
     ])
 }
 
-/// Write the planner's `r` over the request if it is still in state `from`: rows changed.
-fn cas(c: &Connection, from: ApprovalState, r: &ApprovalRecord) -> rusqlite::Result<usize> {
+/// Write the planner's `r` over the request if it is still in state `from` (at `now`, with the
+/// next receipt of its chain): rows changed.
+fn cas(
+    c: &Connection,
+    from: ApprovalState,
+    r: &ApprovalRecord,
+    now: Micros,
+) -> rusqlite::Result<usize> {
     c.prepare_cached(
         "UPDATE ctrlrun_approvals SET state = ?1, expires_at = ?2, decided_at = ?3, \
-         decided_by = ?4, note = ?5, used_at = ?6, used_by = ?7 \
+         decided_by = ?4, note = ?5, used_at = ?6, used_by = ?7, updated_at = ?10, \
+         last_event = ?11, written_by = ?12, receipt_seq = COALESCE(receipt_seq, 0) + 1, \
+         receipt_prev = receipt_hash, receipt_hash = ctrlrun_receipt_hash('approval', \
+         effect_key, request_id, COALESCE(receipt_seq, 0) + 1, receipt_hash, ?10, ?11, action, \
+         ?7, NULL, ?1, args_digest, request_id, ?4, ?12) \
          WHERE request_id = ?8 AND state = ?9",
     )?
     .execute(params![
@@ -94,7 +112,10 @@ fn cas(c: &Connection, from: ApprovalState, r: &ApprovalRecord) -> rusqlite::Res
         r.used_at,
         r.used_by,
         r.request_id,
-        from.as_str()
+        from.as_str(),
+        now,
+        receipt::approval_event(r.state),
+        holder()
     ])
 }
 
@@ -116,7 +137,8 @@ pub(super) fn consume(
     )
     .map_err(|e| store.failed("reserve_effect", key, e))?;
     let used = planner::plan_consume(found, action, action_id, now)?;
-    if cas(c, ApprovalState::Granted, &used).map_err(|e| store.failed("reserve_effect", key, e))?
+    if cas(c, ApprovalState::Granted, &used, now)
+        .map_err(|e| store.failed("reserve_effect", key, e))?
         != 1
     {
         return Err(store.failed("reserve_effect", key, "the grant changed under us"));
@@ -189,9 +211,9 @@ impl Approvals for SqliteStore {
                 RequestPlan::Stands(r) => Ok(r.at(now)),
                 RequestPlan::Ask { expire, new } => {
                     if let Some((from, old)) = expire {
-                        cas(c, from, &old).map_err(fail)?;
+                        cas(c, from, &old, now).map_err(fail)?;
                     }
-                    insert(c, &new).map_err(fail)?;
+                    insert(c, &new, now).map_err(fail)?;
                     Ok(new)
                 }
             }
@@ -221,7 +243,7 @@ impl Approvals for SqliteStore {
             let fail = |e: rusqlite::Error| self.failed(what, id, e);
             let found = by_id(c, id).map_err(fail)?;
             let row = planner::plan_decision(found, id, grant, by, note, now)?;
-            if cas(c, ApprovalState::Pending, &row).map_err(fail)? != 1 {
+            if cas(c, ApprovalState::Pending, &row, now).map_err(fail)? != 1 {
                 return Err(self.failed(what, id, "the request changed under us"));
             }
             Ok(row)

@@ -79,7 +79,37 @@ pub(super) fn open_connection(opts: &SqliteOptions) -> Result<Connection> {
     };
     conn.pragma_update(None, "synchronous", sync)
         .map_err(|e| open_error(path, e))?;
+    register_receipt_hash(&conn).map_err(|e| open_error(path, e))?;
     Ok(conn)
+}
+
+/// `ctrlrun_receipt_hash(...)`, which the write statements call to set a row's chain head:
+/// [`crate::receipt::hash_fields`] over its arguments (integers as decimal text).
+fn register_receipt_hash(conn: &Connection) -> rusqlite::Result<()> {
+    use rusqlite::functions::FunctionFlags;
+    use rusqlite::types::ValueRef;
+    conn.create_scalar_function(
+        "ctrlrun_receipt_hash",
+        crate::receipt::HASHED_FIELDS as i32,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+        |ctx| {
+            let mut texts: Vec<Option<String>> = Vec::with_capacity(ctx.len());
+            for i in 0..ctx.len() {
+                texts.push(match ctx.get_raw(i) {
+                    ValueRef::Null => None,
+                    ValueRef::Integer(n) => Some(n.to_string()),
+                    ValueRef::Text(t) => Some(String::from_utf8_lossy(t).into_owned()),
+                    other => {
+                        return Err(rusqlite::Error::UserFunctionError(
+                            format!("a receipt field of type {:?}", other.data_type()).into(),
+                        ))
+                    }
+                });
+            }
+            let fields: Vec<Option<&str>> = texts.iter().map(|t| t.as_deref()).collect();
+            Ok(crate::receipt::hash_fields(&fields))
+        },
+    )
 }
 
 /// Create the table on a new file, bring an older one to [`SCHEMA_VERSION`] (one write

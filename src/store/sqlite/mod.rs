@@ -7,6 +7,7 @@
 
 mod approvals;
 mod conn;
+mod receipts;
 mod sql;
 mod writes;
 

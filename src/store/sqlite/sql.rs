@@ -6,12 +6,12 @@ use crate::planner::{Expected, Transition};
 use crate::record::{EffectRecord, EffectState, Micros};
 
 /// The schema version this build writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// How each older version is brought to the next (`MIGRATIONS[v - 1]` takes version `v` to
 /// `v + 1`), all in the transaction that also writes the new version. A new file gets
 /// [`SCHEMA`] (version 1) and then every step.
-pub(super) const MIGRATIONS: [&str; 2] = [
+pub(super) const MIGRATIONS: [&str; 3] = [
     // 1 -> 2: the per-attempt token (rows written before keep NULL).
     "ALTER TABLE ctrlrun_effects ADD COLUMN attempt_token TEXT;",
     // 2 -> 3: who holds a key and with which arguments; approvals.
@@ -42,6 +42,76 @@ pub(super) const MIGRATIONS: [&str; 2] = [
          WHERE state IN ('pending', 'granted');
      CREATE INDEX ctrlrun_approvals_call
          ON ctrlrun_approvals (action, args_digest, effect_key, requested_at);",
+    // 3 -> 4: receipts. Each write statement sets its row's chain head (`receipt_*`, hashed by
+    // the registered `ctrlrun_receipt_hash`); these triggers append the written row as a
+    // receipt in the same statement, so a receipt exists exactly when its write committed.
+    "ALTER TABLE ctrlrun_effects ADD COLUMN last_event TEXT;
+     ALTER TABLE ctrlrun_effects ADD COLUMN written_by TEXT;
+     ALTER TABLE ctrlrun_effects ADD COLUMN receipt_seq INTEGER;
+     ALTER TABLE ctrlrun_effects ADD COLUMN receipt_prev TEXT;
+     ALTER TABLE ctrlrun_effects ADD COLUMN receipt_hash TEXT;
+     ALTER TABLE ctrlrun_approvals ADD COLUMN updated_at INTEGER;
+     ALTER TABLE ctrlrun_approvals ADD COLUMN last_event TEXT;
+     ALTER TABLE ctrlrun_approvals ADD COLUMN written_by TEXT;
+     ALTER TABLE ctrlrun_approvals ADD COLUMN receipt_seq INTEGER;
+     ALTER TABLE ctrlrun_approvals ADD COLUMN receipt_prev TEXT;
+     ALTER TABLE ctrlrun_approvals ADD COLUMN receipt_hash TEXT;
+     CREATE TABLE ctrlrun_receipts (
+         id          INTEGER NOT NULL PRIMARY KEY,
+         chain       TEXT    NOT NULL,   -- 'effect' or 'approval'
+         effect_key  TEXT    NOT NULL,
+         request_id  TEXT,
+         seq         INTEGER NOT NULL,
+         prev_hash   TEXT,
+         hash        TEXT    NOT NULL,
+         at          INTEGER NOT NULL,
+         kind        TEXT    NOT NULL,
+         action      TEXT,
+         action_id   TEXT,
+         attempt     INTEGER,
+         state       TEXT    NOT NULL,
+         args_digest TEXT,
+         approval_id TEXT,
+         actor       TEXT,
+         writer      TEXT
+     );
+     CREATE INDEX ctrlrun_receipts_key ON ctrlrun_receipts (effect_key, id);
+     CREATE TRIGGER ctrlrun_effects_receipt_insert AFTER INSERT ON ctrlrun_effects
+     WHEN NEW.receipt_hash IS NOT NULL BEGIN
+         INSERT INTO ctrlrun_receipts (chain, effect_key, request_id, seq, prev_hash, hash, at,
+             kind, action, action_id, attempt, state, args_digest, approval_id, actor, writer)
+         VALUES ('effect', NEW.effect_key, NULL, NEW.receipt_seq, NEW.receipt_prev,
+             NEW.receipt_hash, NEW.updated_at, NEW.last_event, NEW.action, NEW.action_id,
+             NEW.attempt, NEW.state, NEW.args_digest, NEW.approval_id, NEW.resolved_by,
+             NEW.written_by);
+     END;
+     CREATE TRIGGER ctrlrun_effects_receipt_update AFTER UPDATE ON ctrlrun_effects
+     WHEN NEW.receipt_hash IS NOT OLD.receipt_hash BEGIN
+         INSERT INTO ctrlrun_receipts (chain, effect_key, request_id, seq, prev_hash, hash, at,
+             kind, action, action_id, attempt, state, args_digest, approval_id, actor, writer)
+         VALUES ('effect', NEW.effect_key, NULL, NEW.receipt_seq, NEW.receipt_prev,
+             NEW.receipt_hash, NEW.updated_at, NEW.last_event, NEW.action, NEW.action_id,
+             NEW.attempt, NEW.state, NEW.args_digest, NEW.approval_id, NEW.resolved_by,
+             NEW.written_by);
+     END;
+     CREATE TRIGGER ctrlrun_approvals_receipt_insert AFTER INSERT ON ctrlrun_approvals
+     WHEN NEW.receipt_hash IS NOT NULL BEGIN
+         INSERT INTO ctrlrun_receipts (chain, effect_key, request_id, seq, prev_hash, hash, at,
+             kind, action, action_id, attempt, state, args_digest, approval_id, actor, writer)
+         VALUES ('approval', NEW.effect_key, NEW.request_id, NEW.receipt_seq,
+             NEW.receipt_prev, NEW.receipt_hash, NEW.updated_at, NEW.last_event, NEW.action,
+             NEW.used_by, NULL, NEW.state, NEW.args_digest, NEW.request_id, NEW.decided_by,
+             NEW.written_by);
+     END;
+     CREATE TRIGGER ctrlrun_approvals_receipt_update AFTER UPDATE ON ctrlrun_approvals
+     WHEN NEW.receipt_hash IS NOT OLD.receipt_hash BEGIN
+         INSERT INTO ctrlrun_receipts (chain, effect_key, request_id, seq, prev_hash, hash, at,
+             kind, action, action_id, attempt, state, args_digest, approval_id, actor, writer)
+         VALUES ('approval', NEW.effect_key, NEW.request_id, NEW.receipt_seq,
+             NEW.receipt_prev, NEW.receipt_hash, NEW.updated_at, NEW.last_event, NEW.action,
+             NEW.used_by, NULL, NEW.state, NEW.args_digest, NEW.request_id, NEW.decided_by,
+             NEW.written_by);
+     END;",
 ];
 
 /// The columns in [`read_record`]'s order (a macro, so statements are compile-time literals:
@@ -59,11 +129,99 @@ const SELECT_ONE: &str = concat!(
     columns!(),
     " FROM ctrlrun_effects WHERE effect_key = ?1"
 );
+/// The chain head a write sets (see [`crate::receipt`]): sequence number, previous hash and
+/// hash of the receipt the trigger appends. `$seq` and `$prev` are the head the write replaces;
+/// the other fields are the row written, in [`crate::receipt::Receipt::expected_hash`]'s order.
+macro_rules! receipt_head {
+    ($seq:literal, $prev:literal, $key:literal, $at:literal, $kind:literal, $action:literal,
+     $action_id:literal, $attempt:literal, $state:literal, $digest:literal, $approval:literal,
+     $actor:literal, $writer:literal) => {
+        concat!(
+            "receipt_seq = ",
+            $seq,
+            ", receipt_prev = ",
+            $prev,
+            ", receipt_hash = ctrlrun_receipt_hash('effect', ",
+            $key,
+            ", NULL, ",
+            $seq,
+            ", ",
+            $prev,
+            ", ",
+            $at,
+            ", ",
+            $kind,
+            ", ",
+            $action,
+            ", ",
+            $action_id,
+            ", ",
+            $attempt,
+            ", ",
+            $state,
+            ", ",
+            $digest,
+            ", ",
+            $approval,
+            ", ",
+            $actor,
+            ", ",
+            $writer,
+            ")"
+        )
+    };
+}
 const INSERT_ONE: &str = concat!(
     "INSERT INTO ctrlrun_effects (",
     columns!(),
-    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
-     ON CONFLICT (effect_key) DO NOTHING"
+    ", last_event, written_by, receipt_seq, receipt_prev, receipt_hash) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
+     1, NULL, ctrlrun_receipt_hash('effect', ?1, NULL, 1, NULL, ?6, ?17, ?12, ?3, ?4, ?2, ?14, \
+     ?16, ?10, ?18)) ON CONFLICT (effect_key) DO NOTHING"
+);
+const COMPARE_AND_SET: &str = concat!(
+    "UPDATE ctrlrun_effects SET state = ?1, action_id = ?2, attempt = ?3, created_at = ?4, \
+     updated_at = ?5, lease_expires_at = ?6, result = ?7, error = ?8, resolved_by = ?9, \
+     attempt_token = ?14, action = ?15, holder = ?16, args_digest = ?17, \
+     arg_digests = ?18, approval_id = ?19, last_event = ?20, written_by = ?21, ",
+    receipt_head!(
+        "COALESCE(receipt_seq, 0) + 1",
+        "receipt_hash",
+        "?10",
+        "?5",
+        "?20",
+        "?15",
+        "?2",
+        "?3",
+        "?1",
+        "?17",
+        "?19",
+        "?9",
+        "?21"
+    ),
+    " WHERE effect_key = ?10 AND state = ?11 AND action_id = ?12 AND attempt = ?13"
+);
+const TRANSITION: &str = concat!(
+    "UPDATE ctrlrun_effects SET state = ?1, updated_at = ?2, \
+     lease_expires_at = CASE WHEN ?3 THEN NULL ELSE lease_expires_at END, \
+     result = ?4, error = ?5, last_event = ?12, written_by = ?13, ",
+    receipt_head!(
+        "COALESCE(receipt_seq, 0) + 1",
+        "receipt_hash",
+        "effect_key",
+        "?2",
+        "?12",
+        "action",
+        "action_id",
+        "attempt",
+        "?1",
+        "args_digest",
+        "approval_id",
+        "resolved_by",
+        "?13"
+    ),
+    " WHERE effect_key = ?6 AND action_id = ?7 AND (?8 IS NULL OR attempt = ?8) \
+     AND state IN (?9, ?10, ?11)"
 );
 
 /// Version 1's table; [`MIGRATIONS`] bring it to [`SCHEMA_VERSION`].
@@ -136,7 +294,9 @@ pub(super) fn insert(conn: &Connection, r: &EffectRecord) -> rusqlite::Result<us
         r.holder,
         r.args_digest,
         r.arg_digests,
-        r.approval_id
+        r.approval_id,
+        crate::receipt::effect_event(None, r),
+        crate::record::holder()
     ])
 }
 
@@ -146,14 +306,7 @@ pub(super) fn compare_and_set(
     expected: &Expected,
     r: &EffectRecord,
 ) -> rusqlite::Result<usize> {
-    conn.prepare_cached(
-        "UPDATE ctrlrun_effects SET state = ?1, action_id = ?2, attempt = ?3, created_at = ?4, \
-         updated_at = ?5, lease_expires_at = ?6, result = ?7, error = ?8, resolved_by = ?9, \
-         attempt_token = ?14, action = ?15, holder = ?16, args_digest = ?17, \
-         arg_digests = ?18, approval_id = ?19 \
-         WHERE effect_key = ?10 AND state = ?11 AND action_id = ?12 AND attempt = ?13",
-    )?
-    .execute(params![
+    conn.prepare_cached(COMPARE_AND_SET)?.execute(params![
         r.state.as_str(),
         r.action_id,
         r.attempt,
@@ -172,7 +325,9 @@ pub(super) fn compare_and_set(
         r.holder,
         r.args_digest,
         r.arg_digests,
-        r.approval_id
+        r.approval_id,
+        crate::receipt::effect_event(Some(expected), r),
+        crate::record::holder()
     ])
 }
 
@@ -190,14 +345,7 @@ pub(super) fn transition_cas(
 ) -> rusqlite::Result<usize> {
     let w = t.write();
     let pick = |i: usize| w.from.get(i).unwrap_or(&w.from[0]).as_str();
-    conn.prepare_cached(
-        "UPDATE ctrlrun_effects SET state = ?1, updated_at = ?2, \
-             lease_expires_at = CASE WHEN ?3 THEN NULL ELSE lease_expires_at END, \
-             result = ?4, error = ?5 \
-             WHERE effect_key = ?6 AND action_id = ?7 AND (?8 IS NULL OR attempt = ?8) \
-             AND state IN (?9, ?10, ?11)",
-    )?
-    .execute(params![
+    conn.prepare_cached(TRANSITION)?.execute(params![
         w.state.as_str(),
         now,
         w.clear_lease,
@@ -208,7 +356,9 @@ pub(super) fn transition_cas(
         attempt,
         pick(0),
         pick(1),
-        pick(2)
+        pick(2),
+        crate::receipt::transition_event(t),
+        crate::record::holder()
     ])
 }
 
