@@ -237,7 +237,7 @@ impl Verifier {
                     r,
                     format!(
                         "receipt {} is number {n} of its chain, but no earlier receipt of it \
-                         is there: a receipt was deleted",
+                         comes before it: one was deleted, or receipts were reordered",
                         r.id
                     ),
                 )

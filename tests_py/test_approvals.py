@@ -248,3 +248,8 @@ def test_eight_processes_retrying_one_approved_call_run_it_once(store_url, store
     assert sorted(outs) == ["DuplicateEffect"] * 7 + ["done"], outs
     (used,) = store.list_approvals()
     assert used.state.value == "used" and used.request_id == info.value.request_id
+    # one consumed receipt; the effect's chain is the winner's reservation and outcome only
+    kinds = [(r.chain, r.kind) for r in store.list_receipts("refund:pi_race")]
+    assert kinds.count(("approval", "consumed")) == 1, kinds
+    assert [k for c, k in kinds if c == "effect"] == ["reservation", "outcome"], kinds
+    assert store.verify_receipts().ok

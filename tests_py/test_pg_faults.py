@@ -39,6 +39,14 @@ def counted(store, runs, *, raise_not_executed=False):
     return pay
 
 
+def assert_receipts_agree(direct, key, kinds):
+    """The key's receipts are exactly the writes that committed, and agree with its row."""
+    assert [r.kind for r in direct.list_receipts(key)] == kinds
+    assert direct.list_receipts(key)[-1].state == direct.get_effect(key).state.value
+    check = direct.verify_receipts()
+    assert check.ok, check
+
+
 def branches(caplog):
     return [r.getMessage().split(":", 1)[0] for r in caplog.records if r.name == STORE_LOG]
 
@@ -55,6 +63,7 @@ def test_reservation_commit_lost_after_it_landed_proceeds_once(proxy, proxied, d
     rec = direct.get_effect("pay:o1")
     assert rec.state is EffectState.COMMITTED and rec.attempt == 1
     assert "reread_identical_landed" in branches(caplog)
+    assert_receipts_agree(direct, "pay:o1", ["reservation", "outcome"])
 
 
 # b. -------------------------------------------------------------------------------------
@@ -71,6 +80,7 @@ def test_reservation_commit_lost_before_it_landed_retries_the_insert_once(
     rec = direct.get_effect("pay:o2")
     assert rec.state is EffectState.COMMITTED and rec.attempt == 1
     assert "reread_none_retry_insert" in branches(caplog)
+    assert_receipts_agree(direct, "pay:o2", ["reservation", "outcome"])
 
 
 # c. -------------------------------------------------------------------------------------
@@ -90,6 +100,7 @@ def test_commit_transition_lost_is_recognised_or_reissued(
     assert rec.state is EffectState.COMMITTED
     assert rec.result == {"order": "o3", "n": 1}
     assert branch in branches(caplog)
+    assert_receipts_agree(direct, "pay:o3", ["reservation", "outcome"])
 
 
 @pytest.mark.parametrize("action,branch", [("drop_after", "reread_landed"),
@@ -109,6 +120,7 @@ def test_fail_transition_lost_is_recognised_or_reissued(
     assert rec.state is EffectState.FAILED
     assert "NotExecuted" in rec.error
     assert branch in branches(caplog)
+    assert_receipts_agree(direct, "pay:o4", ["reservation", "outcome"])
 
 
 # d. -------------------------------------------------------------------------------------

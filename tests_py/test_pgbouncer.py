@@ -128,7 +128,7 @@ def test_the_store_sends_only_unnamed_statements_and_no_session_settings(pg, sch
                      or b"ctrlrun_meta SET value" in q]
         rest = [q for q in proxy.simple if q not in ddl and q not in migration]
         assert len(ddl) == 1 and b"SET " not in ddl[0].upper()
-        assert len(migration) == 3 and not any(b"SET LOCAL" in q.upper() or
+        assert len(migration) == 4 and not any(b"SET LOCAL" in q.upper() or
                                                b"SET SESSION" in q.upper() for q in migration)
         assert set(rest) == {begin, b"START TRANSACTION", b"COMMIT"}, rest
     finally:

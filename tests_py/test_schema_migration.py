@@ -20,8 +20,9 @@ import ctrlrun
 from ctrlrun import DuplicateEffect, EffectState
 from conftest import sqlite_url
 
-CURRENT = 3  # the schema version this build writes
-NEW_COLUMNS = ["attempt_token", "action", "holder", "args_digest", "arg_digests", "approval_id"]
+CURRENT = 4  # the schema version this build writes
+NEW_COLUMNS = ["attempt_token", "action", "holder", "args_digest", "arg_digests", "approval_id",
+               "last_event", "written_by", "receipt_seq", "receipt_prev", "receipt_hash"]
 T0 = 1_700_000_000_000_000  # microseconds (2023)
 V1_COLUMNS = ("effect_key, state, action_id, attempt, created_at, updated_at, "
               "lease_expires_at, result, error, resolved_by")
@@ -130,6 +131,11 @@ def test_a_version_1_store_is_migrated_and_its_rows_keep_their_meaning(v1_store)
         assert store.commit_effect("refund:new", grant.action_id, 7, attempt=1).result == 7
         assert done.holder is None and grant.record.holder.endswith(f":{os.getpid()}")
         assert store.list_approvals() == []
+        # rows written before receipts have none; the new key's writes start its chain
+        assert store.list_receipts("refund:done") == []
+        assert [r.kind for r in store.list_receipts("refund:new")] == [
+            "reservation", "begin", "outcome"]
+        assert store.verify_receipts().ok
     finally:
         store.close()
     # opening it again changes nothing

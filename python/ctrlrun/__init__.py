@@ -13,6 +13,7 @@ second agent or a second host proposing the same consequence is refused.
 
 from ._core import __version__
 from ._protect import DEFAULT_LEASE, PolicyWarning, idempotency_token, protect
+from ._receipts import Receipt, ReceiptCheck
 from ._records import EffectRecord, EffectState, Reservation
 from ._store import Store, default_store, open_store, set_default_store
 from .errors import (
@@ -39,6 +40,8 @@ __all__ = [
     "EffectRecord",
     "EffectState",
     "Reservation",
+    "Receipt",
+    "ReceiptCheck",
     "Store",
     "open_store",
     "default_store",

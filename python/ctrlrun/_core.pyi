@@ -5,7 +5,8 @@ Timestamps are integer microseconds since the Unix epoch (UTC). A record is the 
 result_json, error, resolved_by, (action, holder, args_digest, arg_digests, approval_id))``.
 An approval request is ``(request_id, action, args_digest, effect_key, arguments_json, state,
 (requested_at_us, ttl_us, expires_at_us, decided_at_us, decided_by, note, used_at_us,
-used_by))``.
+used_by))``. A receipt is ``(id, chain, effect_key, request_id, seq, prev_hash, hash, at_us,
+kind, state, (action, action_id, attempt, args_digest, approval_id, actor, writer))``.
 """
 
 from pathlib import Path
@@ -25,6 +26,27 @@ __all__ = [
     "__version__",
 ]
 
+_ReceiptTuple = Tuple[
+    int,
+    str,
+    str,
+    Optional[str],
+    int,
+    Optional[str],
+    str,
+    int,
+    str,
+    str,
+    Tuple[
+        Optional[str],
+        Optional[str],
+        Optional[int],
+        Optional[str],
+        Optional[str],
+        Optional[str],
+        Optional[str],
+    ],
+]
 _RecordTuple = Tuple[
     str,
     str,
@@ -106,6 +128,12 @@ class Store:
     def list_approvals(
         self, state: Optional[str] = None, now_us: Optional[int] = None
     ) -> List[_ApprovalTuple]: ...
+    def list_receipts(
+        self, key: Optional[str] = None, limit: Optional[int] = None
+    ) -> List[_ReceiptTuple]: ...
+    def verify_receipts(
+        self,
+    ) -> Tuple[int, int, Optional[Tuple[Optional[int], str, str]]]: ...
     def transition(
         self,
         key: str,

@@ -18,6 +18,7 @@ from ._records import (
     record_from_core,
     result_to_json,
 )
+from ._receipts import ReceiptMethods
 from .errors import InvalidArgument, StoreUnresolved
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ def lease_to_micros(lease: Union[timedelta, int, float], what: str = "lease") ->
     return us
 
 
-class Store:
+class Store(ReceiptMethods):
     """A durable table of effect records (SQLite file or PostgreSQL database).
 
     Safe to share across threads; every call releases the GIL while it waits on the database.

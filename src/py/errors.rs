@@ -93,6 +93,54 @@ pub fn approval_tuple(r: ApprovalRecord) -> ApprovalTuple {
     )
 }
 
+/// A receipt: `(id, chain, effect_key, request_id, seq, prev_hash, hash, at, kind, state,
+/// (action, action_id, attempt, args_digest, approval_id, actor, writer))`.
+pub type ReceiptTuple = (
+    i64,
+    String,
+    String,
+    Option<String>,
+    i64,
+    Option<String>,
+    String,
+    i64,
+    String,
+    String,
+    (
+        Option<String>,
+        Option<String>,
+        Option<i64>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    ),
+);
+
+pub fn receipt_tuple(r: crate::receipt::Receipt) -> ReceiptTuple {
+    (
+        r.id,
+        r.chain,
+        r.effect_key,
+        r.request_id,
+        r.seq,
+        r.prev_hash,
+        r.hash,
+        r.at,
+        r.kind,
+        r.state,
+        (
+            r.action,
+            r.action_id,
+            r.attempt,
+            r.args_digest,
+            r.approval_id,
+            r.actor,
+            r.writer,
+        ),
+    )
+}
+
 static FROM_CORE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 pub fn to_py(py: Python<'_>, err: Error) -> PyErr {

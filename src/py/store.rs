@@ -2,7 +2,10 @@ use std::sync::{Arc, RwLock};
 
 use pyo3::prelude::*;
 
-use super::errors::{approval_tuple, record_tuple, ApprovalTuple, IntoPyResult, RecordTuple};
+use super::errors::{
+    approval_tuple, receipt_tuple, record_tuple, ApprovalTuple, IntoPyResult, ReceiptTuple,
+    RecordTuple,
+};
 use crate::approval::{ApprovalAsk, ApprovalState};
 use crate::error::Error;
 use crate::planner::{Proposal, Transition};
@@ -251,6 +254,29 @@ impl PyStore {
             .py_err(py)?;
         self.call(py, |s| s.list_approvals(state, now_us))
             .map(|v| v.into_iter().map(approval_tuple).collect())
+    }
+
+    /// The receipts of `key` (or of every key), oldest first; with `limit`, the latest that many.
+    #[pyo3(signature = (key=None, limit=None))]
+    fn list_receipts(
+        &self,
+        py: Python<'_>,
+        key: Option<&str>,
+        limit: Option<u64>,
+    ) -> PyResult<Vec<ReceiptTuple>> {
+        self.call(py, |s| s.list_receipts(key, limit))
+            .map(|v| v.into_iter().map(receipt_tuple).collect())
+    }
+
+    /// `(receipts, chains, None)`, or with the first broken receipt `(id or None, key, why)`.
+    #[allow(clippy::type_complexity)]
+    fn verify_receipts(
+        &self,
+        py: Python<'_>,
+    ) -> PyResult<(u64, u64, Option<(Option<i64>, String, String)>)> {
+        let v = self.call(py, |s| s.verify_receipts())?;
+        let broken = v.broken.map(|b| (b.receipt_id, b.effect_key, b.why));
+        Ok((v.receipts, v.chains, broken))
     }
 
     /// `kind` is one of `begin`, `commit` (payload: result JSON), `fail` and `ambiguous`
