@@ -156,7 +156,40 @@ fn approval_events_form_their_own_chain(b: Backend) {
     assert_eq!((v.receipts, v.chains, v.broken), (4, 2, None));
 }
 
+fn an_expired_request_asked_again_records_its_expiry(b: Backend) {
+    let f = Fixture::new(b);
+    let ask = ApprovalAsk {
+        action: "acme.refund",
+        args_digest: "sha256:1",
+        effect_key: "refund:2",
+        arguments: "{}",
+        ttl: 60_000_000,
+    };
+    let old = f.store.request_approval(&ask, Some(T0)).unwrap();
+    let new = f
+        .store
+        .request_approval(&ask, Some(T0 + 60_000_001))
+        .unwrap();
+    assert_ne!(old.request_id, new.request_id);
+    let rs = f.store.list_receipts(Some("refund:2"), None).unwrap();
+    let got: Vec<(&str, &str, i64)> = rs
+        .iter()
+        .map(|r| (r.request_id.as_deref().unwrap(), r.kind.as_str(), r.seq))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (old.request_id.as_str(), "requested", 1),
+            (old.request_id.as_str(), "expired", 2),
+            (new.request_id.as_str(), "requested", 1),
+        ]
+    );
+    assert_eq!(rs[1].at, T0 + 60_000_001);
+    assert!(f.store.verify_receipts().unwrap().broken.is_none());
+}
+
 on_both_backends!(
+    an_expired_request_asked_again_records_its_expiry,
     every_write_has_one_receipt_and_a_refusal_none,
     a_late_outcome_and_a_commit_have_receipts,
     approval_events_form_their_own_chain,
