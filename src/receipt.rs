@@ -13,8 +13,8 @@
 use std::collections::HashMap;
 
 use crate::approval::ApprovalState;
-use crate::planner::{Expected, Transition};
-use crate::record::{EffectRecord, EffectState, Micros};
+use crate::planner::Transition;
+use crate::record::Micros;
 
 /// One receipt as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,31 +105,46 @@ impl Receipt {
     }
 }
 
-/// What a whole-row write of `row` over `expected` (none: an insert) is, as a receipt names it.
-pub fn effect_event(expected: Option<&Expected>, row: &EffectRecord) -> &'static str {
-    let Some(old) = expected else {
-        return "reservation";
-    };
-    if old.action_id != row.action_id || old.attempt != row.attempt {
-        "reservation" // a new attempt over a failed or expired one
-    } else if row.resolved_by.is_some() && old.state != row.state {
-        "resolution"
-    } else if old.state.is_held() && row.state == EffectState::Ambiguous {
-        "lapse"
-    } else if old.state == EffectState::Ambiguous {
-        "late_outcome"
-    } else if old.state == row.state {
-        "extension"
-    } else {
-        "outcome"
-    }
+/// What a write to an effect is, as its receipt names it. The caller that plans the write
+/// says which (never inferred from the rows: a late outcome over a resolved row looks like a
+/// resolution).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A new attempt: the first, or one over a failed or expired attempt.
+    Reservation,
+    /// `reserved` -> `executing`.
+    Begin,
+    /// A live lease moved later.
+    Extension,
+    /// The holder's outcome.
+    Outcome,
+    /// A contender found the lease lapsed: `ambiguous`.
+    Lapse,
+    /// The holder's outcome after its lease lapsed.
+    LateOutcome,
+    /// A person settled the effect.
+    Resolution,
 }
 
-/// What a holder's transition is, as a receipt names it.
-pub fn transition_event(t: &Transition) -> &'static str {
-    match t {
-        Transition::Begin => "begin",
-        _ => "outcome",
+impl Event {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Event::Reservation => "reservation",
+            Event::Begin => "begin",
+            Event::Extension => "extension",
+            Event::Outcome => "outcome",
+            Event::Lapse => "lapse",
+            Event::LateOutcome => "late_outcome",
+            Event::Resolution => "resolution",
+        }
+    }
+
+    /// A holder's transition.
+    pub fn of_transition(t: &Transition) -> Event {
+        match t {
+            Transition::Begin => Event::Begin,
+            _ => Event::Outcome,
+        }
     }
 }
 
@@ -144,16 +159,13 @@ pub fn approval_event(state: ApprovalState) -> &'static str {
     }
 }
 
-/// A chain's head as its row holds it: the chain (`true` for an approval request) and its
-/// key or request id, the last sequence number and hash.
-pub type Head = ((bool, String), i64, String);
-
 /// The first thing wrong in a store's receipts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Broken {
-    /// The receipt found wrong (for a missing last receipt, the last one there, if any).
+    /// The receipt found wrong (none when what is wrong is a row, or a missing last receipt).
     pub receipt_id: Option<i64>,
     pub effect_key: String,
+    /// What is wrong, naming the receipt and its chain.
     pub why: String,
 }
 
@@ -165,12 +177,21 @@ pub struct Verification {
     pub broken: Option<Broken>,
 }
 
-/// Check receipts (in `id` order) against their hashes, their chains, and the heads their rows
-/// hold: a changed receipt fails its hash, a deleted or reordered one breaks its chain's
-/// sequence, a deleted last one disagrees with its row's head. A chain may start (at 1)
-/// again after its row was pruned.
+/// How messages name a chain.
+fn chain_label(r: &Receipt) -> String {
+    match r.chain_id() {
+        (true, id) => format!("approval request {id} (effect '{}')", r.effect_key),
+        (false, key) => format!("effect '{key}'"),
+    }
+}
+
+/// Check receipts (in `id` order) against their hashes and their chains, then each row's head
+/// against its chain: a changed receipt fails its hash, a deleted or moved one breaks its
+/// chain's sequence, a deleted last one (or a row changed outside ctrlrun) disagrees with its
+/// row's head. The heads and the receipts must be read in one snapshot.
 pub struct Verifier {
-    last: HashMap<(bool, String), (i64, String, String)>,
+    /// Per chain: the last receipt's number and hash.
+    last: HashMap<(bool, String), (i64, String)>,
     receipts: u64,
     broken: Option<Broken>,
 }
@@ -195,10 +216,10 @@ impl Verifier {
         self.broken.is_some()
     }
 
-    fn fail(&mut self, r: &Receipt, why: String) {
+    fn fail(&mut self, r: &Receipt, receipt_id: Option<i64>, why: String) {
         if self.broken.is_none() {
             self.broken = Some(Broken {
-                receipt_id: Some(r.id),
+                receipt_id,
                 effect_key: r.effect_key.clone(),
                 why,
             });
@@ -211,76 +232,64 @@ impl Verifier {
         if self.is_broken() {
             return;
         }
+        let (id, label) = (r.id, chain_label(r));
         if r.expected_hash() != r.hash {
-            return self.fail(
-                r,
-                format!("receipt {} does not match its hash: it was changed", r.id),
-            );
+            let why = format!("receipt {id} of {label} does not match its hash: it was changed");
+            return self.fail(r, Some(id), why);
         }
-        let (is_approval, id) = r.chain_id();
-        let chain = (is_approval, id.to_owned());
-        match (self.last.get(&chain), r.seq, &r.prev_hash) {
-            (_, 1, None) => {}
-            (Some((seq, hash, _)), n, Some(prev)) if n == seq + 1 && prev == hash => {}
-            (Some((seq, _, _)), n, _) => {
-                return self.fail(
-                    r,
-                    format!(
-                        "receipt {} (number {n} of its chain) follows number {seq}: a receipt \
-                         is missing, or they were reordered",
-                        r.id
-                    ),
-                )
-            }
-            (None, n, _) => {
-                return self.fail(
-                    r,
-                    format!(
-                        "receipt {} is number {n} of its chain, but no earlier receipt of it \
-                         comes before it: one was deleted, or receipts were reordered",
-                        r.id
-                    ),
-                )
-            }
+        let (is_approval, chain) = r.chain_id();
+        let chain = (is_approval, chain.to_owned());
+        let why = match (self.last.get(&chain), r.seq, &r.prev_hash) {
+            (None, 1, None) => None,
+            (Some((seq, hash)), n, Some(prev)) if n == seq + 1 && prev == hash => None,
+            (Some((seq, _)), n, _) => Some(format!(
+                "receipt {id} of {label} is number {n} of its chain but follows number {seq}: \
+                 a receipt is missing, or receipts were reordered"
+            )),
+            (None, n, _) => Some(format!(
+                "receipt {id} of {label} is number {n} of its chain, but no earlier receipt of \
+                 it comes before it: one was deleted, or receipts were reordered"
+            )),
+        };
+        if let Some(why) = why {
+            return self.fail(r, Some(id), why);
         }
-        self.last
-            .insert(chain, (r.seq, r.hash.clone(), r.effect_key.clone()));
+        self.last.insert(chain, (r.seq, r.hash.clone()));
     }
 
-    /// Compare each row's head (read before the receipts) with the last receipt of its chain,
-    /// and finish.
-    pub fn finish(mut self, heads: impl IntoIterator<Item = Head>) -> Verification {
+    /// Compare each row's head with the last receipt of its chain, and finish. A head is its
+    /// row as a receipt (`id` 0, `hash` the row's `receipt_hash`): its own hash also shows a
+    /// row changed outside ctrlrun.
+    pub fn finish(mut self, heads: impl IntoIterator<Item = Receipt>) -> Verification {
         let chains = self.last.len() as u64;
-        if self.broken.is_none() {
-            for ((is_approval, id), seq, hash) in heads {
-                let last = self.last.get(&(is_approval, id.clone()));
-                // (heads are read before receipts: a write since may have added receipts)
-                if last.is_some_and(|(s, h, _)| *s > seq || (*s == seq && *h == hash)) {
-                    continue;
-                }
-                let what = if is_approval {
-                    format!("approval request {id}")
-                } else {
-                    format!("effect '{id}'")
-                };
-                let why = match last {
-                    Some((s, _, _)) if *s < seq => format!(
-                        "{what} has had {seq} writes, but its last receipt is number {s}: \
-                         receipts were deleted"
-                    ),
-                    Some(_) => format!(
-                        "{what}'s row does not match the last receipt of its chain: the row or \
-                         its receipts were changed"
-                    ),
-                    None => format!("{what} has had {seq} writes, but it has no receipt"),
-                };
-                self.broken = Some(Broken {
-                    receipt_id: None,
-                    effect_key: last.map(|(_, _, k)| k.clone()).unwrap_or(id),
-                    why,
-                });
+        for head in heads {
+            if self.is_broken() {
                 break;
             }
+            let label = chain_label(&head);
+            let (is_approval, chain) = head.chain_id();
+            let last = self.last.get(&(is_approval, chain.to_owned()));
+            let why = if head.expected_hash() != head.hash {
+                format!(
+                    "the row of {label} does not match its chain head: it was changed outside \
+                     ctrlrun"
+                )
+            } else {
+                match last {
+                    Some((s, h)) if *s == head.seq && *h == head.hash => continue,
+                    Some((s, _)) if *s < head.seq => format!(
+                        "{label} has had {} writes, but its last receipt is number {s}: \
+                         receipts were deleted",
+                        head.seq
+                    ),
+                    Some(_) => format!(
+                        "the row of {label} does not match the last receipt of its chain: the \
+                         row or its receipts were changed"
+                    ),
+                    None => format!("{label} has had {} writes, but it has no receipt", head.seq),
+                }
+            };
+            self.fail(&head, None, why);
         }
         Verification {
             receipts: self.receipts,

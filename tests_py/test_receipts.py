@@ -149,7 +149,8 @@ SWAP = ("UPDATE ctrlrun_receipts SET (seq, prev_hash, hash, at, kind, state) = "
     ("UPDATE ctrlrun_receipts SET state = 'failed' WHERE id = {b}", "b", "was changed"),
     ("UPDATE ctrlrun_receipts SET actor = 'mallory' WHERE id = {a}", "a", "was changed"),
     ("DELETE FROM ctrlrun_receipts WHERE id = {a}", "b", "one was deleted"),
-    ("DELETE FROM ctrlrun_receipts WHERE id = {b}", None, "receipts were deleted"),
+    ("DELETE FROM ctrlrun_receipts WHERE id = {b}", None,
+     "has had 2 writes, but its last receipt is number 1: receipts were deleted"),
     (SWAP, "a", "reordered"),
 ])
 def test_verify_finds_a_changed_deleted_or_reordered_receipt(store, store_url, raw, tamper,
@@ -163,11 +164,11 @@ def test_verify_finds_a_changed_deleted_or_reordered_receipt(store, store_url, r
     assert bad.returncode == 1, (bad.stdout, bad.stderr)
     assert "Traceback" not in bad.stderr
     line = bad.stderr.strip()
-    assert line.startswith("ctrlrun: receipts broken") and "mail:bob" in line, line
+    assert line.startswith("ctrlrun: receipts broken: ") and "effect 'mail:bob'" in line, line
     assert why in line, line
     if broken is not None:
         want = {"a": a, "b": b}[broken]
-        assert f"receipt {want}," in line, line
+        assert f"receipt {want} of effect 'mail:bob'" in line, line
     check = store.verify_receipts()
     assert not check.ok and check.broken_key == "mail:bob"
     assert check.broken_receipt == (None if broken is None else {"a": a, "b": b}[broken])
@@ -175,12 +176,22 @@ def test_verify_finds_a_changed_deleted_or_reordered_receipt(store, store_url, r
     assert as_json["ok"] is False and as_json["broken_key"] == "mail:bob"
 
 
-def test_a_row_written_outside_ctrlrun_does_not_match_its_last_receipt(store, store_url, raw):
+def test_a_write_outside_ctrlrun_is_refused_or_found(store, store_url, raw):
     three_writes(store)
-    raw.run("UPDATE ctrlrun_effects SET receipt_seq = receipt_seq + 1 "
+    # a write that sets no receipt (an older ctrlrun still running after the upgrade) fails
+    for sql in ["UPDATE ctrlrun_effects SET state = 'failed' WHERE effect_key = 'mail:alice'",
+                "INSERT INTO ctrlrun_effects (effect_key, state, action_id, attempt, "
+                "created_at, updated_at) VALUES ('mail:eve', 'committed', 'act_x', 1, 0, 0)"]:
+        with pytest.raises(Exception, match="sets no receipt"):
+            raw.run(sql)
+    assert store.get_effect("mail:alice").state.value == "committed"
+    assert store.get_effect("mail:eve") is None
+    # one that fakes a chain step is found: the row no longer matches its head
+    raw.run("UPDATE ctrlrun_effects SET state = 'failed', receipt_seq = receipt_seq + 1 "
             "WHERE effect_key = 'mail:alice'")
-    bad = cli("receipts", "verify", "--store", store_url)
-    assert bad.returncode == 1 and "mail:alice" in bad.stderr, bad.stderr
+    bad = cli("receipts", "--store", store_url, "verify")  # options before the subcommand
+    assert bad.returncode == 1, (bad.stdout, bad.stderr)
+    assert "the row of effect 'mail:alice' does not match its chain head" in bad.stderr
 
 
 # -- the listing -----------------------------------------------------------------------------

@@ -216,8 +216,10 @@ fn store_with_a_writer_before_begin(
                     other
                         .execute(
                             "INSERT INTO ctrlrun_effects (effect_key, state, action_id, attempt, \
-                             created_at, updated_at, lease_expires_at, attempt_token) \
-                             VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6, ?7)",
+                             created_at, updated_at, lease_expires_at, attempt_token, \
+                             last_event, receipt_seq, receipt_hash) \
+                             VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6, ?7, 'reservation', 1, \
+                             'another writer')",
                             rusqlite::params![
                                 row.effect_key,
                                 row.state.as_str(),

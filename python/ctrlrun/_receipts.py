@@ -31,8 +31,9 @@ class Receipt:
             ``late_outcome``, ``resolution``; for approvals ``requested``, ``granted``,
             ``denied``, ``consumed``, ``expired``.
         state: the state written.
-        action / action_id / attempt: the action and the attempt (for ``consumed``, the
-            attempt that used the grant).
+        action / action_id / attempt: the action and the attempt (for ``consumed``,
+            ``action_id`` is the attempt that used the grant; approval receipts have no
+            ``attempt``).
         args_digest: the digest of the call's canonical arguments.
         approval_id: the approval request the attempt used (an approval's own id).
         actor: who decided (the resolver of an effect, the approver of a request).
@@ -76,9 +77,9 @@ class ReceiptCheck:
         ok: every chain is intact.
         receipts / chains: how many were checked.
         broken_receipt: the id of the first receipt found wrong (``None`` when none is, or
-            when what is wrong is a missing last receipt).
+            when what is wrong is a row or a missing last receipt).
         broken_key: the effect key of the first broken chain.
-        reason: what is wrong, in one sentence.
+        reason: what is wrong, in one sentence naming the receipt and its chain.
     """
 
     ok: bool

@@ -13,21 +13,37 @@ from ._table import printable
 from .errors import CTRLRunError
 
 
+#: Options that take a value (the next argument, unless given as ``--opt=value``).
+_VALUED = ("--limit", "--store")
+
+
 class _ListByDefault(click.Group):
-    """``receipts KEY`` and ``receipts --json`` mean ``receipts list …`` (a key named like a
-    subcommand is listed with ``receipts list KEY``)."""
+    """``receipts KEY`` and ``receipts --json`` mean ``receipts list …``; the subcommand may
+    come after options (``receipts --store URL verify``). A key named like a subcommand is
+    listed with ``receipts list KEY``."""
 
     def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
-        if not args or (args[0] not in self.commands and args[0] not in ("-h", "--help")):
-            args = ["list", *args]
-        return super().parse_args(ctx, args)
+        if args and args[0] in ("-h", "--help"):
+            return super().parse_args(ctx, args)
+        i = 0
+        while i < len(args):
+            arg = args[i]
+            if arg == "--":
+                break
+            if not arg.startswith("-"):
+                if arg in self.commands:  # the subcommand, wherever the options put it
+                    return super().parse_args(ctx, [arg, *args[:i], *args[i + 1:]])
+                break
+            i += 2 if arg in _VALUED else 1
+        return super().parse_args(ctx, ["list", *args])
 
 
 def _row(r: Receipt) -> tuple:
     attempt = "" if r.attempt is None else str(r.attempt)
     by = r.actor or r.writer or ""
     return (str(r.id), r.at.isoformat().replace("+00:00", "Z"), printable(r.effect_key),
-            r.kind, r.state, printable(r.action or ""), attempt, printable(by))
+            printable(r.kind), printable(r.state), printable(r.action or ""), attempt,
+            printable(by))
 
 
 def register(cli: click.Group, store_option: Any, open_store: Any, die: Any) -> None:
@@ -85,8 +101,6 @@ def register(cli: click.Group, store_option: Any, open_store: Any, die: Any) -> 
                        f"in {store.url}")
         if not check.ok:
             if not as_json:
-                which = ("" if check.broken_receipt is None
-                         else f"receipt {check.broken_receipt}, ")
-                click.echo(f"ctrlrun: receipts broken ({which}effect "
-                           f"'{printable(check.broken_key or '')}'): {check.reason}", err=True)
+                click.echo(f"ctrlrun: receipts broken: {printable(check.reason or '')}",
+                           err=True)
             raise SystemExit(1)

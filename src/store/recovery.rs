@@ -7,6 +7,7 @@
 
 use crate::error::{Error, Result};
 use crate::planner::{self, AfterUnknown, Expected, ReservationPlan, Transition};
+use crate::receipt::Event;
 use crate::record::{EffectRecord, Micros};
 
 /// How a transaction ended.
@@ -21,14 +22,17 @@ pub(crate) enum Commit<T> {
 /// known to have landed.
 pub(crate) struct Step {
     pub(crate) written: Option<EffectRecord>,
+    /// What the write is, for its receipt.
+    pub(crate) event: Event,
     pub(crate) outcome: Result<EffectRecord>,
 }
 
 impl Step {
     /// `row` written and returned.
-    pub(crate) fn wrote(row: EffectRecord) -> Step {
+    pub(crate) fn wrote(row: EffectRecord, event: Event) -> Step {
         Step {
             written: Some(row.clone()),
+            event,
             outcome: Ok(row),
         }
     }
@@ -37,6 +41,7 @@ impl Step {
     pub(crate) fn refused(error: Error) -> Step {
         Step {
             written: None,
+            event: Event::Reservation,
             outcome: Err(error),
         }
     }
@@ -45,12 +50,15 @@ impl Step {
     /// the step (a lapse writes its row, then refuses).
     pub(crate) fn of_reservation(plan: ReservationPlan) -> (Option<Expected>, Step) {
         match plan {
-            ReservationPlan::Insert(row) => (None, Step::wrote(row)),
-            ReservationPlan::Renew { expected, record } => (Some(expected), Step::wrote(record)),
+            ReservationPlan::Insert(row) => (None, Step::wrote(row, Event::Reservation)),
+            ReservationPlan::Renew { expected, record } => {
+                (Some(expected), Step::wrote(record, Event::Reservation))
+            }
             ReservationPlan::Lapse { expected, record } => (
                 Some(expected),
                 Step {
                     written: Some(record.clone()),
+                    event: Event::Lapse,
                     outcome: Err(Error::ambiguous(record)),
                 },
             ),

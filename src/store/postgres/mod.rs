@@ -29,6 +29,7 @@ use tokio_postgres::Config;
 
 use crate::error::{Error, Result};
 use crate::planner::{self, Expected, Proposal, Transition};
+use crate::receipt::Event;
 use crate::record::{EffectRecord, EffectState, Micros};
 use crate::store::pool::{Pool, Pooled};
 use crate::store::recovery::{reread_failed, Commit, Reread, TransitionCall};
@@ -296,12 +297,12 @@ impl PostgresStore {
         &self,
         tx: &mut Client,
         what: &str,
-        expected: &Expected,
+        (expected, event): (&Expected, Event),
         r: &EffectRecord,
     ) -> Result<bool> {
         let n = self
             .sql
-            .cas(tx, expected, r)
+            .cas(tx, expected, r, event)
             .map_err(|e| self.failed(what, &r.effect_key, &e))?;
         Ok(n == 1)
     }
@@ -370,7 +371,7 @@ impl Store for PostgresStore {
         let plan = |found: Option<EffectRecord>, n: Micros| {
             planner::plan_extension(found, key, action_id, attempt, until, n)
         };
-        self.read_plan_write("extend_lease", key, now, &plan, true)
+        self.read_plan_write(("extend_lease", Event::Extension), key, now, &plan, true)
     }
 
     fn resolve(
@@ -384,7 +385,7 @@ impl Store for PostgresStore {
         let plan = |found: Option<EffectRecord>, n: Micros| {
             planner::plan_resolution(found, key, target, resolver, n)
         };
-        self.read_plan_write("resolve_effect", key, now, &plan, true)
+        self.read_plan_write(("resolve_effect", Event::Resolution), key, now, &plan, true)
     }
 
     fn get(&self, key: &str) -> Result<Option<EffectRecord>> {

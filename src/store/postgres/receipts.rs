@@ -7,7 +7,7 @@ use tokio_postgres::Row;
 use super::client::{Client, PgResult};
 use super::PostgresStore;
 use crate::error::{Error, Result};
-use crate::receipt::{Head, Receipt, Verification, Verifier};
+use crate::receipt::{Receipt, Verification, Verifier};
 use crate::store::Receipts;
 
 const COLUMNS: &str = "id, chain, effect_key, request_id, seq, prev_hash, hash, at, kind, \
@@ -52,6 +52,7 @@ impl PostgresStore {
 
 impl Receipts for PostgresStore {
     fn list_receipts(&self, key: Option<&str>, limit: Option<u64>) -> Result<Vec<Receipt>> {
+        key.map(super::check_key).transpose()?;
         let limit = limit.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
         let rows = self.receipts_read(|c, sql| {
             c.query_typed(
@@ -68,34 +69,61 @@ impl Receipts for PostgresStore {
     }
 
     fn verify_receipts(&self) -> Result<Verification> {
-        // The heads first: receipts read after them may only be newer.
-        let heads = self.receipts_read(|c, sql| {
-            c.query_typed(
+        let mut conn = self.conn("verify_receipts", "*")?;
+        let sql = &self.sql;
+        // One snapshot for the heads and every receipt; receipts read in pages by id, so a
+        // large store is never held in memory at once.
+        let mut run = || -> PgResult<Verification> {
+            let c = &mut conn.client;
+            c.batch_execute(
+                "START TRANSACTION",
+                "START TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY",
+            )?;
+            let heads = c.query_typed(
                 &format!(
-                    "SELECT false, effect_key, receipt_seq, receipt_hash FROM {e} \
-                     WHERE receipt_hash IS NOT NULL \
-                     UNION ALL SELECT true, request_id, receipt_seq, receipt_hash FROM {a} \
-                     WHERE receipt_hash IS NOT NULL",
+                    "SELECT 0::int8, 'effect', effect_key, NULL::text, receipt_seq, \
+                     receipt_prev, receipt_hash, updated_at, last_event, action, action_id, \
+                     attempt, state, args_digest, approval_id, resolved_by, written_by \
+                     FROM {e} WHERE receipt_hash IS NOT NULL UNION ALL \
+                     SELECT 0::int8, 'approval', effect_key, request_id, receipt_seq, \
+                     receipt_prev, receipt_hash, updated_at, last_event, action, used_by, \
+                     NULL::int8, state, args_digest, request_id, decided_by, written_by \
+                     FROM {a} WHERE receipt_hash IS NOT NULL",
                     e = sql.effects,
                     a = sql.approvals
                 ),
                 &[],
-            )
-        })?;
-        let heads: Vec<Head> = heads
-            .iter()
-            .map(|r| ((r.get(0), r.get(1)), r.get(2), r.get(3)))
-            .collect();
-        let rows = self.receipts_read(|c, sql| {
-            c.query_typed(
-                &format!("SELECT {COLUMNS} FROM {r} ORDER BY id", r = sql.receipts),
-                &[],
-            )
-        })?;
-        let mut verifier = Verifier::new();
-        for row in &rows {
-            verifier.add(&read(row));
+            )?;
+            let page = format!(
+                "SELECT {COLUMNS} FROM {r} WHERE id > $1 ORDER BY id LIMIT 5000",
+                r = sql.receipts
+            );
+            let mut verifier = Verifier::new();
+            let mut after = 0i64;
+            loop {
+                let rows = c.query_typed(&page, &[(&after, Type::INT8)])?;
+                for row in &rows {
+                    let receipt = read(row);
+                    after = receipt.id;
+                    verifier.add(&receipt);
+                }
+                if rows.len() < 5000 || verifier.is_broken() {
+                    break;
+                }
+            }
+            c.batch_execute("COMMIT", "COMMIT")?;
+            Ok(verifier.finish(heads.iter().map(read)))
+        };
+        let found = run();
+        if found.is_err() {
+            conn.broken = true; // it may be left inside the transaction
         }
-        Ok(verifier.finish(heads))
+        found.map_err(|e| {
+            Error::Store(format!(
+                "reading receipts from the PostgreSQL store {} failed: {}",
+                self.description,
+                e.describe()
+            ))
+        })
     }
 }

@@ -109,6 +109,27 @@ const MIGRATIONS: [&str; 3] = [
                  NEW.args_digest, NEW.request_id, NEW.decided_by, NEW.written_by);
              RETURN NULL;
          END $$;
+     CREATE OR REPLACE FUNCTION {s}.ctrlrun_receipt_required() RETURNS trigger
+         LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+         BEGIN
+             RAISE EXCEPTION 'ctrlrun: this write to % sets no receipt: the process runs a '
+                 'ctrlrun older than the store schema (version 4); restart it with the '
+                 'current ctrlrun', TG_TABLE_NAME;
+         END $$;
+     DROP TRIGGER IF EXISTS ctrlrun_effects_receipt_required_insert ON {t};
+     CREATE TRIGGER ctrlrun_effects_receipt_required_insert BEFORE INSERT ON {t} FOR EACH ROW
+         WHEN (NEW.receipt_hash IS NULL) EXECUTE FUNCTION {s}.ctrlrun_receipt_required();
+     DROP TRIGGER IF EXISTS ctrlrun_effects_receipt_required_update ON {t};
+     CREATE TRIGGER ctrlrun_effects_receipt_required_update BEFORE UPDATE ON {t} FOR EACH ROW
+         WHEN (NEW.receipt_seq IS NOT DISTINCT FROM OLD.receipt_seq)
+         EXECUTE FUNCTION {s}.ctrlrun_receipt_required();
+     DROP TRIGGER IF EXISTS ctrlrun_approvals_receipt_required_insert ON {a};
+     CREATE TRIGGER ctrlrun_approvals_receipt_required_insert BEFORE INSERT ON {a} FOR EACH ROW
+         WHEN (NEW.receipt_hash IS NULL) EXECUTE FUNCTION {s}.ctrlrun_receipt_required();
+     DROP TRIGGER IF EXISTS ctrlrun_approvals_receipt_required_update ON {a};
+     CREATE TRIGGER ctrlrun_approvals_receipt_required_update BEFORE UPDATE ON {a} FOR EACH ROW
+         WHEN (NEW.receipt_seq IS NOT DISTINCT FROM OLD.receipt_seq)
+         EXECUTE FUNCTION {s}.ctrlrun_receipt_required();
      DROP TRIGGER IF EXISTS ctrlrun_effects_receipt_insert ON {t};
      CREATE TRIGGER ctrlrun_effects_receipt_insert AFTER INSERT ON {t} FOR EACH ROW
          WHEN (NEW.receipt_hash IS NOT NULL) EXECUTE FUNCTION {s}.ctrlrun_effect_receipt();

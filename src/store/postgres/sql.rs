@@ -7,7 +7,7 @@ use super::client::{Client, PgResult};
 
 use crate::error::{Error, Result};
 use crate::planner::{Expected, Transition};
-use crate::receipt;
+use crate::receipt::Event;
 use crate::record::{holder, EffectRecord, EffectState, Micros};
 
 const COLUMNS: &str = "effect_key, state, action_id, attempt, created_at, updated_at, \
@@ -200,7 +200,7 @@ impl Sql {
                 (&r.args_digest, Type::TEXT),
                 (&r.arg_digests, Type::TEXT),
                 (&r.approval_id, Type::TEXT),
-                (&receipt::effect_event(None, r), Type::TEXT),
+                (&Event::Reservation.as_str(), Type::TEXT),
                 (&holder(), Type::TEXT),
             ],
         )
@@ -212,6 +212,7 @@ impl Sql {
         c: &mut Client,
         expected: &Expected,
         r: &EffectRecord,
+        event: Event,
     ) -> PgResult<u64> {
         c.execute_typed(
             &self.cas,
@@ -235,7 +236,7 @@ impl Sql {
                 (&r.args_digest, Type::TEXT),
                 (&r.arg_digests, Type::TEXT),
                 (&r.approval_id, Type::TEXT),
-                (&receipt::effect_event(Some(expected), r), Type::TEXT),
+                (&event.as_str(), Type::TEXT),
                 (&holder(), Type::TEXT),
             ],
         )
@@ -254,7 +255,7 @@ impl Sql {
     ) -> PgResult<Vec<Row>> {
         let w = t.write();
         let from: Vec<&str> = w.from.iter().map(|s| s.as_str()).collect();
-        let (kind, writer) = (receipt::transition_event(t), holder());
+        let (kind, writer) = (Event::of_transition(t).as_str(), holder());
         let params: [(&(dyn ToSql + Sync), Type); 11] = [
             (&w.state.as_str(), Type::TEXT),
             (&from, Type::TEXT_ARRAY),

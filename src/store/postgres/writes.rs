@@ -6,7 +6,8 @@ use super::sql::{read_found, read_record, Found};
 use super::PostgresStore;
 use crate::error::{Error, Result};
 use crate::planner::{self, Expected, Mismatch, Proposal, ReservationPlan};
-use crate::record::{holder, new_attempt_token, EffectRecord, Micros};
+use crate::receipt::Event;
+use crate::record::{holder, new_attempt_token, EffectRecord, EffectState, Micros};
 use crate::store::recovery::{settle_transition, settle_write, Commit, Step, TransitionCall};
 
 impl PostgresStore {
@@ -111,11 +112,12 @@ impl PostgresStore {
                         }
                     }
                     ReservationPlan::Renew { expected, record } => {
-                        let won = self.write_cas(tx, WHAT, &expected, &record)?;
+                        let won =
+                            self.write_cas(tx, WHAT, (&expected, Event::Reservation), &record)?;
                         (won.then(|| record.clone()), Ok(record))
                     }
                     ReservationPlan::Lapse { expected, record } => {
-                        let won = self.write_cas(tx, WHAT, &expected, &record)?;
+                        let won = self.write_cas(tx, WHAT, (&expected, Event::Lapse), &record)?;
                         (won.then(|| record.clone()), Err(Error::ambiguous(record)))
                     }
                 };
@@ -123,7 +125,15 @@ impl PostgresStore {
                     if let Some(used) = &grant {
                         approvals::mark_used(self, tx, key, used, n)?; // an error rolls back
                     }
-                    return Ok(Step { written, outcome });
+                    let event = match written.as_ref().map(|r| r.state) {
+                        Some(EffectState::Ambiguous) => Event::Lapse, // a lapse's row
+                        _ => Event::Reservation,
+                    };
+                    return Ok(Step {
+                        written,
+                        event,
+                        outcome,
+                    });
                 }
                 // Another writer's row is there now: read it (a new statement sees it under
                 // READ COMMITTED) and plan again.
@@ -140,7 +150,7 @@ impl PostgresStore {
     /// on the row read decides).
     pub(super) fn read_plan_write(
         &self,
-        what: &str,
+        (what, event): (&str, Event),
         key: &str,
         now: Option<Micros>,
         plan: &dyn Fn(Option<EffectRecord>, Micros) -> Result<EffectRecord>,
@@ -154,8 +164,8 @@ impl PostgresStore {
                 let expected = found.as_ref().map(Expected::of);
                 let record = plan(found, n)?;
                 let expected = expected.expect("a plan that writes found a row");
-                if self.write_cas(tx, what, &expected, &record)? {
-                    return Ok(Step::wrote(record));
+                if self.write_cas(tx, what, (&expected, event), &record)? {
+                    return Ok(Step::wrote(record, event));
                 }
             }
             Err(Error::StoreWriteFailed(format!(
@@ -163,7 +173,8 @@ impl PostgresStore {
                  nothing was committed, so the write may be retried"
             )))
         })?;
-        let retry = may_retry.then_some(|| self.read_plan_write(what, key, now, plan, false));
+        let retry =
+            may_retry.then_some(|| self.read_plan_write((what, event), key, now, plan, false));
         settle_write(self, what, key, committed, |_, _| None, retry)
     }
 
@@ -219,7 +230,8 @@ impl PostgresStore {
                             // A late outcome: a compare-and-set of the whole row; one that
                             // loses to a concurrent writer fails and may be retried.
                             Mismatch::Late { expected, row } => {
-                                if !self.write_cas(tx, what, &expected, &row)? {
+                                let late = (&expected, Event::LateOutcome);
+                                if !self.write_cas(tx, what, late, &row)? {
                                     return Err(Error::StoreWriteFailed(format!(
                                         "{what} for effect '{key}': the row changed while its \
                                          late outcome was written; nothing was committed, so \

@@ -18,6 +18,7 @@ use rusqlite::Connection;
 
 use crate::error::{Error, Result};
 use crate::planner::{self, Expected, Proposal, ReservationPlan, Transition};
+use crate::receipt::Event;
 use crate::record::{holder, new_attempt_token, now_micros, EffectRecord, EffectState, Micros};
 use crate::store::pool::{Pool, Pooled};
 use crate::store::recovery::{reread_failed, Commit, Reread, Step, TransitionCall};
@@ -330,7 +331,7 @@ impl Store for SqliteStore {
         let plan = |_: &Connection, found: Option<EffectRecord>| {
             let expected = found.as_ref().map(Expected::of);
             let row = planner::plan_extension(found, key, action_id, attempt, until, now)?;
-            Ok((expected, Step::wrote(row)))
+            Ok((expected, Step::wrote(row, Event::Extension)))
         };
         self.read_plan_write("extend_lease", key, &plan, false, true)
     }
@@ -347,7 +348,7 @@ impl Store for SqliteStore {
         let plan = |_: &Connection, found: Option<EffectRecord>| {
             let expected = found.as_ref().map(Expected::of);
             let row = planner::plan_resolution(found, key, target, resolver, now)?;
-            Ok((expected, Step::wrote(row)))
+            Ok((expected, Step::wrote(row, Event::Resolution)))
         };
         self.read_plan_write("resolve_effect", key, &plan, false, true)
     }

@@ -5,7 +5,7 @@ use rusqlite::{Connection, Row};
 
 use super::SqliteStore;
 use crate::error::{Error, Result};
-use crate::receipt::{Head, Receipt, Verification, Verifier};
+use crate::receipt::{Receipt, Verification, Verifier};
 use crate::store::Receipts;
 
 const COLUMNS: &str = "id, chain, effect_key, request_id, seq, prev_hash, hash, at, kind, \
@@ -33,28 +33,29 @@ fn read(row: &Row<'_>) -> rusqlite::Result<Receipt> {
     })
 }
 
-/// Every row's chain head, effects then approval requests.
-fn heads(c: &Connection) -> rusqlite::Result<Vec<Head>> {
-    let mut out = Vec::new();
-    for (is_approval, sql) in [
-        (
-            false,
-            "SELECT effect_key, receipt_seq, receipt_hash FROM ctrlrun_effects \
-             WHERE receipt_hash IS NOT NULL",
-        ),
-        (
-            true,
-            "SELECT request_id, receipt_seq, receipt_hash FROM ctrlrun_approvals \
-             WHERE receipt_hash IS NOT NULL",
-        ),
-    ] {
-        let mut stmt = c.prepare(sql)?;
-        let rows = stmt.query_map([], |r| Ok(((is_approval, r.get(0)?), r.get(1)?, r.get(2)?)))?;
-        for row in rows {
-            out.push(row?);
-        }
+/// Every row's chain head, as a receipt of the row (see [`Verifier::finish`]).
+const HEADS: &str = "SELECT 0, 'effect', effect_key, NULL, receipt_seq, receipt_prev, \
+     receipt_hash, updated_at, last_event, action, action_id, attempt, state, args_digest, \
+     approval_id, resolved_by, written_by FROM ctrlrun_effects WHERE receipt_hash IS NOT NULL \
+     UNION ALL SELECT 0, 'approval', effect_key, request_id, receipt_seq, receipt_prev, \
+     receipt_hash, updated_at, last_event, action, used_by, NULL, state, args_digest, \
+     request_id, decided_by, written_by FROM ctrlrun_approvals WHERE receipt_hash IS NOT NULL";
+
+/// The heads and every receipt, read in the snapshot of the caller's transaction.
+fn verify_in(c: &Connection) -> rusqlite::Result<Verification> {
+    let heads = c
+        .prepare(HEADS)?
+        .query_map([], read)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut verifier = Verifier::new();
+    let mut stmt = c.prepare(&format!(
+        "SELECT {COLUMNS} FROM ctrlrun_receipts ORDER BY id"
+    ))?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        verifier.add(&read(row)?);
     }
-    Ok(out)
+    Ok(verifier.finish(heads))
 }
 
 impl SqliteStore {
@@ -73,29 +74,44 @@ impl Receipts for SqliteStore {
     fn list_receipts(&self, key: Option<&str>, limit: Option<u64>) -> Result<Vec<Receipt>> {
         let limit = limit.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
         let mut found = self.receipts_read(|c| {
-            let mut stmt = c.prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM ctrlrun_receipts WHERE (?1 IS NULL OR effect_key = ?1) \
-                 ORDER BY id DESC LIMIT ?2"
-            ))?;
-            let rows = stmt.query_map(rusqlite::params![key, limit], read)?;
-            rows.collect::<rusqlite::Result<Vec<_>>>()
+            let rows = match key {
+                Some(key) => c
+                    .prepare_cached(&format!(
+                        "SELECT {COLUMNS} FROM ctrlrun_receipts WHERE effect_key = ?1 \
+                         ORDER BY id DESC LIMIT ?2"
+                    ))?
+                    .query_map(rusqlite::params![key, limit], read)?
+                    .collect::<rusqlite::Result<Vec<_>>>(),
+                None => c
+                    .prepare_cached(&format!(
+                        "SELECT {COLUMNS} FROM ctrlrun_receipts ORDER BY id DESC LIMIT ?1"
+                    ))?
+                    .query_map([limit], read)?
+                    .collect::<rusqlite::Result<Vec<_>>>(),
+            };
+            rows
         })?;
         found.reverse();
         Ok(found)
     }
 
     fn verify_receipts(&self) -> Result<Verification> {
-        self.receipts_read(|c| {
-            let heads = heads(c)?; // first: receipts read after may only be newer
-            let mut verifier = Verifier::new();
-            let mut stmt = c.prepare(&format!(
-                "SELECT {COLUMNS} FROM ctrlrun_receipts ORDER BY id"
-            ))?;
-            let mut rows = stmt.query([])?;
-            while let Some(row) = rows.next()? {
-                verifier.add(&read(row)?);
-            }
-            Ok(verifier.finish(heads))
+        let mut conn = self.read_conn()?;
+        // One read transaction: the heads and the receipts from one snapshot of the file.
+        let read = (|| {
+            conn.conn.execute_batch("BEGIN")?;
+            let found = verify_in(&conn.conn);
+            conn.conn.execute_batch("COMMIT")?;
+            found
+        })();
+        if !conn.conn.is_autocommit() && conn.conn.execute_batch("ROLLBACK").is_err() {
+            conn.broken = true;
+        }
+        read.map_err(|e| {
+            Error::Store(format!(
+                "reading receipts from the SQLite store at {} failed: {e}",
+                self.opts.path.display()
+            ))
         })
     }
 }

@@ -3,6 +3,7 @@
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use crate::planner::{Expected, Transition};
+use crate::receipt::Event;
 use crate::record::{EffectRecord, EffectState, Micros};
 
 /// The schema version this build writes (`PRAGMA user_version`).
@@ -43,8 +44,10 @@ pub(super) const MIGRATIONS: [&str; 3] = [
      CREATE INDEX ctrlrun_approvals_call
          ON ctrlrun_approvals (action, args_digest, effect_key, requested_at);",
     // 3 -> 4: receipts. Each write statement sets its row's chain head (`receipt_*`, hashed by
-    // the registered `ctrlrun_receipt_hash`); these triggers append the written row as a
-    // receipt in the same statement, so a receipt exists exactly when its write committed.
+    // the registered `ctrlrun_receipt_hash`); the AFTER triggers append the written row as a
+    // receipt in the same statement, so a receipt exists exactly when its write committed. The
+    // BEFORE triggers refuse a write that sets no receipt (a process still running an older
+    // ctrlrun after the upgrade), rather than let it leave a gap nobody would see.
     "ALTER TABLE ctrlrun_effects ADD COLUMN last_event TEXT;
      ALTER TABLE ctrlrun_effects ADD COLUMN written_by TEXT;
      ALTER TABLE ctrlrun_effects ADD COLUMN receipt_seq INTEGER;
@@ -76,6 +79,22 @@ pub(super) const MIGRATIONS: [&str; 3] = [
          writer      TEXT
      );
      CREATE INDEX ctrlrun_receipts_key ON ctrlrun_receipts (effect_key, id);
+     CREATE TRIGGER ctrlrun_effects_receipt_required_insert BEFORE INSERT ON ctrlrun_effects
+     WHEN NEW.receipt_hash IS NULL BEGIN
+         SELECT RAISE(ABORT, 'ctrlrun: this write sets no receipt: the process runs a ctrlrun older than the store schema (version 4); restart it with the current ctrlrun');
+     END;
+     CREATE TRIGGER ctrlrun_effects_receipt_required_update BEFORE UPDATE ON ctrlrun_effects
+     WHEN NEW.receipt_seq IS OLD.receipt_seq BEGIN
+         SELECT RAISE(ABORT, 'ctrlrun: this write sets no receipt: the process runs a ctrlrun older than the store schema (version 4); restart it with the current ctrlrun');
+     END;
+     CREATE TRIGGER ctrlrun_approvals_receipt_required_insert BEFORE INSERT ON ctrlrun_approvals
+     WHEN NEW.receipt_hash IS NULL BEGIN
+         SELECT RAISE(ABORT, 'ctrlrun: this write sets no receipt: the process runs a ctrlrun older than the store schema (version 4); restart it with the current ctrlrun');
+     END;
+     CREATE TRIGGER ctrlrun_approvals_receipt_required_update BEFORE UPDATE ON ctrlrun_approvals
+     WHEN NEW.receipt_seq IS OLD.receipt_seq BEGIN
+         SELECT RAISE(ABORT, 'ctrlrun: this write sets no receipt: the process runs a ctrlrun older than the store schema (version 4); restart it with the current ctrlrun');
+     END;
      CREATE TRIGGER ctrlrun_effects_receipt_insert AFTER INSERT ON ctrlrun_effects
      WHEN NEW.receipt_hash IS NOT NULL BEGIN
          INSERT INTO ctrlrun_receipts (chain, effect_key, request_id, seq, prev_hash, hash, at,
@@ -295,7 +314,7 @@ pub(super) fn insert(conn: &Connection, r: &EffectRecord) -> rusqlite::Result<us
         r.args_digest,
         r.arg_digests,
         r.approval_id,
-        crate::receipt::effect_event(None, r),
+        Event::Reservation.as_str(),
         crate::record::holder()
     ])
 }
@@ -305,6 +324,7 @@ pub(super) fn compare_and_set(
     conn: &Connection,
     expected: &Expected,
     r: &EffectRecord,
+    event: Event,
 ) -> rusqlite::Result<usize> {
     conn.prepare_cached(COMPARE_AND_SET)?.execute(params![
         r.state.as_str(),
@@ -326,7 +346,7 @@ pub(super) fn compare_and_set(
         r.args_digest,
         r.arg_digests,
         r.approval_id,
-        crate::receipt::effect_event(Some(expected), r),
+        event.as_str(),
         crate::record::holder()
     ])
 }
@@ -357,7 +377,7 @@ pub(super) fn transition_cas(
         pick(0),
         pick(1),
         pick(2),
-        crate::receipt::transition_event(t),
+        Event::of_transition(t).as_str(),
         crate::record::holder()
     ])
 }

@@ -5,6 +5,7 @@ use super::sql::{compare_and_set, insert, select, set_synchronous, transition_ca
 use super::SqliteStore;
 use crate::error::Result;
 use crate::planner::{self, Expected, Mismatch};
+use crate::receipt::Event;
 use crate::record::EffectRecord;
 use crate::store::recovery::{settle_transition, settle_write, Step, TransitionCall};
 use crate::url::Synchronous;
@@ -46,7 +47,7 @@ impl SqliteStore {
             if let Some(row) = &step.written {
                 let written = match &expected {
                     None => insert(c, row),
-                    Some(exp) => compare_and_set(c, exp, row),
+                    Some(exp) => compare_and_set(c, exp, row, step.event),
                 }
                 .map_err(|e| self.failed(what, key, e))?;
                 if written != 1 {
@@ -100,7 +101,7 @@ impl SqliteStore {
                     Mismatch::Refuse(e) => Err(e),
                     Mismatch::Late { expected, row } => {
                         // A late outcome: a compare-and-set of the whole row, under the lock.
-                        if compare_and_set(c, &expected, &row)
+                        if compare_and_set(c, &expected, &row, Event::LateOutcome)
                             .map_err(|e| self.failed(what, key, e))?
                             != 1
                         {
