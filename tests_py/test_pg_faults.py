@@ -250,9 +250,11 @@ def test_statement_timeout_before_commit_is_a_failed_write(pg, pg_schema, direct
     blocker = subprocess.Popen(
         [_find_bin("psql"), "-h", pg.host, "-p", str(pg.port), "-U", pg.user, "-d", pg.db, "-Atqc",
          f"BEGIN; INSERT INTO \"{pg_schema}\".ctrlrun_effects (key_digest, effect_key, state, "
-         f"action_id, attempt, created_at, updated_at, lease_expires_at) VALUES "
+         f"action_id, attempt, created_at, updated_at, lease_expires_at, last_event, "
+         f"receipt_seq, receipt_hash) VALUES "
          f"(sha256(convert_to('pay:o8', 'UTF8')), 'pay:o8', 'reserved', "
-         f"'act_blocker', 1, {now_us}, {now_us}, {now_us + 60_000_000}); "
+         f"'act_blocker', 1, {now_us}, {now_us}, {now_us + 60_000_000}, 'reservation', 1, "
+         f"'blocker'); "
          f"SELECT pg_sleep(2); ROLLBACK;"],
         env=env,
     )
