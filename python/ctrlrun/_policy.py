@@ -9,6 +9,8 @@ carry them (tools called through a gateway).
         effect: "refund:{payment_id}"
         decision: allow          # allow (default) | approve | deny
         approval_ttl: 15m        # approve only: how long a request waits and a grant lasts
+        on_tool_error: ambiguous # gateway: what an upstream tool error means (or failed)
+        call_timeout: 30s        # gateway: how long a forwarded call may take
 
 Found at ``CTRLRUN_CONFIG``, else ``ctrlrun.yaml`` in the working directory; no file means no
 policy. Parsed with PyYAML; every error is a :class:`~ctrlrun.PolicyError` naming the file, the
@@ -48,6 +50,12 @@ class ActionPolicy:
     #: Whether the entry states a ``decision`` (else ``allow`` is assumed, and a decorator's
     #: own decision stays in force).
     decided: bool = False
+    #: Gateway: what an upstream tool error means: ``ambiguous`` (default: an error does not
+    #: prove the effect did not happen) or ``failed`` (this upstream's errors mean nothing was
+    #: done, so a retry may run).
+    on_tool_error: str = "ambiguous"
+    #: Gateway: how long a forwarded call may take (``None``: the gateway's ``--call-timeout``).
+    call_timeout: Optional[timedelta] = None
 
 
 @dataclass(frozen=True)
@@ -144,6 +152,8 @@ def parse_policy(text: str, path: str) -> Policy:
                 approval_ttl: Optional[timedelta] = None
                 ttl_node: Optional[yaml.Node] = None
                 decided = False
+                on_tool_error = "ambiguous"
+                call_timeout: Optional[timedelta] = None
                 for ek, ev in _mapping(path, v, fieldname):
                     key = str(ek.value)
                     if key == "effect":
@@ -161,14 +171,22 @@ def parse_policy(text: str, path: str) -> Policy:
                     elif key == "approval_ttl":
                         ttl_node = ev
                         approval_ttl = _duration(path, ev, f"{fieldname}.approval_ttl")
+                    elif key == "on_tool_error":
+                        on_tool_error = _scalar(path, ev, f"{fieldname}.on_tool_error")
+                        if on_tool_error not in ("ambiguous", "failed"):
+                            raise _fail(path, ev, f"{fieldname}.on_tool_error",
+                                        f"is {on_tool_error!r}; expected ambiguous or failed")
+                    elif key == "call_timeout":
+                        call_timeout = _duration(path, ev, f"{fieldname}.call_timeout")
                     else:
                         raise _fail(path, ek, f"{fieldname}.{key}",
-                                    "unknown key (expected effect, decision and approval_ttl)")
+                                    "unknown key (expected effect, decision, approval_ttl, "
+                                    "on_tool_error and call_timeout)")
                 if approval_ttl is not None and decision != "approve":
                     raise _fail(path, ttl_node, f"{fieldname}.approval_ttl",
                                 "applies to decision: approve only")
                 actions[name] = ActionPolicy(name, effect, decision, k.start_mark.line + 1,
-                                             approval_ttl, decided)
+                                             approval_ttl, decided, on_tool_error, call_timeout)
     return Policy(path, actions)
 
 

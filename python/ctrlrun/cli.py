@@ -16,6 +16,7 @@ from typing import Any, Dict, List, NoReturn, Optional
 import click
 
 from . import cli_approvals as _cli_approvals
+from . import cli_gateway as _cli_gateway
 from . import cli_receipts as _cli_receipts
 from ._records import EffectRecord, EffectState
 from ._table import lease_text, printable, table
@@ -225,6 +226,7 @@ _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 _cli_approvals.register(cli, store_option, _open, _die)
 _cli_receipts.register(cli, store_option, _open, _die)
+_cli_gateway.register(cli, store_option, _die)
 
 
 def main(argv: Optional[List[str]] = None) -> None:

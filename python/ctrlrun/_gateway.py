@@ -1,0 +1,256 @@
+"""The MCP gateway: an MCP server on stdio in front of one upstream MCP server (a subprocess on
+stdio), giving the upstream's tool calls the decorator's guarantees.
+
+The upstream's tool ``T`` is the action ``mcp.<alias>.T``. A tool whose policy entry has an
+``effect:`` template is reserved under the rendered key before the call is forwarded, through
+the same steps as ``protect`` (``_runner_async``): fingerprints, approvals, receipts and the
+refusals all come from there. Outcomes follow the rule that only proof of non-execution means
+``failed``: the upstream's result is ``committed``; a call never sent (the upstream is down) is
+``failed``; a call sent with no answer, or answered with a tool error, is ``ambiguous`` unless
+the policy says ``on_tool_error: failed``.
+
+Imports the MCP SDK (the ``gateway`` extra); ``import ctrlrun`` never imports this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import timedelta
+from typing import Any, Dict, List, Optional, Tuple
+
+import anyio
+from mcp import types
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+from . import _core, _runner_async
+from ._binding import render_value
+from ._gateway_results import forwarded_error, not_forwarded, refusal_result
+from ._policy import ActionPolicy, current_policy
+from ._protect import DEFAULT_LEASE
+from ._steps import Spec
+from ._store import Store
+from .errors import (
+    ActionDenied,
+    AmbiguousEffect,
+    ApprovalRequired,
+    CTRLRunError,
+    DuplicateEffect,
+    EffectKeyError,
+    NotExecuted,
+)
+
+#: The seconds a forwarded call may take unless ``--call-timeout`` or the policy says.
+DEFAULT_CALL_TIMEOUT = 60.0
+#: How long the liveness check before a reserved call may take.
+PING_TIMEOUT = 5.0
+
+
+class NotSent(NotExecuted):
+    """The call was never written to the upstream: nothing ran there (``failed``)."""
+
+
+class UpstreamToolError(CTRLRunError):
+    """The upstream answered with a tool error: the effect may or may not have happened."""
+
+
+class Upstream:
+    """The upstream MCP server's session (one subprocess for the gateway's life)."""
+
+    def __init__(self, session: ClientSession) -> None:
+        self.session = session
+
+    async def alive(self) -> None:
+        """A ping answered: the upstream is up now. Raises :class:`NotSent` otherwise (the
+        call that follows is then never sent)."""
+        try:
+            with anyio.fail_after(PING_TIMEOUT):
+                await self.session.send_ping()
+        except Exception as exc:  # any failure here: the tool call was not sent
+            raise NotSent(f"the upstream MCP server did not answer a ping ({_why(exc)}); the "
+                          f"call was not sent") from None
+
+    async def call(self, name: str, arguments: Dict[str, Any], timeout: float
+                   ) -> types.CallToolResult:
+        """Forward one tool call; a timeout or a lost connection raises (sent: ``ambiguous``)."""
+        with anyio.fail_after(timeout + 1):
+            return await self.session.call_tool(name, arguments, read_timeout_seconds=timeout)
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+def render_key(template: _core.Template, arguments: Dict[str, Any]) -> str:
+    """The effect key from the call's arguments, with the decorator's grammar and errors."""
+    values = []
+    for name in template.placeholders:
+        if name not in arguments:
+            raise EffectKeyError(
+                f"effect template {template.source!r}: no value for placeholder '{name}'; "
+                f"the call's arguments are {', '.join(sorted(arguments)) or '(none)'}")
+        values.append(render_value(template.source, name, arguments[name]))
+    try:
+        return template.render(values)
+    except UnicodeEncodeError:
+        raise EffectKeyError(f"effect template {template.source!r}: a value holds a lone "
+                             f"surrogate, which no store can keep as text") from None
+
+
+class Gateway:
+    """What the gateway's MCP server does with each request."""
+
+    def __init__(self, alias: str, store: Store, upstream: Upstream, call_timeout: float) -> None:
+        self.alias = alias
+        self.store = store
+        self.upstream = upstream
+        self.call_timeout = call_timeout
+        self.templates: Dict[str, _core.Template] = {}
+
+    async def list_tools(self, ctx: Any, params: Optional[types.PaginatedRequestParams]
+                         ) -> types.ListToolsResult:
+        return await self.upstream.session.list_tools(params=params)
+
+    def _entry(self, tool: str) -> Optional[ActionPolicy]:
+        policy = current_policy()
+        return None if policy is None else policy.actions.get(f"mcp.{self.alias}.{tool}")
+
+    async def call_tool(self, ctx: Any, params: types.CallToolRequestParams
+                        ) -> types.CallToolResult:
+        tool, arguments = params.name, dict(params.arguments or {})
+        action = f"mcp.{self.alias}.{tool}"
+        try:
+            entry = self._entry(tool)
+        except CTRLRunError as exc:  # a broken policy file refuses, never forwards unguarded
+            return not_forwarded(action, None, "policy", str(exc))
+        timeout = self.call_timeout
+        if entry is not None and entry.call_timeout is not None:
+            timeout = entry.call_timeout.total_seconds()
+        if entry is not None and entry.decision == "deny":
+            return refusal_result(action, None, ActionDenied(
+                f"action {action!r} is denied by the policy {current_policy().path} "  # type: ignore[union-attr]
+                f"(line {entry.line}); nothing was sent", action=action, policy=None))
+        if entry is None or entry.effect is None:
+            if entry is not None and entry.decision == "approve":
+                return not_forwarded(action, None, "invalid", (
+                    f"action {action!r} needs approval, but the policy gives it no effect "
+                    f"template; an approval is used with the reservation of its effect key, so "
+                    f"the call is refused; nothing was sent"))
+            return await self._forward_unreserved(tool, arguments, timeout)
+        return await self._forward_reserved(entry, tool, arguments, timeout)
+
+    async def _forward_unreserved(self, tool: str, arguments: Dict[str, Any], timeout: float
+                                  ) -> types.CallToolResult:
+        return await self.upstream.call(tool, arguments, timeout)
+
+    async def _forward_reserved(self, entry: ActionPolicy, tool: str, arguments: Dict[str, Any],
+                                timeout: float) -> types.CallToolResult:
+        action = entry.name
+        template = self.templates.get(entry.effect or "")
+        if template is None:
+            template = self.templates[entry.effect or ""] = _core.Template(entry.effect or "")
+        try:
+            key = render_key(template, arguments)
+            ttl = (entry.approval_ttl or timedelta(minutes=15)) if entry.decision == "approve" \
+                else None
+            spec = Spec(action, arguments, frozenset(), ttl, 0.0)
+        except CTRLRunError as exc:
+            return not_forwarded(action, None, "invalid", f"{exc}; nothing was sent")
+        if ttl is not None and spec.left_out:
+            return not_forwarded(action, key, "invalid", (
+                f"action {action!r} needs approval, but its argument(s) "
+                f"{', '.join(spec.left_out)} have no canonical form; nothing was sent"))
+        # The lease outlives the call's own bound, so a slow answer is never lapsed by another
+        # caller while this one still waits for it.
+        lease = max(DEFAULT_LEASE, timedelta(seconds=timeout + 60))
+        lease_us = int(lease / timedelta(microseconds=1))
+        answer: List[types.CallToolResult] = []
+
+        async def forward() -> Any:
+            await self.upstream.alive()
+            result = await self.upstream.call(tool, arguments, timeout)
+            answer.append(result)
+            if result.is_error:
+                text = _result_text(result)
+                if entry.on_tool_error == "failed":
+                    raise NotExecuted(f"the upstream's tool error (on_tool_error: failed): {text}")
+                raise UpstreamToolError(f"the upstream answered with a tool error: {text}")
+            return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+        try:
+            await _runner_async.run(self.store, key, lease_us, forward, (), {}, spec)
+        except (ApprovalRequired, ActionDenied, DuplicateEffect, AmbiguousEffect) as exc:
+            return refusal_result(action, key, exc)
+        except (NotExecuted, UpstreamToolError) as exc:
+            if answer:
+                return forwarded_error(answer[0], action, key,
+                                       "failed" if isinstance(exc, NotExecuted) else "ambiguous")
+            return not_forwarded(action, key, "failed", f"{exc}; recorded failed, a retry may run")
+        except CTRLRunError as exc:
+            if answer:  # the upstream ran it; its outcome could not be recorded
+                return not_forwarded(action, key, "store", (
+                    f"the upstream ran the call, but recording its outcome failed: {exc}; do "
+                    f"not retry"))
+            return not_forwarded(action, key, "store", f"{exc}; nothing was sent")
+        except Exception as exc:  # sent, and no answer: nobody knows whether it ran
+            return not_forwarded(action, key, "ambiguous", (
+                f"the call was sent to the upstream and no answer came ({_why(exc)}); "
+                f"{key} is recorded ambiguous: check whether it happened, then settle it with "
+                f"`ctrlrun resolve {key} --committed` or `--failed`; do not retry"))
+        return answer[0]
+
+
+def _result_text(result: types.CallToolResult) -> str:
+    texts = [c.text for c in result.content if isinstance(c, types.TextContent)]
+    text = " ".join(texts).strip() or json.dumps(result.structured_content, default=str)
+    return text[:500]
+
+
+def upstream_env() -> Dict[str, str]:
+    """The gateway's environment for the upstream, without ctrlrun's own settings (the store
+    URL may hold a password the upstream has no business seeing)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
+
+
+async def serve_stdio(alias: str, store: Store, command: str, args: List[str],
+                      call_timeout: float) -> None:
+    """Start the upstream, then serve agents on this process's stdin and stdout until the
+    agent closes them."""
+    params = StdioServerParameters(command=command, args=args, env=upstream_env())
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            gateway = Gateway(alias, store, Upstream(session), call_timeout)
+            server: Server[Any] = Server(
+                f"ctrlrun-gateway-{alias}", version=_core.__version__,
+                on_list_tools=gateway.list_tools, on_call_tool=gateway.call_tool)
+            async with stdio_server() as (r, w):
+                await server.run(r, w, server.create_initialization_options())
+
+
+def unreserved_writes(alias: str) -> List[Tuple[str, int]]:
+    """The policy's actions of this upstream that are allowed with no effect template (they run
+    unreserved): named on the line that starts the gateway."""
+    policy = current_policy()
+    if policy is None:
+        return []
+    prefix = f"mcp.{alias}."
+    return [(a.name, a.line) for a in policy.unreserved() if a.name.startswith(prefix)]
+
+
+def announce(alias: str, store: Store, command: str) -> None:
+    """One line on stderr: what the gateway guards (stdout is the MCP channel)."""
+    policy = current_policy()
+    where = policy.path if policy is not None else "no policy file"
+    loose = unreserved_writes(alias)
+    extra = ""
+    if loose:
+        names = ", ".join(f"{n} (line {line})" for n, line in loose)
+        extra = f"; unreserved (no effect template): {names}"
+    print(f"ctrlrun gateway {alias}: {command} behind {store.url}, policy {where}{extra}",
+          file=sys.stderr, flush=True)

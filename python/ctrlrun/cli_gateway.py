@@ -1,0 +1,67 @@
+"""``ctrlrun gateway``: an MCP server on stdio in front of one upstream MCP server, reserving
+each tool call the policy gives an effect template (see ``_gateway``)."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Optional, Tuple
+
+import click
+
+from .errors import CTRLRunError
+
+_ALIAS = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def register(cli: click.Group, store_option: Any, die: Any) -> None:
+    """Add the gateway command to ``cli``."""
+
+    @cli.command(context_settings={"allow_interspersed_args": False})
+    @click.option("--name", "alias", required=True, metavar="ALIAS",
+                  help="The upstream's name: its tool T is the action mcp.ALIAS.T.")
+    @click.option("--policy", "policy", metavar="FILE", default=None,
+                  help="The policy file (default: CTRLRUN_CONFIG, else ./ctrlrun.yaml).")
+    @click.option("--call-timeout", type=click.FloatRange(min=0.1, max=86400), default=60.0,
+                  metavar="SECONDS", show_default=True,
+                  help="How long a forwarded call may take (per action: call_timeout).")
+    @store_option
+    @click.argument("upstream", nargs=-1, required=True, type=click.UNPROCESSED,
+                    metavar="-- UPSTREAM_COMMAND [ARGS]...")
+    def gateway(alias: str, policy: Optional[str], call_timeout: float,
+                store_url: Optional[str], upstream: Tuple[str, ...]) -> None:
+        """Serve MCP on stdio in front of UPSTREAM_COMMAND (an MCP server on stdio).
+
+        Each tool call whose action has an effect template in the policy is reserved before it
+        is forwarded: at most once per effect key, across the gateway's restarts and every
+        process sharing the store."""
+        if not _ALIAS.match(alias):
+            die(f"--name {alias!r}: an alias is 1 to 64 letters, digits, '_' or '-'")
+        try:
+            import anyio
+
+            from . import _gateway
+        except ImportError as exc:
+            if (exc.name or "").split(".")[0] in ("mcp", "mcp_types", "anyio"):
+                die("the gateway needs the MCP SDK: pip install 'ctrlrun[gateway]'")
+            raise
+        from ._policy import current_policy
+        from ._store import default_store, open_store
+
+        if policy is not None:
+            if not os.path.isfile(policy):
+                die(f"--policy {policy}: no such file")
+            os.environ["CTRLRUN_CONFIG"] = os.path.abspath(policy)
+        try:
+            current_policy()  # a broken policy stops the gateway before it serves anything
+            store = open_store(store_url) if store_url is not None else default_store()
+        except CTRLRunError as exc:
+            die(str(exc))
+        command, *args = upstream
+        _gateway.announce(alias, store, command)
+        try:
+            anyio.run(_gateway.serve_stdio, alias, store, command, list(args), call_timeout)
+        except OSError as exc:
+            die(f"cannot start the upstream {command!r}: {exc.strerror or exc}")
+        except KeyboardInterrupt:
+            pass

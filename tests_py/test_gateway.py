@@ -1,0 +1,229 @@
+"""The MCP gateway end to end: a real MCP client (the SDK's ``ClientSession`` over stdio)
+talks to ``ctrlrun gateway`` in its own process, which starts a real upstream MCP server
+(tests_py/mcp_upstream.py); the upstream logs every execution to a file. Both backends."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Dict, List
+
+import anyio
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+import ctrlrun
+
+HERE = Path(__file__).parent
+POLICY = """\
+schema: ctrlrun.policy/v2
+actions:
+  mcp.acme.refund:
+    effect: "refund:{payment_id}"
+  mcp.acme.flaky:
+    effect: "flaky:{payment_id}"
+  mcp.acme.slow:
+    effect: "slow:{payment_id}"
+    call_timeout: 1s
+  mcp.acme.die:
+    effect: "die:{payment_id}"
+"""
+
+
+class Rig:
+    def __init__(self, tmp_path: Path, store_url: str, policy: str) -> None:
+        self.tmp = tmp_path
+        self.store_url = store_url
+        self.log = tmp_path / "upstream.log"
+        self.policy = tmp_path / "ctrlrun.yaml"
+        self.policy.write_text(policy)
+        self.stderr = tmp_path / "gateway.err"
+
+    def runs(self) -> List[list]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines()]
+
+    def session(self, body: Callable[[ClientSession], Awaitable[Any]]) -> Any:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
+        env["UPSTREAM_LOG"] = str(self.log)
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "ctrlrun", "gateway", "--name", "acme", "--policy", str(self.policy),
+                  "--store", self.store_url, "--", sys.executable,
+                  str(HERE / "mcp_upstream.py")],
+            env=env, cwd=str(self.tmp))
+
+        async def main() -> Any:
+            with open(self.stderr, "a") as err:
+                async with stdio_client(params, errlog=err) as (r, w):
+                    async with ClientSession(r, w) as s:
+                        await s.initialize()
+                        return await body(s)
+
+        return anyio.run(main)
+
+    def calls(self, *calls: tuple) -> list:
+        async def body(s: ClientSession) -> list:
+            return [await s.call_tool(name, args) for name, args in calls]
+        return self.session(body)
+
+
+def ctrl(result) -> Dict[str, Any]:
+    assert result.is_error, result
+    return result.structured_content["ctrlrun"]
+
+
+@pytest.fixture
+def rig(tmp_path, store_url):
+    return Rig(tmp_path, store_url, POLICY)
+
+
+def test_a_reserved_tool_runs_once_and_the_retry_is_told_it_is_done(rig, store):
+    first, again = rig.calls(("refund", {"payment_id": "pi_1", "amount": 500}),
+                             ("refund", {"payment_id": "pi_1", "amount": 500}))
+    assert not first.is_error and first.structured_content == {"refunded": 500}
+    assert rig.runs() == [["refund", {"amount": 500, "payment_id": "pi_1"}]]
+    info = ctrl(again)
+    assert (info["refused"], info["effect_key"]) == ("committed", "refund:pi_1")
+    assert again.content[0].text.startswith("already done: refund:pi_1 committed at ")
+    assert again.content[0].text.endswith("; do not retry")
+    # a new gateway process (another session) sees the same store
+    (later,) = rig.calls(("refund", {"payment_id": "pi_1", "amount": 500}))
+    assert ctrl(later)["refused"] == "committed" and len(rig.runs()) == 1
+    rec = store.get_effect("refund:pi_1")
+    assert rec.state.value == "committed" and rec.action == "mcp.acme.refund"
+    assert rec.result["structuredContent"] == {"refunded": 500}
+    assert [r.kind for r in store.list_receipts("refund:pi_1")] == ["reservation", "outcome"]
+    # other arguments on the same key are a conflict, named
+    (other,) = rig.calls(("refund", {"payment_id": "pi_1", "amount": 5000}))
+    assert ctrl(other)["refused"] == "conflict" and ctrl(other)["fields"] == ["amount"]
+    assert len(rig.runs()) == 1
+
+
+def test_tools_without_a_template_are_forwarded_unreserved(rig, store):
+    async def body(s):
+        listed = await s.list_tools()
+        a = await s.call_tool("lookup", {"payment_id": "pi_1"})
+        b = await s.call_tool("lookup", {"payment_id": "pi_1"})
+        return listed, a, b
+    listed, a, b = rig.session(body)
+    assert {t.name for t in listed.tools} == {"refund", "lookup", "flaky", "slow", "die"}
+    assert a.content[0].text == b.content[0].text == "payment pi_1 is settled"
+    assert store.list_effects() == []
+
+
+def test_an_unresolvable_template_refuses_before_anything_is_sent(rig, store):
+    missing, bad = rig.calls(("refund", {"amount": 5}),
+                             ("refund", {"payment_id": 1.5, "amount": 5}))
+    assert ctrl(missing)["refused"] == "invalid" and "payment_id" in missing.content[0].text
+    assert ctrl(bad)["refused"] == "invalid" and "float" in bad.content[0].text
+    assert rig.runs() == [] and store.list_effects() == []
+
+
+def test_a_denied_action_is_refused(tmp_path, store_url, store):
+    rig = Rig(tmp_path, store_url, POLICY + "  mcp.acme.lookup:\n    decision: deny\n")
+    (r,) = rig.calls(("lookup", {"payment_id": "pi_1"}))
+    assert ctrl(r)["refused"] == "denied" and "denied" in r.content[0].text
+
+
+def test_an_approve_action_runs_once_after_a_person_approves(tmp_path, store_url, store):
+    rig = Rig(tmp_path, store_url, POLICY.replace(
+        '    effect: "refund:{payment_id}"\n',
+        '    effect: "refund:{payment_id}"\n    decision: approve\n'))
+    (asked,) = rig.calls(("refund", {"payment_id": "pi_7", "amount": 70}))
+    info = ctrl(asked)
+    assert info["refused"] == "approval_required" and info["request_id"].startswith("apr_")
+    assert f"ctrlrun approve {info['request_id']} --by NAME" in asked.content[0].text
+    assert rig.runs() == []
+    ok = subprocess.run([sys.executable, "-m", "ctrlrun", "approve", info["request_id"],
+                         "--by", "ops:alice", "--store", store_url],
+                        capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    ran, again = rig.calls(("refund", {"payment_id": "pi_7", "amount": 70}),
+                           ("refund", {"payment_id": "pi_7", "amount": 70}))
+    assert not ran.is_error and ctrl(again)["refused"] == "committed"
+    assert len(rig.runs()) == 1
+    assert store.get_approval(info["request_id"]).state.value == "used"
+    kinds = [(r.chain, r.kind) for r in store.list_receipts("refund:pi_7")]
+    assert ("approval", "consumed") in kinds and ("effect", "outcome") in kinds
+
+
+def test_a_tool_error_is_ambiguous_unless_the_policy_says_failed(tmp_path, store_url, store):
+    rig = Rig(tmp_path, store_url, POLICY)
+    err, again = rig.calls(("flaky", {"payment_id": "p"}), ("flaky", {"payment_id": "p"}))
+    assert err.content[0].text == "card declined"  # the upstream's own error, passed on
+    assert ctrl(err)["outcome"] == "ambiguous"
+    assert ctrl(again)["refused"] == "ambiguous" and len(rig.runs()) == 1
+    assert store.get_effect("flaky:p").state.value == "ambiguous"
+    (tmp_path / "x").mkdir()
+    rig2 = Rig(tmp_path / "x", store_url, POLICY.replace(
+        '    effect: "flaky:{payment_id}"\n',
+        '    effect: "flaky:{payment_id}"\n    on_tool_error: failed\n'))
+    first, retry = rig2.calls(("flaky", {"payment_id": "q"}), ("flaky", {"payment_id": "q"}))
+    assert ctrl(first)["outcome"] == "failed" and ctrl(retry)["outcome"] == "failed"
+    assert len(rig2.runs()) == 2  # a provable failure lets the retry run
+    assert store.get_effect("flaky:q").state.value == "failed"
+
+
+def test_a_call_with_no_answer_in_time_is_ambiguous(rig, store):
+    slow, again = rig.calls(("slow", {"payment_id": "s", "seconds": 5}),
+                            ("slow", {"payment_id": "s", "seconds": 5}))
+    assert ctrl(slow)["outcome"] == "ambiguous" and "no answer" in slow.content[0].text
+    assert ctrl(again)["refused"] == "ambiguous"
+    assert len(rig.runs()) == 1 and store.get_effect("slow:s").state.value == "ambiguous"
+
+
+def test_an_upstream_that_dies_mid_call_is_ambiguous_then_calls_are_failed(rig, store):
+    died, after = rig.calls(("die", {"payment_id": "d"}),
+                            ("refund", {"payment_id": "pi_9", "amount": 9}))
+    assert ctrl(died)["outcome"] == "ambiguous"
+    assert store.get_effect("die:d").state.value == "ambiguous"
+    # the upstream is gone: the next call is never sent, so it is failed and may run later
+    assert ctrl(after)["outcome"] == "failed" and "not sent" in after.content[0].text
+    assert store.get_effect("refund:pi_9").state.value == "failed"
+    assert [r[0] for r in rig.runs()] == ["die"]
+
+
+def test_the_gateway_and_a_decorated_worker_share_reservations(rig, store):
+    @ctrlrun.protect("mcp.acme.refund", effect="refund:{payment_id}", store=store)
+    def refund(payment_id: str, amount: int) -> dict:
+        return {"refunded": amount, "by": "worker"}
+
+    assert refund("pi_w", 10) == {"refunded": 10, "by": "worker"}
+    (r,) = rig.calls(("refund", {"payment_id": "pi_w", "amount": 10}))
+    assert ctrl(r)["refused"] == "committed" and rig.runs() == []
+
+
+def test_import_ctrlrun_does_not_import_the_mcp_sdk():
+    code = "import sys, ctrlrun, ctrlrun.cli; assert 'mcp' not in sys.modules, 'mcp imported'"
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--name", "a.b", "--", "true"], "an alias is 1 to 64"),
+    (["--name", "acme", "--policy", "/nonexistent.yaml", "--", "true"], "no such file"),
+])
+def test_bad_gateway_arguments_are_one_line_errors(args, needle, tmp_path):
+    p = subprocess.run([sys.executable, "-m", "ctrlrun", "gateway", *args],
+                       capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+    assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_without_the_sdk_the_gateway_names_the_extra(tmp_path):
+    code = textwrap.dedent("""
+        import sys
+        sys.modules['mcp'] = None  # as if the extra were not installed
+        from ctrlrun.cli import main
+        sys.argv = ['ctrlrun', 'gateway', '--name', 'acme', '--', 'true']
+        main()
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60, cwd=str(tmp_path))
+    assert p.returncode == 2, p.stderr
+    assert "pip install 'ctrlrun[gateway]'" in p.stderr and "Traceback" not in p.stderr
