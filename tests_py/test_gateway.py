@@ -200,6 +200,68 @@ def test_the_gateway_and_a_decorated_worker_share_reservations(rig, store):
     assert ctrl(r)["refused"] == "committed" and rig.runs() == []
 
 
+def test_the_startup_line_names_unreserved_writes_and_tools_say_they_are_reserved(rig, store):
+    async def body(s):
+        return await s.list_tools(), await s.call_tool("nosuch", {"x": 1})
+    listed, unknown = rig.session(body)
+    line = rig.stderr.read_text().splitlines()[0]
+    assert line.startswith("ctrlrun gateway acme: ") and "(5 tools)" in line, line
+    assert line.endswith("writes with no effect template, run unreserved: lookup"), line
+    described = {t.name: t.description for t in listed.tools}
+    assert "[ctrlrun] Runs at most once per effect key 'refund:{payment_id}'" in \
+        described["refund"]
+    assert described["lookup"] == "Read a payment."
+    # a tool the policy does not know is forwarded as it is (the upstream answers)
+    assert unknown.is_error and unknown.content[0].text == "unknown tool nosuch"
+    assert store.list_effects() == []
+
+
+def test_two_gateways_racing_one_call_run_it_once(tmp_path, store_url, store):
+    import threading
+
+    rig = Rig(tmp_path, store_url, POLICY)
+    results: list = []
+
+    def one() -> None:
+        results.extend(rig.calls(("slow", {"payment_id": "race", "seconds": 0.5})))
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(results) == 2 and len(rig.runs()) == 1, (results, rig.runs())
+    refused = [r for r in results if r.is_error]
+    assert len(refused) == 1
+    assert ctrl(refused[0])["refused"] in ("committed", "in_progress")
+    assert store.get_effect("slow:race").state.value == "committed"
+
+
+@pytest.mark.parametrize("policy,needle", [
+    ("schema: ctrlrun.policy/v2\nactions:\n  mcp.acme.refund:\n    effect: 7\n",
+     "effect: must be a string"),
+    ("schema: ctrlrun.policy/v2\nactions:\n  mcp.acme.refund:\n    on_tool_error: maybe\n",
+     "expected ambiguous or failed"),
+])
+def test_a_malformed_policy_stops_the_gateway_before_it_serves(policy, needle, tmp_path,
+                                                             store_url):
+    (tmp_path / "p.yaml").write_text(policy)
+    p = subprocess.run([sys.executable, "-m", "ctrlrun", "gateway", "--name", "acme",
+                        "--policy", str(tmp_path / "p.yaml"), "--store", store_url, "--",
+                        sys.executable, str(HERE / "mcp_upstream.py")],
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_an_upstream_command_that_does_not_exist_is_one_line(tmp_path, store_url):
+    p = subprocess.run([sys.executable, "-m", "ctrlrun", "gateway", "--name", "acme",
+                        "--store", store_url, "--", str(tmp_path / "no-such-server")],
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                       cwd=str(tmp_path))
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "cannot start the upstream" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
 def test_import_ctrlrun_does_not_import_the_mcp_sdk():
     code = "import sys, ctrlrun, ctrlrun.cli; assert 'mcp' not in sys.modules, 'mcp imported'"
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

@@ -18,7 +18,7 @@ import json
 import os
 import sys
 from datetime import timedelta
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import anyio
 from mcp import types
@@ -114,7 +114,20 @@ class Gateway:
 
     async def list_tools(self, ctx: Any, params: Optional[types.PaginatedRequestParams]
                          ) -> types.ListToolsResult:
-        return await self.upstream.session.list_tools(params=params)
+        """The upstream's tools; a reserved one says so in its description."""
+        result = await self.upstream.session.list_tools(params=params)
+        tools = []
+        for tool in result.tools:
+            entry = self._entry(tool.name)
+            if entry is not None and entry.effect is not None and entry.decision != "deny":
+                note = (f"[ctrlrun] Runs at most once per effect key {entry.effect!r}; a repeated "
+                        f"call is refused with the reason.")
+                if entry.decision == "approve":
+                    note += " Each call's arguments need a person's approval."
+                text = f"{tool.description}\n\n{note}" if tool.description else note
+                tool = tool.model_copy(update={"description": text})
+            tools.append(tool)
+        return result.model_copy(update={"tools": tools})
 
     def _entry(self, tool: str) -> Optional[ActionPolicy]:
         policy = current_policy()
@@ -205,6 +218,52 @@ class Gateway:
         return answer[0]
 
 
+class PassThrough:
+    """Resources and prompts, forwarded unchanged (registered when the upstream offers them)."""
+
+    def __init__(self, session: ClientSession) -> None:
+        self.session = session
+
+    async def list_resources(self, ctx: Any, params: Any) -> types.ListResourcesResult:
+        return await self.session.list_resources(params=params)
+
+    async def list_resource_templates(self, ctx: Any, params: Any
+                                      ) -> types.ListResourceTemplatesResult:
+        return await self.session.list_resource_templates(params=params)
+
+    async def read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> Any:
+        return await self.session.read_resource(str(params.uri))
+
+    async def list_prompts(self, ctx: Any, params: Any) -> types.ListPromptsResult:
+        return await self.session.list_prompts(params=params)
+
+    async def get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> Any:
+        return await self.session.get_prompt(params.name, params.arguments)
+
+    def handlers(self, capabilities: types.ServerCapabilities) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        if capabilities.resources is not None:
+            out.update(on_list_resources=self.list_resources,
+                       on_list_resource_templates=self.list_resource_templates,
+                       on_read_resource=self.read_resource)
+        if capabilities.prompts is not None:
+            out.update(on_list_prompts=self.list_prompts, on_get_prompt=self.get_prompt)
+        return out
+
+
+async def upstream_tools(session: ClientSession) -> List[types.Tool]:
+    """Every tool the upstream lists (all pages)."""
+    tools: List[types.Tool] = []
+    cursor: Optional[str] = None
+    while True:
+        page = await session.list_tools(
+            params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            return tools
+
+
 def _result_text(result: types.CallToolResult) -> str:
     texts = [c.text for c in result.content if isinstance(c, types.TextContent)]
     text = " ".join(texts).strip() or json.dumps(result.structured_content, default=str)
@@ -224,33 +283,39 @@ async def serve_stdio(alias: str, store: Store, command: str, args: List[str],
     params = StdioServerParameters(command=command, args=args, env=upstream_env())
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:
-            await session.initialize()
+            init = await session.initialize()
+            announce(alias, store, command, await upstream_tools(session))
             gateway = Gateway(alias, store, Upstream(session), call_timeout)
             server: Server[Any] = Server(
                 f"ctrlrun-gateway-{alias}", version=_core.__version__,
-                on_list_tools=gateway.list_tools, on_call_tool=gateway.call_tool)
+                instructions=init.instructions,
+                on_list_tools=gateway.list_tools, on_call_tool=gateway.call_tool,
+                **PassThrough(session).handlers(init.capabilities))
             async with stdio_server() as (r, w):
                 await server.run(r, w, server.create_initialization_options())
 
 
-def unreserved_writes(alias: str) -> List[Tuple[str, int]]:
-    """The policy's actions of this upstream that are allowed with no effect template (they run
-    unreserved): named on the line that starts the gateway."""
+def unreserved_writes(alias: str, tools: List[types.Tool]) -> List[str]:
+    """The upstream's tools that may write (not marked ``readOnlyHint: true``) and have no
+    effect template in the policy: they run without a reservation."""
     policy = current_policy()
-    if policy is None:
-        return []
-    prefix = f"mcp.{alias}."
-    return [(a.name, a.line) for a in policy.unreserved() if a.name.startswith(prefix)]
+    out = []
+    for tool in tools:
+        hint = tool.annotations.read_only_hint if tool.annotations is not None else None
+        entry = None if policy is None else policy.actions.get(f"mcp.{alias}.{tool.name}")
+        if hint is not True and (entry is None or entry.effect is None) and (
+                entry is None or entry.decision != "deny"):
+            out.append(tool.name)
+    return out
 
 
-def announce(alias: str, store: Store, command: str) -> None:
-    """One line on stderr: what the gateway guards (stdout is the MCP channel)."""
+def announce(alias: str, store: Store, command: str, tools: List[types.Tool]) -> None:
+    """One line on stderr (stdout is the MCP channel): what the gateway guards, and every
+    write that runs unreserved."""
     policy = current_policy()
     where = policy.path if policy is not None else "no policy file"
-    loose = unreserved_writes(alias)
-    extra = ""
-    if loose:
-        names = ", ".join(f"{n} (line {line})" for n, line in loose)
-        extra = f"; unreserved (no effect template): {names}"
-    print(f"ctrlrun gateway {alias}: {command} behind {store.url}, policy {where}{extra}",
-          file=sys.stderr, flush=True)
+    loose = unreserved_writes(alias, tools)
+    tail = (f"; writes with no effect template, run unreserved: {', '.join(loose)}" if loose
+            else "; every write has an effect template")
+    print(f"ctrlrun gateway {alias}: {command} ({len(tools)} tools) behind {store.url}, policy "
+          f"{where}{tail}", file=sys.stderr, flush=True)

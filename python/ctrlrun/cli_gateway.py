@@ -58,10 +58,23 @@ def register(cli: click.Group, store_option: Any, die: Any) -> None:
         except CTRLRunError as exc:
             die(str(exc))
         command, *args = upstream
-        _gateway.announce(alias, store, command)
         try:
             anyio.run(_gateway.serve_stdio, alias, store, command, list(args), call_timeout)
-        except OSError as exc:
-            die(f"cannot start the upstream {command!r}: {exc.strerror or exc}")
         except KeyboardInterrupt:
             pass
+        except BaseException as exc:  # the task groups wrap what failed in exception groups
+            spawn = _first(exc, OSError)
+            if spawn is not None:
+                die(f"cannot start the upstream {command!r}: {spawn.strerror or spawn}")
+            raise
+
+
+def _first(exc: BaseException, kind: type) -> Any:
+    """The first exception of ``kind`` in ``exc`` or the groups it wraps."""
+    if isinstance(exc, kind):
+        return exc
+    for inner in getattr(exc, "exceptions", ()):
+        found = _first(inner, kind)
+        if found is not None:
+            return found
+    return None
