@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from typing import Any
 
@@ -64,6 +65,14 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
 async def main() -> None:
     server: Server[Any] = Server("test-upstream", on_list_tools=list_tools,
                                  on_call_tool=call_tool)
+    if len(sys.argv) > 2 and sys.argv[1] == "--http":  # streamable HTTP on 127.0.0.1:PORT
+        import uvicorn
+
+        app = server.streamable_http_app(host="127.0.0.1")
+        config = uvicorn.Config(app, host="127.0.0.1", port=int(sys.argv[2]),
+                                log_level="warning")
+        await uvicorn.Server(config).serve()
+        return
     async with stdio_server() as (r, w):
         await server.run(r, w, server.create_initialization_options())
 

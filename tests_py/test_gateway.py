@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Dict, List
+from typing import Any, Awaitable, Callable, Dict, List, Optional
 
 import anyio
 import pytest
@@ -36,7 +36,9 @@ actions:
 
 
 class Rig:
-    def __init__(self, tmp_path: Path, store_url: str, policy: str) -> None:
+    def __init__(self, tmp_path: Path, store_url: str, policy: str,
+                 upstream: Optional[List[str]] = None) -> None:
+        self.upstream = upstream or ["--", sys.executable, str(HERE / "mcp_upstream.py")]
         self.tmp = tmp_path
         self.store_url = store_url
         self.log = tmp_path / "upstream.log"
@@ -55,8 +57,7 @@ class Rig:
         params = StdioServerParameters(
             command=sys.executable,
             args=["-m", "ctrlrun", "gateway", "--name", "acme", "--policy", str(self.policy),
-                  "--store", self.store_url, "--", sys.executable,
-                  str(HERE / "mcp_upstream.py")],
+                  "--store", self.store_url, *self.upstream],
             env=env, cwd=str(self.tmp))
 
         async def main() -> Any:
@@ -259,7 +260,77 @@ def test_an_upstream_command_that_does_not_exist_is_one_line(tmp_path, store_url
                        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
                        cwd=str(tmp_path))
     assert p.returncode == 2, (p.stdout, p.stderr)
-    assert "cannot start the upstream" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert "cannot start or reach the upstream" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen) -> None:
+    import socket
+    import time
+
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        assert proc.poll() is None, "the server exited"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+def test_an_upstream_over_streamable_http(tmp_path, store_url, store):
+    port = free_port()
+    env = dict(os.environ, UPSTREAM_LOG=str(tmp_path / "upstream.log"))
+    upstream = subprocess.Popen([sys.executable, str(HERE / "mcp_upstream.py"), "--http",
+                                 str(port)], env=env)
+    try:
+        wait_for_port(port, upstream)
+        rig = Rig(tmp_path, store_url, POLICY,
+                  upstream=["--upstream-url", f"http://127.0.0.1:{port}/mcp"])
+        first, again = rig.calls(("refund", {"payment_id": "pi_h", "amount": 3}),
+                                 ("refund", {"payment_id": "pi_h", "amount": 3}))
+        assert not first.is_error and ctrl(again)["refused"] == "committed"
+        assert len(rig.runs()) == 1
+    finally:
+        upstream.kill()
+        upstream.wait()
+
+
+def test_agents_over_streamable_http(tmp_path, store_url, store):
+    from mcp.client.streamable_http import streamable_http_client
+
+    port = free_port()
+    (tmp_path / "ctrlrun.yaml").write_text(POLICY)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
+    env["UPSTREAM_LOG"] = str(tmp_path / "upstream.log")
+    gateway = subprocess.Popen(
+        [sys.executable, "-m", "ctrlrun", "gateway", "--name", "acme", "--listen",
+         f"127.0.0.1:{port}", "--store", store_url, "--", sys.executable,
+         str(HERE / "mcp_upstream.py")], env=env, cwd=str(tmp_path), stdin=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, gateway)
+
+        async def main() -> list:
+            async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (r, w):
+                async with ClientSession(r, w) as s:
+                    await s.initialize()
+                    return [await s.call_tool("refund", {"payment_id": "pi_l", "amount": 4})
+                            for _ in range(2)]
+
+        first, again = anyio.run(main)
+        assert not first.is_error and ctrl(again)["refused"] == "committed"
+        assert store.get_effect("refund:pi_l").state.value == "committed"
+    finally:
+        gateway.terminate()
+        gateway.wait(30)
 
 
 def test_import_ctrlrun_does_not_import_the_mcp_sdk():
@@ -269,6 +340,11 @@ def test_import_ctrlrun_does_not_import_the_mcp_sdk():
 
 @pytest.mark.parametrize("args,needle", [
     (["--name", "a.b", "--", "true"], "an alias is 1 to 64"),
+    (["--name", "acme"], "name the upstream once"),
+    (["--name", "acme", "--upstream-url", "http://x/mcp", "--", "true"], "name the upstream once"),
+    (["--name", "acme", "--upstream-url", "ftp://x"], "expected an http://"),
+    (["--name", "acme", "--listen", "nohost", "--", "true"], "expected HOST:PORT"),
+    (["--name", "acme", "--listen", "0.0.0.0:8765", "--", "true"], "loopback address only"),
     (["--name", "acme", "--policy", "/nonexistent.yaml", "--", "true"], "no such file"),
 ])
 def test_bad_gateway_arguments_are_one_line_errors(args, needle, tmp_path):

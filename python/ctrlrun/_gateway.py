@@ -18,12 +18,13 @@ import json
 import os
 import sys
 from datetime import timedelta
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import anyio
 from mcp import types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
@@ -276,23 +277,39 @@ def upstream_env() -> Dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
 
 
-async def serve_stdio(alias: str, store: Store, command: str, args: List[str],
-                      call_timeout: float) -> None:
-    """Start the upstream, then serve agents on this process's stdin and stdout until the
-    agent closes them."""
-    params = StdioServerParameters(command=command, args=args, env=upstream_env())
-    async with stdio_client(params) as (read, write):
+def _upstream_transport(command: List[str], url: Optional[str]) -> Any:
+    """The upstream's streams: a subprocess on stdio, or a server over streamable HTTP."""
+    if url is not None:
+        return streamable_http_client(url)
+    params = StdioServerParameters(command=command[0], args=command[1:], env=upstream_env())
+    return stdio_client(params)
+
+
+async def serve(alias: str, store: Store, command: List[str], url: Optional[str],
+                listen: Optional[Tuple[str, int]], call_timeout: float) -> None:
+    """Connect to the upstream, then serve agents (on this process's stdin and stdout, or
+    over streamable HTTP on ``listen``) until they are done."""
+    async with _upstream_transport(command, url) as (read, write):
         async with ClientSession(read, write) as session:
             init = await session.initialize()
-            announce(alias, store, command, await upstream_tools(session))
+            announce(alias, store, url or command[0], await upstream_tools(session))
             gateway = Gateway(alias, store, Upstream(session), call_timeout)
             server: Server[Any] = Server(
                 f"ctrlrun-gateway-{alias}", version=_core.__version__,
                 instructions=init.instructions,
                 on_list_tools=gateway.list_tools, on_call_tool=gateway.call_tool,
                 **PassThrough(session).handlers(init.capabilities))
-            async with stdio_server() as (r, w):
-                await server.run(r, w, server.create_initialization_options())
+            if listen is None:
+                async with stdio_server() as (r, w):
+                    await server.run(r, w, server.create_initialization_options())
+                return
+            import uvicorn
+
+            host, port = listen
+            app = server.streamable_http_app(host=host)
+            config = uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                    lifespan="on")
+            await uvicorn.Server(config).serve()
 
 
 def unreserved_writes(alias: str, tools: List[types.Tool]) -> List[str]:

@@ -25,11 +25,16 @@ def register(cli: click.Group, store_option: Any, die: Any) -> None:
     @click.option("--call-timeout", type=click.FloatRange(min=0.1, max=86400), default=60.0,
                   metavar="SECONDS", show_default=True,
                   help="How long a forwarded call may take (per action: call_timeout).")
+    @click.option("--upstream-url", metavar="URL", default=None,
+                  help="Reach the upstream over streamable HTTP instead of starting a command.")
+    @click.option("--listen", metavar="HOST:PORT", default=None,
+                  help="Serve agents over streamable HTTP (at /mcp) instead of stdio.")
     @store_option
-    @click.argument("upstream", nargs=-1, required=True, type=click.UNPROCESSED,
+    @click.argument("upstream", nargs=-1, type=click.UNPROCESSED,
                     metavar="-- UPSTREAM_COMMAND [ARGS]...")
     def gateway(alias: str, policy: Optional[str], call_timeout: float,
-                store_url: Optional[str], upstream: Tuple[str, ...]) -> None:
+                upstream_url: Optional[str], listen: Optional[str], store_url: Optional[str],
+                upstream: Tuple[str, ...]) -> None:
         """Serve MCP on stdio in front of UPSTREAM_COMMAND (an MCP server on stdio).
 
         Each tool call whose action has an effect template in the policy is reserved before it
@@ -37,6 +42,11 @@ def register(cli: click.Group, store_option: Any, die: Any) -> None:
         process sharing the store."""
         if not _ALIAS.match(alias):
             die(f"--name {alias!r}: an alias is 1 to 64 letters, digits, '_' or '-'")
+        if bool(upstream) == (upstream_url is not None):
+            die("name the upstream once: a command after `--`, or --upstream-url")
+        if upstream_url is not None and not re.match(r"^https?://[^\s/]+", upstream_url):
+            die(f"--upstream-url {upstream_url!r}: expected an http:// or https:// URL")
+        address = _address(listen, die) if listen is not None else None
         try:
             import anyio
 
@@ -57,16 +67,35 @@ def register(cli: click.Group, store_option: Any, die: Any) -> None:
             store = open_store(store_url) if store_url is not None else default_store()
         except CTRLRunError as exc:
             die(str(exc))
-        command, *args = upstream
+        command = list(upstream)
+        what = upstream_url or (command[0] if command else "")
         try:
-            anyio.run(_gateway.serve_stdio, alias, store, command, list(args), call_timeout)
+            anyio.run(_gateway.serve, alias, store, command, upstream_url, address,
+                      call_timeout)
         except KeyboardInterrupt:
             pass
         except BaseException as exc:  # the task groups wrap what failed in exception groups
             spawn = _first(exc, OSError)
             if spawn is not None:
-                die(f"cannot start the upstream {command!r}: {spawn.strerror or spawn}")
+                die(f"cannot start or reach the upstream {what!r}: {spawn.strerror or spawn}")
+            reach = _first(exc, Exception)
+            if upstream_url is not None and reach is not None:
+                die(f"cannot reach the upstream {upstream_url!r}: {reach}")
             raise
+
+
+def _address(listen: str, die: Any) -> Tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        die(f"--listen {listen!r}: expected HOST:PORT, such as 127.0.0.1:8765")
+    host = host.strip("[]")
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        # The gateway's HTTP endpoint has no authentication of its own: anyone who reaches it
+        # can call the upstream's tools. Refused rather than served to a network.
+        die(f"--listen {listen!r}: the gateway serves HTTP without authentication, so it "
+            f"listens on a loopback address only (127.0.0.1, ::1 or localhost); put an "
+            f"authenticating proxy in front of it to serve others")
+    return host, int(port)
 
 
 def _first(exc: BaseException, kind: type) -> Any:
