@@ -186,7 +186,7 @@ def test_an_upstream_that_dies_mid_call_is_ambiguous_then_calls_are_failed(rig, 
     assert ctrl(died)["outcome"] == "ambiguous"
     assert store.get_effect("die:d").state.value == "ambiguous"
     # the upstream is gone: the next call is never sent, so it is failed and may run later
-    assert ctrl(after)["outcome"] == "failed" and "not sent" in after.content[0].text
+    assert ctrl(after)["outcome"] == "failed" and "was not sent" in after.content[0].text
     assert store.get_effect("refund:pi_9").state.value == "failed"
     assert [r[0] for r in rig.runs()] == ["die"]
 
@@ -215,6 +215,25 @@ def test_the_startup_line_names_unreserved_writes_and_tools_say_they_are_reserve
     # a tool the policy does not know is forwarded as it is (the upstream answers)
     assert unknown.is_error and unknown.content[0].text == "unknown tool nosuch"
     assert store.list_effects() == []
+
+
+def test_a_policy_entry_for_a_tool_the_upstream_lacks_reserves_nothing(tmp_path, store_url,
+                                                                        store):
+    rig = Rig(tmp_path, store_url, POLICY + '  mcp.acme.ghost:\n    effect: "ghost:{id}"\n')
+    (r,) = rig.calls(("ghost", {"id": "1"}))
+    assert ctrl(r)["refused"] == "invalid" and "no tool 'ghost'" in r.content[0].text
+    assert store.list_effects() == []
+
+
+def test_the_policy_in_force_at_start_is_pinned(rig, store):
+    async def body(s):
+        first = await s.call_tool("refund", {"payment_id": "pi_p", "amount": 1})
+        rig.policy.unlink()  # deleted while the gateway runs
+        return first, await s.call_tool("refund", {"payment_id": "pi_q", "amount": 1})
+    first, after = rig.session(body)
+    assert not first.is_error
+    assert ctrl(after)["refused"] == "policy" and "does not exist" in after.content[0].text
+    assert len(rig.runs()) == 1
 
 
 def test_two_gateways_racing_one_call_run_it_once(tmp_path, store_url, store):

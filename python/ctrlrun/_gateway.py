@@ -59,15 +59,65 @@ class UpstreamToolError(CTRLRunError):
     """The upstream answered with a tool error: the effect may or may not have happened."""
 
 
-class Upstream:
-    """The upstream MCP server's session (one subprocess for the gateway's life)."""
+class WatchedStream:
+    """The upstream's messages as the session reads them, noting when they end: a stdio
+    upstream whose output ended is gone, and the session sends nothing after that."""
 
-    def __init__(self, session: ClientSession) -> None:
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.ended = False
+
+    async def __aenter__(self) -> "WatchedStream":
+        await self.inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self.inner.__aexit__(*exc)
+
+    def __aiter__(self) -> "WatchedStream":
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.inner.__anext__()
+        except (StopAsyncIteration, anyio.EndOfStream, anyio.ClosedResourceError):
+            self.ended = True
+            raise
+
+    async def receive(self) -> Any:
+        try:
+            return await self.inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            self.ended = True
+            raise
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self.inner, "last_context", None)
+
+
+class Upstream:
+    """The upstream MCP server's session (one for the gateway's life)."""
+
+    def __init__(self, session: ClientSession, watched: Optional[WatchedStream]) -> None:
         self.session = session
+        self.watched = watched
 
     async def alive(self) -> None:
-        """A ping answered: the upstream is up now. Raises :class:`NotSent` otherwise (the
-        call that follows is then never sent)."""
+        """Raise :class:`NotSent` when the upstream is known to be gone, so the call that
+        follows is never sent. On stdio, its output having ended says so (the session sends
+        nothing after it); over HTTP, a ping must be answered."""
+        if self.watched is not None:
+            if self.watched.ended:
+                raise NotSent("the upstream MCP server has exited (its output ended); the call "
+                              "was not sent")
+            return
         try:
             with anyio.fail_after(PING_TIMEOUT):
                 await self.session.send_ping()
@@ -78,8 +128,12 @@ class Upstream:
     async def call(self, name: str, arguments: Dict[str, Any], timeout: float
                    ) -> types.CallToolResult:
         """Forward one tool call; a timeout or a lost connection raises (sent: ``ambiguous``)."""
-        with anyio.fail_after(timeout + 1):
-            return await self.session.call_tool(name, arguments, read_timeout_seconds=timeout)
+        request = types.CallToolRequest(
+            params=types.CallToolRequestParams(name=name, arguments=arguments))
+        # Sent as a plain request: the client's own checks of a result against the tool's
+        # output schema must not turn an answer the upstream gave into a lost one.
+        with anyio.fail_after(timeout):
+            return await self.session.send_request(request, types.CallToolResult)
 
 
 def _why(exc: BaseException) -> str:
@@ -106,20 +160,32 @@ def render_key(template: _core.Template, arguments: Dict[str, Any]) -> str:
 class Gateway:
     """What the gateway's MCP server does with each request."""
 
-    def __init__(self, alias: str, store: Store, upstream: Upstream, call_timeout: float) -> None:
+    def __init__(self, alias: str, store: Store, upstream: Upstream, call_timeout: float,
+                 tools: List[types.Tool]) -> None:
         self.alias = alias
         self.store = store
         self.upstream = upstream
         self.call_timeout = call_timeout
         self.templates: Dict[str, _core.Template] = {}
+        self.known = {t.name for t in tools}
+
+    async def _has_tool(self, tool: str) -> bool:
+        """Whether the upstream offers ``tool`` (its list read again on a miss)."""
+        if tool not in self.known:
+            self.known = {t.name for t in await upstream_tools(self.upstream.session)}
+        return tool in self.known
 
     async def list_tools(self, ctx: Any, params: Optional[types.PaginatedRequestParams]
                          ) -> types.ListToolsResult:
         """The upstream's tools; a reserved one says so in its description."""
         result = await self.upstream.session.list_tools(params=params)
+        try:
+            policy = current_policy()
+        except CTRLRunError:
+            return result  # a broken policy refuses calls; the listing stays the upstream's
         tools = []
         for tool in result.tools:
-            entry = self._entry(tool.name)
+            entry = None if policy is None else policy.actions.get(f"mcp.{self.alias}.{tool.name}")
             if entry is not None and entry.effect is not None and entry.decision != "deny":
                 note = (f"[ctrlrun] Runs at most once per effect key {entry.effect!r}; a repeated "
                         f"call is refused with the reason.")
@@ -130,16 +196,19 @@ class Gateway:
             tools.append(tool)
         return result.model_copy(update={"tools": tools})
 
-    def _entry(self, tool: str) -> Optional[ActionPolicy]:
+    def _entry(self, tool: str) -> Tuple[Optional[ActionPolicy], Optional[str]]:
+        """The tool's policy entry, and the policy file's path."""
         policy = current_policy()
-        return None if policy is None else policy.actions.get(f"mcp.{self.alias}.{tool}")
+        if policy is None:
+            return None, None
+        return policy.actions.get(f"mcp.{self.alias}.{tool}"), policy.path
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams
                         ) -> types.CallToolResult:
         tool, arguments = params.name, dict(params.arguments or {})
         action = f"mcp.{self.alias}.{tool}"
         try:
-            entry = self._entry(tool)
+            entry, path = self._entry(tool)
         except CTRLRunError as exc:  # a broken policy file refuses, never forwards unguarded
             return not_forwarded(action, None, "policy", str(exc))
         timeout = self.call_timeout
@@ -147,8 +216,8 @@ class Gateway:
             timeout = entry.call_timeout.total_seconds()
         if entry is not None and entry.decision == "deny":
             return refusal_result(action, None, ActionDenied(
-                f"action {action!r} is denied by the policy {current_policy().path} "  # type: ignore[union-attr]
-                f"(line {entry.line}); nothing was sent", action=action, policy=None))
+                f"action {action!r} is denied by the policy {path} (line {entry.line}); "
+                f"nothing was sent", action=action, policy=path))
         if entry is None or entry.effect is None:
             if entry is not None and entry.decision == "approve":
                 return not_forwarded(action, None, "invalid", (
@@ -160,11 +229,18 @@ class Gateway:
 
     async def _forward_unreserved(self, tool: str, arguments: Dict[str, Any], timeout: float
                                   ) -> types.CallToolResult:
-        return await self.upstream.call(tool, arguments, timeout)
+        try:
+            return await self.upstream.call(tool, arguments, timeout)
+        except Exception as exc:  # a tool result, never a protocol error, for the agent
+            return not_forwarded(f"mcp.{self.alias}.{tool}", None, "upstream", (
+                f"the unreserved call got no answer from the upstream ({_why(exc)})"))
 
     async def _forward_reserved(self, entry: ActionPolicy, tool: str, arguments: Dict[str, Any],
                                 timeout: float) -> types.CallToolResult:
         action = entry.name
+        if not await self._has_tool(tool):
+            return not_forwarded(action, None, "invalid", (
+                f"the upstream has no tool {tool!r}; nothing was reserved or sent"))
         template = self.templates.get(entry.effect or "")
         if template is None:
             template = self.templates[entry.effect or ""] = _core.Template(entry.effect or "")
@@ -184,9 +260,11 @@ class Gateway:
         lease = max(DEFAULT_LEASE, timedelta(seconds=timeout + 60))
         lease_us = int(lease / timedelta(microseconds=1))
         answer: List[types.CallToolResult] = []
+        sent: List[bool] = []
 
         async def forward() -> Any:
             await self.upstream.alive()
+            sent.append(True)
             result = await self.upstream.call(tool, arguments, timeout)
             answer.append(result)
             if result.is_error:
@@ -199,6 +277,10 @@ class Gateway:
         try:
             await _runner_async.run(self.store, key, lease_us, forward, (), {}, spec)
         except (ApprovalRequired, ActionDenied, DuplicateEffect, AmbiguousEffect) as exc:
+            if sent:  # the outcome write was refused after the call went out
+                return not_forwarded(action, key, "store", (
+                    f"the call was sent to the upstream, but recording its outcome was refused: "
+                    f"{exc}; do not retry"))
             return refusal_result(action, key, exc)
         except (NotExecuted, UpstreamToolError) as exc:
             if answer:
@@ -290,10 +372,12 @@ async def serve(alias: str, store: Store, command: List[str], url: Optional[str]
     """Connect to the upstream, then serve agents (on this process's stdin and stdout, or
     over streamable HTTP on ``listen``) until they are done."""
     async with _upstream_transport(command, url) as (read, write):
-        async with ClientSession(read, write) as session:
+        watched = WatchedStream(read) if url is None else None
+        async with ClientSession(watched or read, write) as session:
             init = await session.initialize()
-            announce(alias, store, url or command[0], await upstream_tools(session))
-            gateway = Gateway(alias, store, Upstream(session), call_timeout)
+            tools = await upstream_tools(session)
+            announce(alias, store, url or command[0], tools)
+            gateway = Gateway(alias, store, Upstream(session, watched), call_timeout, tools)
             server: Server[Any] = Server(
                 f"ctrlrun-gateway-{alias}", version=_core.__version__,
                 instructions=init.instructions,

@@ -62,6 +62,10 @@ def register(cli: click.Group, store_option: Any, die: Any) -> None:
             if not os.path.isfile(policy):
                 die(f"--policy {policy}: no such file")
             os.environ["CTRLRUN_CONFIG"] = os.path.abspath(policy)
+        elif not os.environ.get("CTRLRUN_CONFIG") and os.path.isfile("ctrlrun.yaml"):
+            # Pinned: a default file deleted or replaced while the gateway runs must refuse
+            # calls, never quietly turn reserved tools into unreserved ones.
+            os.environ["CTRLRUN_CONFIG"] = os.path.abspath("ctrlrun.yaml")
         try:
             current_policy()  # a broken policy stops the gateway before it serves anything
             store = open_store(store_url) if store_url is not None else default_store()

@@ -1,0 +1,103 @@
+"""The gateway's cost: one ``tools/call`` made directly to an upstream MCP server, beside the
+same call through ``ctrlrun gateway`` (unreserved, and reserved by an effect key), on the same
+upstream in the same run.
+
+    python bench/gateway.py [--calls N] [--store URL ...] [--json FILE]
+
+Without ``--store``: SQLite (WAL) at synchronous FULL and NORMAL under bench/.work/, plus the
+PostgreSQL server ``CTRLRUN_TEST_POSTGRES_URL`` names when set (``python3 tests_py/pgserver.py --
+python bench/gateway.py`` starts a throwaway one). The upstream is tests_py/mcp_upstream.py: a
+trivial tool, so what is measured is the protocol hop and the store's work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Dict, List
+
+import anyio
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+ROOT = Path(__file__).resolve().parent.parent
+UPSTREAM = [sys.executable, str(ROOT / "tests_py" / "mcp_upstream.py")]
+POLICY = 'schema: ctrlrun.policy/v2\nactions:\n  mcp.b.refund:\n    effect: "refund:{payment_id}"\n'
+
+
+async def _timed(params: StdioServerParameters, tool: str, n: int) -> List[float]:
+    async with stdio_client(params, errlog=open(os.devnull, "w")) as (r, w):
+        async with ClientSession(r, w) as s:
+            await s.initialize()
+            run = uuid.uuid4().hex[:8]
+            for i in range(20):  # warm up
+                await s.call_tool(tool, {"payment_id": f"w{run}{i}", "amount": 1})
+            out = []
+            for i in range(n):
+                t = time.perf_counter_ns()
+                result = await s.call_tool(tool, {"payment_id": f"{run}{i}", "amount": 1})
+                out.append((time.perf_counter_ns() - t) / 1000)
+                assert not result.is_error, result
+            return out
+
+
+def measure(store: str, n: int, work: Path) -> Dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
+    env["UPSTREAM_LOG"] = str(work / "upstream.log")
+    (work / "ctrlrun.yaml").write_text(POLICY)
+    direct = StdioServerParameters(command=UPSTREAM[0], args=UPSTREAM[1:], env=env)
+    via = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "ctrlrun", "gateway", "--name", "b", "--policy", str(work / "ctrlrun.yaml"),
+              "--store", store, "--", *UPSTREAM], env=env, cwd=str(work))
+    rows = {}
+    for name, params, tool in [("direct to the upstream", direct, "refund"),
+                               ("gateway, unreserved tool", via, "lookup"),
+                               ("gateway, reserved tool", via, "refund")]:
+        times = anyio.run(_timed, params, tool, n)
+        rows[name] = {"p50_us": statistics.median(times),
+                      "p99_us": statistics.quantiles(times, n=100)[98]}
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=500)
+    ap.add_argument("--store", action="append", default=[])
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    work_root = ROOT / "bench" / ".work"
+    work_root.mkdir(parents=True, exist_ok=True)
+    stores = list(args.store)
+    if not stores:
+        for sync in ("full", "normal"):
+            stores.append(f"sqlite:///{work_root}/gw-{uuid.uuid4().hex[:8]}.db?synchronous={sync}")
+        pg = os.environ.get("CTRLRUN_TEST_POSTGRES_URL")
+        if pg:
+            sep = "&" if "?" in pg else "?"
+            stores.append(f"{pg}{sep}schema=ctrlrun_scratch_gw_{uuid.uuid4().hex[:8]}")
+    results = {}
+    print(f"{'store':<40} {'workload':<26} {'p50 us':>9} {'p99 us':>9} {'vs direct':>9}")
+    for store in stores:
+        with tempfile.TemporaryDirectory(dir=work_root) as tmp:
+            rows = measure(store, args.calls, Path(tmp))
+        label = store.split("?")[0].split("://")[0] + (
+            " " + store.split("synchronous=")[1] if "synchronous=" in store else "")
+        base = rows["direct to the upstream"]["p50_us"]
+        for name, row in rows.items():
+            print(f"{label:<40} {name:<26} {row['p50_us']:>9.1f} {row['p99_us']:>9.1f} "
+                  f"{row['p50_us'] - base:>+9.1f}")
+        results[label] = rows
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
