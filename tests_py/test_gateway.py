@@ -362,6 +362,7 @@ def test_import_ctrlrun_does_not_import_the_mcp_sdk():
     (["--name", "acme"], "name the upstream once"),
     (["--name", "acme", "--upstream-url", "http://x/mcp", "--", "true"], "name the upstream once"),
     (["--name", "acme", "--upstream-url", "ftp://x"], "expected an http://"),
+    (["--name", "acme", "--upstream-url", "ftp://bob:s3cret@x"], "ftp://***@x"),
     (["--name", "acme", "--listen", "nohost", "--", "true"], "expected HOST:PORT"),
     (["--name", "acme", "--listen", "0.0.0.0:8765", "--", "true"], "loopback address only"),
     (["--name", "acme", "--policy", "/nonexistent.yaml", "--", "true"], "no such file"),
@@ -370,6 +371,7 @@ def test_bad_gateway_arguments_are_one_line_errors(args, needle, tmp_path):
     p = subprocess.run([sys.executable, "-m", "ctrlrun", "gateway", *args],
                        capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
     assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert "s3cret" not in p.stderr
 
 
 def test_without_the_sdk_the_gateway_names_the_extra(tmp_path):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from datetime import timedelta
 from typing import Any, Dict, List, Optional, Tuple
@@ -376,7 +377,8 @@ async def serve(alias: str, store: Store, command: List[str], url: Optional[str]
         async with ClientSession(watched or read, write) as session:
             init = await session.initialize()
             tools = await upstream_tools(session)
-            announce(alias, store, url or command[0], tools)
+            shown = re.sub(r"(\w+://)[^/@\s]*@", r"\1***@", url) if url else command[0]
+            announce(alias, store, shown, tools)
             gateway = Gateway(alias, store, Upstream(session, watched), call_timeout, tools)
             server: Server[Any] = Server(
                 f"ctrlrun-gateway-{alias}", version=_core.__version__,

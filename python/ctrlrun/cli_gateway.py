@@ -45,7 +45,7 @@ def register(cli: click.Group, store_option: Any, die: Any) -> None:
         if bool(upstream) == (upstream_url is not None):
             die("name the upstream once: a command after `--`, or --upstream-url")
         if upstream_url is not None and not re.match(r"^https?://[^\s/]+", upstream_url):
-            die(f"--upstream-url {upstream_url!r}: expected an http:// or https:// URL")
+            die(f"--upstream-url {_redacted(upstream_url)!r}: expected an http:// or https:// URL")
         address = _address(listen, die) if listen is not None else None
         try:
             import anyio
@@ -72,7 +72,8 @@ def register(cli: click.Group, store_option: Any, die: Any) -> None:
         except CTRLRunError as exc:
             die(str(exc))
         command = list(upstream)
-        what = upstream_url or (command[0] if command else "")
+        shown = _redacted(upstream_url) if upstream_url is not None else None
+        what = shown or (command[0] if command else "")
         try:
             anyio.run(_gateway.serve, alias, store, command, upstream_url, address,
                       call_timeout)
@@ -83,9 +84,14 @@ def register(cli: click.Group, store_option: Any, die: Any) -> None:
             if spawn is not None:
                 die(f"cannot start or reach the upstream {what!r}: {spawn.strerror or spawn}")
             reach = _first(exc, Exception)
-            if upstream_url is not None and reach is not None:
-                die(f"cannot reach the upstream {upstream_url!r}: {reach}")
+            if shown is not None and reach is not None:
+                die(f"cannot reach the upstream {shown!r}: {_redacted(str(reach))}")
             raise
+
+
+def _redacted(text: str) -> str:
+    """``text`` with any URL's user and password hidden (messages never show a secret)."""
+    return re.sub(r"(\w+://)[^/@\s]*@", r"\1***@", text)
 
 
 def _address(listen: str, die: Any) -> Tuple[str, int]:

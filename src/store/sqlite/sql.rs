@@ -9,6 +9,44 @@ use crate::record::{EffectRecord, EffectState, Micros};
 /// The schema version this build writes (`PRAGMA user_version`).
 pub const SCHEMA_VERSION: i64 = 4;
 
+/// The triggers that refuse a write to `$table` that sets no receipt (schema version 4).
+macro_rules! guard_triggers {
+    ($table:literal) => {
+        concat!(
+            "CREATE TRIGGER ",
+            $table,
+            "_receipt_required_insert BEFORE INSERT ON ",
+            $table,
+            " WHEN NEW.receipt_hash IS NULL BEGIN SELECT RAISE(ABORT, 'ctrlrun: this write sets \
+             no receipt: the process runs a ctrlrun older than the store schema (version 4); \
+             restart it with the current ctrlrun'); END;
+             CREATE TRIGGER ",
+            $table,
+            "_receipt_required_update BEFORE UPDATE ON ",
+            $table,
+            " WHEN NEW.receipt_seq IS OLD.receipt_seq BEGIN SELECT RAISE(ABORT, 'ctrlrun: this \
+             write sets no receipt: the process runs a ctrlrun older than the store schema \
+             (version 4); restart it with the current ctrlrun'); END;"
+        )
+    };
+}
+
+/// The triggers that append a written row of `$table` to `ctrlrun_receipts` (its `$values`).
+macro_rules! receipt_triggers {
+    ($table:literal, $values:literal) => {
+        concat!(
+            "CREATE TRIGGER ", $table, "_receipt_insert AFTER INSERT ON ", $table,
+            " WHEN NEW.receipt_hash IS NOT NULL BEGIN INSERT INTO ctrlrun_receipts (chain, \
+             effect_key, request_id, seq, prev_hash, hash, at, kind, action, action_id, attempt, \
+             state, args_digest, approval_id, actor, writer) VALUES (", $values, "); END;
+             CREATE TRIGGER ", $table, "_receipt_update AFTER UPDATE ON ", $table,
+            " WHEN NEW.receipt_hash IS NOT OLD.receipt_hash BEGIN INSERT INTO ctrlrun_receipts \
+             (chain, effect_key, request_id, seq, prev_hash, hash, at, kind, action, action_id, \
+             attempt, state, args_digest, approval_id, actor, writer) VALUES (", $values, "); END;"
+        )
+    };
+}
+
 /// How each older version is brought to the next (`MIGRATIONS[v - 1]` takes version `v` to
 /// `v + 1`), all in the transaction that also writes the new version. A new file gets
 /// [`SCHEMA`] (version 1) and then every step.
@@ -48,89 +86,53 @@ pub(super) const MIGRATIONS: [&str; 3] = [
     // receipt in the same statement, so a receipt exists exactly when its write committed. The
     // BEFORE triggers refuse a write that sets no receipt (a process still running an older
     // ctrlrun after the upgrade), rather than let it leave a gap nobody would see.
-    "ALTER TABLE ctrlrun_effects ADD COLUMN last_event TEXT;
-     ALTER TABLE ctrlrun_effects ADD COLUMN written_by TEXT;
-     ALTER TABLE ctrlrun_effects ADD COLUMN receipt_seq INTEGER;
-     ALTER TABLE ctrlrun_effects ADD COLUMN receipt_prev TEXT;
-     ALTER TABLE ctrlrun_effects ADD COLUMN receipt_hash TEXT;
-     ALTER TABLE ctrlrun_approvals ADD COLUMN updated_at INTEGER;
-     ALTER TABLE ctrlrun_approvals ADD COLUMN last_event TEXT;
-     ALTER TABLE ctrlrun_approvals ADD COLUMN written_by TEXT;
-     ALTER TABLE ctrlrun_approvals ADD COLUMN receipt_seq INTEGER;
-     ALTER TABLE ctrlrun_approvals ADD COLUMN receipt_prev TEXT;
-     ALTER TABLE ctrlrun_approvals ADD COLUMN receipt_hash TEXT;
-     CREATE TABLE ctrlrun_receipts (
-         id          INTEGER NOT NULL PRIMARY KEY,
-         chain       TEXT    NOT NULL,   -- 'effect' or 'approval'
-         effect_key  TEXT    NOT NULL,
-         request_id  TEXT,
-         seq         INTEGER NOT NULL,
-         prev_hash   TEXT,
-         hash        TEXT    NOT NULL,
-         at          INTEGER NOT NULL,
-         kind        TEXT    NOT NULL,
-         action      TEXT,
-         action_id   TEXT,
-         attempt     INTEGER,
-         state       TEXT    NOT NULL,
-         args_digest TEXT,
-         approval_id TEXT,
-         actor       TEXT,
-         writer      TEXT
-     );
-     CREATE INDEX ctrlrun_receipts_key ON ctrlrun_receipts (effect_key, id);
-     CREATE TRIGGER ctrlrun_effects_receipt_required_insert BEFORE INSERT ON ctrlrun_effects
-     WHEN NEW.receipt_hash IS NULL BEGIN
-         SELECT RAISE(ABORT, 'ctrlrun: this write sets no receipt: the process runs a ctrlrun older than the store schema (version 4); restart it with the current ctrlrun');
-     END;
-     CREATE TRIGGER ctrlrun_effects_receipt_required_update BEFORE UPDATE ON ctrlrun_effects
-     WHEN NEW.receipt_seq IS OLD.receipt_seq BEGIN
-         SELECT RAISE(ABORT, 'ctrlrun: this write sets no receipt: the process runs a ctrlrun older than the store schema (version 4); restart it with the current ctrlrun');
-     END;
-     CREATE TRIGGER ctrlrun_approvals_receipt_required_insert BEFORE INSERT ON ctrlrun_approvals
-     WHEN NEW.receipt_hash IS NULL BEGIN
-         SELECT RAISE(ABORT, 'ctrlrun: this write sets no receipt: the process runs a ctrlrun older than the store schema (version 4); restart it with the current ctrlrun');
-     END;
-     CREATE TRIGGER ctrlrun_approvals_receipt_required_update BEFORE UPDATE ON ctrlrun_approvals
-     WHEN NEW.receipt_seq IS OLD.receipt_seq BEGIN
-         SELECT RAISE(ABORT, 'ctrlrun: this write sets no receipt: the process runs a ctrlrun older than the store schema (version 4); restart it with the current ctrlrun');
-     END;
-     CREATE TRIGGER ctrlrun_effects_receipt_insert AFTER INSERT ON ctrlrun_effects
-     WHEN NEW.receipt_hash IS NOT NULL BEGIN
-         INSERT INTO ctrlrun_receipts (chain, effect_key, request_id, seq, prev_hash, hash, at,
-             kind, action, action_id, attempt, state, args_digest, approval_id, actor, writer)
-         VALUES ('effect', NEW.effect_key, NULL, NEW.receipt_seq, NEW.receipt_prev,
-             NEW.receipt_hash, NEW.updated_at, NEW.last_event, NEW.action, NEW.action_id,
-             NEW.attempt, NEW.state, NEW.args_digest, NEW.approval_id, NEW.resolved_by,
-             NEW.written_by);
-     END;
-     CREATE TRIGGER ctrlrun_effects_receipt_update AFTER UPDATE ON ctrlrun_effects
-     WHEN NEW.receipt_hash IS NOT OLD.receipt_hash BEGIN
-         INSERT INTO ctrlrun_receipts (chain, effect_key, request_id, seq, prev_hash, hash, at,
-             kind, action, action_id, attempt, state, args_digest, approval_id, actor, writer)
-         VALUES ('effect', NEW.effect_key, NULL, NEW.receipt_seq, NEW.receipt_prev,
-             NEW.receipt_hash, NEW.updated_at, NEW.last_event, NEW.action, NEW.action_id,
-             NEW.attempt, NEW.state, NEW.args_digest, NEW.approval_id, NEW.resolved_by,
-             NEW.written_by);
-     END;
-     CREATE TRIGGER ctrlrun_approvals_receipt_insert AFTER INSERT ON ctrlrun_approvals
-     WHEN NEW.receipt_hash IS NOT NULL BEGIN
-         INSERT INTO ctrlrun_receipts (chain, effect_key, request_id, seq, prev_hash, hash, at,
-             kind, action, action_id, attempt, state, args_digest, approval_id, actor, writer)
-         VALUES ('approval', NEW.effect_key, NEW.request_id, NEW.receipt_seq,
-             NEW.receipt_prev, NEW.receipt_hash, NEW.updated_at, NEW.last_event, NEW.action,
-             NEW.used_by, NULL, NEW.state, NEW.args_digest, NEW.request_id, NEW.decided_by,
-             NEW.written_by);
-     END;
-     CREATE TRIGGER ctrlrun_approvals_receipt_update AFTER UPDATE ON ctrlrun_approvals
-     WHEN NEW.receipt_hash IS NOT OLD.receipt_hash BEGIN
-         INSERT INTO ctrlrun_receipts (chain, effect_key, request_id, seq, prev_hash, hash, at,
-             kind, action, action_id, attempt, state, args_digest, approval_id, actor, writer)
-         VALUES ('approval', NEW.effect_key, NEW.request_id, NEW.receipt_seq,
-             NEW.receipt_prev, NEW.receipt_hash, NEW.updated_at, NEW.last_event, NEW.action,
-             NEW.used_by, NULL, NEW.state, NEW.args_digest, NEW.request_id, NEW.decided_by,
-             NEW.written_by);
-     END;",
+    concat!(
+        "ALTER TABLE ctrlrun_effects ADD COLUMN last_event TEXT;
+         ALTER TABLE ctrlrun_effects ADD COLUMN written_by TEXT;
+         ALTER TABLE ctrlrun_effects ADD COLUMN receipt_seq INTEGER;
+         ALTER TABLE ctrlrun_effects ADD COLUMN receipt_prev TEXT;
+         ALTER TABLE ctrlrun_effects ADD COLUMN receipt_hash TEXT;
+         ALTER TABLE ctrlrun_approvals ADD COLUMN updated_at INTEGER;
+         ALTER TABLE ctrlrun_approvals ADD COLUMN last_event TEXT;
+         ALTER TABLE ctrlrun_approvals ADD COLUMN written_by TEXT;
+         ALTER TABLE ctrlrun_approvals ADD COLUMN receipt_seq INTEGER;
+         ALTER TABLE ctrlrun_approvals ADD COLUMN receipt_prev TEXT;
+         ALTER TABLE ctrlrun_approvals ADD COLUMN receipt_hash TEXT;
+         CREATE TABLE ctrlrun_receipts (
+             id          INTEGER NOT NULL PRIMARY KEY,
+             chain       TEXT    NOT NULL,   -- 'effect' or 'approval'
+             effect_key  TEXT    NOT NULL,
+             request_id  TEXT,
+             seq         INTEGER NOT NULL,
+             prev_hash   TEXT,
+             hash        TEXT    NOT NULL,
+             at          INTEGER NOT NULL,
+             kind        TEXT    NOT NULL,
+             action      TEXT,
+             action_id   TEXT,
+             attempt     INTEGER,
+             state       TEXT    NOT NULL,
+             args_digest TEXT,
+             approval_id TEXT,
+             actor       TEXT,
+             writer      TEXT
+         );
+         CREATE INDEX ctrlrun_receipts_key ON ctrlrun_receipts (effect_key, id);",
+        guard_triggers!("ctrlrun_effects"),
+        guard_triggers!("ctrlrun_approvals"),
+        receipt_triggers!(
+            "ctrlrun_effects",
+            "'effect', NEW.effect_key, NULL, NEW.receipt_seq, NEW.receipt_prev, NEW.receipt_hash, \
+             NEW.updated_at, NEW.last_event, NEW.action, NEW.action_id, NEW.attempt, NEW.state, \
+             NEW.args_digest, NEW.approval_id, NEW.resolved_by, NEW.written_by"
+        ),
+        receipt_triggers!(
+            "ctrlrun_approvals",
+            "'approval', NEW.effect_key, NEW.request_id, NEW.receipt_seq, NEW.receipt_prev, \
+             NEW.receipt_hash, NEW.updated_at, NEW.last_event, NEW.action, NEW.used_by, NULL, \
+             NEW.state, NEW.args_digest, NEW.request_id, NEW.decided_by, NEW.written_by"
+        ),
+    ),
 ];
 
 /// The columns in [`read_record`]'s order (a macro, so statements are compile-time literals:
