@@ -32,10 +32,12 @@ test-py: dev
 	$(PY) -m mypy.stubtest ctrlrun._core
 	$(PY) -m pytest tests_py -q
 
-## bench: release build, then the benchmark against the original product and the engine floors
+## bench: release build, then the benchmark against the original product and the engine floors,
+## then the gateway's cost per tools/call (SQLite, and a throwaway PostgreSQL cluster)
 bench: $(VENV)/.tools
 	$(VENV)/bin/maturin develop --release --quiet
 	$(PY) bench/run.py
+	$(PYTHON) tests_py/pgserver.py -- $(PY) bench/gateway.py
 
 lint:
 	cargo fmt --all -- --check

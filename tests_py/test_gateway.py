@@ -180,6 +180,18 @@ def test_a_call_with_no_answer_in_time_is_ambiguous(rig, store):
     assert len(rig.runs()) == 1 and store.get_effect("slow:s").state.value == "ambiguous"
 
 
+def test_a_call_the_agent_cancels_in_flight_ends_ambiguous(rig, store):
+    async def body(s):
+        with anyio.move_on_after(0.4):  # the client gives up and sends notifications/cancelled
+            await s.call_tool("slow", {"payment_id": "c", "seconds": 0.9})
+        await anyio.sleep(1.5)  # the gateway records the outcome
+        return await s.call_tool("slow", {"payment_id": "c", "seconds": 0.9})
+    again = rig.session(body)
+    assert store.get_effect("slow:c").state.value == "ambiguous"
+    assert ctrl(again)["refused"] == "ambiguous"
+    assert len(rig.runs()) == 1
+
+
 def test_an_upstream_that_dies_mid_call_is_ambiguous_then_calls_are_failed(rig, store):
     died, after = rig.calls(("die", {"payment_id": "d"}),
                             ("refund", {"payment_id": "pi_9", "amount": 9}))
