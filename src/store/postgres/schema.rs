@@ -116,34 +116,7 @@ const MIGRATIONS: [&str; 3] = [
                  'ctrlrun older than the store schema (version 4); restart it with the '
                  'current ctrlrun', TG_TABLE_NAME;
          END $$;
-     DROP TRIGGER IF EXISTS ctrlrun_effects_receipt_required_insert ON {t};
-     CREATE TRIGGER ctrlrun_effects_receipt_required_insert BEFORE INSERT ON {t} FOR EACH ROW
-         WHEN (NEW.receipt_hash IS NULL) EXECUTE FUNCTION {s}.ctrlrun_receipt_required();
-     DROP TRIGGER IF EXISTS ctrlrun_effects_receipt_required_update ON {t};
-     CREATE TRIGGER ctrlrun_effects_receipt_required_update BEFORE UPDATE ON {t} FOR EACH ROW
-         WHEN (NEW.receipt_seq IS NOT DISTINCT FROM OLD.receipt_seq)
-         EXECUTE FUNCTION {s}.ctrlrun_receipt_required();
-     DROP TRIGGER IF EXISTS ctrlrun_approvals_receipt_required_insert ON {a};
-     CREATE TRIGGER ctrlrun_approvals_receipt_required_insert BEFORE INSERT ON {a} FOR EACH ROW
-         WHEN (NEW.receipt_hash IS NULL) EXECUTE FUNCTION {s}.ctrlrun_receipt_required();
-     DROP TRIGGER IF EXISTS ctrlrun_approvals_receipt_required_update ON {a};
-     CREATE TRIGGER ctrlrun_approvals_receipt_required_update BEFORE UPDATE ON {a} FOR EACH ROW
-         WHEN (NEW.receipt_seq IS NOT DISTINCT FROM OLD.receipt_seq)
-         EXECUTE FUNCTION {s}.ctrlrun_receipt_required();
-     DROP TRIGGER IF EXISTS ctrlrun_effects_receipt_insert ON {t};
-     CREATE TRIGGER ctrlrun_effects_receipt_insert AFTER INSERT ON {t} FOR EACH ROW
-         WHEN (NEW.receipt_hash IS NOT NULL) EXECUTE FUNCTION {s}.ctrlrun_effect_receipt();
-     DROP TRIGGER IF EXISTS ctrlrun_effects_receipt_update ON {t};
-     CREATE TRIGGER ctrlrun_effects_receipt_update AFTER UPDATE ON {t} FOR EACH ROW
-         WHEN (NEW.receipt_hash IS DISTINCT FROM OLD.receipt_hash)
-         EXECUTE FUNCTION {s}.ctrlrun_effect_receipt();
-     DROP TRIGGER IF EXISTS ctrlrun_approvals_receipt_insert ON {a};
-     CREATE TRIGGER ctrlrun_approvals_receipt_insert AFTER INSERT ON {a} FOR EACH ROW
-         WHEN (NEW.receipt_hash IS NOT NULL) EXECUTE FUNCTION {s}.ctrlrun_approval_receipt();
-     DROP TRIGGER IF EXISTS ctrlrun_approvals_receipt_update ON {a};
-     CREATE TRIGGER ctrlrun_approvals_receipt_update AFTER UPDATE ON {a} FOR EACH ROW
-         WHEN (NEW.receipt_hash IS DISTINCT FROM OLD.receipt_hash)
-         EXECUTE FUNCTION {s}.ctrlrun_approval_receipt()",
+     {receipt_triggers}",
 ];
 
 pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) -> Result<()> {
@@ -249,6 +222,53 @@ pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) 
     Ok(())
 }
 
+/// Schema version 4's triggers, on the effects (`{t}`) and approvals (`{a}`) tables alike: the
+/// BEFORE ones refuse a write that sets no receipt, the AFTER ones append the written row as a
+/// receipt.
+fn receipt_triggers() -> String {
+    let tables = [
+        ("{t}", "ctrlrun_effects", "ctrlrun_effect_receipt"),
+        ("{a}", "ctrlrun_approvals", "ctrlrun_approval_receipt"),
+    ];
+    let mut sql = String::new();
+    for (table, name, append) in tables {
+        let kinds = [
+            (
+                "receipt_required_insert",
+                "BEFORE INSERT",
+                "NEW.receipt_hash IS NULL",
+                "ctrlrun_receipt_required",
+            ),
+            (
+                "receipt_required_update",
+                "BEFORE UPDATE",
+                "NEW.receipt_seq IS NOT DISTINCT FROM OLD.receipt_seq",
+                "ctrlrun_receipt_required",
+            ),
+            (
+                "receipt_insert",
+                "AFTER INSERT",
+                "NEW.receipt_hash IS NOT NULL",
+                append,
+            ),
+            (
+                "receipt_update",
+                "AFTER UPDATE",
+                "NEW.receipt_hash IS DISTINCT FROM OLD.receipt_hash",
+                append,
+            ),
+        ];
+        for (suffix, timing, when, function) in kinds {
+            sql.push_str(&format!(
+                "DROP TRIGGER IF EXISTS {name}_{suffix} ON {table}; \
+                 CREATE TRIGGER {name}_{suffix} {timing} ON {table} FOR EACH ROW WHEN ({when}) \
+                 EXECUTE FUNCTION {{s}}.{function}();\n"
+            ));
+        }
+    }
+    sql
+}
+
 /// Bring an older schema to [`SCHEMA_VERSION`] in one transaction. The version row is locked
 /// first, so processes that open the store at once migrate it once, one after another.
 fn migrate(client: &mut Client, schema: &str) -> std::result::Result<(), PgError> {
@@ -269,6 +289,7 @@ fn migrate(client: &mut Client, schema: &str) -> std::result::Result<(), PgError
         let quoted = format!("\"{schema}\"");
         for step in &MIGRATIONS[(version - 1) as usize..] {
             let step = step
+                .replace("{receipt_triggers}", &receipt_triggers())
                 .replace("{t}", &table)
                 .replace("{a}", &approvals)
                 .replace("{r}", &receipts)
