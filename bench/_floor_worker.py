@@ -6,6 +6,9 @@ Variants of one protected call on a fresh key:
 
 * ``min``  — the least any at-most-once engine must write: the reservation (BEGIN; INSERT … ON
   CONFLICT DO NOTHING; COMMIT) and the outcome (BEGIN; UPDATE; COMMIT): two durable commits.
+* ``autocommit`` — the same two writes as ``min``, each one autocommit statement (no BEGIN or
+  COMMIT: the statement commits by itself, just as durably): PostgreSQL only, the smallest
+  correct protocol there (two round trips, two commits).
 * ``same`` — ctrlrun's own schema and statements, as src/store/sqlite/ and
   src/store/postgres/ issue them for ``protect``: the reservation straight into ``executing``
   (SQLite: SELECT + INSERT; PostgreSQL: the one-statement CTE on the ``key_digest`` primary
@@ -152,9 +155,9 @@ def sqlite_call(conn, variant: str, key: str, marks=None) -> bool:
 # -- PostgreSQL -----------------------------------------------------------------------------
 
 def pg_schema_sql(schema: str, variant: str) -> str:
-    """``min``: the effect key is the primary key. ``same``: ctrlrun's table, whose primary key
-    is the SHA-256 of the key (src/store/postgres/schema.rs, init_schema)."""
-    key = ("effect_key       text   NOT NULL PRIMARY KEY," if variant == "min" else
+    """``min`` and ``autocommit``: the effect key is the primary key. ``same``: ctrlrun's table,
+    whose primary key is the SHA-256 of the key (src/store/postgres/schema.rs, init_schema)."""
+    key = ("effect_key       text   NOT NULL PRIMARY KEY," if variant in ("min", "autocommit") else
            "key_digest       bytea  NOT NULL PRIMARY KEY,\n    effect_key       text   NOT NULL,")
     return f"""
 CREATE SCHEMA IF NOT EXISTS "{schema}";
@@ -257,6 +260,16 @@ def pg_txn(conn, body):
 def pg_call(conns: PgConns, sql: PgSql, variant: str, key: str, marks=None) -> bool:
     aid = action_id()
     conn = conns.durable
+    if variant == "autocommit":
+        now = now_us()
+        row = conn.execute(sql.insert_min, {"key": key, "aid": aid, "now": now,
+                                            "until": now + LEASE_US}, prepare=PREPARE).fetchone()
+        if row is None:
+            return False
+        result = executor(marks, key)
+        conn.execute(sql.outcome_min, {"now": now_us(), "result": str(result), "key": key,
+                                       "aid": aid}, prepare=PREPARE)
+        return True
     if variant == "min":
         now = now_us()
         row = pg_txn(conn, lambda c: c.execute(

@@ -3,7 +3,9 @@
 It forwards bytes both ways and reads just enough of the wire protocol (v3) to act on a
 transaction's ``COMMIT``: it remembers, per connection, the SQL of each prepared statement
 (``Parse``) and the raw ``Bind`` messages sent since ``BEGIN``, so a rule can pick "the COMMIT of
-the transaction that ran an INSERT" or "... whose parameters contain b'committed'".
+the transaction that ran an INSERT" or "... whose parameters contain b'committed'". A statement
+sent outside ``BEGIN`` … ``COMMIT`` commits by itself at its ``Sync`` (the server ends the
+implicit transaction there), so for such a statement the ``Sync`` is its COMMIT.
 
 Actions on a matching COMMIT:
     ``drop_before``: close both sockets without forwarding it (the server rolls back);
@@ -69,6 +71,7 @@ class _Conn:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.statements: dict = {}
         self.txn: List[bytes] = []
+        self.in_block = False  # inside BEGIN … COMMIT
         self.swallow = False
         self.replied = True  # False from a client message until the server's first reply
         self.closed = False
@@ -134,11 +137,21 @@ class _Conn:
             sql = body.rstrip(b"\0").strip().upper()
             if sql.startswith(b"BEGIN") or sql.startswith(b"START TRANSACTION"):
                 self.txn = []
+                self.in_block = True
+            elif sql == b"ROLLBACK":
+                self.in_block = False
             elif sql == b"COMMIT":
+                self.in_block = False
                 rule = self.proxy._take_rule("commit", b"\n".join(self.txn))
                 self.txn = []
                 if rule is not None:
                     return self.act(rule, msg)
+        elif kind == b"S" and not self.in_block and self.txn:
+            # the Sync of statements outside BEGIN … COMMIT: where they commit
+            rule = self.proxy._take_rule("commit", b"\n".join(self.txn))
+            self.txn = []
+            if rule is not None:
+                return self.act(rule, msg)
         self.replied = False
         self.server.sendall(msg)
         return True

@@ -227,19 +227,22 @@ def test_an_unresolved_outcome_write_says_the_executor_ran_and_names_the_attempt
 
 
 # f. -------------------------------------------------------------------------------------
-def test_connection_dropped_mid_statement_is_a_failed_write_and_the_retry_succeeds(
-    proxy, proxied, direct
+def test_connection_dropped_as_the_reservation_is_sent_is_settled_by_the_reread(
+    proxy, proxied, direct, caplog
 ):
+    # The reservation commits by itself: a connection lost as it goes out leaves it unknown,
+    # the re-read finds no row, and the insert is tried again; the executor runs once.
+    caplog.set_level(logging.WARNING, logger=STORE_LOG)
     runs: list = []
     pay = counted(proxied, runs)
     rule = proxy.arm("drop_before", b"INSERT INTO", on="statement")
-    with pytest.raises(StoreWriteFailed):
-        pay("o7")
-    assert rule.fired == 1
-    assert runs == []
-    assert direct.get_effect("pay:o7") is None
     assert pay("o7")["n"] == 1
+    assert rule.fired == 1
+    assert "reread_none_retry_insert" in branches(caplog)
+    assert runs == ["o7"]
     assert direct.get_effect("pay:o7").state is EffectState.COMMITTED
+    with pytest.raises(DuplicateEffect):
+        pay("o7")
 
 
 def test_statement_timeout_before_commit_is_a_failed_write(pg, pg_schema, direct):
@@ -377,11 +380,13 @@ def test_a_refusal_is_decided_from_one_plain_read_without_a_write(proxy, proxied
     assert pay("o20") == {"order": "o20", "n": 1}
     # Were the refusal to send the reservation statement, this would cut the connection.
     rule = proxy.arm("drop_before", b"INSERT INTO", on="statement", times=10)
+    sent = len(proxy.parsed)
     for _ in range(3):
         with pytest.raises(DuplicateEffect) as info:
             pay("o20")
         assert info.value.state == "committed"
     assert rule.fired == 0
+    assert len(proxy.parsed) - sent == 3  # one statement, one round trip, per refusal
     assert runs == ["o20"]
     assert direct.get_effect("pay:o20").state is EffectState.COMMITTED
 

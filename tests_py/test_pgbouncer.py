@@ -94,7 +94,9 @@ def test_processes_on_two_schemas_through_the_pooler_run_each_key_once_in_its_ow
 def test_the_store_sends_only_unnamed_statements_and_no_session_settings(pg, schemas, caplog):
     """What a pooler would relay, from open to close: every Parse is unnamed (sent with its
     Bind/Execute/Sync in one exchange), and the only simple queries are transaction control,
-    with `SET LOCAL` alone, and the tables' DDL at open."""
+    with `SET LOCAL` alone, and the tables' DDL at open. The writes that commit by themselves
+    set nothing either: `ctrlrun_durable()` sets `synchronous_commit` for their own
+    transaction only (the next test shows that their commits are durable)."""
     caplog.set_level(logging.WARNING, logger=STORE_LOG)
     proxy = PgProxy(pg.host, pg.port)
     schema = schemas()
@@ -124,12 +126,17 @@ def test_the_store_sends_only_unnamed_statements_and_no_session_settings(pg, sch
         begin = b"START TRANSACTION; SET LOCAL synchronous_commit TO DEFAULT"
         ddl = [q for q in proxy.simple if q.lstrip().startswith(b"CREATE SCHEMA IF NOT EXISTS")]
         # the new tables are brought to the current schema version in one transaction
+        durable = [q for q in proxy.simple
+                   if q.lstrip().startswith(b"CREATE OR REPLACE FUNCTION")
+                   and b".ctrlrun_durable()" in q]
         migration = [q for q in proxy.simple if q.lstrip().startswith(b"ALTER TABLE")
                      or b"ctrlrun_meta SET value" in q]
-        rest = [q for q in proxy.simple if q not in ddl and q not in migration]
+        rest = [q for q in proxy.simple if q not in ddl and q not in migration + durable]
         assert len(ddl) == 1 and b"SET " not in ddl[0].upper()
         assert len(migration) == 4 and not any(b"SET LOCAL" in q.upper() or
                                                b"SET SESSION" in q.upper() for q in migration)
+        # the one SET LOCAL outside a BEGIN is inside the function's body
+        assert len(durable) == 1 and durable[0].upper().count(b"SET ") == 3  # search_path x2
         assert set(rest) == {begin, b"START TRANSACTION", b"COMMIT"}, rest
     finally:
         proxy.close()
@@ -171,8 +178,8 @@ def test_a_server_connection_cut_at_commit_behind_the_pooler_runs_once(
         proxy.close()
 
 
-def test_a_server_connection_cut_mid_transaction_fails_the_write_and_a_retry_runs_once(
-    pg, schemas
+def test_a_server_connection_cut_before_the_reservation_is_settled_by_the_reread(
+    pg, schemas, caplog
 ):
     proxy = PgProxy(pg.host, pg.port)
     b = PgBouncer(proxy.host, proxy.port, pg.user, pg.password, "transaction", pool_size=3)
@@ -186,11 +193,14 @@ def test_a_server_connection_cut_mid_transaction_fails_the_write_and_a_retry_run
                 runs.append(order)
                 return "paid"
 
+            # the reservation commits by itself, so a connection cut as it is sent leaves it
+            # unknown: the re-read finds no row, and the insert is tried again
+            caplog.set_level(logging.WARNING, logger=STORE_LOG)
             rule = proxy.arm("drop_before", b"INSERT INTO", on="statement")
-            with pytest.raises(ctrlrun.StoreWriteFailed):
-                pay("o1")
-            assert rule.fired == 1 and runs == []
             assert pay("o1") == "paid"
+            assert rule.fired == 1 and "reread_none_retry_insert" in branches(caplog)
+            with pytest.raises(DuplicateEffect):
+                pay("o1")
         assert runs == ["o1"]
     finally:
         b.stop()
@@ -242,10 +252,11 @@ def test_a_new_schema_is_created_through_a_transaction_pooler(pg, schemas):
         b.stop()
 
 
-def test_statement_mode_refuses_transactions_so_the_store_fails_closed(pg, schemas):
-    """A pooler that allows no transaction cannot hold a reservation: the store refuses to
-    work through it (at open when it must create its tables, else at the first write) and
-    nothing runs unreserved."""
+def test_statement_mode_runs_one_statement_writes_and_refuses_transactions(pg, schemas):
+    """A pooler that allows no transaction: the store cannot create its tables through it (at
+    open). A protected call's writes each commit by themselves, so a call runs once and its
+    duplicate is refused; a write that needs a transaction (a lease extension) fails closed
+    and changes nothing."""
     b = PgBouncer(pg.host, pg.port, pg.user, pg.password, "statement", pool_size=3)
     fresh, made = schemas(), schemas()
     runs = []
@@ -260,11 +271,18 @@ def test_statement_mode_refuses_transactions_so_the_store_fails_closed(pg, schem
                 runs.append(order)
                 return "paid"
 
-            with pytest.raises(ctrlrun.StoreWriteFailed, match="not allowed in statement pooling mode"):
+            assert pay("o1") == "paid"
+            with pytest.raises(DuplicateEffect):
                 pay("o1")
-        assert runs == []
+            act = "act_" + "3" * 32
+            held = store.reserve_effect("pay:o2", act, 60)
+            with pytest.raises(ctrlrun.StoreWriteFailed,
+                               match="not allowed in statement pooling mode"):
+                store.extend_lease("pay:o2", act, timedelta(seconds=600))
+        assert runs == ["o1"]
         with ctrlrun.open_store(pg.url(made)) as direct:
-            assert direct.list_effects() == []
+            assert direct.get_effect("pay:o1").state is EffectState.COMMITTED
+            assert direct.get_effect("pay:o2") == held.record  # the extension changed nothing
     finally:
         b.stop()
 

@@ -25,6 +25,9 @@ pub(crate) struct Step {
     /// What the write is, for its receipt.
     pub(crate) event: Event,
     pub(crate) outcome: Result<EffectRecord>,
+    /// The server set the row's times as it wrote it, so `written` has the planner's times,
+    /// not the row's: the row is then known by its attempt token, which only this write sets.
+    pub(crate) timed_by_server: bool,
 }
 
 impl Step {
@@ -34,6 +37,7 @@ impl Step {
             written: Some(row.clone()),
             event,
             outcome: Ok(row),
+            timed_by_server: false,
         }
     }
 
@@ -43,6 +47,7 @@ impl Step {
             written: None,
             event: Event::Reservation,
             outcome: Err(error),
+            timed_by_server: false,
         }
     }
 
@@ -60,10 +65,26 @@ impl Step {
                     written: Some(record.clone()),
                     event: Event::Lapse,
                     outcome: Err(Error::ambiguous(record)),
+                    timed_by_server: false,
                 },
             ),
             ReservationPlan::Refuse(refusal) => (None, Step::refused(refusal.into_error())),
         }
+    }
+
+    /// Whether `row` is the row this step wrote: equal to it, or, for a row timed by the
+    /// server, the same attempt (action id, attempt token) in the same state.
+    fn is_written(&self, row: &EffectRecord) -> bool {
+        let Some(written) = &self.written else {
+            return false;
+        };
+        row == written
+            || (self.timed_by_server
+                && written.attempt_token.is_some()
+                && row.attempt_token == written.attempt_token
+                && row.action_id == written.action_id
+                && row.attempt == written.attempt
+                && row.state == written.state)
     }
 }
 
@@ -205,14 +226,14 @@ pub(crate) fn settle_write(
         Commit::Landed(step) => return step.outcome,
         Commit::Unknown(step, why) => (step, why),
     };
-    let Some(written) = step.written else {
+    if step.written.is_none() {
         return step.outcome; // nothing was written, so nothing is unknown
-    };
+    }
     log::warn!(target: "ctrlrun.store", "commit_unknown: {what} '{key}': {why}");
     let (found, n) = store.reread(what, key, &why)?;
-    if found.as_ref() == Some(&written) {
+    if let Some(row) = found.as_ref().filter(|row| step.is_written(row)) {
         log::warn!(target: "ctrlrun.store", "reread_identical_landed: {what} '{key}'");
-        return step.outcome;
+        return step.outcome.map(|_| row.clone()); // the row as the store holds it
     }
     let branch = match &found {
         None => "reread_none_retry_insert",
@@ -226,9 +247,9 @@ pub(crate) fn settle_write(
         Some(again) => match again() {
             // The retry met the very row the lost COMMIT wrote (it landed after the re-read):
             // ours, so the write landed.
-            Err(Error::Duplicate { record, .. }) if *record == written => {
+            Err(Error::Duplicate { record, .. }) if step.is_written(&record) => {
                 log::warn!(target: "ctrlrun.store", "retry_met_own_row: {what} '{key}'");
-                step.outcome
+                step.outcome.map(|_| *record)
             }
             // Where the lost COMMIT may still land, a failed retry does not mean that nothing
             // was committed.

@@ -267,6 +267,22 @@ impl Client {
     pub(crate) fn is_closed(&self) -> bool {
         self.timed_out || self.inner.is_closed()
     }
+
+    /// Whether the connection is still open, once its I/O driver has looked at the socket
+    /// (one poll, no round trip): a session the server ended while the connection sat idle
+    /// (its goodbye, or the socket closed) shows here before anything is sent on it.
+    pub(crate) fn still_open(&mut self) -> bool {
+        if self.is_closed() {
+            return false;
+        }
+        // A yield lets the runtime poll its I/O driver (with no wait), which wakes the
+        // connection's task if its socket has news; a second yield lets that task run.
+        self.rt.block_on(async {
+            tokio::task::yield_now().await;
+            tokio::task::yield_now().await;
+        });
+        !self.is_closed()
+    }
 }
 
 /// `config` split into one configuration per host, in the order to try them (shuffled for

@@ -128,6 +128,21 @@ pub(super) fn is_serialization(e: &PgError) -> bool {
     )
 }
 
+/// Whether a statement that commits by itself surely did not commit: the server answered it
+/// with an error of severity `ERROR`, which rolls its transaction back. Anything else leaves
+/// it unknown, as a lost `COMMIT` is: the connection lost or the wait run out after it was
+/// sent, or a `FATAL` (a session terminated while its committed transaction waited for a
+/// synchronous standby gets one after the commit).
+pub(super) fn rolled_back(e: &PgError) -> bool {
+    use tokio_postgres::error::Severity;
+    match e {
+        PgError::Driver(d) => d
+            .as_db_error()
+            .is_some_and(|db| db.parsed_severity() == Some(Severity::Error)),
+        _ => false,
+    }
+}
+
 /// The server ended the session (an administrator, a restart, a crash), the socket is gone, or
 /// a wait ran out and the connection was abandoned. The client may not have noticed the closed
 /// socket yet when the server's goodbye arrives as the answer to `BEGIN`, so

@@ -9,13 +9,13 @@ use super::conn::describe;
 use crate::error::{Error, Result};
 
 /// The schema version this build writes (`ctrlrun_meta.schema_version`).
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// How each older version is brought to the next (`MIGRATIONS[v - 1]` takes version `v` to
 /// `v + 1`), all in one transaction with the version's update. `{t}` is the effects table, `{a}`
 /// the approvals table, `{r}` the receipts table, `{s}` the schema (quoted). A new schema gets
 /// version 1's tables and then every step.
-const MIGRATIONS: [&str; 3] = [
+const MIGRATIONS: [&str; 4] = [
     // 1 -> 2: the per-attempt token (rows written before keep NULL).
     "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS attempt_token text",
     // 2 -> 3: who holds a key and with which arguments; approvals.
@@ -117,6 +117,32 @@ const MIGRATIONS: [&str; 3] = [
                  'current ctrlrun', TG_TABLE_NAME;
          END $$;
      {receipt_triggers}",
+    // 4 -> 5: the writes that commit by themselves (one statement, no BEGIN or COMMIT) call
+    // `ctrlrun_durable()`, which does for their transaction what `SET LOCAL synchronous_commit
+    // TO DEFAULT` does in an explicit one: behind a transaction pooler, a server connection may
+    // carry another client's `SET synchronous_commit = off`, which would acknowledge the commit
+    // before it is durable. `SET LOCAL` in a function lasts to the end of the calling
+    // statement's transaction, so it covers that statement's commit and nothing after it.
+    // The receipt hash is the same, computed by PL/pgSQL, which keeps its compiled form for the
+    // session: the SQL version's query was planned again in every statement that called it.
+    "CREATE OR REPLACE FUNCTION {s}.ctrlrun_durable() RETURNS boolean
+         LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+         BEGIN
+             SET LOCAL synchronous_commit TO DEFAULT;
+             RETURN true;
+         END $$;
+     CREATE OR REPLACE FUNCTION {s}.ctrlrun_receipt_hash(VARIADIC f text[]) RETURNS text
+         LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+         DECLARE
+             fields text := '';
+             x text;
+         BEGIN
+             FOREACH x IN ARRAY f LOOP
+                 fields := fields
+                     || COALESCE(octet_length(convert_to(x, 'UTF8'))::text || ':' || x, '~');
+             END LOOP;
+             RETURN encode(sha256(convert_to(fields, 'UTF8')), 'hex');
+         END $$",
 ];
 
 pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) -> Result<()> {

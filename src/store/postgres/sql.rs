@@ -29,6 +29,15 @@ fn now_expr(param: usize) -> String {
     )
 }
 
+/// `columns` (`a, b`) qualified with `alias` (`e.a, e.b`).
+fn qualified(alias: &str, columns: &str) -> String {
+    let each: Vec<String> = columns
+        .split(", ")
+        .map(|c| format!("{alias}.{c}"))
+        .collect();
+    each.join(", ")
+}
+
 /// The statements, rendered once per store for its schema.
 ///
 /// Every statement goes out **unnamed**, its Parse, Bind, Describe, Execute and Sync in one
@@ -73,6 +82,18 @@ impl Sql {
         let at = "COALESCE($5::int8, \
                   (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8)";
         let seq = "COALESCE(receipt_seq, 0) + 1";
+        let durable = format!("\"{schema}\".ctrlrun_durable");
+        let insert_columns = format!(
+            "key_digest, {COLUMNS}, last_event, written_by, receipt_seq, receipt_prev, \
+             receipt_hash"
+        );
+        let values = format!(
+            "{d}, $1, $2, $3, $4, {at}, {at}, {at} + $6::int8, $7, $8, $9, $10, $11, $12, $13, \
+             $14, $15, $16, $17, 1, NULL, {hash}('effect', $1, NULL, '1', NULL, ({at})::text, \
+             $16, $11, $3, $4::text, $2, $13, $15, $9, $17)",
+            d = digest(1),
+        );
+        let e_columns = qualified("e", COLUMNS);
         let now9 = "COALESCE($9::int8, \
                     (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8)";
         Sql {
@@ -84,27 +105,21 @@ impl Sql {
             // the server's clock when the INSERT runs (or the caller's `now`), the lease the
             // planner's length from there: planned from a read made before the transaction, a
             // wait for a connection or a pooler must not eat into the holder's lease.
-            // A plain INSERT … VALUES plans in microseconds, where a statement that also works
-            // out the row (a CTE) costs the server a tenth of a millisecond on every call.
+            // A plain INSERT plans in microseconds, where a statement that also works out the
+            // row or returns the one there (a CTE) costs the server about 0.3 ms on every call,
+            // more than the plain read that decides a refusal. `ctrlrun_durable()` makes the
+            // commit of an INSERT that commits by itself as durable as the server's own setting,
+            // whatever a pooler's server connection carries over.
             insert: format!(
-                "INSERT INTO {t} (key_digest, {COLUMNS}, last_event, written_by, receipt_seq, \
-                 receipt_prev, receipt_hash) \
-                 VALUES ({d}, $1, $2, $3, $4, {at}, {at}, {at} + $6::int8, $7, $8, $9, $10, \
-                 $11, $12, $13, $14, $15, $16, $17, 1, NULL, \
-                 {hash}('effect', $1, NULL, '1', NULL, ({at})::text, $16, $11, $3, $4::text, \
-                 $2, $13, $15, $9, $17)) \
-                 ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}",
-                d = digest(1),
+                "INSERT INTO {t} ({insert_columns}) SELECT {values} \
+                 FROM (SELECT {durable}()) durable(ok) \
+                 ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}"
             ),
             select: format!(
                 "SELECT {cols}, clock.n FROM (SELECT {now} AS n) clock \
                  LEFT JOIN {t} e ON e.key_digest = {d} AND e.effect_key = $1",
                 d = digest(1),
-                cols = COLUMNS
-                    .split(", ")
-                    .map(|c| format!("e.{c}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                cols = e_columns,
                 now = now_expr(2)
             ),
             cas: format!(
@@ -112,7 +127,7 @@ impl Sql {
                  updated_at = $5, lease_expires_at = $6, result = $7, error = $8, \
                  resolved_by = $9, attempt_token = $14, action = $15, holder = $16, \
                  args_digest = $17, arg_digests = $18, approval_id = $19, last_event = $20, \
-                 written_by = $21, {head} \
+                 written_by = $21, {head} FROM (SELECT {durable}()) durable(ok) \
                  WHERE key_digest = {d} AND effect_key = $10 AND state = $11 \
                  AND action_id = $12 AND attempt = $13",
                 d = digest(10),
@@ -130,6 +145,7 @@ impl Sql {
                 "UPDATE {t} SET state = $1, updated_at = {now}, \
                  lease_expires_at = CASE WHEN $3 THEN NULL ELSE lease_expires_at END, \
                  result = $4, error = $5, last_event = $10, written_by = $11, {head} \
+                 FROM (SELECT {durable}()) durable(ok) \
                  WHERE key_digest = {d} AND effect_key = $6 AND action_id = $7 \
                  AND ($8::int8 IS NULL OR attempt = $8) \
                  AND state = ANY($2::text[]) RETURNING {COLUMNS}",
@@ -181,29 +197,8 @@ impl Sql {
         r: &EffectRecord,
         now: Option<Micros>,
     ) -> PgResult<Option<Row>> {
-        let lease = r.lease_expires_at.map(|until| until - r.created_at);
-        c.query_typed_opt(
-            &self.insert,
-            &[
-                (&r.effect_key, Type::TEXT),
-                (&r.state.as_str(), Type::TEXT),
-                (&r.action_id, Type::TEXT),
-                (&r.attempt, Type::INT8),
-                (&now, Type::INT8),
-                (&lease, Type::INT8),
-                (&r.result, Type::TEXT),
-                (&r.error, Type::TEXT),
-                (&r.resolved_by, Type::TEXT),
-                (&r.attempt_token, Type::TEXT),
-                (&r.action, Type::TEXT),
-                (&r.holder, Type::TEXT),
-                (&r.args_digest, Type::TEXT),
-                (&r.arg_digests, Type::TEXT),
-                (&r.approval_id, Type::TEXT),
-                (&Event::Reservation.as_str(), Type::TEXT),
-                (&holder(), Type::TEXT),
-            ],
-        )
+        let extras = insert_extras(r);
+        c.query_typed_opt(&self.insert, &insert_params(r, &now, &extras))
     }
 
     /// The compare-and-set of the whole row `r` over `expected`: how many rows changed.
@@ -280,6 +275,51 @@ impl Sql {
 fn state_of(text: &str) -> std::result::Result<EffectState, Error> {
     EffectState::parse(text)
         .ok_or_else(|| Error::Store(format!("the store holds an unknown effect state {text:?}")))
+}
+
+/// The lease's length, the receipt's event and the writer, for an insert of `r`.
+fn insert_extras(r: &EffectRecord) -> Extras {
+    Extras {
+        lease: r.lease_expires_at.map(|until| until - r.created_at),
+        state: r.state.as_str(),
+        kind: Event::Reservation.as_str(),
+        writer: holder(),
+    }
+}
+
+/// What an insert binds besides the row's own fields.
+struct Extras {
+    lease: Option<Micros>,
+    state: &'static str,
+    kind: &'static str,
+    writer: String,
+}
+
+/// The parameters of `insert`.
+fn insert_params<'a>(
+    r: &'a EffectRecord,
+    now: &'a Option<Micros>,
+    x: &'a Extras,
+) -> [(&'a (dyn ToSql + Sync), Type); 17] {
+    [
+        (&r.effect_key, Type::TEXT),
+        (&x.state, Type::TEXT),
+        (&r.action_id, Type::TEXT),
+        (&r.attempt, Type::INT8),
+        (now, Type::INT8),
+        (&x.lease, Type::INT8),
+        (&r.result, Type::TEXT),
+        (&r.error, Type::TEXT),
+        (&r.resolved_by, Type::TEXT),
+        (&r.attempt_token, Type::TEXT),
+        (&r.action, Type::TEXT),
+        (&r.holder, Type::TEXT),
+        (&r.args_digest, Type::TEXT),
+        (&r.arg_digests, Type::TEXT),
+        (&r.approval_id, Type::TEXT),
+        (&x.kind, Type::TEXT),
+        (&x.writer, Type::TEXT),
+    ]
 }
 
 /// A row of `COLUMNS` starting at column `at`; `None` when the key column is NULL.

@@ -2,7 +2,9 @@
 //! re-read after an unknown `COMMIT`.
 
 use super::approvals;
-use super::sql::{read_found, read_record, Found};
+use super::client::{Client, PgError};
+use super::conn::rolled_back;
+use super::sql::{read_found, read_record, Found, Sql};
 use super::PostgresStore;
 use crate::error::{Error, Result};
 use crate::planner::{self, Expected, Mismatch, Proposal, ReservationPlan};
@@ -11,6 +13,98 @@ use crate::record::{holder, new_attempt_token, EffectRecord, EffectState, Micros
 use crate::store::recovery::{settle_transition, settle_write, Commit, Step, TransitionCall};
 
 impl PostgresStore {
+    /// A reservation in as few round trips as it can: a refusal is decided from one plain
+    /// read; a fresh key is then one `INSERT` that commits by itself (no `BEGIN`, no
+    /// `COMMIT`). A row to renew or to lapse, an action that needs an approval (its grant is
+    /// used in the reservation's transaction), and a row that appeared after the read go to
+    /// the reservation transaction.
+    pub(super) fn reserve_claim(
+        &self,
+        proposal: Proposal<'_>,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord> {
+        const WHAT: &str = "reserve_effect";
+        if proposal.needs_approval {
+            return self.reserve_from_a_read(proposal, now);
+        }
+        let key = proposal.key;
+        let row = self
+            .read(WHAT, key, |client, sql| sql.select_row(client, key, now))?
+            .map_err(|e| self.failed(WHAT, key, &e))?;
+        let (found, n) = read_found(&row)?;
+        planner::check_lease_end(n, proposal.lease)?;
+        if let ReservationPlan::Refuse(refusal) =
+            planner::plan_reservation(found.as_ref(), &proposal, n)
+        {
+            return Err(refusal.into_error());
+        }
+        let (token, holder) = (new_attempt_token()?, holder()); // only for a call that may write
+        let proposal = Proposal {
+            token: &token,
+            holder: &holder,
+            ..proposal
+        };
+        let ReservationPlan::Insert(row) = planner::plan_reservation(found.as_ref(), &proposal, n)
+        else {
+            // a renewal or a lapse: read again and written in the reservation transaction
+            return self.reserve_step(&proposal, now, None, true);
+        };
+        let inserted = self.autocommit(WHAT, key, |c, sql| match sql.insert(c, &row, now) {
+            Ok(inserted) => Ok(Commit::Landed(inserted)),
+            Err(e) => self.unsettled(WHAT, key, &e, None),
+        })?;
+        match inserted {
+            Commit::Landed(Some(inserted)) => {
+                Ok(read_record(&inserted, 0)?.expect("RETURNING a row"))
+            }
+            // A row appeared since the read: read and planned again in the transaction.
+            Commit::Landed(None) => self.reserve_step(&proposal, now, None, true),
+            Commit::Unknown(_, why) => {
+                let step = Step {
+                    timed_by_server: true,
+                    ..Step::wrote(row, Event::Reservation)
+                };
+                self.settle_reservation(&proposal, now, Commit::Unknown(step, why), true)
+            }
+        }
+    }
+
+    /// Statements that commit by themselves, on a pooled connection. One that died idle in
+    /// the pool is noticed before anything is sent on it (the driver looks at its socket once,
+    /// no round trip) and the next is tried.
+    fn autocommit<T>(
+        &self,
+        what: &str,
+        key: &str,
+        body: impl FnOnce(&mut Client, &Sql) -> Result<Commit<T>>,
+    ) -> Result<Commit<T>> {
+        let mut stale = 0;
+        loop {
+            let mut conn = self.conn(what, key)?;
+            if conn.used && !conn.client.still_open() {
+                conn.broken = true;
+                stale += 1;
+                if stale <= self.max_stale {
+                    log::warn!(target: "ctrlrun.store", "stale_connection_dropped: {what} '{key}'");
+                    continue;
+                }
+            }
+            conn.used = true;
+            return body(&mut conn.client, &self.sql);
+        }
+    }
+
+    /// A write statement that commits by itself failed with `e`: an error the server answered
+    /// rolled it back (a failed write, safe to retry); anything else (the connection lost or
+    /// the wait run out after it was sent) leaves its commit unknown, like a lost `COMMIT`.
+    fn unsettled<T>(&self, what: &str, key: &str, e: &PgError, value: T) -> Result<Commit<T>> {
+        if rolled_back(e) {
+            Err(self.failed(what, key, e))
+        } else {
+            Ok(Commit::Unknown(value, e.describe()))
+        }
+    }
+
     /// A reservation: a refusal decided from one plain read, anything else written by
     /// [`PostgresStore::reserve_step`] with a new attempt token.
     pub(super) fn reserve_from_a_read(
@@ -133,6 +227,7 @@ impl PostgresStore {
                         written,
                         event,
                         outcome,
+                        timed_by_server: false,
                     });
                 }
                 // Another writer's row is there now: read it (a new statement sees it under
@@ -188,8 +283,19 @@ impl PostgresStore {
         first: Option<Found>,
         may_retry: bool,
     ) -> Result<EffectRecord> {
-        const WHAT: &str = "reserve_effect";
         let committed = self.reserve_txn(proposal, now, first)?;
+        self.settle_reservation(proposal, now, committed, may_retry)
+    }
+
+    /// Settle a reservation from how its write ended (see [`settle_write`]); the retry is the
+    /// reservation transaction.
+    fn settle_reservation(
+        &self,
+        proposal: &Proposal<'_>,
+        now: Option<Micros>,
+        committed: Commit<Step>,
+        may_retry: bool,
+    ) -> Result<EffectRecord> {
         let refusal = |row: &EffectRecord, n: Micros| match planner::plan_reservation(
             Some(row),
             proposal,
@@ -199,9 +305,19 @@ impl PostgresStore {
             _ => None,
         };
         let retry = may_retry.then_some(|| self.reserve_step(proposal, now, None, false));
-        settle_write(self, WHAT, proposal.key, committed, refusal, retry)
+        settle_write(
+            self,
+            "reserve_effect",
+            proposal.key,
+            committed,
+            refusal,
+            retry,
+        )
     }
 
+    /// A transition in one statement that commits by itself (one round trip); when it matches
+    /// no row, the row is read and the planner says whether it had landed, is refused, or is a
+    /// late outcome written by a compare-and-set of the whole row.
     pub(super) fn transition_step(
         &self,
         call: &TransitionCall<'_>,
@@ -215,37 +331,42 @@ impl PostgresStore {
             call.now,
         );
         let what = t.name();
-        let committed = self.txn(what, key, |tx, sql| {
-            let rows = sql
-                .transition_rows(tx, t, key, action_id, attempt, now)
-                .map_err(|e| self.failed(what, key, &e))?;
-            match rows.first() {
-                Some(row) => Ok(Ok(read_record(row, 0)?.expect("RETURNING gives the row"))),
-                None => {
-                    let (found, n) = self.select_in(tx, what, key, now)?;
-                    Ok(
-                        match planner::plan_mismatch(found, key, action_id, attempt, t, n) {
-                            Mismatch::Landed(row) => Ok(row),
-                            Mismatch::Refuse(e) => Err(e),
-                            // A late outcome: a compare-and-set of the whole row; one that
-                            // loses to a concurrent writer fails and may be retried.
-                            Mismatch::Late { expected, row } => {
-                                let late = (&expected, Event::LateOutcome);
-                                if !self.write_cas(tx, what, late, &row)? {
-                                    return Err(Error::StoreWriteFailed(format!(
-                                        "{what} for effect '{key}': the row changed while its \
-                                         late outcome was written; nothing was committed, so \
-                                         the write may be retried"
-                                    )));
-                                }
-                                Ok(row)
-                            }
-                        },
-                    )
-                }
+        let committed = self.autocommit(what, key, |c, sql| {
+            let rows = match sql.transition_rows(c, t, key, action_id, attempt, now) {
+                Ok(rows) => rows,
+                Err(e) => return self.unsettled(what, key, &e, Ok(None)),
+            };
+            if let Some(row) = rows.first() {
+                return Ok(Commit::Landed(read_record(row, 0)));
             }
+            let (found, n) = self.select_in(c, what, key, now)?;
+            Ok(
+                match planner::plan_mismatch(found, key, action_id, attempt, t, n) {
+                    Mismatch::Landed(row) => Commit::Landed(Ok(Some(row))),
+                    Mismatch::Refuse(e) => Commit::Landed(Err(e)),
+                    // A late outcome: a compare-and-set of the whole row; one that loses to a
+                    // concurrent writer fails and may be retried.
+                    Mismatch::Late { expected, row } => {
+                        match sql.cas(c, &expected, &row, Event::LateOutcome) {
+                            Ok(1) => Commit::Landed(Ok(Some(row))),
+                            Ok(_) => {
+                                return Err(Error::StoreWriteFailed(format!(
+                                    "{what} for effect '{key}': the row changed while its late \
+                                     outcome was written; nothing was committed, so the write \
+                                     may be retried"
+                                )))
+                            }
+                            Err(e) => return self.unsettled(what, key, &e, Ok(Some(row))),
+                        }
+                    }
+                },
+            )
         })?;
-        let reissue = may_reissue.then_some(|| self.transition_step(call, false));
-        settle_transition(self, call, committed, reissue, |row| row)
+        let reissue = may_reissue.then_some(|| self.transition_step(call, false).map(Some));
+        settle_transition(self, call, committed, reissue, Some)?.ok_or_else(|| {
+            Error::Store(format!(
+                "{what} for effect '{key}': the row written was not returned"
+            ))
+        })
     }
 }
