@@ -374,6 +374,20 @@ def test_kill_9_while_the_commit_is_held_leaves_the_store_consistent(
     assert len(list(marks.iterdir())) == 1
 
 
+def test_a_fresh_call_is_a_read_and_two_statements_that_commit_by_themselves(proxy, proxied,
+                                                                           direct):
+    runs: list = []
+    pay = counted(proxied, runs)
+    parsed, simple = len(proxy.parsed), len(proxy.simple)
+    assert pay("o21") == {"order": "o21", "n": 1}
+    sent = [sql for _, sql in proxy.parsed[parsed:]]
+    assert len(sent) == 3, sent  # the read, the INSERT, the outcome UPDATE: three round trips
+    assert sent[1].lstrip().startswith(b"INSERT INTO") and b"ctrlrun_durable()" in sent[1]
+    assert sent[2].lstrip().startswith(b"UPDATE") and b"ctrlrun_durable()" in sent[2]
+    assert proxy.simple[simple:] == []  # no BEGIN, no COMMIT
+    assert direct.get_effect("pay:o21").state is EffectState.COMMITTED
+
+
 def test_a_refusal_is_decided_from_one_plain_read_without_a_write(proxy, proxied, direct):
     runs: list = []
     pay = counted(proxied, runs)

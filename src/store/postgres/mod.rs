@@ -343,7 +343,7 @@ impl Store for PostgresStore {
     fn propose(&self, proposal: Proposal<'_>, now: Option<Micros>) -> Result<EffectRecord> {
         planner::check_request(proposal.key, proposal.action_id, proposal.lease)?;
         check_key(proposal.key)?;
-        self.reserve_claim(proposal, now)
+        self.reserve_from_a_read(proposal, now)
     }
 
     fn transition(

@@ -197,8 +197,29 @@ impl Sql {
         r: &EffectRecord,
         now: Option<Micros>,
     ) -> PgResult<Option<Row>> {
-        let extras = insert_extras(r);
-        c.query_typed_opt(&self.insert, &insert_params(r, &now, &extras))
+        let lease = r.lease_expires_at.map(|until| until - r.created_at);
+        c.query_typed_opt(
+            &self.insert,
+            &[
+                (&r.effect_key, Type::TEXT),
+                (&r.state.as_str(), Type::TEXT),
+                (&r.action_id, Type::TEXT),
+                (&r.attempt, Type::INT8),
+                (&now, Type::INT8),
+                (&lease, Type::INT8),
+                (&r.result, Type::TEXT),
+                (&r.error, Type::TEXT),
+                (&r.resolved_by, Type::TEXT),
+                (&r.attempt_token, Type::TEXT),
+                (&r.action, Type::TEXT),
+                (&r.holder, Type::TEXT),
+                (&r.args_digest, Type::TEXT),
+                (&r.arg_digests, Type::TEXT),
+                (&r.approval_id, Type::TEXT),
+                (&Event::Reservation.as_str(), Type::TEXT),
+                (&holder(), Type::TEXT),
+            ],
+        )
     }
 
     /// The compare-and-set of the whole row `r` over `expected`: how many rows changed.
@@ -275,51 +296,6 @@ impl Sql {
 fn state_of(text: &str) -> std::result::Result<EffectState, Error> {
     EffectState::parse(text)
         .ok_or_else(|| Error::Store(format!("the store holds an unknown effect state {text:?}")))
-}
-
-/// The lease's length, the receipt's event and the writer, for an insert of `r`.
-fn insert_extras(r: &EffectRecord) -> Extras {
-    Extras {
-        lease: r.lease_expires_at.map(|until| until - r.created_at),
-        state: r.state.as_str(),
-        kind: Event::Reservation.as_str(),
-        writer: holder(),
-    }
-}
-
-/// What an insert binds besides the row's own fields.
-struct Extras {
-    lease: Option<Micros>,
-    state: &'static str,
-    kind: &'static str,
-    writer: String,
-}
-
-/// The parameters of `insert`.
-fn insert_params<'a>(
-    r: &'a EffectRecord,
-    now: &'a Option<Micros>,
-    x: &'a Extras,
-) -> [(&'a (dyn ToSql + Sync), Type); 17] {
-    [
-        (&r.effect_key, Type::TEXT),
-        (&x.state, Type::TEXT),
-        (&r.action_id, Type::TEXT),
-        (&r.attempt, Type::INT8),
-        (now, Type::INT8),
-        (&x.lease, Type::INT8),
-        (&r.result, Type::TEXT),
-        (&r.error, Type::TEXT),
-        (&r.resolved_by, Type::TEXT),
-        (&r.attempt_token, Type::TEXT),
-        (&r.action, Type::TEXT),
-        (&r.holder, Type::TEXT),
-        (&r.args_digest, Type::TEXT),
-        (&r.arg_digests, Type::TEXT),
-        (&r.approval_id, Type::TEXT),
-        (&x.kind, Type::TEXT),
-        (&x.writer, Type::TEXT),
-    ]
 }
 
 /// A row of `COLUMNS` starting at column `at`; `None` when the key column is NULL.

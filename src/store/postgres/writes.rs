@@ -13,20 +13,18 @@ use crate::record::{holder, new_attempt_token, EffectRecord, EffectState, Micros
 use crate::store::recovery::{settle_transition, settle_write, Commit, Step, TransitionCall};
 
 impl PostgresStore {
-    /// A reservation in as few round trips as it can: a refusal is decided from one plain
-    /// read; a fresh key is then one `INSERT` that commits by itself (no `BEGIN`, no
-    /// `COMMIT`). A row to renew or to lapse, an action that needs an approval (its grant is
-    /// used in the reservation's transaction), and a row that appeared after the read go to
-    /// the reservation transaction.
-    pub(super) fn reserve_claim(
+    /// A reservation in as few round trips as it can. A refusal needs no transaction: it is
+    /// decided from one plain read (a stale read only means the caller arrived a moment
+    /// earlier). A fresh key is then one `INSERT` that commits by itself (no `BEGIN`, no
+    /// `COMMIT`) and yields to any row written since. An action that needs an approval (its
+    /// grant is used in the reservation's transaction), a renewal, a lapse, and a row that
+    /// appeared after the read go to the reservation transaction, which reads again.
+    pub(super) fn reserve_from_a_read(
         &self,
         proposal: Proposal<'_>,
         now: Option<Micros>,
     ) -> Result<EffectRecord> {
         const WHAT: &str = "reserve_effect";
-        if proposal.needs_approval {
-            return self.reserve_from_a_read(proposal, now);
-        }
         let key = proposal.key;
         let row = self
             .read(WHAT, key, |client, sql| sql.select_row(client, key, now))?
@@ -44,10 +42,9 @@ impl PostgresStore {
             holder: &holder,
             ..proposal
         };
-        let ReservationPlan::Insert(row) = planner::plan_reservation(found.as_ref(), &proposal, n)
-        else {
-            // a renewal or a lapse: read again and written in the reservation transaction
-            return self.reserve_step(&proposal, now, None, true);
+        let row = match planner::plan_reservation(found.as_ref(), &proposal, n) {
+            ReservationPlan::Insert(row) if !proposal.needs_approval => row,
+            _ => return self.reserve_step(&proposal, now, Some((found, n)), true),
         };
         let inserted = self.autocommit(WHAT, key, |c, sql| match sql.insert(c, &row, now) {
             Ok(inserted) => Ok(Commit::Landed(inserted)),
@@ -84,10 +81,15 @@ impl PostgresStore {
             if conn.used && !conn.client.still_open() {
                 conn.broken = true;
                 stale += 1;
-                if stale <= self.max_stale {
-                    log::warn!(target: "ctrlrun.store", "stale_connection_dropped: {what} '{key}'");
-                    continue;
+                if stale > self.max_stale {
+                    return Err(Error::StoreWriteFailed(format!(
+                        "{what} for effect '{key}': every pooled connection to the PostgreSQL \
+                         store {} had closed; nothing was sent, so the write may be retried",
+                        self.description
+                    )));
                 }
+                log::warn!(target: "ctrlrun.store", "stale_connection_dropped: {what} '{key}'");
+                continue;
             }
             conn.used = true;
             return body(&mut conn.client, &self.sql);
@@ -103,41 +105,6 @@ impl PostgresStore {
         } else {
             Ok(Commit::Unknown(value, e.describe()))
         }
-    }
-
-    /// A reservation: a refusal decided from one plain read, anything else written by
-    /// [`PostgresStore::reserve_step`] with a new attempt token.
-    pub(super) fn reserve_from_a_read(
-        &self,
-        proposal: Proposal<'_>,
-        now: Option<Micros>,
-    ) -> Result<EffectRecord> {
-        let (key, lease) = (proposal.key, proposal.lease);
-        // A refusal needs no transaction: decide it from one plain read (one round trip
-        // instead of BEGIN, statement, COMMIT). A stale read only means the caller arrived a
-        // moment earlier; a grant is written by an INSERT that yields to any row there, a
-        // renewal or a lapse by a compare-and-set on a row read again in the transaction.
-        let row = self
-            .read("reserve_effect", key, |client, sql| {
-                sql.select_row(client, key, now)
-            })?
-            .map_err(|e| self.failed("reserve_effect", key, &e))?;
-        let (found, n) = read_found(&row)?;
-        planner::check_lease_end(n, lease)?;
-        if let ReservationPlan::Refuse(refusal) =
-            planner::plan_reservation(found.as_ref(), &proposal, n)
-        {
-            return Err(refusal.into_error());
-        }
-        let (token, holder) = (new_attempt_token()?, holder()); // only for a call that may write
-        let proposal = Proposal {
-            token: &token,
-            holder: &holder,
-            ..proposal
-        };
-        // A fresh key costs one INSERT planned from this read; a row that appeared meanwhile
-        // makes the INSERT return nothing and is read and planned again in the transaction.
-        self.reserve_step(&proposal, now, Some((found, n)), true)
     }
 
     /// One reservation transaction: plan from `first` (the plain read just made) or from a
