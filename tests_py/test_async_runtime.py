@@ -519,3 +519,33 @@ def test_16_threads_over_1000_keys_execute_each_key_once(store, second_store):
     recs = second_store.list_effects()
     assert len(recs) == n_keys
     assert all(r.state == EffectState.COMMITTED and r.attempt == 1 for r in recs)
+
+
+def test_a_write_that_must_settle_is_waited_for_without_spinning_under_anyio():
+    """anyio (the MCP SDK's runtime) re-delivers a scope's cancellation at every await: the
+    wait for a store write that must settle is shielded, so it sleeps instead of waking on
+    every turn of the event loop (measured as the CPU the wait burns)."""
+    import anyio
+
+    from ctrlrun import _runner_async
+
+    settled: list = []
+    cpu: list = []
+
+    async def write() -> int:
+        await asyncio.sleep(1.0)
+        settled.append(True)
+        return 1
+
+    async def main() -> None:
+        with anyio.CancelScope() as scope:
+            asyncio.get_running_loop().call_later(0.1, scope.cancel)
+            started = time.process_time()
+            try:
+                await _runner_async._finish(write())
+            finally:
+                cpu.append(time.process_time() - started)
+
+    anyio.run(main)
+    assert settled == [True]  # the write settled before the cancellation propagated
+    assert cpu[0] < 0.5, cpu  # a spinning wait burns about the whole second

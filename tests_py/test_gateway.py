@@ -203,6 +203,33 @@ def test_an_upstream_that_dies_mid_call_is_ambiguous_then_calls_are_failed(rig, 
     assert [r[0] for r in rig.runs()] == ["die"]
 
 
+@pytest.mark.parametrize("upstream,why", [
+    (["--", sys.executable, "-c", "import sys; sys.exit(3)"], "Connection closed"),
+    # a process that runs and never answers the handshake: bounded by the call timeout
+    (["--call-timeout", "1", "--", sys.executable, "-c", "import time; time.sleep(600)"], ""),
+])
+def test_an_upstream_that_never_started_is_served_and_every_call_is_failed_unsent(
+        tmp_path, store_url, store, upstream, why):
+    rig = Rig(tmp_path, store_url, POLICY, upstream=upstream)
+
+    async def body(s: ClientSession) -> list:
+        listed = (await s.list_tools()).tools
+        return [listed] + [await s.call_tool(name, args) for name, args in (
+            ("refund", {"payment_id": "pi_n", "amount": 1}),
+            ("refund", {"payment_id": "pi_n", "amount": 1}),
+            ("lookup", {"payment_id": "pi_n"}))]
+
+    listed, first, again, unreserved = rig.session(body)
+    assert listed == []
+    for result in (first, again):  # never sent, so failed; the retry may run (and is failed)
+        assert ctrl(result)["outcome"] == "failed" and "never started" in result.content[0].text
+    rec = store.get_effect("refund:pi_n")
+    assert rec.state.value == "failed" and rec.attempt == 2
+    assert ctrl(unreserved)["refused"] == "upstream"
+    assert "did not start" in rig.stderr.read_text() and why in rig.stderr.read_text()
+    assert "Traceback" not in rig.stderr.read_text()
+
+
 def test_the_gateway_and_a_decorated_worker_share_reservations(rig, store):
     @ctrlrun.protect("mcp.acme.refund", effect="refund:{payment_id}", store=store)
     def refund(payment_id: str, amount: int) -> dict:

@@ -10,24 +10,18 @@ refusals all come from there. Outcomes follow the rule that only proof of non-ex
 the policy says ``on_tool_error: failed``.
 
 Imports the MCP SDK (the ``gateway`` extra); ``import ctrlrun`` never imports this module.
+Starting the upstream and serving agents is in ``_gateway_serve``.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import re
-import sys
 from datetime import timedelta
 from typing import Any, Dict, List, Optional, Tuple
 
 import anyio
 from mcp import types
 from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.server.lowlevel import Server
-from mcp.server.stdio import stdio_server
 
 from . import _core, _runner_async
 from ._binding import render_value
@@ -104,31 +98,41 @@ class WatchedStream:
 
 
 class Upstream:
-    """The upstream MCP server's session (one for the gateway's life)."""
+    """The upstream MCP server's session (one for the gateway's life), or, for an upstream
+    that never started, why (``down``): then nothing is ever sent."""
 
-    def __init__(self, session: ClientSession, watched: Optional[WatchedStream]) -> None:
+    def __init__(self, session: Optional[ClientSession], watched: Optional[WatchedStream],
+                 down: Optional[str] = None) -> None:
         self.session = session
         self.watched = watched
+        self.down = down
 
     async def alive(self) -> None:
         """Raise :class:`NotSent` when the upstream is known to be gone, so the call that
         follows is never sent. On stdio, its output having ended says so (the session sends
         nothing after it); over HTTP, a ping must be answered."""
+        if self.down is not None:
+            raise NotSent(f"the upstream MCP server never started ({self.down}); the call was "
+                          f"not sent")
         if self.watched is not None:
             if self.watched.ended:
                 raise NotSent("the upstream MCP server has exited (its output ended); the call "
                               "was not sent")
             return
+        assert self.session is not None  # set whenever the upstream started
         try:
             with anyio.fail_after(PING_TIMEOUT):
                 await self.session.send_ping()
         except Exception as exc:  # any failure here: the tool call was not sent
-            raise NotSent(f"the upstream MCP server did not answer a ping ({_why(exc)}); the "
+            raise NotSent(f"the upstream MCP server did not answer a ping ({brief(exc)}); the "
                           f"call was not sent") from None
 
     async def call(self, name: str, arguments: Dict[str, Any], timeout: float
                    ) -> types.CallToolResult:
         """Forward one tool call; a timeout or a lost connection raises (sent: ``ambiguous``)."""
+        if self.session is None:
+            await self.alive()  # raises NotSent: there is nothing to send to
+        assert self.session is not None
         request = types.CallToolRequest(
             params=types.CallToolRequestParams(name=name, arguments=arguments))
         # Sent as a plain request: the client's own checks of a result against the tool's
@@ -137,7 +141,8 @@ class Upstream:
             return await self.session.send_request(request, types.CallToolResult)
 
 
-def _why(exc: BaseException) -> str:
+def brief(exc: BaseException) -> str:
+    """The first line of what ``exc`` says, short enough for a message."""
     text = str(exc) or type(exc).__name__
     return text.splitlines()[0][:200] if text else type(exc).__name__
 
@@ -171,7 +176,10 @@ class Gateway:
         self.known = {t.name for t in tools}
 
     async def _has_tool(self, tool: str) -> bool:
-        """Whether the upstream offers ``tool`` (its list read again on a miss)."""
+        """Whether the upstream offers ``tool`` (its list read again on a miss). An upstream
+        that never started cannot say: the call goes on and is recorded failed, unsent."""
+        if self.upstream.session is None:
+            return True
         if tool not in self.known:
             self.known = {t.name for t in await upstream_tools(self.upstream.session)}
         return tool in self.known
@@ -179,6 +187,8 @@ class Gateway:
     async def list_tools(self, ctx: Any, params: Optional[types.PaginatedRequestParams]
                          ) -> types.ListToolsResult:
         """The upstream's tools; a reserved one says so in its description."""
+        if self.upstream.session is None:
+            return types.ListToolsResult(tools=[])  # the upstream never started
         result = await self.upstream.session.list_tools(params=params)
         try:
             policy = current_policy()
@@ -232,9 +242,11 @@ class Gateway:
                                   ) -> types.CallToolResult:
         try:
             return await self.upstream.call(tool, arguments, timeout)
+        except NotSent as exc:
+            return not_forwarded(f"mcp.{self.alias}.{tool}", None, "upstream", str(exc))
         except Exception as exc:  # a tool result, never a protocol error, for the agent
             return not_forwarded(f"mcp.{self.alias}.{tool}", None, "upstream", (
-                f"the unreserved call got no answer from the upstream ({_why(exc)})"))
+                f"the unreserved call got no answer from the upstream ({brief(exc)})"))
 
     async def _forward_reserved(self, entry: ActionPolicy, tool: str, arguments: Dict[str, Any],
                                 timeout: float) -> types.CallToolResult:
@@ -296,7 +308,7 @@ class Gateway:
             return not_forwarded(action, key, "store", f"{exc}; nothing was sent")
         except Exception as exc:  # sent, and no answer: nobody knows whether it ran
             return not_forwarded(action, key, "ambiguous", (
-                f"the call was sent to the upstream and no answer came ({_why(exc)}); "
+                f"the call was sent to the upstream and no answer came ({brief(exc)}); "
                 f"{key} is recorded ambiguous: check whether it happened, then settle it with "
                 f"`ctrlrun resolve {key} --committed` or `--failed`; do not retry"))
         return answer[0]
@@ -352,73 +364,3 @@ def _result_text(result: types.CallToolResult) -> str:
     texts = [c.text for c in result.content if isinstance(c, types.TextContent)]
     text = " ".join(texts).strip() or json.dumps(result.structured_content, default=str)
     return text[:500]
-
-
-def upstream_env() -> Dict[str, str]:
-    """The gateway's environment for the upstream, without ctrlrun's own settings (the store
-    URL may hold a password the upstream has no business seeing)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
-
-
-def _upstream_transport(command: List[str], url: Optional[str]) -> Any:
-    """The upstream's streams: a subprocess on stdio, or a server over streamable HTTP."""
-    if url is not None:
-        return streamable_http_client(url)
-    params = StdioServerParameters(command=command[0], args=command[1:], env=upstream_env())
-    return stdio_client(params)
-
-
-async def serve(alias: str, store: Store, command: List[str], url: Optional[str],
-                listen: Optional[Tuple[str, int]], call_timeout: float) -> None:
-    """Connect to the upstream, then serve agents (on this process's stdin and stdout, or
-    over streamable HTTP on ``listen``) until they are done."""
-    async with _upstream_transport(command, url) as (read, write):
-        watched = WatchedStream(read) if url is None else None
-        async with ClientSession(watched or read, write) as session:
-            init = await session.initialize()
-            tools = await upstream_tools(session)
-            shown = re.sub(r"(\w+://)[^/@\s]*@", r"\1***@", url) if url else command[0]
-            announce(alias, store, shown, tools)
-            gateway = Gateway(alias, store, Upstream(session, watched), call_timeout, tools)
-            server: Server[Any] = Server(
-                f"ctrlrun-gateway-{alias}", version=_core.__version__,
-                instructions=init.instructions,
-                on_list_tools=gateway.list_tools, on_call_tool=gateway.call_tool,
-                **PassThrough(session).handlers(init.capabilities))
-            if listen is None:
-                async with stdio_server() as (r, w):
-                    await server.run(r, w, server.create_initialization_options())
-                return
-            import uvicorn
-
-            host, port = listen
-            app = server.streamable_http_app(host=host)
-            config = uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                    lifespan="on")
-            await uvicorn.Server(config).serve()
-
-
-def unreserved_writes(alias: str, tools: List[types.Tool]) -> List[str]:
-    """The upstream's tools that may write (not marked ``readOnlyHint: true``) and have no
-    effect template in the policy: they run without a reservation."""
-    policy = current_policy()
-    out = []
-    for tool in tools:
-        hint = tool.annotations.read_only_hint if tool.annotations is not None else None
-        entry = None if policy is None else policy.actions.get(f"mcp.{alias}.{tool.name}")
-        if hint is not True and (entry is None or entry.effect is None) and (
-                entry is None or entry.decision != "deny"):
-            out.append(tool.name)
-    return out
-
-
-def announce(alias: str, store: Store, command: str, tools: List[types.Tool]) -> None:
-    """One line on stderr (stdout is the MCP channel): what the gateway guards, and every
-    write that runs unreserved."""
-    policy = current_policy()
-    where = policy.path if policy is not None else "no policy file"
-    loose = unreserved_writes(alias, tools)
-    tail = (f"; writes with no effect template, run unreserved: {', '.join(loose)}" if loose
-            else "; every write has an effect template")
-    print(f"ctrlrun gateway {alias}: {command} ({len(tools)} tools) behind {store.url}, policy "
-          f"{where}{tail}", file=sys.stderr, flush=True)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
+import sys
 import threading
 from typing import Any, Awaitable, Callable, Optional, Set, Tuple
 
@@ -57,16 +59,33 @@ async def _finish(work: Awaitable[Any]) -> Any:
     _background.add(task)
     task.add_done_callback(_background.discard)
     interrupted: Optional[BaseException] = None
-    while not task.done():
-        try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError as exc:
-            interrupted = exc
+    try:
+        await asyncio.wait({task})
+    except asyncio.CancelledError as exc:
+        interrupted = exc
+        with _shielded():
+            while not task.done():
+                try:
+                    await asyncio.wait({task})
+                except asyncio.CancelledError:
+                    pass
     if interrupted is not None:
         if not task.cancelled():
             task.exception()  # retrieved; the cancellation is what propagates
         raise interrupted
     return task.result()
+
+
+def _shielded() -> Any:
+    """A scope that keeps further cancellations of this task from being delivered while it
+    waits for work that must settle. anyio (the MCP SDK, Trio-style code) re-delivers a
+    scope's cancellation at every await of the task, so without a shield the wait would wake
+    and sleep again on every turn of the event loop until the work ends: it is used when the
+    program has imported it. Plain asyncio cancels once per ``cancel()``."""
+    anyio = sys.modules.get("anyio")
+    if anyio is None:
+        return contextlib.nullcontext()
+    return anyio.CancelScope(shield=True)
 
 
 async def _fail_if_granted(started: "asyncio.Future[int]", call: Call, why: BaseException) -> None:

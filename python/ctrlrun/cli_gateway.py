@@ -50,7 +50,7 @@ def register(cli: click.Group, store_option: Any, die: Any) -> None:
         try:
             import anyio
 
-            from . import _gateway
+            from . import _gateway_serve
         except ImportError as exc:
             if (exc.name or "").split(".")[0] in ("mcp", "mcp_types", "anyio"):
                 die("the gateway needs the MCP SDK: pip install 'ctrlrun[gateway]'")
@@ -75,7 +75,7 @@ def register(cli: click.Group, store_option: Any, die: Any) -> None:
         shown = _redacted(upstream_url) if upstream_url is not None else None
         what = shown or (command[0] if command else "")
         try:
-            anyio.run(_gateway.serve, alias, store, command, upstream_url, address,
+            anyio.run(_gateway_serve.serve, alias, store, command, upstream_url, address,
                       call_timeout)
         except KeyboardInterrupt:
             pass
