@@ -53,7 +53,8 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         return text(f"refunded {args.get('amount')}", structured={"refunded": args.get("amount")})
     if name == "flaky":
         return text("card declined", is_error=True)
-    if name == "slow":
+    if name == "slow":  # progress for a caller that asked for it, then the wait
+        await ctx.session.report_progress(0.5, 1.0, "halfway")
         await anyio.sleep(float(args.get("seconds", 5)))
         return text("slow done")
     if name == "die":

@@ -230,6 +230,22 @@ def test_an_upstream_that_never_started_is_served_and_every_call_is_failed_unsen
     assert "Traceback" not in rig.stderr.read_text()
 
 
+def test_the_upstreams_progress_reaches_the_agent_through_the_gateway(rig, store):
+    seen: list = []
+
+    async def progress(done: float, total: Optional[float], message: Optional[str]) -> None:
+        seen.append((done, total, message))
+
+    async def body(s: ClientSession) -> list:
+        return [await s.call_tool(name, {"payment_id": f"p{name}", "seconds": 0.1},
+                                  progress_callback=progress) for name in ("slow", "lookup")]
+
+    reserved, _ = rig.session(body)
+    assert not reserved.is_error
+    assert seen == [(0.5, 1.0, "halfway")]  # from the reserved call; lookup reports none
+    assert store.get_effect("slow:pslow").state.value == "committed"
+
+
 def test_the_gateway_and_a_decorated_worker_share_reservations(rig, store):
     @ctrlrun.protect("mcp.acme.refund", effect="refund:{payment_id}", store=store)
     def refund(payment_id: str, amount: int) -> dict:

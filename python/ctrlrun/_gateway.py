@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import anyio
 from mcp import types
 from mcp.client.session import ClientSession
+from mcp.shared.dispatcher import ProgressFnT
 
 from . import _core, _runner_async
 from ._binding import render_value
@@ -97,6 +98,21 @@ class WatchedStream:
         return getattr(self.inner, "last_context", None)
 
 
+#: Where an upstream's progress for a call goes: ``(progress, total, message)``.
+Progress = ProgressFnT
+
+
+def progress_of(ctx: Any) -> Optional[Progress]:
+    """The agent's progress channel for this call, when it asked for progress (a progress
+    token): the upstream's progress is then relayed to it."""
+    meta = getattr(ctx, "meta", None) or {}
+    session = getattr(ctx, "session", None)
+    if meta.get("progress_token") is None or session is None:
+        return None
+    report: Progress = session.report_progress
+    return report
+
+
 class Upstream:
     """The upstream MCP server's session (one for the gateway's life), or, for an upstream
     that never started, why (``down``): then nothing is ever sent."""
@@ -127,9 +143,10 @@ class Upstream:
             raise NotSent(f"the upstream MCP server did not answer a ping ({brief(exc)}); the "
                           f"call was not sent") from None
 
-    async def call(self, name: str, arguments: Dict[str, Any], timeout: float
-                   ) -> types.CallToolResult:
-        """Forward one tool call; a timeout or a lost connection raises (sent: ``ambiguous``)."""
+    async def call(self, name: str, arguments: Dict[str, Any], timeout: float,
+                   progress: Optional[Progress] = None) -> types.CallToolResult:
+        """Forward one tool call; a timeout or a lost connection raises (sent: ``ambiguous``).
+        With ``progress``, the upstream's progress notifications for it are passed to it."""
         if self.session is None:
             await self.alive()  # raises NotSent: there is nothing to send to
         assert self.session is not None
@@ -138,7 +155,8 @@ class Upstream:
         # Sent as a plain request: the client's own checks of a result against the tool's
         # output schema must not turn an answer the upstream gave into a lost one.
         with anyio.fail_after(timeout):
-            return await self.session.send_request(request, types.CallToolResult)
+            return await self.session.send_request(request, types.CallToolResult,
+                                                   progress_callback=progress)
 
 
 def brief(exc: BaseException) -> str:
@@ -235,13 +253,13 @@ class Gateway:
                     f"action {action!r} needs approval, but the policy gives it no effect "
                     f"template; an approval is used with the reservation of its effect key, so "
                     f"the call is refused; nothing was sent"))
-            return await self._forward_unreserved(tool, arguments, timeout)
-        return await self._forward_reserved(entry, tool, arguments, timeout)
+            return await self._forward_unreserved(tool, arguments, timeout, progress_of(ctx))
+        return await self._forward_reserved(entry, tool, arguments, timeout, progress_of(ctx))
 
-    async def _forward_unreserved(self, tool: str, arguments: Dict[str, Any], timeout: float
-                                  ) -> types.CallToolResult:
+    async def _forward_unreserved(self, tool: str, arguments: Dict[str, Any], timeout: float,
+                                  progress: Optional[Progress]) -> types.CallToolResult:
         try:
-            return await self.upstream.call(tool, arguments, timeout)
+            return await self.upstream.call(tool, arguments, timeout, progress)
         except NotSent as exc:
             return not_forwarded(f"mcp.{self.alias}.{tool}", None, "upstream", str(exc))
         except Exception as exc:  # a tool result, never a protocol error, for the agent
@@ -249,7 +267,8 @@ class Gateway:
                 f"the unreserved call got no answer from the upstream ({brief(exc)})"))
 
     async def _forward_reserved(self, entry: ActionPolicy, tool: str, arguments: Dict[str, Any],
-                                timeout: float) -> types.CallToolResult:
+                                timeout: float, progress: Optional[Progress]
+                                ) -> types.CallToolResult:
         action = entry.name
         if not await self._has_tool(tool):
             return not_forwarded(action, None, "invalid", (
@@ -278,7 +297,7 @@ class Gateway:
         async def forward() -> Any:
             await self.upstream.alive()
             sent.append(True)
-            result = await self.upstream.call(tool, arguments, timeout)
+            result = await self.upstream.call(tool, arguments, timeout, progress)
             answer.append(result)
             if result.is_error:
                 text = _result_text(result)
