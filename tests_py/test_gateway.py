@@ -246,6 +246,19 @@ def test_the_upstreams_progress_reaches_the_agent_through_the_gateway(rig, store
     assert store.get_effect("slow:pslow").state.value == "committed"
 
 
+def test_replay_gives_a_committed_duplicate_the_stored_answer(tmp_path, store_url, store):
+    rig = Rig(tmp_path, store_url, POLICY.replace(
+        'effect: "refund:{payment_id}"', 'effect: "refund:{payment_id}"\n    replay: true'))
+    first, again, other = rig.calls(("refund", {"payment_id": "pi_r", "amount": 7}),
+                                    ("refund", {"payment_id": "pi_r", "amount": 7}),
+                                    ("refund", {"payment_id": "pi_r", "amount": 8}))
+    assert not first.is_error and not again.is_error
+    assert again.structured_content == first.structured_content == {"refunded": 7}
+    assert again.content[0].text == "refunded 7"
+    assert ctrl(other)["refused"] == "conflict"  # other arguments are never replayed
+    assert len(rig.runs()) == 1
+
+
 def test_the_gateway_and_a_decorated_worker_share_reservations(rig, store):
     @ctrlrun.protect("mcp.acme.refund", effect="refund:{payment_id}", store=store)
     def refund(payment_id: str, amount: int) -> dict:

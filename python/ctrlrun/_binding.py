@@ -153,6 +153,11 @@ class KeyBinder:
             ) from None
 
 
+#: What :meth:`Gate.route` decides for a call: the key binder, the approval's time to live
+#: (``approve`` only) and whether a committed duplicate replays its stored result.
+Route = Tuple["KeyBinder", Optional[timedelta], bool]
+
+
 class Gate:
     """Per protected function: which key binder a call uses and whether it needs a person's
     approval, after the policy has its say.
@@ -161,18 +166,21 @@ class Gate:
     differ); without one, the policy's applies; with neither, the call runs unreserved.
     Decisions: the policy's wins over the decorator's (with one warning when they differ). A
     ``deny`` refuses the call before anything is reserved; ``approve`` returns the approval's
-    time to live with the binder."""
+    time to live with the binder. ``replay``: the policy's, where it states one, else the
+    decorator's."""
 
-    __slots__ = ("name", "fn", "own", "decision", "approval_ttl", "from_policy", "warned",
-                 "warned_decision")
+    __slots__ = ("name", "fn", "own", "decision", "approval_ttl", "replay", "from_policy",
+                 "warned", "warned_decision")
 
     def __init__(self, name: str, fn: Callable[..., Any], template: Optional[_core.Template],
-                 decision: str = "allow", approval_ttl: Optional[timedelta] = None):
+                 decision: str = "allow", approval_ttl: Optional[timedelta] = None,
+                 replay: bool = False):
         self.name = name
         self.fn = fn
         self.own = None if template is None else KeyBinder(template, fn, name)
         self.decision = decision
         self.approval_ttl = approval_ttl
+        self.replay = replay
         self.from_policy: dict = {}
         self.warned = False
         self.warned_decision = False
@@ -185,9 +193,10 @@ class Gate:
         return ActionDenied(f"action {self.name!r} is denied by {where}; nothing was reserved "
                             f"or run", action=self.name, policy=policy)
 
-    def route(self) -> Optional[Tuple[KeyBinder, Optional[timedelta]]]:
-        """The binder for this call and, for an ``approve`` action, the approval's time to
-        live; ``None``: the call runs unreserved."""
+    def route(self) -> Optional[Route]:
+        """The binder for this call, for an ``approve`` action the approval's time to live, and
+        whether a committed duplicate replays its result; ``None``: the call runs
+        unreserved."""
         policy = current_policy()
         entry = None if policy is None else policy.actions.get(self.name)
         if entry is None:
@@ -195,7 +204,8 @@ class Gate:
                 raise self._deny("its decorator (decision='deny')", None)
             if self.own is None:
                 return self._unreserved(self.decision)
-            return self.own, self._ttl(None) if self.decision == "approve" else None
+            ttl = self._ttl(None) if self.decision == "approve" else None
+            return self.own, ttl, self.replay
         assert policy is not None
         # The policy's decision wins where it states one; an entry that only gives a template
         # leaves the decorator's decision in force.
@@ -212,6 +222,7 @@ class Gate:
                 f"from the policy's {entry.decision!r} ({policy.path}, line {entry.line}); the "
                 f"policy's is used", PolicyWarning, stacklevel=3)
         ttl = self._ttl(entry.approval_ttl) if decision == "approve" else None
+        replay = self.replay if entry.replay is None else entry.replay
         if self.own is not None:
             if entry.effect is not None and entry.effect != self.own.template.source:
                 if not self.warned:
@@ -224,14 +235,14 @@ class Gate:
                         PolicyWarning,
                         stacklevel=3,
                     )
-            return self.own, ttl
+            return self.own, ttl, replay
         if entry.effect is None:
             return self._unreserved(decision)
         binder = self.from_policy.get(entry.effect)
         if binder is None:
             binder = KeyBinder(_core.Template(entry.effect), self.fn, self.name)
             self.from_policy[entry.effect] = binder
-        return binder, ttl
+        return binder, ttl, replay
 
     def _unreserved(self, decision: str) -> None:
         """No template anywhere: the call runs unreserved, which an ``approve`` action must

@@ -29,7 +29,7 @@ from ._binding import render_value
 from ._gateway_results import forwarded_error, not_forwarded, refusal_result
 from ._policy import ActionPolicy, current_policy
 from ._protect import DEFAULT_LEASE
-from ._steps import Spec
+from ._steps import Spec, replayable
 from ._store import Store
 from .errors import (
     ActionDenied,
@@ -309,6 +309,10 @@ class Gateway:
         try:
             await _runner_async.run(self.store, key, lease_us, forward, (), {}, spec)
         except (ApprovalRequired, ActionDenied, DuplicateEffect, AmbiguousEffect) as exc:
+            if (not sent and entry.replay and isinstance(exc, DuplicateEffect)
+                    and replayable(exc)):  # the stored answer of the call that committed it
+                assert exc.record is not None
+                return types.CallToolResult.model_validate(exc.record.result)
             if sent:  # the outcome write was refused after the call went out
                 return not_forwarded(action, key, "store", (
                     f"the call was sent to the upstream, but recording its outcome was refused: "

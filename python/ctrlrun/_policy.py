@@ -11,6 +11,7 @@ carry them (tools called through a gateway).
         approval_ttl: 15m        # approve only: how long a request waits and a grant lasts
         on_tool_error: ambiguous # gateway: what an upstream tool error means (or failed)
         call_timeout: 30s        # gateway: how long a forwarded call may take
+        replay: true             # a committed duplicate gets the stored result (same arguments)
 
 Found at ``CTRLRUN_CONFIG``, else ``ctrlrun.yaml`` in the working directory; no file means no
 policy. Parsed with PyYAML; every error is a :class:`~ctrlrun.PolicyError` naming the file, the
@@ -56,6 +57,9 @@ class ActionPolicy:
     on_tool_error: str = "ambiguous"
     #: Gateway: how long a forwarded call may take (``None``: the gateway's ``--call-timeout``).
     call_timeout: Optional[timedelta] = None
+    #: A committed duplicate with the same arguments gets the stored result instead of a
+    #: refusal (``None``: not stated; a decorator's own ``replay=`` stays in force).
+    replay: Optional[bool] = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,7 @@ def parse_policy(text: str, path: str) -> Policy:
                 decided = False
                 on_tool_error = "ambiguous"
                 call_timeout: Optional[timedelta] = None
+                replay: Optional[bool] = None
                 for ek, ev in _mapping(path, v, fieldname):
                     key = str(ek.value)
                     if key == "effect":
@@ -178,15 +183,22 @@ def parse_policy(text: str, path: str) -> Policy:
                                         f"is {on_tool_error!r}; expected ambiguous or failed")
                     elif key == "call_timeout":
                         call_timeout = _duration(path, ev, f"{fieldname}.call_timeout")
+                    elif key == "replay":
+                        if not (isinstance(ev, yaml.ScalarNode)
+                                and ev.tag == "tag:yaml.org,2002:bool"):
+                            raise _fail(path, ev, f"{fieldname}.replay",
+                                        "must be true or false")
+                        replay = str(ev.value).lower() in ("true", "yes", "on")
                     else:
                         raise _fail(path, ek, f"{fieldname}.{key}",
                                     "unknown key (expected effect, decision, approval_ttl, "
-                                    "on_tool_error and call_timeout)")
+                                    "on_tool_error, call_timeout and replay)")
                 if approval_ttl is not None and decision != "approve":
                     raise _fail(path, ttl_node, f"{fieldname}.approval_ttl",
                                 "applies to decision: approve only")
                 actions[name] = ActionPolicy(name, effect, decision, k.start_mark.line + 1,
-                                             approval_ttl, decided, on_tool_error, call_timeout)
+                                             approval_ttl, decided, on_tool_error, call_timeout,
+                                             replay)
     return Policy(path, actions)
 
 

@@ -12,10 +12,10 @@ from datetime import timedelta
 from typing import Any, Callable, Iterable, Optional, Tuple, TypeVar, Union
 
 from . import _core, _runner, _runner_async
-from ._binding import Gate, KeyBinder, PolicyWarning
-from ._steps import Spec, idempotency_token
+from ._binding import Gate, PolicyWarning, Route
+from ._steps import Spec, idempotency_token, replayable
 from ._store import Store, default_store, lease_to_micros, store_for_url
-from .errors import InvalidArgument
+from .errors import DuplicateEffect, InvalidArgument
 
 __all__ = ["protect", "idempotency_token", "DEFAULT_LEASE", "PolicyWarning"]
 
@@ -56,6 +56,7 @@ def protect(
     approval_ttl: Union[timedelta, int, float, None] = None,
     approval_timeout: Union[int, float] = 0,
     fingerprint_exclude: Iterable[str] = (),
+    replay: bool = False,
 ) -> Callable[[F], F]:
     """Make a side-effecting function run at most once per effect key.
 
@@ -78,6 +79,12 @@ def protect(
             person's decision before raising ``ApprovalRequired``; default 0 (raise at once).
         fingerprint_exclude: names of arguments left out of the call's fingerprint (values
             that change on every retry, such as a request id).
+        replay: a call whose key is already ``committed`` by a call with the same arguments
+            returns that call's stored result instead of raising ``DuplicateEffect``. The result
+            is as stored: JSON round-tripped (a tuple comes back as a list, a dataclass as
+            its stored form); one stored as unserializable still raises. Other arguments
+            still raise ``EffectConflict``; ``in_progress`` and ``ambiguous`` still refuse.
+            The policy's ``replay:`` for ``name`` wins where it states one.
 
     Every reserved call stores a fingerprint of its arguments (a digest of their canonical
     form, and one per argument). A later call on the same key with different arguments, or
@@ -139,8 +146,10 @@ def protect(
         raise InvalidArgument(f"protect({name!r}): fingerprint_exclude takes argument names "
                               f"(a tuple of str), got {fingerprint_exclude!r}") from None
     timeout = float(approval_timeout)
+    if not isinstance(replay, bool):
+        raise InvalidArgument(f"protect({name!r}): replay must be True or False, got {replay!r}")
 
-    def bound(route: Tuple[KeyBinder, Optional[timedelta]], args: Any, kwargs: Any
+    def bound(route: Route, args: Any, kwargs: Any
               ) -> Tuple[str, Spec]:
         """The call's key, and what it says about itself (its fingerprint, its approval)."""
         key, arguments = route[0].bind(args, kwargs)
@@ -162,7 +171,7 @@ def protect(
                 f"protect({name!r}): {fn.__qualname__} is a generator; its effect would happen "
                 f"across many resumptions, so it cannot be reserved once. Protect a plain function"
             )
-        gate = Gate(name, fn, template, decision, ttl)
+        gate = Gate(name, fn, template, decision, ttl, replay)
         try:
             params = inspect.signature(fn).parameters if exclude else {}
         except (TypeError, ValueError) as exc:
@@ -186,8 +195,13 @@ def protect(
                 if route is None:
                     return await fn(*args, **kwargs)
                 key, spec = bound(route, args, kwargs)
-                return await _runner_async.run(store_ref.get(), key, lease_us, fn, args, kwargs,
-                                               spec)
+                try:
+                    return await _runner_async.run(store_ref.get(), key, lease_us, fn, args,
+                                                   kwargs, spec)
+                except DuplicateEffect as dup:
+                    if route[2] and replayable(dup):
+                        return dup.record.result  # type: ignore[union-attr]
+                    raise
 
             async_wrapper.__ctrlrun_action__ = name  # type: ignore[attr-defined]
             return async_wrapper  # type: ignore[return-value]
@@ -198,7 +212,12 @@ def protect(
             if route is None:
                 return fn(*args, **kwargs)
             key, spec = bound(route, args, kwargs)
-            return _runner.run(store_ref.get(), key, lease_us, fn, args, kwargs, spec)
+            try:
+                return _runner.run(store_ref.get(), key, lease_us, fn, args, kwargs, spec)
+            except DuplicateEffect as dup:
+                if route[2] and replayable(dup):
+                    return dup.record.result  # type: ignore[union-attr]
+                raise
 
         wrapper.__ctrlrun_action__ = name  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]

@@ -21,11 +21,12 @@ from datetime import timedelta
 
 from ._approvals import ApprovalRecord, ApprovalState, ask, refusal
 from ._fingerprint import Fingerprint, fingerprint, texts
-from ._records import result_to_json
+from ._records import UNSERIALIZABLE_MARKER, result_to_json
 from ._store import Store
 from .errors import (
     AmbiguousEffect,
     DuplicateEffect,
+    EffectConflict,
     InvalidArgument,
     NotExecuted,
     StoreError,
@@ -60,6 +61,19 @@ def idempotency_token() -> str:
     text = f"{call.attempt}\x1f{call.key}"
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     return f"ctrlrun-{digest[:40]}"
+
+
+def replayable(dup: DuplicateEffect) -> bool:
+    """Whether a refusal may be answered with the stored result (``replay``): the key is
+    committed by a call with the same action and the same argument fingerprint (a conflict
+    is raised as its own class), and its result was stored as JSON."""
+    record = dup.record
+    if isinstance(dup, EffectConflict) or record is None or dup.state != "committed":
+        return False
+    if record.args_digest is None:  # written without a fingerprint: nothing proves "same"
+        return False
+    result = record.result
+    return not (isinstance(result, dict) and UNSERIALIZABLE_MARKER in result)
 
 
 def exc_text(exc: BaseException) -> str:
