@@ -6,14 +6,16 @@ say), ``_steps`` (the steps of one call: reserve, run, record the outcome), ``_r
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
+import time
 from datetime import timedelta
 from typing import Any, Callable, Iterable, Optional, Tuple, TypeVar, Union
 
 from . import _core, _runner, _runner_async
 from ._binding import Gate, PolicyWarning, Route
-from ._steps import Spec, idempotency_token, replayable
+from ._steps import Spec, after_refusal, idempotency_token
 from ._store import Store, default_store, lease_to_micros, store_for_url
 from .errors import DuplicateEffect, InvalidArgument
 
@@ -57,6 +59,7 @@ def protect(
     approval_timeout: Union[int, float] = 0,
     fingerprint_exclude: Iterable[str] = (),
     replay: bool = False,
+    wait: Union[int, float] = 0,
 ) -> Callable[[F], F]:
     """Make a side-effecting function run at most once per effect key.
 
@@ -85,6 +88,12 @@ def protect(
             its stored form); one stored as unserializable still raises. Other arguments
             still raise ``EffectConflict``; ``in_progress`` and ``ambiguous`` still refuse.
             The policy's ``replay:`` for ``name`` wins where it states one.
+        wait: seconds a call that meets another attempt's live lease (``in_progress``) waits
+            for it to settle, reserving again with a backoff from 50 ms to 1 s and holding no
+            connection or lock meanwhile (an ``async def`` awaits): committed -> the duplicate
+            (or, with ``replay``, its result); failed -> this call runs as the next attempt;
+            ambiguous, or still held when the time is up -> refused as without ``wait``.
+            Default 0: refused at once.
 
     Every reserved call stores a fingerprint of its arguments (a digest of their canonical
     form, and one per argument). A later call on the same key with different arguments, or
@@ -148,6 +157,11 @@ def protect(
     timeout = float(approval_timeout)
     if not isinstance(replay, bool):
         raise InvalidArgument(f"protect({name!r}): replay must be True or False, got {replay!r}")
+    if (isinstance(wait, bool) or not isinstance(wait, (int, float))
+            or not 0 <= wait <= 86400):
+        raise InvalidArgument(f"protect({name!r}): wait must be seconds from 0 to 86400, got "
+                              f"{wait!r}")
+    wait_s = float(wait)
 
     def bound(route: Route, args: Any, kwargs: Any
               ) -> Tuple[str, Spec]:
@@ -195,13 +209,19 @@ def protect(
                 if route is None:
                     return await fn(*args, **kwargs)
                 key, spec = bound(route, args, kwargs)
-                try:
-                    return await _runner_async.run(store_ref.get(), key, lease_us, fn, args,
-                                                   kwargs, spec)
-                except DuplicateEffect as dup:
-                    if route[2] and replayable(dup):
-                        return dup.record.result  # type: ignore[union-attr]
-                    raise
+                started = time.monotonic()
+                while True:
+                    try:
+                        return await _runner_async.run(store_ref.get(), key, lease_us, fn,
+                                                       args, kwargs, spec)
+                    except DuplicateEffect as dup:
+                        then, value = after_refusal(dup, route[2], wait_s,
+                                                    time.monotonic() - started)
+                        if then == "replay":
+                            return value
+                        if then == "raise":
+                            raise
+                    await asyncio.sleep(value)
 
             async_wrapper.__ctrlrun_action__ = name  # type: ignore[attr-defined]
             return async_wrapper  # type: ignore[return-value]
@@ -212,12 +232,17 @@ def protect(
             if route is None:
                 return fn(*args, **kwargs)
             key, spec = bound(route, args, kwargs)
-            try:
-                return _runner.run(store_ref.get(), key, lease_us, fn, args, kwargs, spec)
-            except DuplicateEffect as dup:
-                if route[2] and replayable(dup):
-                    return dup.record.result  # type: ignore[union-attr]
-                raise
+            started = time.monotonic()
+            while True:
+                try:
+                    return _runner.run(store_ref.get(), key, lease_us, fn, args, kwargs, spec)
+                except DuplicateEffect as dup:
+                    then, value = after_refusal(dup, route[2], wait_s, time.monotonic() - started)
+                    if then == "replay":
+                        return value
+                    if then == "raise":
+                        raise
+                time.sleep(value)
 
         wrapper.__ctrlrun_action__ = name  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]

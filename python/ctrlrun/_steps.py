@@ -19,7 +19,7 @@ from typing import Any, Dict, FrozenSet, Optional, Tuple
 
 from datetime import timedelta
 
-from ._approvals import ApprovalRecord, ApprovalState, ask, refusal
+from ._approvals import ApprovalRecord, ApprovalState, ask, poll_interval, refusal
 from ._fingerprint import Fingerprint, fingerprint, texts
 from ._records import UNSERIALIZABLE_MARKER, result_to_json
 from ._store import Store
@@ -74,6 +74,22 @@ def replayable(dup: DuplicateEffect) -> bool:
         return False
     result = record.result
     return not (isinstance(result, dict) and UNSERIALIZABLE_MARKER in result)
+
+
+def after_refusal(dup: DuplicateEffect, replay: bool, wait: float, waited: float
+                  ) -> Tuple[str, Any]:
+    """What a protected call does when refused with ``dup``, having waited ``waited`` seconds
+    so far: ``("replay", result)`` (``replay``, and the key is committed by a call with the
+    same arguments), ``("wait", seconds)`` (another attempt holds the key, and ``wait``
+    seconds are not up: reserve again after the pause, holding nothing meanwhile) or
+    ``("raise", None)``."""
+    if replay and replayable(dup):
+        assert dup.record is not None
+        return "replay", dup.record.result
+    left = wait - waited
+    if dup.state == "in_progress" and not isinstance(dup, EffectConflict) and left > 0:
+        return "wait", min(left, poll_interval(waited))
+    return "raise", None
 
 
 def exc_text(exc: BaseException) -> str:
