@@ -12,7 +12,7 @@ second agent or a second host proposing the same consequence is refused.
 """
 
 from ._core import __version__
-from ._protect import DEFAULT_LEASE, PolicyWarning, idempotency_token, protect
+from ._protect import DEFAULT_LEASE, PolicyWarning, extend_lease, idempotency_token, protect
 from ._receipts import Receipt, ReceiptCheck
 from ._records import EffectRecord, EffectState, Reservation
 from ._store import Store, default_store, open_store, set_default_store
@@ -36,6 +36,7 @@ __all__ = [
     "__version__",
     "protect",
     "idempotency_token",
+    "extend_lease",
     "DEFAULT_LEASE",
     "EffectRecord",
     "EffectState",

@@ -15,11 +15,11 @@ from typing import Any, Callable, Iterable, Optional, Tuple, TypeVar, Union
 
 from . import _core, _runner, _runner_async
 from ._binding import Gate, PolicyWarning, Route
-from ._steps import Spec, after_refusal, idempotency_token
+from ._steps import Spec, after_refusal, extend_lease, idempotency_token
 from ._store import Store, default_store, lease_to_micros, store_for_url
 from .errors import DuplicateEffect, InvalidArgument
 
-__all__ = ["protect", "idempotency_token", "DEFAULT_LEASE", "PolicyWarning"]
+__all__ = ["protect", "idempotency_token", "extend_lease", "DEFAULT_LEASE", "PolicyWarning"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 

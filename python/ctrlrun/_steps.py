@@ -15,14 +15,14 @@ import hashlib
 import logging
 import os
 import time
-from typing import Any, Dict, FrozenSet, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Optional, Tuple, Union
 
 from datetime import timedelta
 
 from ._approvals import ApprovalRecord, ApprovalState, ask, poll_interval, refusal
 from ._fingerprint import Fingerprint, fingerprint, texts
-from ._records import UNSERIALIZABLE_MARKER, result_to_json
-from ._store import Store
+from ._records import UNSERIALIZABLE_MARKER, EffectRecord, result_to_json
+from ._store import Store, lease_to_micros
 from .errors import (
     AmbiguousEffect,
     DuplicateEffect,
@@ -61,6 +61,21 @@ def idempotency_token() -> str:
     text = f"{call.attempt}\x1f{call.key}"
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     return f"ctrlrun-{digest[:40]}"
+
+
+def extend_lease(seconds: Union[timedelta, int, float]) -> EffectRecord:
+    """Inside a protected executor: move this attempt's lease to ``seconds`` from now (a
+    ``timedelta`` or a number of seconds), so a long body is not lapsed to ``ambiguous`` by
+    the next contender. A compare-and-set fenced by the attempt: refused (``InvalidArgument``)
+    once the lease has lapsed or the key has moved on, or when the new end would be earlier
+    than the current one. It is store I/O: from an ``async def`` body, call it with
+    ``await asyncio.to_thread(ctrlrun.extend_lease, 600)``. Raises ``InvalidArgument``
+    outside a protected executor."""
+    call = current.get()
+    if call is None:
+        raise InvalidArgument("extend_lease() is only available inside a protected executor")
+    length = timedelta(microseconds=lease_to_micros(seconds, "extend_lease()"))
+    return call.store.extend_lease(call.key, call.action_id, length, attempt=call.attempt)
 
 
 def replayable(dup: DuplicateEffect) -> bool:
