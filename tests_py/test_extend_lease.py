@@ -1,15 +1,20 @@
-"""``ctrlrun.extend_lease(seconds)`` inside a protected body: a body longer than its lease keeps
-its key instead of being lapsed to ``ambiguous`` by the next contender. Both backends, sync and
-async executors."""
+"""Long bodies: ``ctrlrun.extend_lease(seconds)`` inside a protected body, and
+``protect(..., heartbeat=True)``, keep a body longer than its lease from being lapsed to
+``ambiguous`` by the next contender while its process lives. Both backends, sync and async
+executors; a killed holder's key still lapses."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import textwrap
 import time
 
 import pytest
 
 import ctrlrun
-from ctrlrun import DuplicateEffect, InvalidArgument
+from ctrlrun import AmbiguousEffect, DuplicateEffect, InvalidArgument
 
 
 def test_a_body_that_extends_its_lease_outlives_it_and_a_contender_is_told_in_progress(
@@ -46,3 +51,68 @@ def test_extend_lease_outside_a_body_or_with_a_bad_length_is_refused(mode, store
         return "ok"
 
     assert mode.call(job, 1) == "ok"
+
+
+def test_a_heartbeat_keeps_a_long_body_live_and_a_contender_is_told_in_progress(mode, store):
+    seen: list = []
+
+    @mode.protect("job.beat", effect="beat:{n}", store=store, lease=1, heartbeat=True)
+    def job(n: int) -> str:
+        time.sleep(1.6)  # past the lease it was granted: only the heartbeat keeps it
+        try:
+            store.reserve_effect(f"beat:{n}", "act_" + "9" * 32, 60)  # a contender
+        except DuplicateEffect as refused:
+            seen.append(refused.state)
+        time.sleep(0.6)
+        return "done"
+
+    assert mode.call(job, 1) == "done"
+    assert seen == ["in_progress"]
+    assert store.get_effect("beat:1").state.value == "committed"
+    kinds = [r.kind for r in store.list_receipts("beat:1")]
+    assert kinds[0] == "reservation" and kinds[-1] == "outcome" and "extension" in kinds
+
+
+HOLDER = textwrap.dedent("""
+    import sys, time
+    import ctrlrun
+    store = ctrlrun.open_store(sys.argv[1])
+
+    @ctrlrun.protect("job.dies", effect="dies:1", store=store, lease=1, heartbeat=True)
+    def job():
+        open(sys.argv[2], "w").close()
+        time.sleep(600)
+
+    job()
+""")
+
+
+def test_the_heartbeat_dies_with_its_process_and_the_key_lapses(store_url, store, tmp_path):
+    marker = tmp_path / "running"
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, store_url, str(marker)])
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists()
+        time.sleep(1.5)  # the heartbeat has extended the lease at least once
+        with pytest.raises(DuplicateEffect):  # alive: held
+            store.reserve_effect("dies:1", "act_" + "8" * 32, 60)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    deadline = time.monotonic() + 30
+    while True:  # no more extensions: the lease lapses within its length
+        try:
+            store.reserve_effect("dies:1", "act_" + "8" * 32, 60)
+        except AmbiguousEffect:
+            break
+        except DuplicateEffect:
+            assert time.monotonic() < deadline, "the lease never lapsed"
+            time.sleep(0.2)
+    assert store.get_effect("dies:1").state.value == "ambiguous"
+
+
+def test_heartbeat_must_be_a_bool():
+    with pytest.raises(InvalidArgument, match="heartbeat must be True or False"):
+        ctrlrun.protect("a.b", effect="k:{x}", heartbeat=1)  # type: ignore[arg-type]

@@ -60,6 +60,7 @@ def protect(
     fingerprint_exclude: Iterable[str] = (),
     replay: bool = False,
     wait: Union[int, float] = 0,
+    heartbeat: bool = False,
 ) -> Callable[[F], F]:
     """Make a side-effecting function run at most once per effect key.
 
@@ -94,6 +95,11 @@ def protect(
             (or, with ``replay``, its result); failed -> this call runs as the next attempt;
             ambiguous, or still held when the time is up -> refused as without ``wait``.
             Default 0: refused at once.
+        heartbeat: while the body runs, its lease is extended every third of its length (a
+            compare-and-set fenced by the attempt, on a daemon thread), so a long body is never
+            lapsed to ``ambiguous`` while its process lives; when the process dies the
+            extensions stop and the key lapses as without it. A body may also extend its own
+            lease with :func:`ctrlrun.extend_lease`.
 
     Every reserved call stores a fingerprint of its arguments (a digest of their canonical
     form, and one per argument). A later call on the same key with different arguments, or
@@ -162,6 +168,9 @@ def protect(
         raise InvalidArgument(f"protect({name!r}): wait must be seconds from 0 to 86400, got "
                               f"{wait!r}")
     wait_s = float(wait)
+    if not isinstance(heartbeat, bool):
+        raise InvalidArgument(f"protect({name!r}): heartbeat must be True or False, got "
+                              f"{heartbeat!r}")
 
     def bound(route: Route, args: Any, kwargs: Any
               ) -> Tuple[str, Spec]:
@@ -213,7 +222,7 @@ def protect(
                 while True:
                     try:
                         return await _runner_async.run(store_ref.get(), key, lease_us, fn,
-                                                       args, kwargs, spec)
+                                                       args, kwargs, spec, heartbeat)
                     except DuplicateEffect as dup:
                         then, value = after_refusal(dup, route[2], wait_s,
                                                     time.monotonic() - started)
@@ -235,7 +244,8 @@ def protect(
             started = time.monotonic()
             while True:
                 try:
-                    return _runner.run(store_ref.get(), key, lease_us, fn, args, kwargs, spec)
+                    return _runner.run(store_ref.get(), key, lease_us, fn, args, kwargs, spec,
+                                       heartbeat)
                 except DuplicateEffect as dup:
                     then, value = after_refusal(dup, route[2], wait_s, time.monotonic() - started)
                     if then == "replay":

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Tuple
 
 from ._approvals import refusal, wait_for_decision
+from ._heartbeat import Heartbeat
 from ._steps import REFUSALS, Call, Spec
 from ._store import Store
 from .errors import ApprovalNeeded
@@ -19,6 +20,7 @@ def run(
     args: Tuple[Any, ...],
     kwargs: dict,
     spec: Optional[Spec] = None,
+    heartbeat: bool = False,
 ) -> Any:
     call = Call(store, key, lease_us, spec)
     try:
@@ -40,9 +42,12 @@ def run(
         except ApprovalNeeded:  # used by another call meanwhile
             raise refusal(call.ask()) from None
     call.enter()
+    beat = Heartbeat(call).start() if heartbeat else None
     try:
         result = fn(*args, **kwargs)
     except BaseException as exc:
+        if beat is not None:
+            beat.stop()
         try:
             call.record(call.raised(exc))
         except REFUSALS as refusal:
@@ -50,5 +55,7 @@ def run(
         raise
     finally:
         call.leave()
+    if beat is not None:
+        beat.stop()
     call.record(call.returned(result))
     return result

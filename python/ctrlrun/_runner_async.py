@@ -14,6 +14,7 @@ import threading
 from typing import Any, Awaitable, Callable, Optional, Set, Tuple
 
 from ._approvals import ApprovalRecord, ApprovalState, poll_interval, refusal
+from ._heartbeat import Heartbeat
 from ._steps import REFUSALS, Call, Spec
 from ._store import Store
 from .errors import ApprovalNeeded
@@ -151,6 +152,7 @@ async def run(
     args: Tuple[Any, ...],
     kwargs: dict,
     spec: Optional[Spec] = None,
+    heartbeat: bool = False,
 ) -> Any:
     call = Call(store, key, lease_us, spec)
     try:
@@ -171,12 +173,17 @@ async def run(
         except ApprovalNeeded:  # used by another call meanwhile
             raise refusal(await _in_thread(call.ask)) from None
     call.enter()
+    beat = Heartbeat(call).start() if heartbeat else None
     try:
         result = await fn(*args, **kwargs)
     except BaseException as exc:
+        if beat is not None:
+            beat.stop(wait=False)  # never join a thread on the event loop
         await _record_raise(call, exc)
         raise
     finally:
         call.leave()
+    if beat is not None:
+        beat.stop(wait=False)
     await _finish(_in_thread(call.record, call.returned(result)))
     return result
