@@ -61,6 +61,7 @@ def protect(
     replay: bool = False,
     wait: Union[int, float] = 0,
     heartbeat: bool = False,
+    result_encoder: Optional[Callable[[Any], Any]] = None,
 ) -> Callable[[F], F]:
     """Make a side-effecting function run at most once per effect key.
 
@@ -100,6 +101,10 @@ def protect(
             lapsed to ``ambiguous`` while its process lives; when the process dies the
             extensions stop and the key lapses as without it. A body may also extend its own
             lease with :func:`ctrlrun.extend_lease`.
+        result_encoder: turns a return value that is not JSON into a value that is (called
+            by ``json.dumps`` for each such object, nested ones too). Dataclasses and pydantic
+            models need none: they are stored as their JSON form. A value still not JSON is
+            stored as its repr. The caller always gets the function's own return value.
 
     Every reserved call stores a fingerprint of its arguments (a digest of their canonical
     form, and one per argument). A later call on the same key with different arguments, or
@@ -168,6 +173,9 @@ def protect(
         raise InvalidArgument(f"protect({name!r}): wait must be seconds from 0 to 86400, got "
                               f"{wait!r}")
     wait_s = float(wait)
+    if result_encoder is not None and not callable(result_encoder):
+        raise InvalidArgument(f"protect({name!r}): result_encoder must be callable, got "
+                              f"{result_encoder!r}")
     if not isinstance(heartbeat, bool):
         raise InvalidArgument(f"protect({name!r}): heartbeat must be True or False, got "
                               f"{heartbeat!r}")
@@ -176,7 +184,7 @@ def protect(
               ) -> Tuple[str, Spec]:
         """The call's key, and what it says about itself (its fingerprint, its approval)."""
         key, arguments = route[0].bind(args, kwargs)
-        spec = Spec(name, arguments, exclude, route[1], timeout)
+        spec = Spec(name, arguments, exclude, route[1], timeout, result_encoder)
         if route[1] is not None and spec.left_out:
             # an approval binds exactly the arguments a person is shown: none may be left out
             raise InvalidArgument(

@@ -15,7 +15,7 @@ import hashlib
 import logging
 import os
 import time
-from typing import Any, Dict, FrozenSet, Optional, Tuple, Union
+from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple, Union
 
 from datetime import timedelta
 
@@ -125,10 +125,12 @@ class Spec:
     decision."""
 
     __slots__ = ("action", "arguments", "exclude", "parts", "left_out", "approval_ttl",
-                 "approval_timeout")
+                 "approval_timeout", "encoder")
 
     def __init__(self, action: str, arguments: Dict[str, Any], exclude: FrozenSet[str],
-                 approval_ttl: Optional[timedelta], approval_timeout: float) -> None:
+                 approval_ttl: Optional[timedelta], approval_timeout: float,
+                 encoder: Optional[Callable[[Any], Any]] = None) -> None:
+        self.encoder = encoder
         self.action = action
         self.arguments = arguments
         self.exclude = exclude
@@ -232,7 +234,8 @@ class Call:
 
     def returned(self, result: Any) -> Tuple[str, Optional[str]]:
         """The outcome a return records: ``commit``, with the value as JSON."""
-        return "commit", result_to_json(result)
+        encoder = None if self.spec is None else self.spec.encoder
+        return "commit", result_to_json(result, encoder)
 
     def raised(self, exc: BaseException) -> Tuple[str, str]:
         """The outcome an executor's exception records: ``NotExecuted`` says nothing happened
