@@ -9,7 +9,7 @@ $(VENV)/.tools: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "maturin>=1.16,<2" "pytest>=7" "click>=8.1" "PyYAML>=6" "mypy>=1.10" "mcp>=2.3,<3" \
-		"mcp-server-git==2026.10.19"
+		"mcp-server-git==2026.10.19" "opentelemetry-sdk>=1.30"
 	touch $@
 
 ## dev: build the extension (incremental) and install the package into .venv, editable

@@ -31,6 +31,7 @@ from ._policy import ActionPolicy, current_policy
 from ._protect import DEFAULT_LEASE
 from ._steps import Spec, replayable
 from ._store import Store
+from ._telemetry import observe
 from .errors import (
     ActionDenied,
     AmbiguousEffect,
@@ -307,12 +308,16 @@ class Gateway:
             return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
         try:
-            await _runner_async.run(self.store, key, lease_us, forward, (), {}, spec)
+            with observe(action, key) as seen:
+                try:
+                    await _runner_async.run(self.store, key, lease_us, forward, (), {}, spec)
+                except DuplicateEffect as exc:
+                    if not (not sent and entry.replay and replayable(exc)):
+                        raise
+                    seen.replayed = True  # the stored answer of the call that committed it
+                    assert exc.record is not None
+                    return types.CallToolResult.model_validate(exc.record.result)
         except (ApprovalRequired, ActionDenied, DuplicateEffect, AmbiguousEffect) as exc:
-            if (not sent and entry.replay and isinstance(exc, DuplicateEffect)
-                    and replayable(exc)):  # the stored answer of the call that committed it
-                assert exc.record is not None
-                return types.CallToolResult.model_validate(exc.record.result)
             if sent:  # the outcome write was refused after the call went out
                 return not_forwarded(action, key, "store", (
                     f"the call was sent to the upstream, but recording its outcome was refused: "

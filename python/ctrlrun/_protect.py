@@ -17,6 +17,7 @@ from . import _core, _runner, _runner_async
 from ._binding import Gate, PolicyWarning, Route
 from ._steps import Spec, after_refusal, extend_lease, idempotency_token
 from ._store import Store, default_store, lease_to_micros, store_for_url
+from ._telemetry import observe
 from .errors import DuplicateEffect, InvalidArgument
 
 __all__ = ["protect", "idempotency_token", "extend_lease", "DEFAULT_LEASE", "PolicyWarning"]
@@ -227,18 +228,20 @@ def protect(
                     return await fn(*args, **kwargs)
                 key, spec = bound(route, args, kwargs)
                 started = time.monotonic()
-                while True:
-                    try:
-                        return await _runner_async.run(store_ref.get(), key, lease_us, fn,
-                                                       args, kwargs, spec, heartbeat)
-                    except DuplicateEffect as dup:
-                        then, value = after_refusal(dup, route[2], wait_s,
-                                                    time.monotonic() - started)
-                        if then == "replay":
-                            return value
-                        if then == "raise":
-                            raise
-                    await asyncio.sleep(value)
+                with observe(name, key) as seen:
+                    while True:
+                        try:
+                            return await _runner_async.run(store_ref.get(), key, lease_us, fn,
+                                                           args, kwargs, spec, heartbeat)
+                        except DuplicateEffect as dup:
+                            then, value = after_refusal(dup, route[2], wait_s,
+                                                        time.monotonic() - started)
+                            if then == "replay":
+                                seen.replayed = True
+                                return value
+                            if then == "raise":
+                                raise
+                        await asyncio.sleep(value)
 
             async_wrapper.__ctrlrun_action__ = name  # type: ignore[attr-defined]
             return async_wrapper  # type: ignore[return-value]
@@ -250,17 +253,20 @@ def protect(
                 return fn(*args, **kwargs)
             key, spec = bound(route, args, kwargs)
             started = time.monotonic()
-            while True:
-                try:
-                    return _runner.run(store_ref.get(), key, lease_us, fn, args, kwargs, spec,
-                                       heartbeat)
-                except DuplicateEffect as dup:
-                    then, value = after_refusal(dup, route[2], wait_s, time.monotonic() - started)
-                    if then == "replay":
-                        return value
-                    if then == "raise":
-                        raise
-                time.sleep(value)
+            with observe(name, key) as seen:
+                while True:
+                    try:
+                        return _runner.run(store_ref.get(), key, lease_us, fn, args, kwargs,
+                                           spec, heartbeat)
+                    except DuplicateEffect as dup:
+                        then, value = after_refusal(dup, route[2], wait_s,
+                                                    time.monotonic() - started)
+                        if then == "replay":
+                            seen.replayed = True
+                            return value
+                        if then == "raise":
+                            raise
+                    time.sleep(value)
 
         wrapper.__ctrlrun_action__ = name  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]

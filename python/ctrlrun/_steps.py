@@ -23,6 +23,7 @@ from ._approvals import ApprovalRecord, ApprovalState, ask, poll_interval, refus
 from ._fingerprint import Fingerprint, fingerprint, texts
 from ._records import UNSERIALIZABLE_MARKER, EffectRecord, result_to_json
 from ._store import Store, lease_to_micros
+from ._telemetry import body_started
 from .errors import (
     AmbiguousEffect,
     DuplicateEffect,
@@ -226,6 +227,7 @@ class Call:
     def enter(self) -> None:
         """Make ``idempotency_token()`` answer for this attempt while the body runs."""
         self.token = current.set(self)
+        body_started(self.attempt)
 
     def leave(self) -> None:
         current.reset(self.token)
