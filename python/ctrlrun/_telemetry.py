@@ -39,6 +39,10 @@ try:
 except ImportError:  # the API is optional
     _trace = None  # type: ignore[assignment]
     _metrics = None  # type: ignore[assignment]
+try:
+    from opentelemetry.metrics import _internal as _metrics_internal
+except ImportError:
+    _metrics_internal = None  # type: ignore[assignment]
 
 if _trace is not None and _metrics is not None:
     from . import _core
@@ -53,6 +57,22 @@ if _trace is not None and _metrics is not None:
     _INTERNAL: Any = _trace.SpanKind.INTERNAL
 else:
     _tracer = None
+
+def _configured() -> bool:
+    """Whether an SDK is in place (a tracer or meter provider set): without one, the call
+    makes no span and records nothing, so the API being installed costs next to nothing.
+    The API's own getters cost microseconds per call (they look at the environment each
+    time), so the globals they fill are read where this API version has them."""
+    tracer_set = getattr(_trace, "_TRACER_PROVIDER", _UNKNOWN)
+    meter_set = getattr(_metrics_internal, "_METER_PROVIDER", _UNKNOWN)
+    if tracer_set is not _UNKNOWN and meter_set is not _UNKNOWN:
+        return tracer_set is not None or meter_set is not None
+    return not (isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider)
+                and type(_metrics.get_meter_provider()).__name__ == "_ProxyMeterProvider")
+
+
+_UNKNOWN = object()
+
 
 # The call being observed in this context (the runner marks when its body starts).
 _current: contextvars.ContextVar[Optional["Observation"]] = contextvars.ContextVar(
@@ -101,7 +121,7 @@ class Observation:
 
     def __enter__(self) -> "Observation":
         self.started = time.perf_counter()
-        if _tracer is not None:
+        if _tracer is not None and _configured():
             self.span = _tracer.start_span(f"execute_tool {self.action}", kind=_INTERNAL)
         self.token = _current.set(self)
         return self
@@ -117,7 +137,7 @@ class Observation:
             else:
                 log.debug("ctrlrun: %s %s: %s (attempt %s)", self.action, self.key, outcome,
                           self.attempt)
-        if _tracer is None:
+        if self.span is None:
             return
         seconds = time.perf_counter() - self.started
         labels = {"gen_ai.tool.name": self.action, "ctrlrun.outcome": outcome}
