@@ -31,7 +31,7 @@ from ._policy import ActionPolicy, current_policy
 from ._protect import DEFAULT_LEASE
 from ._steps import Spec, replayable
 from ._store import Store
-from ._telemetry import observe
+from ._telemetry import UNOBSERVED, observe
 from .errors import (
     ActionDenied,
     AmbiguousEffect,
@@ -308,7 +308,7 @@ class Gateway:
             return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
         try:
-            with observe(action, key) as seen:
+            with observe(action, key) or UNOBSERVED as seen:
                 try:
                     await _runner_async.run(self.store, key, lease_us, forward, (), {}, spec)
                 except DuplicateEffect as exc:

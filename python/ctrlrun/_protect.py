@@ -17,7 +17,7 @@ from . import _core, _runner, _runner_async
 from ._binding import Gate, PolicyWarning, Route
 from ._steps import Spec, after_refusal, extend_lease, idempotency_token
 from ._store import Store, default_store, lease_to_micros, store_for_url
-from ._telemetry import observe
+from ._telemetry import UNOBSERVED, observe
 from .errors import DuplicateEffect, InvalidArgument
 
 __all__ = ["protect", "idempotency_token", "extend_lease", "DEFAULT_LEASE", "PolicyWarning"]
@@ -227,8 +227,16 @@ def protect(
                 if route is None:
                     return await fn(*args, **kwargs)
                 key, spec = bound(route, args, kwargs)
+                watched = observe(name, key)
+                if not (route[2] or wait_s):  # no replay, no wait: a refusal is raised as it is
+                    if watched is None:
+                        return await _runner_async.run(store_ref.get(), key, lease_us, fn,
+                                                       args, kwargs, spec, heartbeat)
+                    with watched:
+                        return await _runner_async.run(store_ref.get(), key, lease_us, fn,
+                                                       args, kwargs, spec, heartbeat)
                 started = time.monotonic()
-                with observe(name, key) as seen:
+                with watched or UNOBSERVED as seen:
                     while True:
                         try:
                             return await _runner_async.run(store_ref.get(), key, lease_us, fn,
@@ -252,8 +260,16 @@ def protect(
             if route is None:
                 return fn(*args, **kwargs)
             key, spec = bound(route, args, kwargs)
+            watched = observe(name, key)
+            if not (route[2] or wait_s):  # no replay, no wait: a refusal is raised as it is
+                if watched is None:
+                    return _runner.run(store_ref.get(), key, lease_us, fn, args, kwargs, spec,
+                                       heartbeat)
+                with watched:
+                    return _runner.run(store_ref.get(), key, lease_us, fn, args, kwargs, spec,
+                                       heartbeat)
             started = time.monotonic()
-            with observe(name, key) as seen:
+            with watched or UNOBSERVED as seen:
                 while True:
                     try:
                         return _runner.run(store_ref.get(), key, lease_us, fn, args, kwargs,

@@ -161,5 +161,35 @@ class Observation:
         span.end()
 
 
-def observe(action: str, key: str) -> Observation:
-    return Observation(action, key)
+class Unobserved:
+    """Stands in for an :class:`Observation` when nobody looks: records nothing."""
+
+    __slots__ = ("replayed",)
+
+    def __enter__(self) -> "Unobserved":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+UNOBSERVED = Unobserved()
+
+
+def observe(action: str, key: str) -> Optional[Observation]:
+    """An :class:`Observation` of one call (``with observe(...) as seen:`` around it), or
+    ``None`` when there is no SDK and INFO logging is off: then the caller skips it, and the
+    protected call's hot path pays about a microsecond for asking."""
+    if _FAST:
+        if (_trace._TRACER_PROVIDER is None and _metrics_internal._METER_PROVIDER is None
+                and not log.isEnabledFor(logging.INFO)):
+            return None
+        return Observation(action, key)
+    if (_tracer is not None and _configured()) or log.isEnabledFor(logging.INFO):
+        return Observation(action, key)
+    return None
+
+
+# The API's globals can be read directly (see _configured), or there is no API at all.
+_FAST = (_tracer is not None and hasattr(_trace, "_TRACER_PROVIDER")
+         and hasattr(_metrics_internal, "_METER_PROVIDER"))
