@@ -377,14 +377,15 @@ SITECUSTOMIZE = textwrap.dedent("""\
         import ctrlrun._runner as _p
         _orig = _p.run
         if _mode == "twice":
-            def _run(store, key, lease_us, fn, args, kwargs, spec=None):
+            def _run(store, key, lease_us, fn, args, kwargs, spec=None, heartbeat=False):
                 def both(*a, **k):
                     fn(*a, **k)
                     return fn(*a, **k)
-                return _orig(store, key, lease_us, both, args, kwargs, spec)
+                return _orig(store, key, lease_us, both, args, kwargs, spec, heartbeat)
             _p.run = _run
         elif _mode == "unreserved":
-            _p.run = lambda store, key, lease_us, fn, args, kwargs, spec=None: fn(*args, **kwargs)
+            _p.run = (lambda store, key, lease_us, fn, args, kwargs, spec=None, heartbeat=False:
+                      fn(*args, **kwargs))
     """)
 
 
