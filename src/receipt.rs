@@ -124,6 +124,9 @@ pub enum Event {
     LateOutcome,
     /// A person settled the effect.
     Resolution,
+    /// Retention removed the row: its chain's last receipt (a later reservation of the key
+    /// starts a new chain).
+    Prune,
 }
 
 impl Event {
@@ -136,6 +139,7 @@ impl Event {
             Event::Lapse => "lapse",
             Event::LateOutcome => "late_outcome",
             Event::Resolution => "resolution",
+            Event::Prune => "pruned",
         }
     }
 
@@ -190,8 +194,8 @@ fn chain_label(r: &Receipt) -> String {
 /// chain's sequence, a deleted last one (or a row changed outside ctrlrun) disagrees with its
 /// row's head. The heads and the receipts must be read in one snapshot.
 pub struct Verifier {
-    /// Per chain: the last receipt's number and hash.
-    last: HashMap<(bool, String), (i64, String)>,
+    /// Per chain: the last receipt's number and hash, and whether it is a `pruned` one.
+    last: HashMap<(bool, String), (i64, String, bool)>,
     receipts: u64,
     broken: Option<Broken>,
 }
@@ -240,9 +244,10 @@ impl Verifier {
         let (is_approval, chain) = r.chain_id();
         let chain = (is_approval, chain.to_owned());
         let why = match (self.last.get(&chain), r.seq, &r.prev_hash) {
-            (None, 1, None) => None,
-            (Some((seq, hash)), n, Some(prev)) if n == seq + 1 && prev == hash => None,
-            (Some((seq, _)), n, _) => Some(format!(
+            // A chain starts, or starts again after its row was pruned.
+            (None | Some((_, _, true)), 1, None) => None,
+            (Some((seq, hash, _)), n, Some(prev)) if n == seq + 1 && prev == hash => None,
+            (Some((seq, ..)), n, _) => Some(format!(
                 "receipt {id} of {label} is number {n} of its chain but follows number {seq}: \
                  a receipt is missing, or receipts were reordered"
             )),
@@ -254,21 +259,29 @@ impl Verifier {
         if let Some(why) = why {
             return self.fail(r, Some(id), why);
         }
-        self.last.insert(chain, (r.seq, r.hash.clone()));
+        let pruned = r.kind == Event::Prune.as_str();
+        self.last.insert(chain, (r.seq, r.hash.clone(), pruned));
     }
 
     /// Compare each row's head with the last receipt of its chain, and finish. A head is its
     /// row as a receipt (`id` 0, `hash` the row's `receipt_hash`): its own hash also shows a
-    /// row changed outside ctrlrun.
+    /// row changed outside ctrlrun. A chain with no row must end with a `pruned` receipt: a
+    /// row deleted any other way was deleted outside ctrlrun.
     pub fn finish(mut self, heads: impl IntoIterator<Item = Receipt>) -> Verification {
         let chains = self.last.len() as u64;
+        let mut rowless = self.last.clone();
         for head in heads {
+            let (is_approval, chain) = head.chain_id();
+            rowless.remove(&(is_approval, chain.to_owned()));
             if self.is_broken() {
                 break;
             }
             let label = chain_label(&head);
             let (is_approval, chain) = head.chain_id();
-            let last = self.last.get(&(is_approval, chain.to_owned()));
+            let last = self
+                .last
+                .get(&(is_approval, chain.to_owned()))
+                .map(|(s, h, _)| (s, h));
             let why = if head.expected_hash() != head.hash {
                 format!(
                     "the row of {label} does not match its chain head: it was changed outside \
@@ -290,6 +303,24 @@ impl Verifier {
                 }
             };
             self.fail(&head, None, why);
+        }
+        let deleted = rowless.into_iter().filter(|(_, (.., pruned))| !pruned);
+        if let Some(((is_approval, chain), (seq, ..))) = deleted.min() {
+            let (what, key) = if is_approval {
+                (format!("approval request {chain}"), String::new())
+            } else {
+                (format!("effect '{chain}'"), chain)
+            };
+            if self.broken.is_none() {
+                self.broken = Some(Broken {
+                    receipt_id: None,
+                    effect_key: key,
+                    why: format!(
+                        "{what} has {seq} receipts but no row: the row was deleted outside \
+                         ctrlrun (a prune leaves a last receipt, `pruned`)"
+                    ),
+                });
+            }
         }
         Verification {
             receipts: self.receipts,

@@ -8,6 +8,7 @@ use std::sync::{Arc, Barrier};
 
 use ctrlrun::error::DuplicateKind;
 use ctrlrun::record::holder;
+use ctrlrun::store::retention::EffectFilter;
 use ctrlrun::{EffectRecord, EffectState, Error, Micros, Transition};
 use support::*;
 
@@ -310,7 +311,7 @@ fn transitions_on_a_missing_key_are_invalid(b: Backend) {
         f.store.get("ghost").unwrap().is_none(),
         "nothing was created"
     );
-    assert!(f.store.list(None).unwrap().is_empty());
+    assert!(f.store.list(&EffectFilter::ALL).unwrap().is_empty());
 }
 
 fn begin_twice_is_idempotent_for_the_same_attempt(b: Backend) {
@@ -568,19 +569,34 @@ fn list_is_oldest_first_and_filters_by_state(b: Backend) {
     let keys = |rows: Vec<EffectRecord>| -> Vec<String> {
         rows.into_iter().map(|r| r.effect_key).collect()
     };
-    assert_eq!(keys(f.store.list(None).unwrap()), ["b", "a", "c"]);
+    assert_eq!(
+        keys(f.store.list(&EffectFilter::ALL).unwrap()),
+        ["b", "a", "c"]
+    );
     f.begin("a", A1, 1, T0 + 3);
     f.step("a", A1, 1, commit("1"), T0 + 4).unwrap();
     assert_eq!(
-        keys(f.store.list(Some(EffectState::Committed)).unwrap()),
+        keys(
+            f.store
+                .list(&EffectFilter::state(Some(EffectState::Committed)))
+                .unwrap()
+        ),
         ["a"]
     );
     assert_eq!(
-        keys(f.store.list(Some(EffectState::Reserved)).unwrap()),
+        keys(
+            f.store
+                .list(&EffectFilter::state(Some(EffectState::Reserved)))
+                .unwrap()
+        ),
         ["b", "c"]
     );
-    assert!(f.store.list(Some(EffectState::Failed)).unwrap().is_empty());
-    let all = f.store.list(None).unwrap();
+    assert!(f
+        .store
+        .list(&EffectFilter::state(Some(EffectState::Failed)))
+        .unwrap()
+        .is_empty());
+    let all = f.store.list(&EffectFilter::ALL).unwrap();
     assert_eq!(all.len(), 3);
     assert_eq!(all[1], f.get("a"));
 }
@@ -595,7 +611,7 @@ fn reserve_refuses_bad_arguments_and_writes_nothing(b: Backend) {
     assert_invalid(f.store.reserve("k", A1, 0, false, Some(T0)));
     assert_invalid(f.store.reserve("k", A1, -5, false, Some(T0)));
     assert_invalid(f.store.reserve("k", "", LEASE, false, Some(T0)));
-    assert!(f.store.list(None).unwrap().is_empty());
+    assert!(f.store.list(&EffectFilter::ALL).unwrap().is_empty());
 }
 
 fn keys_are_compared_byte_for_byte(b: Backend) {
@@ -605,7 +621,7 @@ fn keys_are_compared_byte_for_byte(b: Backend) {
     for other in ["k ", " k", "K"] {
         assert_eq!(f.reserve(other, A2, T0).unwrap().attempt, 1, "{other:?}");
     }
-    assert_eq!(f.store.list(None).unwrap().len(), 4);
+    assert_eq!(f.store.list(&EffectFilter::ALL).unwrap().len(), 4);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -688,7 +704,7 @@ fn eight_threads_over_the_same_hundred_keys_get_exactly_a_hundred_grants(b: Back
         assert_eq!(&f.get(key), rec);
         assert_eq!(rec.attempt, 1);
     }
-    assert_eq!(f.store.list(None).unwrap().len(), 100);
+    assert_eq!(f.store.list(&EffectFilter::ALL).unwrap().len(), 100);
 }
 
 fn eight_threads_renewing_one_failed_key_get_exactly_one_attempt_two(b: Backend) {
@@ -785,7 +801,7 @@ fn unusual_keys_round_trip_byte_for_byte(b: Backend) {
     }
     let listed: Vec<String> = f
         .store
-        .list(None)
+        .list(&EffectFilter::ALL)
         .unwrap()
         .into_iter()
         .map(|r| r.effect_key)

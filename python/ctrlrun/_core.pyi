@@ -10,7 +10,7 @@ kind, state, (action, action_id, attempt, args_digest, approval_id, actor, write
 """
 
 from pathlib import Path
-from typing import List, Optional, Tuple, final
+from typing import Any, Callable, List, Optional, Tuple, final
 
 __all__ = [
     "Template",
@@ -164,7 +164,24 @@ class Store:
         self, key: str, state: str, resolver: str, now_us: Optional[int] = None
     ) -> _RecordTuple: ...
     def get_effect(self, key: str) -> Optional[_RecordTuple]: ...
-    def list_effects(self, state: Optional[str] = None) -> List[_RecordTuple]: ...
+    def list_effects(
+        self,
+        state: Optional[str] = None,
+        prefix: Optional[str] = None,
+        action: Optional[str] = None,
+        limit: Optional[int] = None,
+    ) -> List[_RecordTuple]: ...
+    def prune(
+        self,
+        older_than_us: int,
+        states: List[str],
+        drop_receipts: bool = False,
+        by: Optional[str] = None,
+        batch: int = 1000,
+        dry_run: bool = False,
+        progress: Optional[Callable[[int], Any]] = None,
+        now_us: Optional[int] = None,
+    ) -> int: ...
     def close(self) -> None: ...
 
 def open_store(url: str) -> Store: ...

@@ -28,7 +28,8 @@ class Receipt:
             (SHA-256, hex).
         at: when the write was made (aware UTC).
         kind: ``reservation``, ``begin``, ``extension``, ``outcome``, ``lapse``,
-            ``late_outcome``, ``resolution``; for approvals ``requested``, ``granted``,
+            ``late_outcome``, ``resolution``, ``pruned`` (retention removed the row: the
+            chain's last receipt; a later reservation of the key starts a new chain); for approvals ``requested``, ``granted``,
             ``denied``, ``consumed``, ``expired``.
         state: the state written.
         action / action_id / attempt: the action and the attempt (for ``consumed``,
@@ -137,5 +138,6 @@ class ReceiptMethods:
     def verify_receipts(self) -> ReceiptCheck:
         """Check every chain: each receipt against its hash (a changed receipt), each chain's
         order (a deleted or reordered receipt), each row's head against its last receipt (a
-        deleted last receipt). Reports the first thing wrong."""
+        deleted last receipt), and that a chain without a row ends with a ``pruned`` receipt
+        (a row deleted outside ctrlrun). Reports the first thing wrong."""
         return check_from_core(self.core.verify_receipts())

@@ -19,6 +19,7 @@ from ._records import (
     result_to_json,
 )
 from ._receipts import ReceiptMethods
+from ._retention import RetentionMethods
 from .errors import InvalidArgument, StoreUnresolved
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ def lease_to_micros(lease: Union[timedelta, int, float], what: str = "lease") ->
     return us
 
 
-class Store(ReceiptMethods):
+class Store(ReceiptMethods, RetentionMethods):
     """A durable table of effect records (SQLite file or PostgreSQL database).
 
     Safe to share across threads; every call releases the GIL while it waits on the database.
@@ -235,13 +236,6 @@ class Store(ReceiptMethods):
         """The record for ``key``, or ``None``."""
         t = self.core.get_effect(key)
         return None if t is None else record_from_core(t)
-
-    def list_effects(
-        self, state: Union[EffectState, str, None] = None
-    ) -> List[EffectRecord]:
-        """Every record (or those in ``state``), oldest first."""
-        st = None if state is None else _state_text(state)
-        return [record_from_core(t) for t in self.core.list_effects(st)]
 
     # -- approvals ------------------------------------------------------------------------
     def get_approval(self, request_id: str) -> Optional["ApprovalRecord"]:

@@ -2,6 +2,7 @@
 //! store call, and maps core errors to Python exceptions in one place (`errors.rs`).
 
 mod errors;
+mod fork;
 mod logging;
 mod store;
 mod template;
@@ -17,9 +18,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store::drop_scratch_schema, m)?)?;
     m.add_function(wrap_pyfunction!(store::sqlite_path, m)?)?;
     m.add_function(wrap_pyfunction!(store::arg_digests, m)?)?;
-    m.add_function(wrap_pyfunction!(store::before_fork, m)?)?;
-    m.add_function(wrap_pyfunction!(store::after_fork_in_parent, m)?)?;
-    m.add_function(wrap_pyfunction!(store::after_fork_in_child, m)?)?;
+    m.add_function(wrap_pyfunction!(fork::before_fork, m)?)?;
+    m.add_function(wrap_pyfunction!(fork::after_fork_in_parent, m)?)?;
+    m.add_function(wrap_pyfunction!(fork::after_fork_in_child, m)?)?;
     m.add(
         "SCRATCH_SCHEMA_PREFIX",
         crate::store::postgres::SCRATCH_PREFIX,

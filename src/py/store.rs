@@ -10,6 +10,7 @@ use crate::approval::{ApprovalAsk, ApprovalState};
 use crate::error::Error;
 use crate::planner::{Proposal, Transition};
 use crate::record::{EffectState, Micros};
+use crate::store::retention::{EffectFilter, Prune};
 use crate::store::{fork, Store};
 
 /// A store handle. Every method releases the GIL while it talks to the database.
@@ -351,11 +352,82 @@ impl PyStore {
         self.call(py, |s| s.get(key)).map(|r| r.map(record_tuple))
     }
 
-    #[pyo3(signature = (state=None))]
-    fn list_effects(&self, py: Python<'_>, state: Option<&str>) -> PyResult<Vec<RecordTuple>> {
+    /// The records the filters select, oldest first; with `limit`, the first that many.
+    #[pyo3(signature = (state=None, prefix=None, action=None, limit=None))]
+    fn list_effects(
+        &self,
+        py: Python<'_>,
+        state: Option<&str>,
+        prefix: Option<&str>,
+        action: Option<&str>,
+        limit: Option<u64>,
+    ) -> PyResult<Vec<RecordTuple>> {
         let state = state.map(parse_state).transpose().py_err(py)?;
-        self.call(py, |s| s.list(state))
+        let filter = EffectFilter {
+            state,
+            prefix,
+            action,
+            limit,
+        };
+        self.call(py, |s| s.list(&filter))
             .map(|v| v.into_iter().map(record_tuple).collect())
+    }
+
+    /// Remove settled rows created and last written more than `older_than_us` ago (see
+    /// `store::retention`), or with `dry_run` count them; the count. `progress(n)` hears the
+    /// running count after each batch; an exception it raises, or a signal (Ctrl-C), stops the
+    /// prune after the batch in flight and is raised.
+    #[pyo3(signature = (older_than_us, states, drop_receipts=false, by=None, batch=1000, dry_run=false, progress=None, now_us=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn prune(
+        &self,
+        py: Python<'_>,
+        older_than_us: Micros,
+        states: Vec<String>,
+        drop_receipts: bool,
+        by: Option<&str>,
+        batch: u32,
+        dry_run: bool,
+        progress: Option<Py<PyAny>>,
+        now_us: Option<Micros>,
+    ) -> PyResult<u64> {
+        let states = states
+            .iter()
+            .map(|s| parse_state(s))
+            .collect::<Result<Vec<_>, _>>()
+            .py_err(py)?;
+        let p = Prune {
+            older_than: older_than_us,
+            states,
+            drop_receipts,
+            by,
+            batch,
+        };
+        if dry_run {
+            return self.call(py, |s| p.check().and_then(|_| s.count_prunable(&p, now_us)));
+        }
+        let mut raised: Option<PyErr> = None;
+        let removed = self.call(py, |s| {
+            s.prune(&p, now_us, &mut |n| {
+                Python::attach(|py| {
+                    let heard = match &progress {
+                        Some(f) => f.call1(py, (n,)).map(|_| ()),
+                        None => Ok(()),
+                    };
+                    match heard.and_then(|_| py.check_signals()) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            raised = Some(e);
+                            false
+                        }
+                    }
+                })
+            })
+        })?;
+        match raised {
+            Some(e) => Err(e),
+            None => Ok(removed),
+        }
     }
 
     /// Release the store's connections. Later calls raise `InvalidArgument`.
@@ -383,23 +455,4 @@ impl PyStore {
     fn __repr__(&self) -> String {
         format!("<ctrlrun._core.Store {}>", self.description)
     }
-}
-
-/// `os.register_at_fork(before=...)`: wait for store calls in flight (holding off new ones)
-/// and close idle SQLite connections, so the child inherits no SQLite state.
-#[pyfunction]
-pub fn before_fork(py: Python<'_>) {
-    py.detach(fork::prepare);
-}
-
-/// `os.register_at_fork(after_in_parent=...)`: store calls go on.
-#[pyfunction]
-pub fn after_fork_in_parent() {
-    fork::release();
-}
-
-/// `os.register_at_fork(after_in_child=...)`: a fresh gate for the child's own stores.
-#[pyfunction]
-pub fn after_fork_in_child() {
-    fork::release_in_child();
 }

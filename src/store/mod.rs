@@ -5,6 +5,7 @@ pub mod fork;
 pub mod pool;
 pub mod postgres;
 mod recovery;
+pub mod retention;
 pub mod sqlite;
 
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use crate::planner::Proposal;
 use crate::receipt::{Receipt, Verification};
 use crate::record::{EffectRecord, EffectState, Micros};
 use crate::url::{self, StoreUrl};
+use retention::{Cursor, EffectFilter, Prune};
 
 pub use crate::planner::Transition;
 
@@ -143,8 +145,62 @@ pub trait Store: Approvals + Receipts + Send + Sync {
 
     fn get(&self, key: &str) -> Result<Option<EffectRecord>>;
 
-    /// Every record (or those in `state`), oldest first.
-    fn list(&self, state: Option<EffectState>) -> Result<Vec<EffectRecord>>;
+    /// The records `filter` selects, oldest first, served by the store's indexes (no scan of
+    /// the whole table for a state, a prefix or an action).
+    fn list(&self, filter: &EffectFilter<'_>) -> Result<Vec<EffectRecord>>;
+
+    /// The database's plan for [`Store::list`], to check which index serves a filter (tests).
+    #[doc(hidden)]
+    fn explain_list(&self, filter: &EffectFilter<'_>) -> Result<String>;
+
+    /// One bounded transaction of [`Store::prune`]: up to `p.batch` rows in `state` after
+    /// `after` (from the first when `None`), in order, are looked at and those still prunable removed.
+    fn prune_batch(
+        &self,
+        p: &Prune<'_>,
+        state: EffectState,
+        after: Option<&Cursor>,
+        now: Option<Micros>,
+    ) -> Result<PruneBatch>;
+
+    /// How many rows [`Store::prune`] would remove now (a dry run).
+    fn count_prunable(&self, p: &Prune<'_>, now: Option<Micros>) -> Result<u64>;
+
+    /// Remove the settled rows `p` names, batch after batch (see [`retention`]); the count
+    /// removed. `progress` hears the running count after each batch and stops the prune by
+    /// returning `false` (what was removed stays removed).
+    fn prune(
+        &self,
+        p: &Prune<'_>,
+        now: Option<Micros>,
+        progress: &mut dyn FnMut(u64) -> bool,
+    ) -> Result<u64> {
+        p.check()?;
+        let mut removed = 0;
+        for &state in &p.states {
+            let mut after: Option<Cursor> = None;
+            loop {
+                let batch = self.prune_batch(p, state, after.as_ref(), now)?;
+                removed += batch.removed;
+                if !progress(removed) {
+                    return Ok(removed);
+                }
+                match batch.next {
+                    Some(next) => after = Some(next),
+                    None => break,
+                }
+            }
+        }
+        Ok(removed)
+    }
+}
+
+/// What one prune transaction did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PruneBatch {
+    pub removed: u64,
+    /// Where the next batch starts; `None` when no row is left to look at.
+    pub next: Option<Cursor>,
 }
 
 /// Open the store a URL names (see [`crate::url`]).

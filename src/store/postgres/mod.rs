@@ -17,6 +17,7 @@ mod approvals;
 mod client;
 mod conn;
 mod receipts;
+mod retention;
 mod schema;
 mod sql;
 mod tls;
@@ -33,13 +34,14 @@ use crate::receipt::Event;
 use crate::record::{EffectRecord, EffectState, Micros};
 use crate::store::pool::{Pool, Pooled};
 use crate::store::recovery::{reread_failed, Commit, Reread, TransitionCall};
-use crate::store::Store;
+use crate::store::retention::{Cursor, EffectFilter, Prune};
+use crate::store::{PruneBatch, Store};
 use crate::url::{PgTls, SslMode};
 use client::{one_per_host, Client, PgError, PgResult};
 use conn::{describe, is_serialization, is_session_gone, Conn, Manager, Txn};
 use schema::init_schema;
 pub use schema::{drop_scratch_schema, SCHEMA_VERSION, SCRATCH_PREFIX};
-use sql::{read_found, read_record, Sql};
+use sql::{read_found, Sql};
 
 /// PostgreSQL `text` cannot hold NUL: refuse such a key before any write.
 fn check_key(key: &str) -> Result<()> {
@@ -403,21 +405,25 @@ impl Store for PostgresStore {
         Ok(read_found(&row)?.0)
     }
 
-    fn list(&self, state: Option<EffectState>) -> Result<Vec<EffectRecord>> {
-        let state = state.map(EffectState::as_str);
-        let rows = self
-            .read("list_effects", "*", |client, sql| {
-                sql.list_rows(client, state)
-            })?
-            .map_err(|e| {
-                Error::Store(format!(
-                    "listing effects in the PostgreSQL store {} failed: {}",
-                    self.description,
-                    e.describe()
-                ))
-            })?;
-        rows.iter()
-            .map(|r| read_record(r, 0).map(|o| o.expect("effect_key is NOT NULL")))
-            .collect()
+    fn list(&self, filter: &EffectFilter<'_>) -> Result<Vec<EffectRecord>> {
+        self.list_filtered(filter)
+    }
+
+    fn explain_list(&self, filter: &EffectFilter<'_>) -> Result<String> {
+        self.explain_list(filter)
+    }
+
+    fn prune_batch(
+        &self,
+        p: &Prune<'_>,
+        state: EffectState,
+        after: Option<&Cursor>,
+        now: Option<Micros>,
+    ) -> Result<PruneBatch> {
+        self.prune_rows(p, state, after, now)
+    }
+
+    fn count_prunable(&self, p: &Prune<'_>, now: Option<Micros>) -> Result<u64> {
+        self.count_rows(p, now)
     }
 }

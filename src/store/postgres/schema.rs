@@ -9,13 +9,13 @@ use super::conn::describe;
 use crate::error::{Error, Result};
 
 /// The schema version this build writes (`ctrlrun_meta.schema_version`).
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// How each older version is brought to the next (`MIGRATIONS[v - 1]` takes version `v` to
 /// `v + 1`), all in one transaction with the version's update. `{t}` is the effects table, `{a}`
 /// the approvals table, `{r}` the receipts table, `{s}` the schema (quoted). A new schema gets
 /// version 1's tables and then every step.
-const MIGRATIONS: [&str; 4] = [
+const MIGRATIONS: [&str; 5] = [
     // 1 -> 2: the per-attempt token (rows written before keep NULL).
     "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS attempt_token text",
     // 2 -> 3: who holds a key and with which arguments; approvals.
@@ -143,6 +143,16 @@ const MIGRATIONS: [&str; 4] = [
              END LOOP;
              RETURN encode(sha256(convert_to(fields, 'UTF8')), 'hex');
          END $$",
+    // 5 -> 6: the indexes behind `effects list` filters and retention (see `retention.rs`).
+    // Keys and action names by their first 200 characters: an index entry has a size limit,
+    // they have none.
+    "CREATE INDEX IF NOT EXISTS ctrlrun_effects_state ON {t} (state, created_at);
+     CREATE INDEX IF NOT EXISTS ctrlrun_effects_action
+         ON {t} (pg_catalog.left(action, 200), created_at);
+     CREATE INDEX IF NOT EXISTS ctrlrun_effects_prefix
+         ON {t} ((pg_catalog.left(effect_key, 200) COLLATE \"C\"));
+     CREATE INDEX IF NOT EXISTS ctrlrun_approvals_open_key
+         ON {a} (pg_catalog.left(effect_key, 200)) WHERE state IN ('pending', 'granted')",
 ];
 
 pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) -> Result<()> {

@@ -10,7 +10,7 @@ use crate::planner::{Expected, Transition};
 use crate::receipt::Event;
 use crate::record::{holder, EffectRecord, EffectState, Micros};
 
-const COLUMNS: &str = "effect_key, state, action_id, attempt, created_at, updated_at, \
+pub(super) const COLUMNS: &str = "effect_key, state, action_id, attempt, created_at, updated_at, \
                        lease_expires_at, result, error, resolved_by, attempt_token, action, \
                        holder, args_digest, arg_digests, approval_id";
 
@@ -23,7 +23,7 @@ fn digest(param: usize) -> String {
 }
 
 /// Microseconds since the epoch: the caller's `now` when given, else the server's clock.
-fn now_expr(param: usize) -> String {
+pub(super) fn now_expr(param: usize) -> String {
     format!(
         "COALESCE(${param}::int8, (extract(epoch FROM pg_catalog.clock_timestamp()) * 1000000)::int8)"
     )
@@ -61,7 +61,6 @@ pub(super) struct Sql {
     select: String,
     cas: String,
     transition: String,
-    list: String,
 }
 
 impl Sql {
@@ -168,10 +167,6 @@ impl Sql {
                         "$11"
                     ]
                 )
-            ),
-            list: format!(
-                "SELECT {COLUMNS} FROM {t} WHERE ($1::text IS NULL OR state = $1) \
-                 ORDER BY created_at, effect_key"
             ),
         }
     }
@@ -286,10 +281,6 @@ impl Sql {
             (&writer, Type::TEXT),
         ];
         c.query_typed(&self.transition, &params)
-    }
-
-    pub(super) fn list_rows(&self, c: &mut Client, state: Option<&str>) -> PgResult<Vec<Row>> {
-        c.query_typed(&self.list, &[(&state, Type::TEXT)])
     }
 }
 

@@ -8,6 +8,7 @@
 mod approvals;
 mod conn;
 mod receipts;
+mod retention;
 mod sql;
 mod writes;
 
@@ -22,12 +23,13 @@ use crate::receipt::Event;
 use crate::record::{holder, new_attempt_token, now_micros, EffectRecord, EffectState, Micros};
 use crate::store::pool::{Pool, Pooled};
 use crate::store::recovery::{reread_failed, Commit, Reread, Step, TransitionCall};
-use crate::store::Store;
+use crate::store::retention::{Cursor, EffectFilter, Prune};
+use crate::store::{PruneBatch, Store};
 use crate::url::SqliteOptions;
 pub use conn::ConnectionInit;
 use conn::{init_schema, open_connection, open_error, Conn, Manager};
+use sql::select;
 pub use sql::SCHEMA_VERSION;
-use sql::{read_record, select, COLUMNS};
 
 pub struct SqliteStore {
     opts: SqliteOptions,
@@ -357,21 +359,25 @@ impl Store for SqliteStore {
         self.read(key)
     }
 
-    fn list(&self, state: Option<EffectState>) -> Result<Vec<EffectRecord>> {
-        let conn = self.read_conn()?;
-        let read = || -> rusqlite::Result<Vec<EffectRecord>> {
-            let mut stmt = conn.conn.prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM ctrlrun_effects WHERE (?1 IS NULL OR state = ?1) \
-                 ORDER BY created_at, effect_key"
-            ))?;
-            let rows = stmt.query_map([state.map(EffectState::as_str)], read_record)?;
-            rows.collect()
-        };
-        read().map_err(|e| {
-            Error::Store(format!(
-                "listing effects in the SQLite store at {} failed: {e}",
-                self.opts.path.display()
-            ))
-        })
+    fn list(&self, filter: &EffectFilter<'_>) -> Result<Vec<EffectRecord>> {
+        self.list_filtered(filter)
+    }
+
+    fn explain_list(&self, filter: &EffectFilter<'_>) -> Result<String> {
+        self.explain_list(filter)
+    }
+
+    fn prune_batch(
+        &self,
+        p: &Prune<'_>,
+        state: EffectState,
+        after: Option<&Cursor>,
+        now: Option<Micros>,
+    ) -> Result<PruneBatch> {
+        self.prune_rows(p, state, after, now)
+    }
+
+    fn count_prunable(&self, p: &Prune<'_>, now: Option<Micros>) -> Result<u64> {
+        self.count_rows(p, now)
     }
 }

@@ -7,7 +7,7 @@ use crate::receipt::Event;
 use crate::record::{EffectRecord, EffectState, Micros};
 
 /// The schema version this build writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// The triggers that refuse a write to `$table` that sets no receipt (schema version 4).
 macro_rules! guard_triggers {
@@ -50,7 +50,7 @@ macro_rules! receipt_triggers {
 /// How each older version is brought to the next (`MIGRATIONS[v - 1]` takes version `v` to
 /// `v + 1`), all in the transaction that also writes the new version. A new file gets
 /// [`SCHEMA`] (version 1) and then every step.
-pub(super) const MIGRATIONS: [&str; 3] = [
+pub(super) const MIGRATIONS: [&str; 4] = [
     // 1 -> 2: the per-attempt token (rows written before keep NULL).
     "ALTER TABLE ctrlrun_effects ADD COLUMN attempt_token TEXT;",
     // 2 -> 3: who holds a key and with which arguments; approvals.
@@ -133,6 +133,12 @@ pub(super) const MIGRATIONS: [&str; 3] = [
              NEW.state, NEW.args_digest, NEW.request_id, NEW.decided_by, NEW.written_by"
         ),
     ),
+    // 4 -> 5: the indexes behind `effects list` filters and retention (see `retention.rs`).
+    // The primary key already serves a key prefix.
+    "CREATE INDEX ctrlrun_effects_state ON ctrlrun_effects (state, created_at);
+     CREATE INDEX ctrlrun_effects_action ON ctrlrun_effects (action, created_at);
+     CREATE INDEX ctrlrun_approvals_open_key ON ctrlrun_approvals (effect_key)
+         WHERE state IN ('pending', 'granted');",
 ];
 
 /// The columns in [`read_record`]'s order (a macro, so statements are compile-time literals:
