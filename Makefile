@@ -33,11 +33,13 @@ test-py: dev
 	$(PY) -m pytest tests_py -q
 
 ## bench: release build, then the benchmark against the original product and the engine floors,
-## then the gateway's cost per tools/call (SQLite, and a throwaway PostgreSQL cluster)
+## then the gateway's cost per tools/call (SQLite, and a throwaway PostgreSQL cluster), then
+## `effects list --prefix` and prune on a 1,000,000-row store beside their floors
 bench: $(VENV)/.tools
 	$(VENV)/bin/maturin develop --release --quiet
 	$(PY) bench/run.py
 	$(PYTHON) tests_py/pgserver.py -- $(PY) bench/gateway.py
+	$(PYTHON) tests_py/pgserver.py -- $(PY) bench/retention.py --json bench/retention.json
 
 lint:
 	cargo fmt --all -- --check

@@ -18,6 +18,7 @@ import click
 from . import cli_approvals as _cli_approvals
 from . import cli_gateway as _cli_gateway
 from . import cli_receipts as _cli_receipts
+from . import cli_retention as _cli_retention
 from ._records import EffectRecord, EffectState
 from ._table import lease_text, printable, table
 from ._store import Store, default_store, open_store
@@ -90,19 +91,31 @@ def effects() -> None:
 
 @effects.command("list")
 @click.option("--state", type=click.Choice(STATES), default=None, help="Only effects in this state.")
+@click.option("--prefix", metavar="TEXT", default=None,
+              help="Only keys that start with TEXT (plain text, not a pattern).")
+@click.option("--action", metavar="NAME", default=None, help="Only effects of this action.")
+@click.option("--limit", metavar="N", type=click.IntRange(min=1, max=2**63 - 1), default=None,
+              help="At most N effects (the oldest).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @store_option
-def effects_list(state: Optional[str], as_json: bool, store_url: Optional[str]) -> None:
-    """List effects, oldest first. A live lease shows its remaining time."""
+def effects_list(state: Optional[str], prefix: Optional[str], action: Optional[str],
+                 limit: Optional[int], as_json: bool, store_url: Optional[str]) -> None:
+    """List effects, oldest first. A live lease shows its remaining time. Each filter is
+    served by an index: a large store is never read whole."""
     store = _open(store_url)
     try:
-        records = store.list_effects(state)
+        records = store.list_effects(state, prefix=prefix, action=action, limit=limit)
     except CTRLRunError as exc:
         _die(str(exc))
     if as_json:
         click.echo(json.dumps([record_dict(r) for r in records], indent=2))
     elif not records:
-        click.echo(f"no effects{' in state ' + state if state else ''} in {store.url}")
+        which = "".join([
+            f" in state {state}" if state else "",
+            f" with key prefix {prefix!r}" if prefix is not None else "",
+            f" of action {action!r}" if action is not None else "",
+        ])
+        click.echo(printable(f"no effects{which} in {store.url}"))
     else:
         click.echo(table(records))
 
@@ -226,6 +239,7 @@ _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 _cli_approvals.register(cli, store_option, _open, _die)
 _cli_receipts.register(cli, store_option, _open, _die)
+_cli_retention.register(effects, store_option, _open, _die)
 _cli_gateway.register(cli, store_option, _die)
 
 

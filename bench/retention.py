@@ -1,0 +1,259 @@
+"""Retention and list filters on a large store: ``effects list --prefix`` and ``Store.prune``
+on 1,000,000 rows, each beside its floor in the same run.
+
+    python bench/retention.py [--rows N] [--backends sqlite,postgres] [--json FILE]
+
+The store is filled by SQL in ctrlrun's own tables (its triggers write a receipt per row, as
+the real writes do): keys ``refund:cus_CCCC:N`` over 1,000 customers (a prefix selects 0.1 %),
+98 % committed, 1 % failed, 1 % ambiguous, created over the last 90 days, ten action names.
+PostgreSQL is the server ``CTRLRUN_TEST_POSTGRES_URL`` names (``python3 tests_py/pgserver.py --
+python bench/retention.py`` starts a throwaway one); it is left out when unset.
+
+Floors, same data, same indexes, same durability:
+* list: the same SELECT on the same index, without ctrlrun (SQLite through the ``sqlite3``
+  module; PostgreSQL as the server's own execution time, ``EXPLAIN ANALYZE``, which is lower
+  still: no round trip, no decoding);
+* prune: plain batched ``DELETE`` of the same rows in transactions of the same size, on a copy
+  of the table: no receipts, no check of approvals, no walk in order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+from urllib.parse import urlsplit
+
+import ctrlrun
+
+ROOT = Path(__file__).resolve().parent.parent
+DAY_US = 86_400 * 1_000_000
+PREFIX = "refund:cus_0042:"
+BATCH = 1000
+
+
+def _median_ms(run: Callable[[], Any], repeats: int = 7) -> float:
+    run()  # warm
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - t) * 1000)
+    return round(statistics.median(times), 2)
+
+
+def _row_values(now_us: int) -> str:
+    """SQL computing one row's columns from ``i`` (both dialects)."""
+    return f"""
+        'refund:cus_' || substr('0000' || (i % 1000), -4, 4) || ':' || i AS effect_key,
+        CASE WHEN i % 100 = 7 THEN 'failed' WHEN i % 100 = 9 THEN 'ambiguous'
+             ELSE 'committed' END AS state,
+        'act_' || i AS action_id, 1 AS attempt,
+        {now_us} - (i % 90) * {DAY_US} - i AS created_at,
+        {now_us} - (i % 90) * {DAY_US} - i + 1000 AS updated_at,
+        'tool.action_' || (i % 10) AS action"""
+
+
+# -- SQLite ---------------------------------------------------------------------------------------
+
+def sqlite_fill(path: str, rows: int, now_us: int) -> None:
+    ctrlrun.open_store(path).close()  # ctrlrun creates its tables and indexes
+    db = sqlite3.connect(path)
+    db.create_function("ctrlrun_receipt_hash", 15, lambda *a: "0" * 64, deterministic=True)
+    db.execute("PRAGMA synchronous = OFF")
+    db.execute(f"""
+        INSERT INTO ctrlrun_effects (effect_key, state, action_id, attempt, created_at,
+            updated_at, action, last_event, written_by, receipt_seq, receipt_hash)
+        WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {rows})
+        SELECT effect_key, state, action_id, attempt, created_at, updated_at, action,
+               'outcome', 'bench:1', 1, 'fill'
+        FROM (SELECT {_row_values(now_us)} FROM n)""")
+    db.commit()
+    db.execute("ANALYZE")
+    db.close()
+
+
+def sqlite_list_floor(path: str) -> float:
+    db = sqlite3.connect(path)
+    end = PREFIX[:-1] + chr(ord(PREFIX[-1]) + 1)
+    q = ("SELECT * FROM ctrlrun_effects WHERE effect_key >= ? AND effect_key < ? "
+         "ORDER BY created_at, effect_key")
+    ms = _median_ms(lambda: db.execute(q, (PREFIX, end)).fetchall())
+    db.close()
+    return ms
+
+
+def sqlite_prune_floor(path: str, cut_us: int) -> Dict[str, float]:
+    copy = path + ".floor"
+    shutil.copy(path, copy)
+    db = sqlite3.connect(copy, isolation_level=None)
+    removed, t = 0, time.perf_counter()
+    for state in ("committed", "failed"):
+        while True:
+            db.execute("BEGIN IMMEDIATE")
+            n = db.execute(
+                "DELETE FROM ctrlrun_effects WHERE effect_key IN (SELECT effect_key FROM "
+                "ctrlrun_effects WHERE state = ? AND created_at < ? LIMIT ?)",
+                (state, cut_us, BATCH)).rowcount
+            db.execute("COMMIT")
+            removed += n
+            if n < BATCH:
+                break
+    elapsed = time.perf_counter() - t
+    db.close()
+    os.remove(copy)
+    return {"rows": removed, "seconds": round(elapsed, 2), "rows_per_s": round(removed / elapsed)}
+
+
+# -- PostgreSQL -----------------------------------------------------------------------------------
+
+class Psql:
+    def __init__(self, url: str) -> None:
+        p = urlsplit(url.split("?", 1)[0])
+        self.args = ["psql", "-h", p.hostname or "127.0.0.1", "-p", str(p.port or 5432),
+                     "-U", p.username or "postgres", "-d", p.path.lstrip("/") or "postgres",
+                     "-v", "ON_ERROR_STOP=1", "-Atq"]
+        self.env = dict(os.environ)
+        if p.password:
+            self.env["PGPASSWORD"] = p.password  # never on the command line
+
+    def run(self, sql: str) -> str:
+        out = subprocess.run([*self.args, "-c", sql], capture_output=True, text=True,
+                             env=self.env, timeout=3600)
+        if out.returncode != 0:
+            raise RuntimeError(f"psql failed: {out.stderr.strip()}")
+        return out.stdout.strip()
+
+
+def pg_fill(psql: Psql, schema: str, rows: int, now_us: int) -> None:
+    values = _row_values(now_us).replace("substr('0000' || (i % 1000), -4, 4)",
+                                         "lpad((i % 1000)::text, 4, '0')")
+    psql.run(f"""
+        INSERT INTO "{schema}".ctrlrun_effects (key_digest, effect_key, state, action_id,
+            attempt, created_at, updated_at, action, last_event, written_by, receipt_seq,
+            receipt_hash)
+        SELECT sha256(convert_to(effect_key, 'UTF8')), effect_key, state, action_id, attempt,
+               created_at, updated_at, action, 'outcome', 'bench:1', 1, 'fill'
+        FROM (SELECT {values} FROM generate_series(1, {rows}) i) r""")
+    psql.run(f'VACUUM ANALYZE "{schema}".ctrlrun_effects')
+
+
+def pg_list_floor(psql: Psql, schema: str) -> float:
+    end = PREFIX[:-1] + chr(ord(PREFIX[-1]) + 1)
+    q = (f'EXPLAIN (ANALYZE, FORMAT JSON) SELECT * FROM "{schema}".ctrlrun_effects '
+         f"WHERE left(effect_key, 200) COLLATE \"C\" >= '{PREFIX}' AND left(effect_key, 200) "
+         f"COLLATE \"C\" < '{end}' ORDER BY created_at, effect_key")
+    times = [json.loads(psql.run(q))[0]["Execution Time"] for _ in range(7)]
+    return round(statistics.median(times), 2)
+
+
+def pg_prune_floor(psql: Psql, schema: str, cut_us: int) -> Dict[str, float]:
+    t = f'"{schema}".floor_copy'
+    psql.run(f'CREATE TABLE {t} (LIKE "{schema}".ctrlrun_effects INCLUDING ALL)')
+    psql.run(f'INSERT INTO {t} SELECT * FROM "{schema}".ctrlrun_effects')
+    psql.run(f"VACUUM ANALYZE {t}")
+    before = int(psql.run(f"SELECT count(*) FROM {t}"))
+    start = time.perf_counter()
+    psql.run(f"""DO $$ DECLARE s text; n int; BEGIN
+        FOREACH s IN ARRAY ARRAY['committed', 'failed'] LOOP
+            LOOP
+                DELETE FROM {t} WHERE key_digest IN (SELECT key_digest FROM {t}
+                    WHERE state = s AND created_at < {cut_us} LIMIT {BATCH});
+                GET DIAGNOSTICS n = ROW_COUNT;
+                COMMIT;
+                EXIT WHEN n < {BATCH};
+            END LOOP;
+        END LOOP; END $$""")
+    elapsed = time.perf_counter() - start
+    removed = before - int(psql.run(f"SELECT count(*) FROM {t}"))
+    psql.run(f"DROP TABLE {t}")
+    return {"rows": removed, "seconds": round(elapsed, 2), "rows_per_s": round(removed / elapsed)}
+
+
+# -- ctrlrun --------------------------------------------------------------------------------------
+
+def measure(url: str, fill: Callable[[], None], list_floor: Callable[[], float],
+            prune_floor: Callable[[int], Dict[str, float]], now_us: int) -> Dict[str, Any]:
+    t = time.perf_counter()
+    fill()
+    out: Dict[str, Any] = {"fill_s": round(time.perf_counter() - t, 1)}
+    store = ctrlrun.open_store(url)
+    found = store.list_effects(prefix=PREFIX)
+    out["list_prefix_rows"] = len(found)
+    out["list_prefix_ms"] = _median_ms(lambda: store.list_effects(prefix=PREFIX))
+    out["list_prefix_floor_ms"] = list_floor()
+    cli = [sys.executable, "-m", "ctrlrun", "effects", "list", "--prefix", PREFIX, "--json",
+           "--store", url]
+    env = dict(os.environ)
+    out["cli_list_prefix_ms"] = _median_ms(
+        lambda: subprocess.run(cli, capture_output=True, check=True, env=env), repeats=3)
+    out["list_ambiguous_limit_100_ms"] = _median_ms(
+        lambda: store.list_effects("ambiguous", limit=100))
+    out["list_action_limit_100_ms"] = _median_ms(
+        lambda: store.list_effects(action="tool.action_3", limit=100))
+    cut_us = now_us - 30 * DAY_US
+    out["prune_floor"] = prune_floor(cut_us)
+    marks: List[float] = []
+    t = time.perf_counter()
+    removed = store.prune(timedelta(days=30), batch_size=BATCH,
+                          progress=lambda n: marks.append(time.perf_counter()))
+    elapsed = time.perf_counter() - t
+    gaps = [b - a for a, b in zip([t, *marks], marks)]
+    out["prune"] = {"rows": removed, "seconds": round(elapsed, 2),
+                    "rows_per_s": round(removed / elapsed),
+                    "longest_batch_ms": round(max(gaps) * 1000, 1)}
+    store.close()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--backends", default="sqlite,postgres")
+    ap.add_argument("--json", default=None, help="also write the results here")
+    args = ap.parse_args()
+    now_us = int(time.time() * 1_000_000)
+    results: Dict[str, Any] = {"rows": args.rows, "batch": BATCH, "prefix": PREFIX}
+    wanted = args.backends.split(",")
+    if "sqlite" in wanted:
+        tmp = tempfile.mkdtemp(prefix="ctrlrun-retention-", dir=ROOT / "bench")
+        path = os.path.join(tmp, "state.db")
+        try:
+            results["sqlite"] = measure(
+                f"sqlite:///{path}?synchronous=FULL", lambda: sqlite_fill(path, args.rows, now_us),
+                lambda: sqlite_list_floor(path), lambda cut: sqlite_prune_floor(path, cut), now_us)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    pg_url = os.environ.get("CTRLRUN_TEST_POSTGRES_URL")
+    if "postgres" in wanted and pg_url:
+        schema = "bench_retention_" + uuid.uuid4().hex[:8]
+        psql = Psql(pg_url)
+        sep = "&" if "?" in pg_url else "?"
+        url = f"{pg_url}{sep}schema={schema}"
+        try:
+            ctrlrun.open_store(url).close()
+            results["postgres"] = measure(
+                url, lambda: pg_fill(psql, schema, args.rows, now_us),
+                lambda: pg_list_floor(psql, schema), lambda cut: pg_prune_floor(psql, schema, cut),
+                now_us)
+        finally:
+            psql.run(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    print(json.dumps(results, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
