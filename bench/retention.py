@@ -193,9 +193,8 @@ def measure(url: str, fill: Callable[[], None], list_floor: Callable[[], float],
     out["list_prefix_rows"] = len(found)
     out["list_prefix_ms"] = _median_ms(lambda: store.list_effects(prefix=PREFIX))
     out["list_prefix_floor_ms"] = list_floor()
-    cli = [sys.executable, "-m", "ctrlrun", "effects", "list", "--prefix", PREFIX, "--json",
-           "--store", url]
-    env = dict(os.environ)
+    cli = [sys.executable, "-m", "ctrlrun", "effects", "list", "--prefix", PREFIX, "--json"]
+    env = dict(os.environ, CTRLRUN_STORE=url)  # a URL may hold a password: never an argument
     out["cli_list_prefix_ms"] = _median_ms(
         lambda: subprocess.run(cli, capture_output=True, check=True, env=env), repeats=3)
     out["list_ambiguous_limit_100_ms"] = _median_ms(

@@ -117,6 +117,8 @@ BAD_PRUNES = [
     ({"older_than": 60, "by": 7}, "by must be a str"),
     ({"older_than": 60, "by": "x\0y"}, "NUL"),
     ({"older_than": 60, "progress": "yes"}, "callable"),
+    ({"older_than": 60, "receipts": "false"}, "receipts must be True or False"),
+    ({"older_than": 60, "dry_run": 1}, "dry_run must be True or False"),
 ]
 
 

@@ -137,6 +137,10 @@ fn each_filter_is_served_by_an_index(b: Backend) {
             limit: Some(10),
             ..EffectFilter::ALL
         },
+        EffectFilter {
+            limit: Some(10),
+            ..EffectFilter::ALL
+        },
     ];
     for filter in filters {
         let plan = f.store.explain_list(&filter).unwrap();

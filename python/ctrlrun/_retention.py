@@ -115,8 +115,8 @@ class RetentionMethods:
         progress: Optional[Callable[[int], Any]] = None,
     ) -> int:
         """Delete settled effects created and last written more than ``older_than`` ago
-        (by the store's clock); the number deleted, or with ``dry_run`` the number that would
-        be.
+        (by the store's clock, read once when the prune starts); the number deleted, or with
+        ``dry_run`` the number that would be.
 
         A pruned key is forgotten: its next call runs again. Never removed, whatever
         ``states`` says: ``ambiguous``, ``reserved`` and ``executing`` rows, and a row whose
@@ -149,8 +149,11 @@ class RetentionMethods:
                 1 <= batch_size <= _MAX_BATCH):
             raise InvalidArgument(
                 f"batch_size must be an integer from 1 to {_MAX_BATCH}, got {batch_size!r}")
+        for flag, value in (("receipts", receipts), ("dry_run", dry_run)):
+            if not isinstance(value, bool):
+                raise InvalidArgument(f"{flag} must be True or False, got {value!r}")
         by = _text(by, "by")
         if progress is not None and not callable(progress):
             raise InvalidArgument(f"progress must be callable, got {progress!r}")
-        return int(self.core.prune(older_us, names, bool(receipts), by, batch_size,
-                                   bool(dry_run), progress, self.now_us()))
+        return int(self.core.prune(older_us, names, receipts, by, batch_size, dry_run,
+                                   progress, self.now_us()))

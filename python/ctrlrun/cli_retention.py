@@ -19,7 +19,7 @@ _AGE = re.compile(r"^(?:(\d{1,9})([smhdw]))+$")
 _PART = re.compile(r"(\d{1,9})([smhdw])")
 
 
-class Age(click.ParamType):
+class Age(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.3 on
     """An age such as ``30d``, ``12h``, ``1d12h``: whole numbers of weeks (w), days (d),
     hours (h), minutes (m) and seconds (s)."""
 

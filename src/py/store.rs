@@ -10,7 +10,7 @@ use crate::approval::{ApprovalAsk, ApprovalState};
 use crate::error::Error;
 use crate::planner::{Proposal, Transition};
 use crate::record::{EffectState, Micros};
-use crate::store::retention::{EffectFilter, Prune};
+use crate::store::retention::{self, EffectFilter, Prune};
 use crate::store::{fork, Store};
 
 /// A store handle. Every method releases the GIL while it talks to the database.
@@ -403,31 +403,25 @@ impl PyStore {
             by,
             batch,
         };
+        p.check().py_err(py)?;
+        let now = self.call(py, |s| s.store_now(now_us))?;
         if dry_run {
-            return self.call(py, |s| p.check().and_then(|_| s.count_prunable(&p, now_us)));
+            return self.call(py, |s| s.count_prunable(&p, Some(now)));
         }
-        let mut raised: Option<PyErr> = None;
-        let removed = self.call(py, |s| {
-            s.prune(&p, now_us, &mut |n| {
-                Python::attach(|py| {
-                    let heard = match &progress {
-                        Some(f) => f.call1(py, (n,)).map(|_| ()),
-                        None => Ok(()),
-                    };
-                    match heard.and_then(|_| py.check_signals()) {
-                        Ok(()) => true,
-                        Err(e) => {
-                            raised = Some(e);
-                            false
-                        }
-                    }
-                })
-            })
-        })?;
-        match raised {
-            Some(e) => Err(e),
-            None => Ok(removed),
-        }
+        // One store call per batch (never one across the whole prune), so a fork or another
+        // thread's calls wait for one short batch at most; the progress and signals are heard
+        // between batches, with the GIL.
+        retention::drive(
+            &p,
+            |state, after| self.call(py, |s| s.prune_batch(&p, state, after, Some(now))),
+            |n| {
+                if let Some(f) = &progress {
+                    f.call1(py, (n,))?;
+                }
+                py.check_signals()?;
+                Ok(true)
+            },
+        )
     }
 
     /// Release the store's connections. Later calls raise `InvalidArgument`.

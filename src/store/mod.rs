@@ -166,9 +166,13 @@ pub trait Store: Approvals + Receipts + Send + Sync {
     /// How many rows [`Store::prune`] would remove now (a dry run).
     fn count_prunable(&self, p: &Prune<'_>, now: Option<Micros>) -> Result<u64>;
 
-    /// Remove the settled rows `p` names, batch after batch (see [`retention`]); the count
-    /// removed. `progress` hears the running count after each batch and stops the prune by
-    /// returning `false` (what was removed stays removed).
+    /// The store's clock: the database server's for PostgreSQL (`now` when given).
+    fn store_now(&self, now: Option<Micros>) -> Result<Micros>;
+
+    /// Remove the settled rows `p` names, batch after batch (see [`retention`]), all against
+    /// one `now` (the store's clock, read once); the count removed. `progress` hears the
+    /// running count after each batch and stops the prune by returning `false` (what was
+    /// removed stays removed).
     fn prune(
         &self,
         p: &Prune<'_>,
@@ -176,22 +180,12 @@ pub trait Store: Approvals + Receipts + Send + Sync {
         progress: &mut dyn FnMut(u64) -> bool,
     ) -> Result<u64> {
         p.check()?;
-        let mut removed = 0;
-        for &state in &p.states {
-            let mut after: Option<Cursor> = None;
-            loop {
-                let batch = self.prune_batch(p, state, after.as_ref(), now)?;
-                removed += batch.removed;
-                if !progress(removed) {
-                    return Ok(removed);
-                }
-                match batch.next {
-                    Some(next) => after = Some(next),
-                    None => break,
-                }
-            }
-        }
-        Ok(removed)
+        let now = self.store_now(now)?;
+        retention::drive(
+            p,
+            |state, after| self.prune_batch(p, state, after, Some(now)),
+            |n| Ok(progress(n)),
+        )
     }
 }
 

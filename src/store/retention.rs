@@ -9,6 +9,7 @@
 
 use crate::error::{Error, Result};
 use crate::record::{EffectState, Micros};
+use crate::store::PruneBatch;
 
 /// What [`crate::Store::list`] selects: every filter given must hold. Rows come oldest first
 /// (creation time, then key); with `limit`, the first that many.
@@ -49,6 +50,10 @@ impl EffectFilter<'_> {
 /// The states a prune may remove.
 pub const PRUNABLE: [EffectState; 2] = [EffectState::Committed, EffectState::Failed];
 
+/// The longest age a prune takes: a hundred years (far from overflow when subtracted from a
+/// time in microseconds).
+pub const MAX_AGE: Micros = 100 * 366 * 86_400 * 1_000_000;
+
 /// The most rows one prune transaction removes, and the default.
 pub const MAX_BATCH: u32 = 10_000;
 pub const DEFAULT_BATCH: u32 = 1_000;
@@ -81,6 +86,12 @@ impl Prune<'_> {
                 self.older_than
             ));
         }
+        if self.older_than > MAX_AGE {
+            return bad(format!(
+                "older_than must be at most a hundred years, got {} microseconds",
+                self.older_than
+            ));
+        }
         if self.states.is_empty() {
             return bad("states is empty: name committed, failed or both".into());
         }
@@ -90,6 +101,9 @@ impl Prune<'_> {
                  nothing was pruned",
                 s.as_str()
             ));
+        }
+        if (1..self.states.len()).any(|i| self.states[..i].contains(&self.states[i])) {
+            return bad("states names the same state twice".into());
         }
         if self.batch == 0 || self.batch > MAX_BATCH {
             return bad(format!(
@@ -140,4 +154,30 @@ pub fn first_chars(text: &str, n: usize) -> &str {
         Some((at, _)) => &text[..at],
         None => text,
     }
+}
+
+/// Walk every state of `p` batch by batch: `batch(state, after)` runs one transaction,
+/// `progress(removed so far)` is told after each and stops the walk with `false`. The caller
+/// fixes `now` for all batches, so rows created meanwhile are never reached and the walk ends.
+pub fn drive<E>(
+    p: &Prune<'_>,
+    mut batch: impl FnMut(EffectState, Option<&Cursor>) -> std::result::Result<PruneBatch, E>,
+    mut progress: impl FnMut(u64) -> std::result::Result<bool, E>,
+) -> std::result::Result<u64, E> {
+    let mut removed = 0;
+    for &state in &p.states {
+        let mut after: Option<Cursor> = None;
+        loop {
+            let done = batch(state, after.as_ref())?;
+            removed += done.removed;
+            if !progress(removed)? {
+                return Ok(removed);
+            }
+            match done.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+    }
+    Ok(removed)
 }

@@ -196,7 +196,11 @@ pub(super) fn mark_used(
 }
 
 impl PostgresStore {
-    fn clock(&self, c: &mut Client, now: Option<Micros>) -> std::result::Result<Micros, PgError> {
+    pub(super) fn clock(
+        &self,
+        c: &mut Client,
+        now: Option<Micros>,
+    ) -> std::result::Result<Micros, PgError> {
         Ok(c.query_typed_one(CLOCK, &[(&now, Type::INT8)])?.get(0))
     }
 
@@ -281,6 +285,19 @@ impl Approvals for PostgresStore {
             match planner::plan_request(first(rows)?, ask, &id, now)? {
                 RequestPlan::Stands(r) => Ok(r.at(now)),
                 RequestPlan::Ask { expire, new } => {
+                    // Hold the key's effect row (if any) until this request commits: a prune
+                    // that locked it first removes it before the request lands; one that comes
+                    // after waits, then sees the request and keeps the row.
+                    tx.query_typed(
+                        &format!(
+                            "SELECT 1 FROM {} WHERE key_digest = \
+                             pg_catalog.sha256(pg_catalog.convert_to($1::text, 'UTF8')) \
+                             AND effect_key = $1 FOR KEY SHARE",
+                            self.sql.effects
+                        ),
+                        &[(&ask.effect_key, Type::TEXT)],
+                    )
+                    .map_err(fail)?;
                     if let Some((from, old)) = expire {
                         cas(tx, &self.sql, from, &old, now).map_err(fail)?;
                     }

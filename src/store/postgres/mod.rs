@@ -426,4 +426,8 @@ impl Store for PostgresStore {
     fn count_prunable(&self, p: &Prune<'_>, now: Option<Micros>) -> Result<u64> {
         self.count_rows(p, now)
     }
+
+    fn store_now(&self, now: Option<Micros>) -> Result<Micros> {
+        self.server_now(now)
+    }
 }

@@ -1,6 +1,7 @@
 //! Listing by filter and pruning in the PostgreSQL store (see [`crate::store::retention`]).
 //!
-//! Schema version 6's indexes serve them: `(state, created_at)` a state's rows in order (and a
+//! Schema version 6's indexes serve them: `(created_at)` every row in order (a listing with
+//! only a limit), `(state, created_at)` a state's rows in order (and a
 //! prune's walk through them); `(left(action, 200), created_at)` an action's; and
 //! `(left(effect_key, 200) COLLATE "C")` a key prefix, as a range in byte order (which is code
 //! point order) rechecked with `starts_with`. Keys and action names are indexed by their first
@@ -8,16 +9,16 @@
 //! primary key is the key's digest for the same reason). `ctrlrun_approvals_open_key` finds an
 //! open approval request of a key.
 //!
-//! A prune batch is one statement that commits by itself: it picks the next rows in order,
-//! deletes those still prunable (the conditions are checked again on the row it locks, so a
-//! row written meanwhile stays), and writes each one's `pruned` receipt or deletes its chain.
+//! A prune batch is one short transaction (see [`PostgresStore::prune_rows`]).
 
 use tokio_postgres::types::{ToSql, Type};
 
+use super::client::{Client, PgError};
 use super::sql::{now_expr, read_record, COLUMNS};
 use super::{check_key, PostgresStore};
 use crate::error::{Error, Result};
 use crate::record::{holder, EffectRecord, EffectState, Micros};
+use crate::store::recovery::Commit;
 use crate::store::retention::{first_chars, prefix_end, Cursor, EffectFilter, Prune};
 use crate::store::PruneBatch;
 
@@ -78,7 +79,7 @@ fn prunable(approvals: &str) -> String {
          AND e.updated_at < clock.now - $3::int8 AND NOT EXISTS (SELECT 1 FROM {approvals} a \
          WHERE pg_catalog.left(a.effect_key, 200) = pg_catalog.left(e.effect_key, 200) \
          AND a.effect_key = e.effect_key AND a.state IN ('pending', 'granted') \
-         AND a.expires_at > clock.now)"
+         AND a.expires_at >= clock.now)"
     )
 }
 
@@ -131,6 +132,18 @@ impl PostgresStore {
             .join("\n"))
     }
 
+    /// The server's clock (or `now`).
+    pub(super) fn server_now(&self, now: Option<Micros>) -> Result<Micros> {
+        self.read("clock", "*", |c, _| self.clock(c, now))?
+            .map_err(|e| self.retention_error("reading the server's clock", &e))
+    }
+
+    /// One batch, one transaction at READ COMMITTED: the first statement walks the next rows
+    /// in order (the cursor) and locks those that are settled and old enough; the second,
+    /// with a snapshot taken after those locks, deletes the ones with no open approval request
+    /// and writes their `pruned` receipts (or deletes their chains). A request being made for
+    /// one of them holds its row (`FOR KEY SHARE`), so it either commits before the lock,
+    /// and the delete sees it, or waits for the prune and finds no row.
     pub(super) fn prune_rows(
         &self,
         p: &Prune<'_>,
@@ -139,15 +152,27 @@ impl PostgresStore {
         now: Option<Micros>,
     ) -> Result<PruneBatch> {
         let (t, a, r) = (&self.sql.effects, &self.sql.approvals, &self.sql.receipts);
-        let sql = format!(
+        let lock = format!(
             "WITH clock AS (SELECT {now} AS now), \
              picked AS (SELECT e.key_digest, e.created_at FROM {t} e, clock \
                  WHERE e.state = ($2::text[])[1] AND e.created_at < clock.now - $3::int8 \
                  AND ($4::int8 IS NULL OR (e.created_at >= $4::int8 \
                      AND (e.created_at > $4::int8 OR e.key_digest > $5::bytea))) \
                  ORDER BY e.created_at, e.key_digest LIMIT $6::int8), \
+             locked AS (SELECT e.key_digest FROM {t} e, clock \
+                 WHERE e.key_digest IN (SELECT key_digest FROM picked) \
+                 AND e.state = ($2::text[])[1] AND e.created_at < clock.now - $3::int8 \
+                 AND e.updated_at < clock.now - $3::int8 FOR UPDATE OF e) \
+             SELECT (SELECT count(*) FROM picked), last.created_at, last.key_digest, \
+                 (SELECT COALESCE(array_agg(key_digest), '{{}}') FROM locked) \
+             FROM (SELECT 1) one LEFT JOIN (SELECT created_at, key_digest FROM picked \
+                 ORDER BY created_at DESC, key_digest DESC LIMIT 1) last ON true",
+            now = now_expr(1),
+        );
+        let delete = format!(
+            "WITH clock AS (SELECT {now} AS now), \
              gone AS (DELETE FROM {t} e USING clock \
-                 WHERE e.key_digest IN (SELECT key_digest FROM picked) AND {prunable} \
+                 WHERE e.key_digest = ANY($4::bytea[]) AND {prunable} \
                  RETURNING e.key_digest, e.effect_key, COALESCE(e.receipt_seq, 0) + 1 AS seq, \
                  e.receipt_hash, e.action, e.action_id, e.attempt, e.state, e.args_digest, \
                  e.approval_id, clock.now), \
@@ -157,15 +182,12 @@ impl PostgresStore {
                  SELECT g.key_digest, 'effect', g.effect_key, NULL, g.seq, g.receipt_hash, \
                  {hash}('effect', g.effect_key, NULL, g.seq::text, g.receipt_hash, \
                      g.now::text, 'pruned', g.action, g.action_id, g.attempt::text, g.state, \
-                     g.args_digest, g.approval_id, $8::text, $9::text), \
+                     g.args_digest, g.approval_id, $6::text, $7::text), \
                  g.now, 'pruned', g.action, g.action_id, g.attempt, g.state, g.args_digest, \
-                 g.approval_id, $8::text, $9::text FROM gone g WHERE NOT $7::bool), \
-             dropped AS (DELETE FROM {r} WHERE $7::bool AND chain = 'effect' \
+                 g.approval_id, $6::text, $7::text FROM gone g WHERE NOT $5::bool), \
+             dropped AS (DELETE FROM {r} WHERE $5::bool AND chain = 'effect' \
                  AND key_digest IN (SELECT key_digest FROM gone)) \
-             SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM picked), \
-                 last.created_at, last.key_digest \
-             FROM (SELECT 1) one LEFT JOIN (SELECT created_at, key_digest FROM picked \
-                 ORDER BY created_at DESC, key_digest DESC LIMIT 1) last ON true",
+             SELECT count(*) FROM gone",
             now = now_expr(1),
             prunable = prunable(a),
             hash = self.sql.receipt_hash,
@@ -177,10 +199,16 @@ impl PostgresStore {
         };
         let batch = i64::from(p.batch);
         let writer = holder();
-        let row = self
-            .read("prune", "*", |c, _| {
-                c.query_typed_one(
-                    &sql,
+        let body = |c: &mut Client, _: &super::sql::Sql| -> Result<PruneBatch> {
+            let fail = |e: PgError| self.retention_error("pruning effects", &e);
+            c.batch_execute(
+                "SET TRANSACTION",
+                "SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
+            )
+            .map_err(fail)?;
+            let row = c
+                .query_typed_one(
+                    &lock,
                     &[
                         (&now, Type::INT8),
                         (&states, Type::TEXT_ARRAY),
@@ -188,22 +216,46 @@ impl PostgresStore {
                         (&from, Type::INT8),
                         (&tie, Type::BYTEA),
                         (&batch, Type::INT8),
+                    ],
+                )
+                .map_err(fail)?;
+            let looked: i64 = row.get(0);
+            let next = match (looked == batch, row.get(1), row.get(2)) {
+                (true, Some(created_at), Some(tie)) => Some(Cursor { created_at, tie }),
+                _ => None,
+            };
+            let locked: Vec<Vec<u8>> = row.get(3);
+            if locked.is_empty() {
+                return Ok(PruneBatch { removed: 0, next });
+            }
+            let removed: i64 = c
+                .query_typed_one(
+                    &delete,
+                    &[
+                        (&now, Type::INT8),
+                        (&states, Type::TEXT_ARRAY),
+                        (&p.older_than, Type::INT8),
+                        (&locked, Type::BYTEA_ARRAY),
                         (&p.drop_receipts, Type::BOOL),
                         (&p.by, Type::TEXT),
                         (&writer, Type::TEXT),
                     ],
                 )
-            })?
-            .map_err(|e| self.retention_error("pruning effects", &e))?;
-        let (removed, looked): (i64, i64) = (row.get(0), row.get(1));
-        let next = match (looked == batch, row.get(2), row.get(3)) {
-            (true, Some(created_at), Some(tie)) => Some(Cursor { created_at, tie }),
-            _ => None,
+                .map_err(fail)?
+                .get(0);
+            Ok(PruneBatch {
+                removed: removed as u64,
+                next,
+            })
         };
-        Ok(PruneBatch {
-            removed: removed as u64,
-            next,
-        })
+        match self.txn("prune", "*", body)? {
+            Commit::Landed(done) => Ok(done),
+            Commit::Unknown(_, why) => Err(Error::StoreUnresolved(format!(
+                "pruning effects in the PostgreSQL store {}: the COMMIT failed ({why}), so this \
+                 batch may or may not be removed; running the prune again finishes it",
+                self.description
+            ))),
+        }
     }
 
     pub(super) fn count_rows(&self, p: &Prune<'_>, now: Option<Micros>) -> Result<u64> {

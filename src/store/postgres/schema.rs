@@ -146,7 +146,8 @@ const MIGRATIONS: [&str; 5] = [
     // 5 -> 6: the indexes behind `effects list` filters and retention (see `retention.rs`).
     // Keys and action names by their first 200 characters: an index entry has a size limit,
     // they have none.
-    "CREATE INDEX IF NOT EXISTS ctrlrun_effects_state ON {t} (state, created_at);
+    "CREATE INDEX IF NOT EXISTS ctrlrun_effects_created ON {t} (created_at);
+     CREATE INDEX IF NOT EXISTS ctrlrun_effects_state ON {t} (state, created_at);
      CREATE INDEX IF NOT EXISTS ctrlrun_effects_action
          ON {t} (pg_catalog.left(action, 200), created_at);
      CREATE INDEX IF NOT EXISTS ctrlrun_effects_prefix

@@ -380,4 +380,9 @@ impl Store for SqliteStore {
     fn count_prunable(&self, p: &Prune<'_>, now: Option<Micros>) -> Result<u64> {
         self.count_rows(p, now)
     }
+
+    /// This host's clock: SQLite has no other.
+    fn store_now(&self, now: Option<Micros>) -> Result<Micros> {
+        Ok(now.unwrap_or_else(now_micros))
+    }
 }

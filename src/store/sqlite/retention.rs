@@ -1,6 +1,7 @@
 //! Listing by filter and pruning in the SQLite store (see [`crate::store::retention`]).
 //!
-//! Schema version 5's indexes serve them: `(state, created_at)` a state's rows in order (and a
+//! Schema version 5's indexes serve them: `(created_at)` every row in order (a listing with
+//! only a limit), `(state, created_at)` a state's rows in order (and a
 //! prune's walk through them), `(action, created_at)` an action's; the primary key serves a
 //! prefix as the range `prefix <= key < prefix_end(prefix)` (`BINARY` order is UTF-8 byte
 //! order, which is code point order). `ctrlrun_approvals_open_key` finds an open approval
@@ -53,7 +54,7 @@ fn list_query(f: &EffectFilter<'_>) -> (String, Vec<Value>) {
 /// last written before `?3`, no approval request for its key pending or granted at `?4`.
 const PRUNABLE: &str = "e.state = ?2 AND e.created_at < ?3 AND e.updated_at < ?3 \
      AND NOT EXISTS (SELECT 1 FROM ctrlrun_approvals a WHERE a.effect_key = e.effect_key \
-     AND a.state IN ('pending', 'granted') AND a.expires_at > ?4)";
+     AND a.state IN ('pending', 'granted') AND a.expires_at >= ?4)";
 
 /// Each pruned row's last receipt, `pruned`, continuing its chain (fields in
 /// `Receipt::expected_hash`'s order); `?5` is who prunes, `?6` the writing process.
