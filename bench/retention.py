@@ -211,6 +211,7 @@ def measure(url: str, fill: Callable[[], None], list_floor: Callable[[], float],
     gaps = [b - a for a, b in zip([t, *marks], marks)]
     out["prune"] = {"rows": removed, "seconds": round(elapsed, 2),
                     "rows_per_s": round(removed / elapsed),
+                    "median_batch_ms": round(statistics.median(gaps) * 1000, 1),
                     "longest_batch_ms": round(max(gaps) * 1000, 1)}
     store.close()
     return out

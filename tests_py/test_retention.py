@@ -101,8 +101,8 @@ def test_prune_goes_in_batches_and_an_exception_stops_it_keeping_what_was_done(
 
 
 BAD_PRUNES = [
-    ({"older_than": 0}, "positive"),
-    ({"older_than": -5}, "positive"),
+    ({"older_than": 0}, "older_than must be > 0"),
+    ({"older_than": -5}, "older_than must be > 0"),
     ({"older_than": math.nan}, "finite"),
     ({"older_than": "30d"}, "timedelta or a number"),
     ({"older_than": True}, "timedelta or a number"),

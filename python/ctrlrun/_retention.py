@@ -9,11 +9,11 @@ pending or granted, and never an ``ambiguous``, ``reserved`` or ``executing`` on
 
 from __future__ import annotations
 
-import math
 from datetime import timedelta
 from typing import Any, Callable, Iterable, List, Optional, Union
 
 from ._records import EffectRecord, EffectState, record_from_core
+from ._durations import to_micros
 from .errors import InvalidArgument
 
 __all__ = ["RetentionMethods", "PRUNABLE_STATES"]
@@ -27,26 +27,7 @@ _MAX_AGE_US = 100 * 366 * 86_400 * 1_000_000
 
 def age_to_micros(age: Union[timedelta, int, float]) -> int:
     """``older_than`` as whole microseconds: a ``timedelta`` or a number of seconds, > 0."""
-    if isinstance(age, timedelta):
-        us = age // timedelta(microseconds=1)
-    elif isinstance(age, (int, float)) and not isinstance(age, bool):
-        if isinstance(age, float) and not math.isfinite(age):
-            raise InvalidArgument(f"older_than must be a finite number of seconds, got {age!r}")
-        if abs(age) > 10**13:  # compared exactly: an int too large for a float is no error
-            raise InvalidArgument(f"older_than must be at most a hundred years, got {age!r}")
-        us = int(round(age * 1_000_000))
-    else:
-        raise InvalidArgument(
-            f"older_than must be a timedelta or a number of seconds, got {type(age).__name__}"
-        )
-    if us <= 0:
-        raise InvalidArgument(
-            f"older_than must be a positive age (rows settled at least that long ago), got "
-            f"{age!r}; nothing was pruned"
-        )
-    if us > _MAX_AGE_US:
-        raise InvalidArgument(f"older_than must be at most a hundred years, got {age!r}")
-    return us
+    return to_micros(age, "older_than", _MAX_AGE_US, "a hundred years")
 
 
 def _text(value: Any, what: str) -> Optional[str]:

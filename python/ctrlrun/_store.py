@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging  # imported before our fork hooks: see register_at_fork below
 import functools
-import math
 import os
 import threading
 from datetime import datetime, timedelta, timezone
@@ -18,6 +17,7 @@ from ._records import (
     record_from_core,
     result_to_json,
 )
+from ._durations import to_micros
 from ._receipts import ReceiptMethods
 from ._retention import RetentionMethods
 from .errors import InvalidArgument, StoreUnresolved
@@ -76,23 +76,7 @@ def _api(method: F) -> F:
 
 def lease_to_micros(lease: Union[timedelta, int, float], what: str = "lease") -> int:
     """A lease as whole microseconds: a ``timedelta`` or a number of seconds, > 0 and finite."""
-    if isinstance(lease, timedelta):
-        us = lease // timedelta(microseconds=1)
-    elif isinstance(lease, (int, float)) and not isinstance(lease, bool):
-        if isinstance(lease, float) and not math.isfinite(lease):
-            raise InvalidArgument(f"{what} must be a finite number of seconds, got {lease!r}")
-        if abs(lease) > 10**12:  # compared exactly: an int too large for a float is no error
-            raise InvalidArgument(f"{what} must be at most ten years, got {lease!r}")
-        us = int(round(lease * 1_000_000))
-    else:
-        raise InvalidArgument(
-            f"{what} must be a timedelta or a number of seconds, got {type(lease).__name__}"
-        )
-    if us <= 0:
-        raise InvalidArgument(f"{what} must be > 0, got {lease!r}")
-    if us > _MAX_LEASE_US:
-        raise InvalidArgument(f"{what} must be at most ten years, got {lease!r}")
-    return us
+    return to_micros(lease, what, _MAX_LEASE_US, "ten years")
 
 
 class Store(ReceiptMethods, RetentionMethods):

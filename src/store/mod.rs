@@ -65,11 +65,58 @@ pub trait Receipts {
     fn verify_receipts(&self) -> Result<Verification>;
 }
 
+/// Listing by filter and retention (each backend implements it in its `retention.rs`; see
+/// [`retention`]).
+pub trait Retention {
+    /// The records `filter` selects, oldest first, served by the store's indexes (no scan of
+    /// the whole table for a state, a prefix or an action).
+    fn list(&self, filter: &EffectFilter<'_>) -> Result<Vec<EffectRecord>>;
+
+    /// The database's plan for [`Store::list`], to check which index serves a filter (tests).
+    #[doc(hidden)]
+    fn explain_list(&self, filter: &EffectFilter<'_>) -> Result<String>;
+
+    /// One bounded transaction of [`Store::prune`]: up to `p.batch` rows in `state` after
+    /// `after` (from the first when `None`), in order, are looked at and those still prunable removed.
+    fn prune_batch(
+        &self,
+        p: &Prune<'_>,
+        state: EffectState,
+        after: Option<&Cursor>,
+        now: Option<Micros>,
+    ) -> Result<PruneBatch>;
+
+    /// How many rows [`Store::prune`] would remove now (a dry run).
+    fn count_prunable(&self, p: &Prune<'_>, now: Option<Micros>) -> Result<u64>;
+
+    /// The store's clock: the database server's for PostgreSQL (`now` when given).
+    fn store_now(&self, now: Option<Micros>) -> Result<Micros>;
+
+    /// Remove the settled rows `p` names, batch after batch (see [`retention`]), all against
+    /// one `now` (the store's clock, read once); the count removed. `progress` hears the
+    /// running count after each batch and stops the prune by returning `false` (what was
+    /// removed stays removed).
+    fn prune(
+        &self,
+        p: &Prune<'_>,
+        now: Option<Micros>,
+        progress: &mut dyn FnMut(u64) -> bool,
+    ) -> Result<u64> {
+        p.check()?;
+        let now = self.store_now(now)?;
+        retention::drive(
+            p,
+            |state, after| self.prune_batch(p, state, after, Some(now)),
+            |n| Ok(progress(n)),
+        )
+    }
+}
+
 /// A durable table of effect records. Safe to share across threads.
 ///
 /// `now` overrides the backend's clock (tests move time with it); `None` uses the backend's
 /// clock. `attempt` narrows a compare-and-set to one attempt; the decorator always passes it.
-pub trait Store: Approvals + Receipts + Send + Sync {
+pub trait Store: Approvals + Receipts + Retention + Send + Sync {
     /// The store's location for messages (never a password).
     fn describe(&self) -> String;
 
@@ -144,49 +191,6 @@ pub trait Store: Approvals + Receipts + Send + Sync {
     ) -> Result<EffectRecord>;
 
     fn get(&self, key: &str) -> Result<Option<EffectRecord>>;
-
-    /// The records `filter` selects, oldest first, served by the store's indexes (no scan of
-    /// the whole table for a state, a prefix or an action).
-    fn list(&self, filter: &EffectFilter<'_>) -> Result<Vec<EffectRecord>>;
-
-    /// The database's plan for [`Store::list`], to check which index serves a filter (tests).
-    #[doc(hidden)]
-    fn explain_list(&self, filter: &EffectFilter<'_>) -> Result<String>;
-
-    /// One bounded transaction of [`Store::prune`]: up to `p.batch` rows in `state` after
-    /// `after` (from the first when `None`), in order, are looked at and those still prunable removed.
-    fn prune_batch(
-        &self,
-        p: &Prune<'_>,
-        state: EffectState,
-        after: Option<&Cursor>,
-        now: Option<Micros>,
-    ) -> Result<PruneBatch>;
-
-    /// How many rows [`Store::prune`] would remove now (a dry run).
-    fn count_prunable(&self, p: &Prune<'_>, now: Option<Micros>) -> Result<u64>;
-
-    /// The store's clock: the database server's for PostgreSQL (`now` when given).
-    fn store_now(&self, now: Option<Micros>) -> Result<Micros>;
-
-    /// Remove the settled rows `p` names, batch after batch (see [`retention`]), all against
-    /// one `now` (the store's clock, read once); the count removed. `progress` hears the
-    /// running count after each batch and stops the prune by returning `false` (what was
-    /// removed stays removed).
-    fn prune(
-        &self,
-        p: &Prune<'_>,
-        now: Option<Micros>,
-        progress: &mut dyn FnMut(u64) -> bool,
-    ) -> Result<u64> {
-        p.check()?;
-        let now = self.store_now(now)?;
-        retention::drive(
-            p,
-            |state, after| self.prune_batch(p, state, after, Some(now)),
-            |n| Ok(progress(n)),
-        )
-    }
 }
 
 /// What one prune transaction did.

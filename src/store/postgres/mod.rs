@@ -34,8 +34,7 @@ use crate::receipt::Event;
 use crate::record::{EffectRecord, EffectState, Micros};
 use crate::store::pool::{Pool, Pooled};
 use crate::store::recovery::{reread_failed, Commit, Reread, TransitionCall};
-use crate::store::retention::{Cursor, EffectFilter, Prune};
-use crate::store::{PruneBatch, Store};
+use crate::store::Store;
 use crate::url::{PgTls, SslMode};
 use client::{one_per_host, Client, PgError, PgResult};
 use conn::{describe, is_serialization, is_session_gone, Conn, Manager, Txn};
@@ -403,31 +402,5 @@ impl Store for PostgresStore {
                 ))
             })?;
         Ok(read_found(&row)?.0)
-    }
-
-    fn list(&self, filter: &EffectFilter<'_>) -> Result<Vec<EffectRecord>> {
-        self.list_filtered(filter)
-    }
-
-    fn explain_list(&self, filter: &EffectFilter<'_>) -> Result<String> {
-        self.explain_list(filter)
-    }
-
-    fn prune_batch(
-        &self,
-        p: &Prune<'_>,
-        state: EffectState,
-        after: Option<&Cursor>,
-        now: Option<Micros>,
-    ) -> Result<PruneBatch> {
-        self.prune_rows(p, state, after, now)
-    }
-
-    fn count_prunable(&self, p: &Prune<'_>, now: Option<Micros>) -> Result<u64> {
-        self.count_rows(p, now)
-    }
-
-    fn store_now(&self, now: Option<Micros>) -> Result<Micros> {
-        self.server_now(now)
     }
 }

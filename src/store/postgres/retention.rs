@@ -9,7 +9,7 @@
 //! primary key is the key's digest for the same reason). `ctrlrun_approvals_open_key` finds an
 //! open approval request of a key.
 //!
-//! A prune batch is one short transaction (see [`PostgresStore::prune_rows`]).
+//! A prune batch is one short transaction (see [`Retention::prune_batch`]).
 
 use tokio_postgres::types::{ToSql, Type};
 
@@ -20,13 +20,31 @@ use crate::error::{Error, Result};
 use crate::record::{holder, EffectRecord, EffectState, Micros};
 use crate::store::recovery::Commit;
 use crate::store::retention::{first_chars, prefix_end, Cursor, EffectFilter, Prune};
-use crate::store::PruneBatch;
+use crate::store::{PruneBatch, Retention};
 
 /// How many leading characters of a key or an action name the indexes hold.
 const INDEXED_CHARS: usize = 200;
 
-/// The listing `f` asks for from table `t`: its text parameters in order, then the limit.
-fn list_query(f: &EffectFilter<'_>, t: &str) -> Result<(String, Vec<String>, Option<i64>)> {
+/// A listing's statement: its text parameters in order, then the limit.
+struct ListQuery {
+    sql: String,
+    texts: Vec<String>,
+    limit: Option<i64>,
+}
+
+impl ListQuery {
+    fn params(&self) -> Vec<(&(dyn ToSql + Sync), Type)> {
+        let texts = self
+            .texts
+            .iter()
+            .map(|t| (t as &(dyn ToSql + Sync), Type::TEXT));
+        let limit = (&self.limit as &(dyn ToSql + Sync), Type::INT8);
+        texts.chain(std::iter::once(limit)).collect()
+    }
+}
+
+/// The listing `f` asks for from table `t`.
+fn list_query(f: &EffectFilter<'_>, t: &str) -> Result<ListQuery> {
     f.prefix.map(check_key).transpose()?;
     f.action.map(check_key).transpose()?;
     let mut clauses: Vec<String> = Vec::new();
@@ -67,7 +85,7 @@ fn list_query(f: &EffectFilter<'_>, t: &str) -> Result<(String, Vec<String>, Opt
         "SELECT {COLUMNS} FROM {t} {filter} ORDER BY created_at, effect_key LIMIT ${}::int8",
         texts.len() + 1
     );
-    Ok((sql, texts, limit))
+    Ok(ListQuery { sql, texts, limit })
 }
 
 /// A row of the effects table (as `e`) that a prune may remove at `clock.now`: settled in
@@ -91,36 +109,30 @@ impl PostgresStore {
             e.describe()
         ))
     }
+}
 
-    pub(super) fn list_filtered(&self, f: &EffectFilter<'_>) -> Result<Vec<EffectRecord>> {
-        let (sql, texts, limit) = list_query(f, &self.sql.effects)?;
-        let mut params: Vec<(&(dyn ToSql + Sync), Type)> = texts
-            .iter()
-            .map(|t| (t as &(dyn ToSql + Sync), Type::TEXT))
-            .collect();
-        params.push((&limit, Type::INT8));
+impl Retention for PostgresStore {
+    fn list(&self, f: &EffectFilter<'_>) -> Result<Vec<EffectRecord>> {
+        let q = list_query(f, &self.sql.effects)?;
+        let params = q.params();
         let rows = self
-            .read("list_effects", "*", |c, _| c.query_typed(&sql, &params))?
+            .read("list_effects", "*", |c, _| c.query_typed(&q.sql, &params))?
             .map_err(|e| self.retention_error("listing effects", &e))?;
         rows.iter()
             .map(|r| read_record(r, 0).map(|o| o.expect("effect_key is NOT NULL")))
             .collect()
     }
 
-    /// The server's plan for [`PostgresStore::list_filtered`] with sequential scans switched
+    /// The server's plan for [`Retention::list`] with sequential scans switched
     /// off for it (on a small table a scan is cheaper, so this shows which index would serve
     /// the listing on a large one), one line per step.
-    pub(super) fn explain_list(&self, f: &EffectFilter<'_>) -> Result<String> {
-        let (sql, texts, limit) = list_query(f, &self.sql.effects)?;
-        let mut params: Vec<(&(dyn ToSql + Sync), Type)> = texts
-            .iter()
-            .map(|t| (t as &(dyn ToSql + Sync), Type::TEXT))
-            .collect();
-        params.push((&limit, Type::INT8));
+    fn explain_list(&self, f: &EffectFilter<'_>) -> Result<String> {
+        let q = list_query(f, &self.sql.effects)?;
+        let params = q.params();
         let lines = self
             .read("explain_list", "*", |c, _| {
                 c.batch_execute("BEGIN", "BEGIN; SET LOCAL enable_seqscan = off")?;
-                let plan = c.query_typed(&format!("EXPLAIN {sql}"), &params);
+                let plan = c.query_typed(&format!("EXPLAIN {}", q.sql), &params);
                 c.batch_execute("ROLLBACK", "ROLLBACK")?;
                 plan
             })?
@@ -133,7 +145,7 @@ impl PostgresStore {
     }
 
     /// The server's clock (or `now`).
-    pub(super) fn server_now(&self, now: Option<Micros>) -> Result<Micros> {
+    fn store_now(&self, now: Option<Micros>) -> Result<Micros> {
         self.read("clock", "*", |c, _| self.clock(c, now))?
             .map_err(|e| self.retention_error("reading the server's clock", &e))
     }
@@ -144,7 +156,7 @@ impl PostgresStore {
     /// and writes their `pruned` receipts (or deletes their chains). A request being made for
     /// one of them holds its row (`FOR KEY SHARE`), so it either commits before the lock,
     /// and the delete sees it, or waits for the prune and finds no row.
-    pub(super) fn prune_rows(
+    fn prune_batch(
         &self,
         p: &Prune<'_>,
         state: EffectState,
@@ -258,7 +270,7 @@ impl PostgresStore {
         }
     }
 
-    pub(super) fn count_rows(&self, p: &Prune<'_>, now: Option<Micros>) -> Result<u64> {
+    fn count_prunable(&self, p: &Prune<'_>, now: Option<Micros>) -> Result<u64> {
         let sql = format!(
             "WITH clock AS (SELECT {now} AS now) \
              SELECT count(*) FROM {t} e, clock WHERE {prunable}",

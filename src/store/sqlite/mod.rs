@@ -23,8 +23,7 @@ use crate::receipt::Event;
 use crate::record::{holder, new_attempt_token, now_micros, EffectRecord, EffectState, Micros};
 use crate::store::pool::{Pool, Pooled};
 use crate::store::recovery::{reread_failed, Commit, Reread, Step, TransitionCall};
-use crate::store::retention::{Cursor, EffectFilter, Prune};
-use crate::store::{PruneBatch, Store};
+use crate::store::Store;
 use crate::url::SqliteOptions;
 pub use conn::ConnectionInit;
 use conn::{init_schema, open_connection, open_error, Conn, Manager};
@@ -357,32 +356,5 @@ impl Store for SqliteStore {
 
     fn get(&self, key: &str) -> Result<Option<EffectRecord>> {
         self.read(key)
-    }
-
-    fn list(&self, filter: &EffectFilter<'_>) -> Result<Vec<EffectRecord>> {
-        self.list_filtered(filter)
-    }
-
-    fn explain_list(&self, filter: &EffectFilter<'_>) -> Result<String> {
-        self.explain_list(filter)
-    }
-
-    fn prune_batch(
-        &self,
-        p: &Prune<'_>,
-        state: EffectState,
-        after: Option<&Cursor>,
-        now: Option<Micros>,
-    ) -> Result<PruneBatch> {
-        self.prune_rows(p, state, after, now)
-    }
-
-    fn count_prunable(&self, p: &Prune<'_>, now: Option<Micros>) -> Result<u64> {
-        self.count_rows(p, now)
-    }
-
-    /// This host's clock: SQLite has no other.
-    fn store_now(&self, now: Option<Micros>) -> Result<Micros> {
-        Ok(now.unwrap_or_else(now_micros))
     }
 }

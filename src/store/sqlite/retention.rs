@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::record::{holder, now_micros, EffectRecord, EffectState, Micros};
 use crate::store::recovery::Commit;
 use crate::store::retention::{prefix_end, Cursor, EffectFilter, Prune};
-use crate::store::PruneBatch;
+use crate::store::{PruneBatch, Retention};
 
 /// The listing `f` asks for and its parameters.
 fn list_query(f: &EffectFilter<'_>) -> (String, Vec<Value>) {
@@ -78,8 +78,15 @@ impl SqliteStore {
             self.opts.path.display()
         ))
     }
+}
 
-    pub(super) fn list_filtered(&self, f: &EffectFilter<'_>) -> Result<Vec<EffectRecord>> {
+impl Retention for SqliteStore {
+    /// This host's clock: SQLite has no other.
+    fn store_now(&self, now: Option<Micros>) -> Result<Micros> {
+        Ok(now.unwrap_or_else(now_micros))
+    }
+
+    fn list(&self, f: &EffectFilter<'_>) -> Result<Vec<EffectRecord>> {
         let (sql, values) = list_query(f);
         let conn = self.read_conn()?;
         let read = || -> rusqlite::Result<Vec<EffectRecord>> {
@@ -90,8 +97,8 @@ impl SqliteStore {
         read().map_err(|e| self.retention_error("listing effects", e))
     }
 
-    /// SQLite's plan for [`SqliteStore::list_filtered`], one step per line.
-    pub(super) fn explain_list(&self, f: &EffectFilter<'_>) -> Result<String> {
+    /// SQLite's plan for [`Retention::list`], one step per line.
+    fn explain_list(&self, f: &EffectFilter<'_>) -> Result<String> {
         let (sql, values) = list_query(f);
         let conn = self.read_conn()?;
         let read = || -> rusqlite::Result<Vec<String>> {
@@ -103,7 +110,7 @@ impl SqliteStore {
         Ok(steps.join("\n"))
     }
 
-    pub(super) fn prune_rows(
+    fn prune_batch(
         &self,
         p: &Prune<'_>,
         state: EffectState,
@@ -140,7 +147,7 @@ impl SqliteStore {
         }
     }
 
-    pub(super) fn count_rows(&self, p: &Prune<'_>, now: Option<Micros>) -> Result<u64> {
+    fn count_prunable(&self, p: &Prune<'_>, now: Option<Micros>) -> Result<u64> {
         let now = now.unwrap_or_else(now_micros);
         let cut = now.saturating_sub(p.older_than);
         let conn = self.read_conn()?;
