@@ -73,7 +73,9 @@ class RetentionMethods:
             action: only records whose current attempt was made by this action name.
             limit: at most this many (a positive integer).
 
-        Each filter is served by an index, so a large store is never scanned whole for one.
+        A ``state`` or a ``prefix`` is served by an index, so a large store is never read
+        whole for one; an ``action`` narrows what they select, and an ``action`` or a
+        ``limit`` alone reads the table.
         """
         st = None if state is None else _state(state, [s.value for s in EffectState], "state")
         prefix = _text(prefix, "prefix")

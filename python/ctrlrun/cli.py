@@ -100,8 +100,8 @@ def effects() -> None:
 @store_option
 def effects_list(state: Optional[str], prefix: Optional[str], action: Optional[str],
                  limit: Optional[int], as_json: bool, store_url: Optional[str]) -> None:
-    """List effects, oldest first. A live lease shows its remaining time. Each filter is
-    served by an index: a large store is never read whole."""
+    """List effects, oldest first. A live lease shows its remaining time. --state and
+    --prefix are served by an index: a large store is never read whole for them."""
     store = _open(store_url)
     try:
         records = store.list_effects(state, prefix=prefix, action=action, limit=limit)

@@ -1,15 +1,13 @@
 //! Listing by filter and pruning in the PostgreSQL store (see [`crate::store::retention`]).
 //!
-//! Schema version 6's indexes serve them: `(created_at)` every row in order (a listing with
-//! only a limit), `(state, created_at)` a state's rows in order (and a
-//! prune's walk through them); `(left(action, 200), created_at)` an action's; and
-//! `(left(effect_key, 200) COLLATE "C")` a key prefix, as a range in byte order (which is code
-//! point order) rechecked with `starts_with`. Keys and action names are indexed by their first
-//! 200 characters because a B-tree entry cannot exceed ~2.7 KB and they may be longer (the
-//! primary key is the key's digest for the same reason). `ctrlrun_approvals_open_key` finds an
-//! open approval request of a key.
-//!
-//! A prune batch is one short transaction (see [`Retention::prune_batch`]).
+//! Schema version 6's indexes serve them: `(state, created_at)` a state's rows in order (and a
+//! prune's walk through them); `(left(effect_key, 200) COLLATE "C")` a key prefix, as a range
+//! in byte order (which is code point order) rechecked with `starts_with`. Keys are indexed by
+//! their first 200 characters because a B-tree entry cannot exceed ~2.7 KB and keys may be
+//! longer (the primary key is the key's digest for the same reason).
+//! `ctrlrun_approvals_open_key` finds an open approval request of a key. An action name, or a
+//! limit alone, has no index of its own (each index costs every protected call): it narrows
+//! what the others select, or reads the table.
 
 use tokio_postgres::types::{ToSql, Type};
 
@@ -22,7 +20,7 @@ use crate::store::recovery::Commit;
 use crate::store::retention::{first_chars, prefix_end, Cursor, EffectFilter, Prune};
 use crate::store::{PruneBatch, Retention};
 
-/// How many leading characters of a key or an action name the indexes hold.
+/// How many leading characters of a key the prefix index holds.
 const INDEXED_CHARS: usize = 200;
 
 /// A listing's statement: its text parameters in order, then the limit.
@@ -68,12 +66,7 @@ fn list_query(f: &EffectFilter<'_>, t: &str) -> Result<ListQuery> {
         });
     }
     if let Some(action) = f.action {
-        param(action.into(), &|n| {
-            format!(
-                "pg_catalog.left(action, 200) = pg_catalog.left(${n}::text, 200) \
-                 AND action = ${n}::text"
-            )
-        });
+        param(action.into(), &|n| format!("action = ${n}::text"));
     }
     let filter = if clauses.is_empty() {
         String::new()

@@ -1,11 +1,11 @@
 //! Listing by filter and pruning in the SQLite store (see [`crate::store::retention`]).
 //!
-//! Schema version 5's indexes serve them: `(created_at)` every row in order (a listing with
-//! only a limit), `(state, created_at)` a state's rows in order (and a
-//! prune's walk through them), `(action, created_at)` an action's; the primary key serves a
-//! prefix as the range `prefix <= key < prefix_end(prefix)` (`BINARY` order is UTF-8 byte
-//! order, which is code point order). `ctrlrun_approvals_open_key` finds an open approval
-//! request of a key.
+//! Schema version 5's indexes serve them: `(state, created_at)` a state's rows in order (and a
+//! prune's walk through them); the primary key a prefix, as the range `prefix <= key <
+//! prefix_end(prefix)` (`BINARY` order is UTF-8 byte order, which is code point order);
+//! `ctrlrun_approvals_open_key` an open approval request of a key. An action name, or a limit
+//! alone, has no index of its own (each index costs every protected call): it narrows what
+//! the others select, or reads the table.
 
 use rusqlite::types::Value;
 use rusqlite::{params, Connection};

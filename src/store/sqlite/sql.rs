@@ -133,11 +133,10 @@ pub(super) const MIGRATIONS: [&str; 4] = [
              NEW.state, NEW.args_digest, NEW.request_id, NEW.decided_by, NEW.written_by"
         ),
     ),
-    // 4 -> 5: the indexes behind `effects list` filters and retention (see `retention.rs`).
-    // The primary key already serves a key prefix.
-    "CREATE INDEX ctrlrun_effects_created ON ctrlrun_effects (created_at);
-     CREATE INDEX ctrlrun_effects_state ON ctrlrun_effects (state, created_at);
-     CREATE INDEX ctrlrun_effects_action ON ctrlrun_effects (action, created_at);
+    // 4 -> 5: the index behind `effects list --state` and retention (see `retention.rs`). The
+    // primary key already serves a key prefix. Only the state is indexed: each index costs every
+    // protected call's writes, so `--action` and `--limit` alone are not.
+    "CREATE INDEX ctrlrun_effects_state ON ctrlrun_effects (state, created_at);
      CREATE INDEX ctrlrun_approvals_open_key ON ctrlrun_approvals (effect_key)
          WHERE state IN ('pending', 'granted');",
 ];
