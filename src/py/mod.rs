@@ -1,6 +1,7 @@
 //! `ctrlrun._core`: the thin PyO3 layer. It converts arguments, releases the GIL around every
 //! store call, and maps core errors to Python exceptions in one place (`errors.rs`).
 
+mod args;
 mod errors;
 mod fork;
 mod logging;

@@ -2,14 +2,15 @@ use std::sync::{Arc, RwLock};
 
 use pyo3::prelude::*;
 
+use super::args::{parse_state, parse_transition};
 use super::errors::{
     approval_tuple, receipt_tuple, record_tuple, ApprovalTuple, IntoPyResult, ReceiptTuple,
     RecordTuple,
 };
 use crate::approval::{ApprovalAsk, ApprovalState};
 use crate::error::Error;
-use crate::planner::{Proposal, Transition};
-use crate::record::{EffectState, Micros};
+use crate::planner::Proposal;
+use crate::record::Micros;
 use crate::store::retention::{self, EffectFilter, Prune};
 use crate::store::{fork, Store};
 
@@ -67,33 +68,6 @@ impl Drop for PyStore {
             }
         }
     }
-}
-
-/// `kind` and `payload` as a [`Transition`].
-fn parse_transition(kind: &str, payload: Option<String>) -> Result<Transition, Error> {
-    let text = || payload.clone().unwrap_or_default();
-    Ok(match kind {
-        "begin" => Transition::Begin,
-        "commit" => Transition::Commit {
-            result: payload.clone(),
-        },
-        "fail" => Transition::Fail { error: text() },
-        "ambiguous" => Transition::MarkAmbiguous { error: text() },
-        other => {
-            return Err(Error::InvalidArgument(format!(
-                "unknown transition {other:?}"
-            )))
-        }
-    })
-}
-
-fn parse_state(state: &str) -> Result<EffectState, Error> {
-    EffectState::parse(state).ok_or_else(|| {
-        Error::InvalidArgument(format!(
-            "unknown effect state {state:?}; expected one of reserved, executing, committed, \
-             failed, ambiguous"
-        ))
-    })
 }
 
 /// Open the store a URL names. Raises `InvalidArgument` for a bad URL and `StoreError` when the
