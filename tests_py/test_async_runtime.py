@@ -156,32 +156,33 @@ def test_cancel_while_the_reservation_is_in_flight_never_leaves_a_live_reservati
         return "paid"
 
     _warm(proxied)
-    proxy.delay = 0.3
+    # the proxy keeps the reservation's COMMIT from the server until released: the write is
+    # in flight for as long as the test wants, whatever the machine's load
+    rule = proxy.arm("hold", b"INSERT INTO")
 
     async def main():
         task = asyncio.create_task(pay("o1"))
-        await asyncio.sleep(0.1)
+        assert await asyncio.to_thread(rule.wait_fired, 30)
         assert not task.done()
-        # the reservation round trips are still in flight: nothing has landed yet
-        assert direct.get_effect("pay:o1") is None
+        assert direct.get_effect("pay:o1") is None  # nothing has landed yet
         task.cancel()
+        await asyncio.sleep(0.2)
+        assert not task.done()  # the cancellation waits for the write in flight to settle
+        rule.release()
         with pytest.raises(asyncio.CancelledError):
             await task
 
     run(main())
     assert runs == []  # the executor never ran
+    # the reservation landed once released, and the cancellation then settled it as failed
     rec = direct.get_effect("pay:o1")
-    assert rec is None or rec.state == EffectState.FAILED, rec
-    if rec is not None:
-        assert rec.attempt == 1
-        assert rec.lease_expires_at is None
+    assert rec is not None and rec.state == EffectState.FAILED, rec
+    assert rec.attempt == 1
+    assert rec.lease_expires_at is None
 
     # nothing keeps writing behind the caller's back: let any stray write finish, look again
-    proxy.delay = 0.0
     time.sleep(1.0)
-    later = direct.get_effect("pay:o1")
-    assert later is None or later.state == EffectState.FAILED, later
-    assert later == rec
+    assert direct.get_effect("pay:o1") == rec
 
     # the retry (not through the proxy) runs the executor exactly once
     @ctrlrun.protect("pay", effect="pay:{order}", store=direct)
@@ -193,7 +194,7 @@ def test_cancel_while_the_reservation_is_in_flight_never_leaves_a_live_reservati
     assert runs == ["o1"]
     done = direct.get_effect("pay:o1")
     assert done.state == EffectState.COMMITTED
-    assert done.attempt == (1 if rec is None else 2)
+    assert done.attempt == 2
     with pytest.raises(DuplicateEffect):
         run(pay_direct("o1"))
     assert runs == ["o1"]
@@ -215,14 +216,18 @@ def test_cancel_while_the_commit_write_is_in_flight_settles_it_before_propagatin
         return "paid"
 
     _warm(proxied)
-    proxy.delay = 0.3
+    # the proxy keeps the commit write's COMMIT from the server until released
+    rule = proxy.arm("hold", b"committed")
 
     async def main():
         box["returned"] = asyncio.Event()
         task = asyncio.create_task(pay("o5"))
         await asyncio.wait_for(box["returned"].wait(), 30)
-        await asyncio.sleep(0.1)  # the commit write's answer is in flight
+        assert await asyncio.to_thread(rule.wait_fired, 30)  # the commit write is in flight
         task.cancel()
+        await asyncio.sleep(0.2)
+        assert not task.done()  # the cancellation waits for the write in flight to settle
+        rule.release()
         with pytest.raises(asyncio.CancelledError):
             await task
         return direct.get_effect("pay:o5").state
@@ -231,7 +236,6 @@ def test_cancel_while_the_commit_write_is_in_flight_settles_it_before_propagatin
     assert runs == ["o5"]
 
     # the outcome write itself is not lost: it lands (in its worker thread) ...
-    proxy.delay = 0.0
     deadline = time.monotonic() + 10
     rec = direct.get_effect("pay:o5")
     while rec.state != EffectState.COMMITTED and time.monotonic() < deadline:
