@@ -4,80 +4,18 @@ talks to ``ctrlrun gateway`` in its own process, which starts a real upstream MC
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
-from typing import Any, Awaitable, Callable, Dict, List, Optional
+from typing import Optional
 
 import anyio
 import pytest
 from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
 
 import ctrlrun
-
-HERE = Path(__file__).parent
-POLICY = """\
-schema: ctrlrun.policy/v2
-actions:
-  mcp.acme.refund:
-    effect: "refund:{payment_id}"
-  mcp.acme.flaky:
-    effect: "flaky:{payment_id}"
-  mcp.acme.slow:
-    effect: "slow:{payment_id}"
-    call_timeout: 1s
-  mcp.acme.die:
-    effect: "die:{payment_id}"
-"""
-
-
-class Rig:
-    def __init__(self, tmp_path: Path, store_url: str, policy: str,
-                 upstream: Optional[List[str]] = None) -> None:
-        self.upstream = upstream or ["--", sys.executable, str(HERE / "mcp_upstream.py")]
-        self.tmp = tmp_path
-        self.store_url = store_url
-        self.log = tmp_path / "upstream.log"
-        self.policy = tmp_path / "ctrlrun.yaml"
-        self.policy.write_text(policy)
-        self.stderr = tmp_path / "gateway.err"
-
-    def runs(self) -> List[list]:
-        if not self.log.exists():
-            return []
-        return [json.loads(line) for line in self.log.read_text().splitlines()]
-
-    def session(self, body: Callable[[ClientSession], Awaitable[Any]]) -> Any:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
-        env["UPSTREAM_LOG"] = str(self.log)
-        params = StdioServerParameters(
-            command=sys.executable,
-            args=["-m", "ctrlrun", "gateway", "--name", "acme", "--policy", str(self.policy),
-                  "--store", self.store_url, *self.upstream],
-            env=env, cwd=str(self.tmp))
-
-        async def main() -> Any:
-            with open(self.stderr, "a") as err:
-                async with stdio_client(params, errlog=err) as (r, w):
-                    async with ClientSession(r, w) as s:
-                        await s.initialize()
-                        return await body(s)
-
-        return anyio.run(main)
-
-    def calls(self, *calls: tuple) -> list:
-        async def body(s: ClientSession) -> list:
-            return [await s.call_tool(name, args) for name, args in calls]
-        return self.session(body)
-
-
-def ctrl(result) -> Dict[str, Any]:
-    assert result.is_error, result
-    return result.structured_content["ctrlrun"]
+from gateway_rig import HERE, POLICY, Rig, ctrl, free_port, wait_for_port
 
 
 @pytest.fixture
@@ -114,7 +52,8 @@ def test_tools_without_a_template_are_forwarded_unreserved(rig, store):
         b = await s.call_tool("lookup", {"payment_id": "pi_1"})
         return listed, a, b
     listed, a, b = rig.session(body)
-    assert {t.name for t in listed.tools} == {"refund", "lookup", "flaky", "slow", "die"}
+    assert {t.name for t in listed.tools} == {"refund", "lookup", "flaky", "slow", "die", "ask",
+                                              "confirm", "roots", "chatty"}
     assert a.content[0].text == b.content[0].text == "payment pi_1 is settled"
     assert store.list_effects() == []
 
@@ -274,7 +213,7 @@ def test_the_startup_line_names_unreserved_writes_and_tools_say_they_are_reserve
         return await s.list_tools(), await s.call_tool("nosuch", {"x": 1})
     listed, unknown = rig.session(body)
     line = rig.stderr.read_text().splitlines()[0]
-    assert line.startswith("ctrlrun gateway acme: ") and "(5 tools)" in line, line
+    assert line.startswith("ctrlrun gateway acme: ") and "(9 tools)" in line, line
     assert line.endswith("writes with no effect template, run unreserved: lookup"), line
     described = {t.name: t.description for t in listed.tools}
     assert "[ctrlrun] Runs at most once per effect key 'refund:{payment_id}'" in \
@@ -348,29 +287,6 @@ def test_an_upstream_command_that_does_not_exist_is_one_line(tmp_path, store_url
                        cwd=str(tmp_path))
     assert p.returncode == 2, (p.stdout, p.stderr)
     assert "cannot start or reach the upstream" in p.stderr and "Traceback" not in p.stderr, p.stderr
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_port(port: int, proc: subprocess.Popen) -> None:
-    import socket
-    import time
-
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        assert proc.poll() is None, "the server exited"
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"nothing listens on {port}")
 
 
 def test_an_upstream_over_streamable_http(tmp_path, store_url, store):

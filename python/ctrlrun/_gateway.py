@@ -26,6 +26,7 @@ from mcp.shared.dispatcher import ProgressFnT
 
 from . import _core, _runner_async
 from ._binding import render_value
+from ._gateway_relay import Relay
 from ._gateway_results import forwarded_error, not_forwarded, refusal_result
 from ._policy import ActionPolicy, current_policy
 from ._protect import DEFAULT_LEASE
@@ -186,13 +187,19 @@ class Gateway:
     """What the gateway's MCP server does with each request."""
 
     def __init__(self, alias: str, store: Store, upstream: Upstream, call_timeout: float,
-                 tools: List[types.Tool]) -> None:
+                 tools: List[types.Tool], relay: Optional[Relay] = None) -> None:
         self.alias = alias
+        self.relay = relay or Relay()
+        self.relay.tools_changed = self.forget_tools
         self.store = store
         self.upstream = upstream
         self.call_timeout = call_timeout
         self.templates: Dict[str, _core.Template] = {}
         self.known = {t.name for t in tools}
+
+    def forget_tools(self) -> None:
+        """The upstream's tool list changed: read it again before the next reserved call."""
+        self.known = set()
 
     async def _has_tool(self, tool: str) -> bool:
         """Whether the upstream offers ``tool`` (its list read again on a miss). An upstream
@@ -206,6 +213,7 @@ class Gateway:
     async def list_tools(self, ctx: Any, params: Optional[types.PaginatedRequestParams]
                          ) -> types.ListToolsResult:
         """The upstream's tools; a reserved one says so in its description."""
+        self.relay.saw(ctx)
         if self.upstream.session is None:
             return types.ListToolsResult(tools=[])  # the upstream never started
         result = await self.upstream.session.list_tools(params=params)
@@ -235,6 +243,11 @@ class Gateway:
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams
                         ) -> types.CallToolResult:
+        with self.relay.calling(ctx):
+            return await self._call_tool(ctx, params)
+
+    async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams
+                         ) -> types.CallToolResult:
         tool, arguments = params.name, dict(params.arguments or {})
         action = f"mcp.{self.alias}.{tool}"
         try:
@@ -340,39 +353,6 @@ class Gateway:
                 f"{key} is recorded ambiguous: check whether it happened, then settle it with "
                 f"`ctrlrun resolve {key} --committed` or `--failed`; do not retry"))
         return answer[0]
-
-
-class PassThrough:
-    """Resources and prompts, forwarded unchanged (registered when the upstream offers them)."""
-
-    def __init__(self, session: ClientSession) -> None:
-        self.session = session
-
-    async def list_resources(self, ctx: Any, params: Any) -> types.ListResourcesResult:
-        return await self.session.list_resources(params=params)
-
-    async def list_resource_templates(self, ctx: Any, params: Any
-                                      ) -> types.ListResourceTemplatesResult:
-        return await self.session.list_resource_templates(params=params)
-
-    async def read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> Any:
-        return await self.session.read_resource(str(params.uri))
-
-    async def list_prompts(self, ctx: Any, params: Any) -> types.ListPromptsResult:
-        return await self.session.list_prompts(params=params)
-
-    async def get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> Any:
-        return await self.session.get_prompt(params.name, params.arguments)
-
-    def handlers(self, capabilities: types.ServerCapabilities) -> Dict[str, Any]:
-        out: Dict[str, Any] = {}
-        if capabilities.resources is not None:
-            out.update(on_list_resources=self.list_resources,
-                       on_list_resource_templates=self.list_resource_templates,
-                       on_read_resource=self.read_resource)
-        if capabilities.prompts is not None:
-            out.update(on_list_prompts=self.list_prompts, on_get_prompt=self.get_prompt)
-        return out
 
 
 async def upstream_tools(session: ClientSession) -> List[types.Tool]:

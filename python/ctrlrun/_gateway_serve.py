@@ -20,11 +20,12 @@ from mcp import types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
 
 from . import _core
-from ._gateway import Gateway, PassThrough, Upstream, WatchedStream, brief, upstream_tools
+from ._gateway import Gateway, Upstream, WatchedStream, brief, upstream_tools
+from ._gateway_relay import PassThrough, Relay, handshake_era, notification_options
 from ._policy import current_policy
 from ._store import Store
 
@@ -48,16 +49,20 @@ class CannotRun(Exception):
 
 
 async def _start(stack: AsyncExitStack, command: List[str], url: Optional[str],
-                 timeout: float) -> Tuple[Upstream, types.InitializeResult, List[types.Tool]]:
+                 timeout: float, relay: Relay
+                 ) -> Tuple[Upstream, types.InitializeResult, List[types.Tool]]:
     """The upstream's session, initialized and its tools listed, within ``timeout``; its
-    streams and process belong to ``stack``. A command that cannot be run raises
-    :class:`CannotRun`."""
+    streams and process belong to ``stack``, its requests and notifications go to ``relay``.
+    A command that cannot be run raises :class:`CannotRun`."""
     try:
         read, write = await stack.enter_async_context(_upstream_transport(command, url))
     except OSError as exc:
         raise CannotRun(exc) from exc
     watched = WatchedStream(read) if url is None else None
-    session = await stack.enter_async_context(ClientSession(watched or read, write))
+    with handshake_era():
+        client = ClientSession(watched or read, write, **relay.client_callbacks())
+    session = await stack.enter_async_context(client)
+    relay.upstream = session
     with anyio.fail_after(timeout):
         init = await session.initialize()
         tools = await upstream_tools(session)
@@ -83,8 +88,9 @@ async def serve(alias: str, store: Store, command: List[str], url: Optional[str]
     streamable HTTP on ``listen``) until they are done."""
     shown = re.sub(r"(\w+://)[^/@\s]*@", r"\1***@", url) if url else command[0]
     stack = AsyncExitStack()
+    relay = Relay()
     try:
-        upstream, init, tools = await _start(stack, command, url, call_timeout)
+        upstream, init, tools = await _start(stack, command, url, call_timeout, relay)
     except BaseException as exc:
         await _close_quietly(stack)
         # A command that cannot be run, or a URL: the caller reports it and exits.
@@ -104,20 +110,24 @@ async def serve(alias: str, store: Store, command: List[str], url: Optional[str]
     async with stack:
         assert upstream.session is not None
         announce(alias, store, shown, tools)
-        gateway = Gateway(alias, store, upstream, call_timeout, tools)
-        server: Server[Any] = Server(
-            f"ctrlrun-gateway-{alias}", version=_core.__version__,
-            instructions=init.instructions,
-            on_list_tools=gateway.list_tools, on_call_tool=gateway.call_tool,
-            **PassThrough(upstream.session).handlers(init.capabilities))
-        await _run(server, listen)
+        gateway = Gateway(alias, store, upstream, call_timeout, tools, relay)
+        with handshake_era():
+            server: Server[Any] = Server(
+                f"ctrlrun-gateway-{alias}", version=_core.__version__,
+                instructions=init.instructions,
+                on_list_tools=gateway.list_tools, on_call_tool=gateway.call_tool,
+                **PassThrough(upstream.session, relay).handlers(init.capabilities),
+                **relay.server_handlers(init.capabilities))
+        await _run(server, listen, notification_options(init.capabilities))
 
 
-async def _run(server: Server[Any], listen: Optional[Tuple[str, int]]) -> None:
-    """Serve agents on stdio, or over streamable HTTP on ``listen``."""
+async def _run(server: Server[Any], listen: Optional[Tuple[str, int]],
+               notify: Optional[NotificationOptions] = None) -> None:
+    """Serve agents on stdio, or over streamable HTTP on ``listen``; ``notify`` names the
+    list-changed notifications announced on stdio."""
     if listen is None:
         async with stdio_server() as (r, w):
-            await server.run(r, w, server.create_initialization_options())
+            await server.run(r, w, server.create_initialization_options(notify))
         return
     import uvicorn
 

@@ -165,6 +165,7 @@ class Unobserved:
     """Stands in for an :class:`Observation` when nobody looks: records nothing."""
 
     __slots__ = ("replayed",)
+    replayed: bool
 
     def __enter__(self) -> "Unobserved":
         return self
