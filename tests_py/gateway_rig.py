@@ -63,8 +63,9 @@ class Rig:
             with open(self.stderr, "a") as err:
                 async with stdio_client(params, errlog=err) as (r, w):
                     async with ClientSession(r, w, **client) as s:
-                        await s.initialize()
-                        return await body(s)
+                        with anyio.fail_after(120):  # a hung gateway fails the test
+                            await s.initialize()
+                            return await body(s)
 
         return anyio.run(main)
 

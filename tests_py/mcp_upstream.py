@@ -79,6 +79,7 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         time.sleep(0.05)
         os._exit(3)
     if name in ("ask", "confirm", "roots"):
+        await anyio.sleep(float(args.get("delay", 0)))  # a test's other agent acts meanwhile
         return await ask_the_agent(ctx, name, args)
     if name == "chatty":
         session = ctx.session
@@ -156,13 +157,21 @@ async def complete(ctx: Any, params: types.CompleteRequestParams) -> types.Compl
         values=[v for v in ("pi_1", "pi_2", "re_9") if v.startswith(prefix)]))
 
 
+async def ping(ctx: Any, params: Any) -> types.EmptyResult:
+    if os.environ.get("UPSTREAM_PINGS"):  # a test counts the pings it gets
+        with open(os.environ["UPSTREAM_PINGS"], "a", encoding="utf-8") as f:
+            f.write("ping\n")
+    return types.EmptyResult()
+
+
 async def main() -> None:
     server: Server[Any] = Server("test-upstream", on_list_tools=list_tools,
                                  on_call_tool=call_tool, on_set_logging_level=set_level,
                                  on_list_resources=list_resources,
                                  on_read_resource=read_resource,
                                  on_subscribe_resource=subscribe,
-                                 on_unsubscribe_resource=unsubscribe, on_completion=complete)
+                                 on_unsubscribe_resource=unsubscribe, on_completion=complete,
+                                 on_ping=ping)
     if len(sys.argv) > 2 and sys.argv[1] == "--http":  # streamable HTTP on 127.0.0.1:PORT
         import uvicorn
 

@@ -289,53 +289,6 @@ def test_an_upstream_command_that_does_not_exist_is_one_line(tmp_path, store_url
     assert "cannot start or reach the upstream" in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 
-def test_an_upstream_over_streamable_http(tmp_path, store_url, store):
-    port = free_port()
-    env = dict(os.environ, UPSTREAM_LOG=str(tmp_path / "upstream.log"))
-    upstream = subprocess.Popen([sys.executable, str(HERE / "mcp_upstream.py"), "--http",
-                                 str(port)], env=env)
-    try:
-        wait_for_port(port, upstream)
-        rig = Rig(tmp_path, store_url, POLICY,
-                  upstream=["--upstream-url", f"http://127.0.0.1:{port}/mcp"])
-        first, again = rig.calls(("refund", {"payment_id": "pi_h", "amount": 3}),
-                                 ("refund", {"payment_id": "pi_h", "amount": 3}))
-        assert not first.is_error and ctrl(again)["refused"] == "committed"
-        assert len(rig.runs()) == 1
-    finally:
-        upstream.kill()
-        upstream.wait()
-
-
-def test_agents_over_streamable_http(tmp_path, store_url, store):
-    from mcp.client.streamable_http import streamable_http_client
-
-    port = free_port()
-    (tmp_path / "ctrlrun.yaml").write_text(POLICY)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
-    env["UPSTREAM_LOG"] = str(tmp_path / "upstream.log")
-    gateway = subprocess.Popen(
-        [sys.executable, "-m", "ctrlrun", "gateway", "--name", "acme", "--listen",
-         f"127.0.0.1:{port}", "--store", store_url, "--", sys.executable,
-         str(HERE / "mcp_upstream.py")], env=env, cwd=str(tmp_path), stdin=subprocess.DEVNULL)
-    try:
-        wait_for_port(port, gateway)
-
-        async def main() -> list:
-            async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (r, w):
-                async with ClientSession(r, w) as s:
-                    await s.initialize()
-                    return [await s.call_tool("refund", {"payment_id": "pi_l", "amount": 4})
-                            for _ in range(2)]
-
-        first, again = anyio.run(main)
-        assert not first.is_error and ctrl(again)["refused"] == "committed"
-        assert store.get_effect("refund:pi_l").state.value == "committed"
-    finally:
-        gateway.terminate()
-        gateway.wait(30)
-
-
 def test_import_ctrlrun_does_not_import_the_mcp_sdk():
     code = "import sys, ctrlrun, ctrlrun.cli; assert 'mcp' not in sys.modules, 'mcp imported'"
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

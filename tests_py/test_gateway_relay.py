@@ -91,6 +91,7 @@ def test_a_request_the_agent_cannot_answer_is_an_error_for_the_upstream(rig):
         "the agent refused: ctrlrun gateway: the agent does not support roots")
 
 
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 def test_the_upstreams_notifications_reach_the_agent(rig):
     logged: List[types.LoggingMessageNotificationParams] = []
     seen: List[Any] = []
@@ -105,6 +106,7 @@ def test_the_upstreams_notifications_reach_the_agent(rig):
 
     async def body(s):
         caps = s.server_capabilities
+        await s.subscribe_resource("memo://notes")  # an update goes to subscribers only
         result = await s.call_tool("chatty", {"note": "careful"})
         with anyio.fail_after(10):  # the standalone notifications may trail the answer
             while len(seen) < 2:
@@ -142,6 +144,7 @@ def test_the_agents_level_subscriptions_and_completions_reach_the_upstream(rig):
     assert completed.completion.values == ["pi_1", "pi_2"]
 
 
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 def test_over_http_the_upstreams_request_goes_to_the_agent_whose_call_it_is(tmp_path,
                                                                            store_url):
     from mcp.client.session import ClientSession
@@ -173,8 +176,24 @@ def test_over_http_the_upstreams_request_goes_to_the_agent_whose_call_it_is(tmp_
                         ClientSession(rb, wb, sampling_callback=model("agent-b")) as b:
                     await a.initialize()
                     await b.initialize()  # both agents are connected
-                    out = [await a.call_tool("ask", {"id": "h1", "question": "?"}),
-                           await b.call_tool("ask", {"id": "h2", "question": "?"})]
+                    out: list = []
+                    # A's call is in flight when B lists the tools (B is then the agent seen
+                    # last); the upstream's question, asked after that, still goes to A
+                    async with anyio.create_task_group() as tg:
+                        async def ask_a() -> None:
+                            out.append(await a.call_tool("ask", {"id": "h1", "question": "?",
+                                                                 "delay": 1.5}))
+                        tg.start_soon(ask_a)
+                        await anyio.sleep(0.5)
+                        await b.list_tools()
+                    out.append(await b.call_tool("ask", {"id": "h2", "question": "?"}))
+                    # one subscription upstream while any agent holds one
+                    await a.subscribe_resource("memo://notes")
+                    await b.subscribe_resource("memo://notes")
+                    await b.unsubscribe_resource("memo://notes")
+                    out.append((await a.read_resource("memo://notes")).contents[0].text)
+                    await a.unsubscribe_resource("memo://notes")
+                    out.append((await a.read_resource("memo://notes")).contents[0].text)
                     # while a call of A's is in flight, B's call makes the upstream ask: the
                     # gateway cannot tell whose request it is, and says so instead of guessing
                     async with anyio.create_task_group() as tg:
@@ -185,11 +204,13 @@ def test_over_http_the_upstreams_request_goes_to_the_agent_whose_call_it_is(tmp_
                         out.append(await b.call_tool("ask", {"id": "h3", "question": "?"}))
                     return out
 
-        from_a, from_b, unplaced, slow = anyio.run(main)
+        from_a, from_b, held, released, unplaced, slow = anyio.run(main)
         assert answer(from_a)["model"] == "agent-a"
         assert answer(from_b)["model"] == "agent-b"
+        assert held == "level= subscribed=memo://notes"  # A still holds it
+        assert released == "level= subscribed="
         assert unplaced.is_error and unplaced.content[0].text == (
-            "the agent refused: ctrlrun gateway: tool calls of several agents are in flight, "
+            "the agent refused: ctrlrun gateway: requests of several agents are in flight, "
             "so it cannot tell which agent this request is for")
         assert slow.content[0].text == "slow done"
     finally:

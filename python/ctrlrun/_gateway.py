@@ -26,6 +26,7 @@ from mcp.shared.dispatcher import ProgressFnT
 
 from . import _core, _runner_async
 from ._binding import render_value
+from ._gateway_http import UnsentWatch
 from ._gateway_relay import Relay
 from ._gateway_results import forwarded_error, not_forwarded, refusal_result
 from ._policy import ActionPolicy, current_policy
@@ -45,8 +46,6 @@ from .errors import (
 
 #: The seconds a forwarded call may take unless ``--call-timeout`` or the policy says.
 DEFAULT_CALL_TIMEOUT = 60.0
-#: How long the liveness check before a reserved call may take.
-PING_TIMEOUT = 5.0
 
 
 class NotSent(NotExecuted):
@@ -59,7 +58,8 @@ class UpstreamToolError(CTRLRunError):
 
 class WatchedStream:
     """The upstream's messages as the session reads them, noting when they end: a stdio
-    upstream whose output ended is gone, and the session sends nothing after that."""
+    upstream whose output ended, or an HTTP upstream whose transport gave up, is gone, and the
+    session sends nothing after that."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -117,38 +117,32 @@ def progress_of(ctx: Any) -> Optional[Progress]:
 
 class Upstream:
     """The upstream MCP server's session (one for the gateway's life), or, for an upstream
-    that never started, why (``down``): then nothing is ever sent."""
+    that never started, why (``down``): then nothing is ever sent. Over HTTP, ``unsent``
+    tells a call whose POST never got a connection."""
 
     def __init__(self, session: Optional[ClientSession], watched: Optional[WatchedStream],
-                 down: Optional[str] = None) -> None:
+                 down: Optional[str] = None, unsent: Optional[UnsentWatch] = None) -> None:
         self.session = session
         self.watched = watched
         self.down = down
+        self.unsent = unsent
 
     async def alive(self) -> None:
         """Raise :class:`NotSent` when the upstream is known to be gone, so the call that
-        follows is never sent. On stdio, its output having ended says so (the session sends
-        nothing after it); over HTTP, a ping must be answered."""
+        follows is never sent: it never started, or its messages have ended (the session
+        sends nothing after that)."""
         if self.down is not None:
             raise NotSent(f"the upstream MCP server never started ({self.down}); the call was "
                           f"not sent")
-        if self.watched is not None:
-            if self.watched.ended:
-                raise NotSent("the upstream MCP server has exited (its output ended); the call "
-                              "was not sent")
-            return
-        assert self.session is not None  # set whenever the upstream started
-        try:
-            with anyio.fail_after(PING_TIMEOUT):
-                await self.session.send_ping()
-        except Exception as exc:  # any failure here: the tool call was not sent
-            raise NotSent(f"the upstream MCP server did not answer a ping ({brief(exc)}); the "
-                          f"call was not sent") from None
+        if self.watched is not None and self.watched.ended:
+            raise NotSent("the upstream MCP server's connection has ended; the call was not "
+                          "sent")
 
     async def call(self, name: str, arguments: Dict[str, Any], timeout: float,
                    progress: Optional[Progress] = None) -> types.CallToolResult:
-        """Forward one tool call; a timeout or a lost connection raises (sent: ``ambiguous``).
-        With ``progress``, the upstream's progress notifications for it are passed to it."""
+        """Forward one tool call; a timeout or a lost connection raises (sent: ``ambiguous``),
+        and a POST that never got a connection raises :class:`NotSent`. With ``progress``,
+        the upstream's progress notifications for it are passed to it."""
         if self.session is None:
             await self.alive()  # raises NotSent: there is nothing to send to
         assert self.session is not None
@@ -157,8 +151,16 @@ class Upstream:
         # Sent as a plain request: the client's own checks of a result against the tool's
         # output schema must not turn an answer the upstream gave into a lost one.
         with anyio.fail_after(timeout):
-            return await self.session.send_request(request, types.CallToolResult,
-                                                   progress_callback=progress)
+            if self.unsent is None:
+                return await self.session.send_request(request, types.CallToolResult,
+                                                       progress_callback=progress)
+            with self.unsent.watching(name, arguments) as scope:
+                result = await self.session.send_request(request, types.CallToolResult,
+                                                         progress_callback=progress)
+            if scope.cancelled_caught:
+                raise NotSent("the upstream MCP server could not be reached (no connection "
+                              "for the request); the call was not sent")
+            return result
 
 
 def brief(exc: BaseException) -> str:
@@ -243,11 +245,7 @@ class Gateway:
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams
                         ) -> types.CallToolResult:
-        with self.relay.calling(ctx):
-            return await self._call_tool(ctx, params)
-
-    async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams
-                         ) -> types.CallToolResult:
+        self.relay.saw(ctx)
         tool, arguments = params.name, dict(params.arguments or {})
         action = f"mcp.{self.alias}.{tool}"
         try:
@@ -267,24 +265,38 @@ class Gateway:
                     f"action {action!r} needs approval, but the policy gives it no effect "
                     f"template; an approval is used with the reservation of its effect key, so "
                     f"the call is refused; nothing was sent"))
-            return await self._forward_unreserved(tool, arguments, timeout, progress_of(ctx))
-        return await self._forward_reserved(entry, tool, arguments, timeout, progress_of(ctx))
+            return await self._forward_unreserved(ctx, tool, arguments, timeout)
+        return await self._forward_reserved(ctx, entry, tool, arguments, timeout)
 
-    async def _forward_unreserved(self, tool: str, arguments: Dict[str, Any], timeout: float,
-                                  progress: Optional[Progress]) -> types.CallToolResult:
+    async def _send(self, ctx: Any, tool: str, arguments: Dict[str, Any], timeout: float
+                    ) -> types.CallToolResult:
+        """The call to the upstream, on behalf of the agent behind ``ctx`` (what the upstream
+        asks meanwhile goes to that agent, its progress too when the agent asked for it)."""
+        with self.relay.calling(ctx):
+            return await self.upstream.call(tool, arguments, timeout, progress_of(ctx))
+
+    async def _forward_unreserved(self, ctx: Any, tool: str, arguments: Dict[str, Any],
+                                  timeout: float) -> types.CallToolResult:
         try:
-            return await self.upstream.call(tool, arguments, timeout, progress)
+            return await self._send(ctx, tool, arguments, timeout)
         except NotSent as exc:
             return not_forwarded(f"mcp.{self.alias}.{tool}", None, "upstream", str(exc))
         except Exception as exc:  # a tool result, never a protocol error, for the agent
             return not_forwarded(f"mcp.{self.alias}.{tool}", None, "upstream", (
                 f"the unreserved call got no answer from the upstream ({brief(exc)})"))
 
-    async def _forward_reserved(self, entry: ActionPolicy, tool: str, arguments: Dict[str, Any],
-                                timeout: float, progress: Optional[Progress]
+    async def _forward_reserved(self, ctx: Any, entry: ActionPolicy, tool: str,
+                                arguments: Dict[str, Any], timeout: float
                                 ) -> types.CallToolResult:
         action = entry.name
-        if not await self._has_tool(tool):
+        try:
+            with anyio.fail_after(timeout):
+                offered = await self._has_tool(tool)
+        except Exception as exc:  # a tool result, never a protocol error, for the agent
+            return not_forwarded(action, None, "upstream", (
+                f"the upstream's tool list could not be read ({brief(exc)}); nothing was "
+                f"reserved or sent"))
+        if not offered:
             return not_forwarded(action, None, "invalid", (
                 f"the upstream has no tool {tool!r}; nothing was reserved or sent"))
         template = self.templates.get(entry.effect or "")
@@ -311,7 +323,7 @@ class Gateway:
         async def forward() -> Any:
             await self.upstream.alive()
             sent.append(True)
-            result = await self.upstream.call(tool, arguments, timeout, progress)
+            result = await self._send(ctx, tool, arguments, timeout)
             answer.append(result)
             if result.is_error:
                 text = _result_text(result)

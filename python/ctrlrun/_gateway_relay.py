@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import warnings
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 from mcp import types
 from mcp.client.session import ClientSession
@@ -49,26 +49,43 @@ def _connection(session: Any) -> Any:
 
 
 class Relay:
-    """The agents the gateway has seen and their tool calls in flight, and the callbacks the
-    upstream session and the gateway's server call."""
+    """The agents the gateway serves and their requests in flight to the upstream, and the
+    callbacks the upstream session and the gateway's server call. ``timeout`` bounds the
+    wait for an agent's answer to an upstream request."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeout: float = 60.0) -> None:
+        self.timeout = timeout
         self.agents: Dict[int, Any] = {}  # id(connection) -> that agent's latest session
-        self.calls: Dict[int, Tuple[Any, Any]] = {}  # call token -> (session, request id)
+        self.calls: Dict[int, Tuple[Any, Any]] = {}  # token -> (session, request id)
+        self.subscribers: Dict[str, Set[int]] = {}  # resource URI -> the agents subscribed
         self.upstream: Any = None  # the upstream ClientSession, once started
         self.tools_changed: Optional[Callable[[], None]] = None
 
     # the agents ------------------------------------------------------------------------------
     def saw(self, ctx: Any) -> None:
-        """Note the agent behind a request (called for every request it makes)."""
+        """Note the agent behind a request (called for every request it makes); it is
+        forgotten when its connection closes."""
         session = getattr(ctx, "session", None)
-        if session is not None:
-            self.agents[id(_connection(session))] = session
+        if session is None:
+            return
+        connection = _connection(session)
+        key = id(connection)
+        if key not in self.agents:
+            stack = getattr(connection, "exit_stack", None)
+            if stack is not None:  # unwound by the SDK when the connection closes
+                stack.push_async_callback(self._left, key)
+        self.agents[key] = session
+
+    async def _left(self, key: int) -> None:
+        """An agent's connection closed: forget it and end the subscriptions only it held."""
+        self.agents.pop(key, None)
+        for uri in [u for u, who in self.subscribers.items() if key in who]:
+            await self._drop_subscriber(uri, key)
 
     @contextmanager
     def calling(self, ctx: Any) -> Iterator[None]:
-        """While a tool call of the agent behind ``ctx`` is forwarded: the upstream's
-        requests and log messages meanwhile belong to it."""
+        """While a request of the agent behind ``ctx`` is with the upstream: the upstream's
+        requests and log messages meanwhile belong to that agent."""
         self.saw(ctx)
         token = object()
         session = getattr(ctx, "session", None)
@@ -80,21 +97,22 @@ class Relay:
             self.calls.pop(id(token), None)
 
     def _target(self) -> Tuple[Any, Any]:
-        """The agent session (and the call's request id, or None) an upstream request goes
-        to; raises :class:`MCPError` when there is none or no way to choose."""
+        """The agent session (and the request id it is for, or None) an upstream request goes
+        to: the agent whose requests are in flight, on the channel of its most recent one;
+        raises :class:`MCPError` when there is none or no way to choose."""
         calls = list(self.calls.values())
         if calls:
             if len({id(_connection(s)) for s, _ in calls}) > 1:
                 raise MCPError(types.INTERNAL_ERROR, (
-                    "ctrlrun gateway: tool calls of several agents are in flight, so it cannot "
+                    "ctrlrun gateway: requests of several agents are in flight, so it cannot "
                     "tell which agent this request is for"))
             return calls[-1]
         if len(self.agents) == 1:
             return next(iter(self.agents.values())), None
         raise MCPError(types.INTERNAL_ERROR, (
             "ctrlrun gateway: no agent is connected" if not self.agents else
-            "ctrlrun gateway: several agents are connected and none has a call in flight, so "
-            "it cannot tell which agent this request is for"))
+            "ctrlrun gateway: several agents are connected and none has a request in flight, "
+            "so it cannot tell which agent this request is for"))
 
     async def _ask(self, request: Any, result_type: Any, capability: types.ClientCapabilities,
                    what: str) -> Any:
@@ -107,7 +125,9 @@ class Relay:
                     f"ctrlrun gateway: the agent does not support {what}"))
             metadata = (ServerMessageMetadata(related_request_id=request_id)
                         if request_id is not None else None)
-            return await session.send_request(request, result_type, metadata=metadata)
+            return await session.send_request(request, result_type,
+                                              request_read_timeout_seconds=self.timeout,
+                                              metadata=metadata)
         except MCPError as exc:
             return exc.error
         except Exception as exc:  # the agent went away, or answered with something invalid
@@ -117,10 +137,13 @@ class Relay:
     # the upstream asks the agent ---------------------------------------------------------------
     async def sampling(self, context: Any, params: types.CreateMessageRequestParams) -> Any:
         with_tools = params.tools is not None or params.tool_choice is not None
+        needs = types.SamplingCapability(tools=types.SamplingToolsCapability()) if with_tools \
+            else types.SamplingCapability()
         return await self._ask(
             types.CreateMessageRequest(params=params),
             types.CreateMessageResultWithTools if with_tools else types.CreateMessageResult,
-            types.ClientCapabilities(sampling=types.SamplingCapability()), "sampling")
+            types.ClientCapabilities(sampling=needs),
+            "sampling with tools" if with_tools else "sampling")
 
     async def elicitation(self, context: Any, params: types.ElicitRequestParams) -> Any:
         return await self._ask(types.ElicitRequest(params=params), types.ElicitResult,
@@ -149,13 +172,27 @@ class Relay:
             await self._deliver(session, sending)
 
     async def notified(self, message: Any) -> None:
-        """The upstream's other notifications: changed lists and updated resources go to
-        every agent (a changed tool list also refreshes the gateway's own)."""
+        """The upstream's other notifications: changed lists go to every agent (a changed
+        tool list also refreshes the gateway's own), an updated resource to the agents
+        subscribed to it, a completed URL elicitation to the agent it is for."""
+        if isinstance(message, types.ElicitCompleteNotification):
+            try:
+                session, request_id = self._target()
+            except MCPError as exc:
+                log.debug("elicitation completion not relayed: %s", exc.error.message)
+                return
+            await self._deliver(session, session.send_notification(
+                message, related_request_id=request_id))
+            return
         if not isinstance(message, BROADCAST):
             return  # log messages, progress and cancellation have their own paths
         if isinstance(message, types.ToolListChangedNotification) and self.tools_changed:
             self.tools_changed()
-        for session in list(self.agents.values()):
+        to = list(self.agents.items())
+        if isinstance(message, types.ResourceUpdatedNotification):
+            subscribed = self.subscribers.get(str(message.params.uri), set())
+            to = [(key, s) for key, s in to if key in subscribed]
+        for _, session in to:
             await self._deliver(session, session.send_notification(message))
 
     async def _deliver(self, session: Any, sending: Any) -> None:
@@ -167,24 +204,43 @@ class Relay:
 
     # the agent's messages for the upstream ----------------------------------------------------
     async def set_level(self, ctx: Any, params: types.SetLevelRequestParams) -> Any:
+        """The upstream has one session: the level set last holds for every agent."""
         self.saw(ctx)
         return await self.upstream.send_request(types.SetLevelRequest(params=params),
                                                 types.EmptyResult)
 
     async def subscribe(self, ctx: Any, params: types.SubscribeRequestParams) -> Any:
+        """One subscription upstream per resource, whatever the number of agents on it."""
         self.saw(ctx)
-        return await self.upstream.send_request(types.SubscribeRequest(params=params),
-                                                types.EmptyResult)
+        uri, key = str(params.uri), id(_connection(ctx.session))
+        who = self.subscribers.setdefault(uri, set())
+        if not who:
+            with self.calling(ctx):
+                await self.upstream.send_request(types.SubscribeRequest(params=params),
+                                                 types.EmptyResult)
+        who.add(key)
+        return types.EmptyResult()
 
     async def unsubscribe(self, ctx: Any, params: types.UnsubscribeRequestParams) -> Any:
+        """Ends this agent's subscription; the upstream's ends with the last one."""
         self.saw(ctx)
-        return await self.upstream.send_request(types.UnsubscribeRequest(params=params),
-                                                types.EmptyResult)
+        await self._drop_subscriber(str(params.uri), id(_connection(ctx.session)))
+        return types.EmptyResult()
+
+    async def _drop_subscriber(self, uri: str, key: int) -> None:
+        who = self.subscribers.get(uri)
+        if who is None or key not in who:
+            return
+        who.discard(key)
+        if not who:
+            del self.subscribers[uri]
+            await self.upstream.send_request(types.UnsubscribeRequest(
+                params=types.UnsubscribeRequestParams(uri=uri)), types.EmptyResult)
 
     async def complete(self, ctx: Any, params: types.CompleteRequestParams) -> Any:
-        self.saw(ctx)
-        return await self.upstream.send_request(types.CompleteRequest(params=params),
-                                                types.CompleteResult)
+        with self.calling(ctx):
+            return await self.upstream.send_request(types.CompleteRequest(params=params),
+                                                    types.CompleteResult)
 
     async def roots_changed(self, ctx: Any, params: Any) -> None:
         self.saw(ctx)
@@ -218,25 +274,25 @@ class PassThrough:
         self.relay = relay
 
     async def list_resources(self, ctx: Any, params: Any) -> types.ListResourcesResult:
-        self.relay.saw(ctx)
-        return await self.session.list_resources(params=params)
+        with self.relay.calling(ctx):
+            return await self.session.list_resources(params=params)
 
     async def list_resource_templates(self, ctx: Any, params: Any
                                       ) -> types.ListResourceTemplatesResult:
-        self.relay.saw(ctx)
-        return await self.session.list_resource_templates(params=params)
+        with self.relay.calling(ctx):
+            return await self.session.list_resource_templates(params=params)
 
     async def read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> Any:
-        self.relay.saw(ctx)
-        return await self.session.read_resource(str(params.uri))
+        with self.relay.calling(ctx):
+            return await self.session.read_resource(str(params.uri))
 
     async def list_prompts(self, ctx: Any, params: Any) -> types.ListPromptsResult:
-        self.relay.saw(ctx)
-        return await self.session.list_prompts(params=params)
+        with self.relay.calling(ctx):
+            return await self.session.list_prompts(params=params)
 
     async def get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> Any:
-        self.relay.saw(ctx)
-        return await self.session.get_prompt(params.name, params.arguments)
+        with self.relay.calling(ctx):
+            return await self.session.get_prompt(params.name, params.arguments)
 
     def handlers(self, capabilities: types.ServerCapabilities) -> Dict[str, Any]:
         out: Dict[str, Any] = {}

@@ -16,6 +16,7 @@ from contextlib import AsyncExitStack
 from typing import Any, Dict, List, Optional, Tuple
 
 import anyio
+import httpx2
 from mcp import types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -25,6 +26,7 @@ from mcp.server.stdio import stdio_server
 
 from . import _core
 from ._gateway import Gateway, Upstream, WatchedStream, brief, upstream_tools
+from ._gateway_http import http_client
 from ._gateway_relay import PassThrough, Relay, handshake_era, notification_options
 from ._policy import current_policy
 from ._store import Store
@@ -36,10 +38,11 @@ def upstream_env() -> Dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
 
 
-def _upstream_transport(command: List[str], url: Optional[str]) -> Any:
+def _upstream_transport(command: List[str], url: Optional[str],
+                        http: Optional[httpx2.AsyncClient]) -> Any:
     """The upstream's streams: a subprocess on stdio, or a server over streamable HTTP."""
     if url is not None:
-        return streamable_http_client(url)
+        return streamable_http_client(url, http_client=http)
     params = StdioServerParameters(command=command[0], args=command[1:], env=upstream_env())
     return stdio_client(params)
 
@@ -54,19 +57,37 @@ async def _start(stack: AsyncExitStack, command: List[str], url: Optional[str],
     """The upstream's session, initialized and its tools listed, within ``timeout``; its
     streams and process belong to ``stack``, its requests and notifications go to ``relay``.
     A command that cannot be run raises :class:`CannotRun`."""
+    http, unsent = http_client() if url is not None else (None, None)
+    if http is not None:
+        await stack.enter_async_context(http)
     try:
-        read, write = await stack.enter_async_context(_upstream_transport(command, url))
+        read, write = await stack.enter_async_context(_upstream_transport(command, url, http))
     except OSError as exc:
         raise CannotRun(exc) from exc
-    watched = WatchedStream(read) if url is None else None
+    watched = WatchedStream(read)
     with handshake_era():
-        client = ClientSession(watched or read, write, **relay.client_callbacks())
+        client = ClientSession(watched, write, **relay.client_callbacks())
     session = await stack.enter_async_context(client)
     relay.upstream = session
     with anyio.fail_after(timeout):
         init = await session.initialize()
         tools = await upstream_tools(session)
-    return Upstream(session, watched), init, tools
+    return Upstream(session, watched, unsent=unsent), init, tools
+
+
+def _only_errors(exc: BaseException) -> bool:
+    """``exc`` is an error, or a group of errors (not a cancellation or an exit)."""
+    inner = getattr(exc, "exceptions", None)
+    if inner is None:
+        return isinstance(exc, Exception)
+    return all(_only_errors(e) for e in inner)
+
+
+def _first_error(exc: BaseException) -> BaseException:
+    """The first error inside a group (what to name in a message)."""
+    while getattr(exc, "exceptions", None):
+        exc = exc.exceptions[0]  # type: ignore[attr-defined]
+    return exc
 
 
 async def _close_quietly(stack: AsyncExitStack) -> None:
@@ -74,12 +95,38 @@ async def _close_quietly(stack: AsyncExitStack) -> None:
     the reason the start failed is the one to report."""
     try:
         await stack.aclose()
-    except Exception:
-        pass
     except BaseException as exc:  # a group of what the streams' tasks raised on the way out
-        inner = getattr(exc, "exceptions", None)
-        if inner is None or not all(isinstance(e, Exception) for e in inner):
+        if not _only_errors(exc):
             raise
+
+
+async def _hold(alias: str, command: List[str], url: Optional[str], timeout: float,
+                relay: Relay, *, task_status: Any) -> None:
+    """Start the upstream, report it started, and keep its connection open in this task
+    until cancelled. The connection runs in a task of its own because a transport that
+    fails (an HTTP upstream that went away) cancels the task that opened it: that must be
+    this one, never the one serving agents. Once it failed, nothing more is sent."""
+    stack = AsyncExitStack()
+    try:
+        started = await _start(stack, command, url, timeout, relay)
+    except BaseException:
+        await _close_quietly(stack)
+        raise
+    task_status.started(started)
+    upstream = started[0]
+    try:
+        async with stack:
+            await anyio.sleep_forever()
+    except BaseException as exc:
+        if not _only_errors(exc):
+            raise  # the gateway is stopping
+        print(f"ctrlrun gateway {alias}: the connection to the upstream failed "
+              f"({brief(_first_error(exc))});"
+              f" no call is sent any more (a reserved call is recorded failed)",
+              file=sys.stderr, flush=True)
+    finally:
+        if upstream.watched is not None:
+            upstream.watched.ended = True
 
 
 async def serve(alias: str, store: Store, command: List[str], url: Optional[str],
@@ -87,47 +134,60 @@ async def serve(alias: str, store: Store, command: List[str], url: Optional[str]
     """Start the upstream, then serve agents (on this process's stdin and stdout, or over
     streamable HTTP on ``listen``) until they are done."""
     shown = re.sub(r"(\w+://)[^/@\s]*@", r"\1***@", url) if url else command[0]
-    stack = AsyncExitStack()
-    relay = Relay()
-    try:
-        upstream, init, tools = await _start(stack, command, url, call_timeout, relay)
-    except BaseException as exc:
-        await _close_quietly(stack)
-        # A command that cannot be run, or a URL: the caller reports it and exits.
-        if isinstance(exc, CannotRun) and exc.__cause__ is not None:
-            raise exc.__cause__ from None
-        if url is not None or not isinstance(exc, Exception):
-            raise
-        why = brief(exc)
-        print(f"ctrlrun gateway {alias}: the upstream {shown} did not start ({why}); serving "
-              f"anyway: no tools are listed and no call is sent (a reserved call is recorded "
-              f"failed)", file=sys.stderr, flush=True)
-        gateway = Gateway(alias, store, Upstream(None, None, down=why), call_timeout, [])
-        await _run(Server(f"ctrlrun-gateway-{alias}", version=_core.__version__,
-                          on_list_tools=gateway.list_tools, on_call_tool=gateway.call_tool),
-                   listen)
-        return
-    async with stack:
+    relay = Relay(call_timeout)
+    async with anyio.create_task_group() as tg:
+        try:
+            upstream, init, tools = await tg.start(_hold, alias, command, url, call_timeout,
+                                                   relay)
+        except BaseException as exc:
+            # A command that cannot be run, or a URL: the caller reports it and exits.
+            if isinstance(exc, CannotRun) and exc.__cause__ is not None:
+                raise exc.__cause__ from None
+            if url is not None or not isinstance(exc, Exception):
+                raise
+            why = brief(exc)
+            print(f"ctrlrun gateway {alias}: the upstream {shown} did not start ({why}); "
+                  f"serving anyway: no tools are listed and no call is sent (a reserved call "
+                  f"is recorded failed)", file=sys.stderr, flush=True)
+            gateway = Gateway(alias, store, Upstream(None, None, down=why), call_timeout, [])
+            await _run(Server(f"ctrlrun-gateway-{alias}", version=_core.__version__,
+                              on_list_tools=gateway.list_tools, on_call_tool=gateway.call_tool),
+                       listen)
+            return
         assert upstream.session is not None
         announce(alias, store, shown, tools)
         gateway = Gateway(alias, store, upstream, call_timeout, tools, relay)
         with handshake_era():
-            server: Server[Any] = Server(
+            server = GatewayServer(
                 f"ctrlrun-gateway-{alias}", version=_core.__version__,
                 instructions=init.instructions,
                 on_list_tools=gateway.list_tools, on_call_tool=gateway.call_tool,
                 **PassThrough(upstream.session, relay).handlers(init.capabilities),
                 **relay.server_handlers(init.capabilities))
-        await _run(server, listen, notification_options(init.capabilities))
+        server.notify = notification_options(init.capabilities)
+        try:
+            await _run(server, listen)
+        finally:
+            tg.cancel_scope.cancel()  # close the upstream's connection
 
 
-async def _run(server: Server[Any], listen: Optional[Tuple[str, int]],
-               notify: Optional[NotificationOptions] = None) -> None:
-    """Serve agents on stdio, or over streamable HTTP on ``listen``; ``notify`` names the
-    list-changed notifications announced on stdio."""
+class GatewayServer(Server[Any]):
+    """The SDK's server, announcing the list-changed notifications the upstream announces:
+    the SDK asks for its initialization options itself over HTTP, hence the override."""
+
+    notify: Optional[NotificationOptions] = None
+
+    def create_initialization_options(self, notification_options: Any = None,
+                                      *args: Any, **kwargs: Any) -> Any:
+        return super().create_initialization_options(notification_options or self.notify,
+                                                     *args, **kwargs)
+
+
+async def _run(server: Server[Any], listen: Optional[Tuple[str, int]]) -> None:
+    """Serve agents on stdio, or over streamable HTTP on ``listen``."""
     if listen is None:
         async with stdio_server() as (r, w):
-            await server.run(r, w, server.create_initialization_options(notify))
+            await server.run(r, w, server.create_initialization_options())
         return
     import uvicorn
 

@@ -1,0 +1,110 @@
+"""The gateway over streamable HTTP, end to end: the upstream reached at a URL, agents served
+on ``--listen``, and the proof that a call was never sent when the upstream cannot be reached
+(its POST got no connection), without a ping before each call. Both backends."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import anyio
+from mcp.client.session import ClientSession
+
+from gateway_rig import HERE, POLICY, Rig, ctrl, free_port, wait_for_port
+
+
+def test_an_upstream_over_streamable_http(tmp_path, store_url, store):
+    port = free_port()
+    env = dict(os.environ, UPSTREAM_LOG=str(tmp_path / "upstream.log"))
+    upstream = subprocess.Popen([sys.executable, str(HERE / "mcp_upstream.py"), "--http",
+                                 str(port)], env=env)
+    try:
+        wait_for_port(port, upstream)
+        rig = Rig(tmp_path, store_url, POLICY,
+                  upstream=["--upstream-url", f"http://127.0.0.1:{port}/mcp"])
+        first, again = rig.calls(("refund", {"payment_id": "pi_h", "amount": 3}),
+                                 ("refund", {"payment_id": "pi_h", "amount": 3}))
+        assert not first.is_error and ctrl(again)["refused"] == "committed"
+        assert len(rig.runs()) == 1
+    finally:
+        upstream.kill()
+        upstream.wait()
+
+
+def test_agents_over_streamable_http(tmp_path, store_url, store):
+    from mcp.client.streamable_http import streamable_http_client
+
+    port = free_port()
+    (tmp_path / "ctrlrun.yaml").write_text(POLICY)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
+    env["UPSTREAM_LOG"] = str(tmp_path / "upstream.log")
+    gateway = subprocess.Popen(
+        [sys.executable, "-m", "ctrlrun", "gateway", "--name", "acme", "--listen",
+         f"127.0.0.1:{port}", "--store", store_url, "--", sys.executable,
+         str(HERE / "mcp_upstream.py")], env=env, cwd=str(tmp_path), stdin=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, gateway)
+
+        async def main() -> list:
+            async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (r, w):
+                async with ClientSession(r, w) as s:
+                    await s.initialize()
+                    return [await s.call_tool("refund", {"payment_id": "pi_l", "amount": 4})
+                            for _ in range(2)]
+
+        first, again = anyio.run(main)
+        assert not first.is_error and ctrl(again)["refused"] == "committed"
+        assert store.get_effect("refund:pi_l").state.value == "committed"
+    finally:
+        gateway.terminate()
+        gateway.wait(30)
+
+
+def _http_upstream(tmp_path, port: int) -> subprocess.Popen:
+    env = dict(os.environ, UPSTREAM_LOG=str(tmp_path / "upstream.log"),
+               UPSTREAM_PINGS=str(tmp_path / "pings.log"))
+    upstream = subprocess.Popen([sys.executable, str(HERE / "mcp_upstream.py"), "--http",
+                                 str(port)], env=env)
+    wait_for_port(port, upstream)
+    return upstream
+
+
+def test_an_http_upstream_that_cannot_be_reached_gets_calls_recorded_failed_unsent(
+        tmp_path, store_url, store):
+    port = free_port()
+    upstream = _http_upstream(tmp_path, port)
+    rig = Rig(tmp_path, store_url, POLICY,
+              upstream=["--upstream-url", f"http://127.0.0.1:{port}/mcp"])
+
+    async def body(s: ClientSession) -> list:
+        out = [await s.call_tool("refund", {"payment_id": "pi_u", "amount": 1})]
+        upstream.kill()
+        upstream.wait()
+        started = time.monotonic()
+        out.append(await s.call_tool("refund", {"payment_id": "pi_v", "amount": 2}))
+        out.append(await s.call_tool("refund", {"payment_id": "pi_w", "amount": 3}))
+        out.append(time.monotonic() - started)
+        return out
+
+    try:
+        done, first, second, took = rig.session(body)
+    finally:
+        upstream.kill()
+        upstream.wait()
+    assert not done.is_error and store.get_effect("refund:pi_u").state.value == "committed"
+    # no ping came before the call that went through: the proof is the connection itself
+    assert not (tmp_path / "pings.log").exists()
+    # the POST found nothing listening: the call was never sent, so it is failed, at once
+    # (not after the 60 s call timeout)
+    for result, key in ((first, "refund:pi_v"), (second, "refund:pi_w")):
+        assert ctrl(result)["outcome"] == "failed", result
+        assert "was not sent" in result.content[0].text, result
+        assert store.get_effect(key).state.value == "failed"
+    assert took < 20, took
+    lines = rig.stderr.read_text().splitlines()
+    assert any(line.startswith("ctrlrun gateway acme: the connection to the upstream failed (")
+               and line.endswith("no call is sent any more (a reserved call is recorded failed)")
+               for line in lines), lines
+    assert [r[0] for r in rig.runs()] == ["refund"]
