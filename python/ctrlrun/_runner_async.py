@@ -6,50 +6,24 @@ reservation or outcome write in flight settles before a cancellation propagates.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
-import os
 import sys
-import threading
-from typing import Any, Awaitable, Callable, Optional, Set, Tuple
+from typing import Any, Awaitable, Callable, Dict, Optional, Set, Tuple
 
+from . import _io_threads
 from ._approvals import ApprovalRecord, ApprovalState, poll_interval, refusal
 from ._heartbeat import Heartbeat
 from ._steps import REFUSALS, Call, Spec
 from ._store import Store
 from .errors import ApprovalNeeded
 
-# Store calls are synchronous and release the GIL; coroutines run them on these worker
-# threads, so the event loop never waits on the database.
-_io_lock = threading.Lock()
-_io_pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
 _background: Set["asyncio.Future[Any]"] = set()
 
 
-def _io_executor() -> concurrent.futures.ThreadPoolExecutor:
-    global _io_pool
-    if _io_pool is None:
-        with _io_lock:
-            if _io_pool is None:
-                _io_pool = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=16, thread_name_prefix="ctrlrun-io"
-                )
-    return _io_pool
-
-
-def _forget_io_pool_after_fork() -> None:
-    # The parent's worker threads do not exist in a forked child: start a new pool there.
-    global _io_pool, _io_lock
-    _io_pool = None
-    _io_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_io_pool_after_fork)
-
-
 def _in_thread(fn: Callable[..., Any], *args: Any) -> "asyncio.Future[Any]":
-    return asyncio.get_running_loop().run_in_executor(_io_executor(), fn, *args)
+    """Store calls are synchronous and release the GIL; coroutines run them on worker
+    threads (``_io_threads``), so the event loop never waits on the database."""
+    return _io_threads.run(fn, *args)
 
 
 async def _finish(work: Awaitable[Any]) -> Any:
@@ -150,7 +124,7 @@ async def run(
     lease_us: int,
     fn: Callable[..., Awaitable[Any]],
     args: Tuple[Any, ...],
-    kwargs: dict,
+    kwargs: Dict[str, Any],
     spec: Optional[Spec] = None,
     heartbeat: bool = False,
 ) -> Any:

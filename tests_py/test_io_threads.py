@@ -1,0 +1,83 @@
+"""The worker threads of ``async def`` protected calls (python/ctrlrun/_io_threads.py): one
+pipe per event loop, closed with the loop; at most 16 threads however many calls are in
+flight; and the plain executor on a loop that cannot watch a pipe. Real SQLite stores."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import threading
+
+import pytest
+
+import ctrlrun
+from ctrlrun import _io_threads
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_loop_per_call_leaks_no_pipe(tmp_path):
+    store = ctrlrun.open_store(f"sqlite:///{tmp_path}/s.db")
+
+    @ctrlrun.protect("t", effect="t:{k}", store=store)
+    async def act(k):
+        return k
+
+    asyncio.run(act("warm"))
+    gc.collect()
+    before = _fds()
+    for i in range(100):  # asyncio.run makes a new loop each time
+        assert asyncio.run(act(f"k{i}")) == f"k{i}"
+    gc.collect()
+    assert _fds() - before <= 2, (before, _fds())
+    assert len(store.list_effects("committed")) == 101
+    store.close()
+
+
+def test_many_calls_in_flight_share_at_most_16_threads(tmp_path):
+    store = ctrlrun.open_store(f"sqlite:///{tmp_path}/s.db")
+
+    @ctrlrun.protect("t", effect="t:{k}", store=store)
+    async def act(k):
+        await asyncio.sleep(0.01)
+        return k
+
+    async def main():
+        return await asyncio.gather(*(act(f"k{i}") for i in range(200)))
+
+    assert asyncio.run(main()) == [f"k{i}" for i in range(200)]
+    workers = [t for t in threading.enumerate() if t.name.startswith("ctrlrun-io-")]
+    assert 1 <= len(workers) <= _io_threads.MAX_WORKERS
+    store.close()
+
+
+class NoPipeLoop(asyncio.SelectorEventLoop):
+    """A loop that, like Windows' proactor loop, cannot watch a file descriptor."""
+
+    def add_reader(self, *args, **kwargs):
+        raise NotImplementedError
+
+
+def test_a_loop_that_cannot_watch_a_pipe_uses_the_plain_executor(tmp_path):
+    store = ctrlrun.open_store(f"sqlite:///{tmp_path}/s.db")
+    ran = []
+
+    @ctrlrun.protect("t", effect="t:{k}", store=store)
+    async def act(k):
+        ran.append(k)
+        return k
+
+    loop = NoPipeLoop()
+    try:
+        assert loop.run_until_complete(act("a")) == "a"
+        assert loop.run_until_complete(act("b")) == "b"
+        with pytest.raises(ctrlrun.DuplicateEffect):
+            loop.run_until_complete(act("a"))
+    finally:
+        loop.close()
+    assert ran == ["a", "b"]
+    assert store.get_effect("t:a").state is ctrlrun.EffectState.COMMITTED
+    store.close()
