@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import anyio
 from mcp.client.session import ClientSession
@@ -108,3 +110,60 @@ def test_an_http_upstream_that_cannot_be_reached_gets_calls_recorded_failed_unse
                and line.endswith("no call is sent any more (a reserved call is recorded failed)")
                for line in lines), lines
     assert [r[0] for r in rig.runs()] == ["refund"]
+
+
+class _SlowAnswer(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        time.sleep(0.5)
+        body = b'{"jsonrpc": "2.0", "id": 1, "result": {"content": []}}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_only_the_call_whose_own_post_got_no_connection_is_proven_unsent():
+    """Two calls with the same tool and arguments at once: the one whose POST reached a server
+    is never taken for the one whose POST found nothing listening (the gateway's HTTP client,
+    a real server and a port nobody listens on)."""
+    import httpx2
+
+    from ctrlrun._gateway_http import http_client, watching
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowAnswer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    live = f"http://127.0.0.1:{server.server_address[1]}/mcp"
+    dead = f"http://127.0.0.1:{free_port()}/mcp"
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "refund", "arguments": {"payment_id": "pi_1"}}}
+    seen: dict = {}
+
+    async def send(label: str, url: str, wait: float) -> None:
+        with watching("refund", {"payment_id": "pi_1"}) as scope:
+            await anyio.sleep(wait)
+            try:
+                await client.post(url, json=body)
+                seen[label] = "answered"
+            except httpx2.ConnectError:
+                seen[label] = "no connection"
+        seen[label + " proven unsent"] = scope.cancel_called
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            # the dead one is watched first and posts last, while the live one is in flight
+            tg.start_soon(send, "dead", dead, 0.2)
+            tg.start_soon(send, "live", live, 0.05)
+
+    client = http_client()
+    try:
+        anyio.run(main)
+    finally:
+        anyio.run(client.aclose)
+        server.shutdown()
+    assert seen == {"dead": "no connection", "dead proven unsent": True,
+                    "live": "answered", "live proven unsent": False}

@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 
@@ -81,3 +84,44 @@ def test_a_loop_that_cannot_watch_a_pipe_uses_the_plain_executor(tmp_path):
     assert ran == ["a", "b"]
     assert store.get_effect("t:a").state is ctrlrun.EffectState.COMMITTED
     store.close()
+
+
+def test_a_job_that_ends_after_its_loop_closed_keeps_nothing_alive():
+    async def abandon():
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(_io_threads.run(time.sleep, 0.3), 0.02)
+
+    asyncio.run(abandon())  # a first loop: the worker thread exists from here on
+    time.sleep(0.4)
+    gc.collect()
+    before = _fds()
+    for _ in range(10):
+        asyncio.run(abandon())
+    time.sleep(0.5)  # every job has ended, after its loop closed
+    asyncio.run(asyncio.sleep(0))  # a new loop lets the closed ones go
+    gc.collect()
+    assert _fds() - before <= 2, (before, _fds())
+
+
+EXIT = """
+import asyncio, sys, time
+from ctrlrun import _io_threads
+
+def slow_write(path):
+    time.sleep(0.5)
+    with open(path, "w") as f:
+        f.write("written")
+
+async def main():
+    _io_threads.run(slow_write, sys.argv[1])  # not awaited: the program ends first
+
+asyncio.run(main())
+"""
+
+
+def test_at_exit_the_jobs_in_flight_are_finished(tmp_path):
+    out = tmp_path / "out.txt"
+    done = subprocess.run([sys.executable, "-c", EXIT, str(out)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert out.read_text() == "written"

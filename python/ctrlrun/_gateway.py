@@ -26,7 +26,7 @@ from mcp.shared.dispatcher import ProgressFnT
 
 from . import _core, _runner_async
 from ._binding import render_value
-from ._gateway_http import UnsentWatch
+from ._gateway_http import watching
 from ._gateway_relay import Relay
 from ._gateway_results import forwarded_error, not_forwarded, refusal_result
 from ._policy import ActionPolicy, current_policy
@@ -117,15 +117,15 @@ def progress_of(ctx: Any) -> Optional[Progress]:
 
 class Upstream:
     """The upstream MCP server's session (one for the gateway's life), or, for an upstream
-    that never started, why (``down``): then nothing is ever sent. Over HTTP, ``unsent``
-    tells a call whose POST never got a connection."""
+    that never started, why (``down``): then nothing is ever sent. Over HTTP (``http``), a
+    call whose POST never got a connection is known (``_gateway_http``)."""
 
     def __init__(self, session: Optional[ClientSession], watched: Optional[WatchedStream],
-                 down: Optional[str] = None, unsent: Optional[UnsentWatch] = None) -> None:
+                 down: Optional[str] = None, http: bool = False) -> None:
         self.session = session
         self.watched = watched
         self.down = down
-        self.unsent = unsent
+        self.http = http
 
     async def alive(self) -> None:
         """Raise :class:`NotSent` when the upstream is known to be gone, so the call that
@@ -151,10 +151,10 @@ class Upstream:
         # Sent as a plain request: the client's own checks of a result against the tool's
         # output schema must not turn an answer the upstream gave into a lost one.
         with anyio.fail_after(timeout):
-            if self.unsent is None:
+            if not self.http:
                 return await self.session.send_request(request, types.CallToolResult,
                                                        progress_callback=progress)
-            with self.unsent.watching(name, arguments) as scope:
+            with watching(name, arguments) as scope:
                 result = await self.session.send_request(request, types.CallToolResult,
                                                          progress_callback=progress)
             if scope.cancelled_caught:

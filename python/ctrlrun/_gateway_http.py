@@ -8,15 +8,18 @@ caller which POST failed how (and a request in flight when its transport dies is
 timeout), so the gateway's HTTP client carries its own transport wrapper, written here because
 no library offers it: it sees each POST fail and cancels the wait of the one call it carried.
 
-A reserved call is identified by its tool name and arguments: two reserved calls with the same
-arguments render the same effect key, which one gateway never has in flight twice.
+A call is known by a context variable its sender sets (the SDK sends each request's POST from a
+copy of the sending task's context), and checked against the POST's body. Only the first POST
+of a call counts: a later one (the SDK follows a same-origin redirect by posting again) comes
+after one that may have reached the server.
 """
 
 from __future__ import annotations
 
 import json
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, Optional
+from contextvars import ContextVar
+from typing import Any, Iterator, Optional
 
 import anyio
 import httpx2
@@ -45,45 +48,69 @@ def _tool_call_in(request: httpx2.Request) -> Optional[str]:
     return call_id(params.get("name"), params.get("arguments") or {})
 
 
-class UnsentWatch(httpx2.AsyncBaseTransport):
-    """Wraps the HTTP transport: a tools/call POST that never got a connection cancels the
-    scope of the call that sent it (registered with :meth:`watching`)."""
+class _Call:
+    """One call being sent: its scope, and how many POSTs carried it."""
 
-    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+    def __init__(self, which: str, scope: anyio.CancelScope) -> None:
+        self.which = which
+        self.scope = scope
+        self.posts = 0
+        self.over = False
+
+
+_sending: ContextVar[Optional[_Call]] = ContextVar("ctrlrun_gateway_call", default=None)
+
+
+class UnsentWatch(httpx2.AsyncBaseTransport):
+    """Wraps an HTTP transport: when the first POST of the call being sent (see
+    :func:`watching`) gets no connection, the call's scope is cancelled."""
+
+    def __init__(self, inner: Any) -> None:
         self.inner = inner
-        self.scopes: Dict[str, anyio.CancelScope] = {}
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        call = _sending.get()
+        first = False
+        if call is not None and not call.over and _tool_call_in(request) == call.which:
+            call.posts += 1
+            first = call.posts == 1
         try:
-            return await self.inner.handle_async_request(request)
+            response: httpx2.Response = await self.inner.handle_async_request(request)
+            return response
         except UNSENT:
-            which = _tool_call_in(request)
-            scope = self.scopes.get(which) if which is not None else None
-            if scope is not None:
-                scope.cancel()
+            if first and call is not None and not call.over:
+                call.scope.cancel()
             raise
 
     async def aclose(self) -> None:
         await self.inner.aclose()
 
-    @contextmanager
-    def watching(self, name: str, arguments: Any) -> Iterator[anyio.CancelScope]:
-        """A scope for sending the call ``name(arguments)``: cancelled (``cancelled_caught``)
-        when its POST never got a connection."""
-        which = call_id(name, arguments)
-        with anyio.CancelScope() as scope:
-            self.scopes[which] = scope
-            try:
-                yield scope
-            finally:
-                if self.scopes.get(which) is scope:
-                    del self.scopes[which]
+
+@contextmanager
+def watching(name: str, arguments: Any) -> Iterator[anyio.CancelScope]:
+    """A scope to send the call ``name(arguments)`` in: cancelled (``cancelled_caught``) when
+    its POST never got a connection."""
+    with anyio.CancelScope() as scope:
+        call = _Call(call_id(name, arguments), scope)
+        token = _sending.set(call)
+        try:
+            yield scope
+        finally:
+            call.over = True
+            _sending.reset(token)
 
 
-def http_client() -> "tuple[httpx2.AsyncClient, UnsentWatch]":
-    """The HTTP client for the upstream, with the SDK's own timeouts, and its watch."""
-    watch = UnsentWatch(httpx2.AsyncHTTPTransport())
-    client = httpx2.AsyncClient(
-        timeout=httpx2.Timeout(TIMEOUT, read=READ_TIMEOUT),
-        transport=watch)
-    return client, watch
+def http_client() -> httpx2.AsyncClient:
+    """The HTTP client for the upstream: the SDK's own timeouts, the proxies the environment
+    names (as the SDK's default client), and every transport wrapped in :class:`UnsentWatch`.
+    httpx builds those transports itself, so they are wrapped after construction; were its
+    attributes ever named otherwise, a call that gets no connection would be recorded
+    ``ambiguous`` (the safe side), not ``failed``."""
+    client = httpx2.AsyncClient(timeout=httpx2.Timeout(TIMEOUT, read=READ_TIMEOUT))
+    if hasattr(client, "_transport"):
+        client._transport = UnsentWatch(client._transport)
+    mounts = getattr(client, "_mounts", None)
+    if isinstance(mounts, dict):
+        client._mounts = {pattern: UnsentWatch(t) if t is not None else None
+                          for pattern, t in mounts.items()}
+    return client

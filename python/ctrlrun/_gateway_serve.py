@@ -57,7 +57,7 @@ async def _start(stack: AsyncExitStack, command: List[str], url: Optional[str],
     """The upstream's session, initialized and its tools listed, within ``timeout``; its
     streams and process belong to ``stack``, its requests and notifications go to ``relay``.
     A command that cannot be run raises :class:`CannotRun`."""
-    http, unsent = http_client() if url is not None else (None, None)
+    http = http_client() if url is not None else None
     if http is not None:
         await stack.enter_async_context(http)
     try:
@@ -72,7 +72,7 @@ async def _start(stack: AsyncExitStack, command: List[str], url: Optional[str],
     with anyio.fail_after(timeout):
         init = await session.initialize()
         tools = await upstream_tools(session)
-    return Upstream(session, watched, unsent=unsent), init, tools
+    return Upstream(session, watched, http=url is not None), init, tools
 
 
 def _only_errors(exc: BaseException) -> bool:

@@ -10,8 +10,10 @@ the loop's pipe; the loop's reader callback sets the futures. Written here becau
 offers an executor with that wake-up path, and the store steps are this project's own.
 
 The workers are shared (at most :data:`MAX_WORKERS`, started as needed); each event loop has
-its own pipe and completion queue. A forked child starts new workers. On a loop that cannot
-watch a pipe (Windows' proactor loop), ``run_in_executor`` is used.
+its own pipe and completion queue, closed once the loop is closed. At exit the workers finish
+the jobs queued (an outcome write is never cut off), as ``concurrent.futures``' workers do. A
+forked child starts new workers. On Windows, and on a loop that cannot watch a pipe,
+``run_in_executor`` is used.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import os
 import queue
 import threading
 import weakref
-from typing import Any, Callable, Deque, Optional, Tuple
+from typing import Any, Callable, Deque, List, Optional, Tuple
 
 #: The most worker threads: store calls in flight at once before the next one waits.
 MAX_WORKERS = 16
@@ -35,38 +37,57 @@ class _Wakeup:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.done: Deque[Tuple["asyncio.Future[Any]", bool, Any]] = collections.deque()
         self.read_fd, self.write_fd = os.pipe()
+        # Held to write the wake-up byte and to close the pipe: once closed, its numbers may
+        # name another file, which a late worker must never write to.
+        self.lock = threading.Lock()
+        self.closed = False
         os.set_blocking(self.read_fd, False)
         os.set_blocking(self.write_fd, False)  # a full pipe already holds a wake-up
         try:
             loop.add_reader(self.read_fd, self.drain)
         except BaseException:
-            _close_fds(self.read_fd, self.write_fd)
+            self.close()
             raise
-        weakref.finalize(loop, _close_fds, self.read_fd, self.write_fd)
+        weakref.finalize(loop, self.close)
 
     def finished(self, future: "asyncio.Future[Any]", ok: bool, value: Any) -> None:
-        """On a worker: hand the outcome to the loop and wake it."""
-        self.done.append((future, ok, value))
-        try:
-            os.write(self.write_fd, b"\0")
-        except (BlockingIOError, OSError):
-            pass  # full: the loop is woken already; closed: the loop is gone
+        """On a worker: hand the outcome to the loop and wake it (unless the loop is closed:
+        nobody waits, and a queued outcome would keep the loop alive)."""
+        with self.lock:
+            if self.closed or future.get_loop().is_closed():
+                return
+            self.done.append((future, ok, value))
+            try:
+                os.write(self.write_fd, b"\0")
+            except OSError:
+                pass  # full: the loop is woken already
 
     def drain(self) -> None:
         """On the loop: settle the futures whose jobs ended."""
         try:
             while os.read(self.read_fd, 4096):
                 pass
-        except (BlockingIOError, OSError):
+        except OSError:
             pass
         while self.done:
             future, ok, value = self.done.popleft()
             if future.cancelled():
                 continue  # the caller stopped waiting; the job ran to its end anyway
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)
+            if not ok and isinstance(value, StopIteration):
+                value = RuntimeError(f"a store step raised StopIteration: {value!r}")
+            try:
+                future.set_result(value) if ok else future.set_exception(value)
+            except asyncio.InvalidStateError:
+                pass  # settled meanwhile
+
+    def close(self) -> None:
+        """The loop is closed (or gone): drop what waits for it and close the pipe."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            self.done.clear()
+            _close_fds(self.read_fd, self.write_fd)
 
 
 def _close_fds(*fds: int) -> None:
@@ -81,7 +102,7 @@ class _Workers:
     def __init__(self) -> None:
         self.jobs: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         self.lock = threading.Lock()
-        self.started = 0
+        self.threads: List[threading.Thread] = []
         self.idle = 0
         self.loops: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Optional[_Wakeup]]" = (
             weakref.WeakKeyDictionary())
@@ -93,6 +114,14 @@ class _Workers:
             pass
         except TypeError:
             return None  # a loop that takes no weak reference: run_in_executor
+        if os.name == "nt":
+            self.loops[loop] = None  # its selector cannot watch a pipe
+            return None
+        for old, wake in list(self.loops.items()):  # a new loop: let the closed ones go
+            if old.is_closed():
+                del self.loops[old]
+                if wake is not None:
+                    wake.close()
         try:
             made: Optional[_Wakeup] = _Wakeup(loop)
         except NotImplementedError:
@@ -103,23 +132,36 @@ class _Workers:
     def submit(self, wake: _Wakeup, future: "asyncio.Future[Any]", fn: Callable[..., Any],
                args: Tuple[Any, ...]) -> None:
         with self.lock:
-            if self.idle == 0 and self.started < MAX_WORKERS:
-                self.started += 1
-                threading.Thread(target=self.work, name=f"ctrlrun-io-{self.started}",
-                                 daemon=True).start()
-            else:
-                self.idle -= 1 if self.idle else 0
+            if self.idle == 0 and len(self.threads) < MAX_WORKERS:
+                thread = threading.Thread(target=self.work,
+                                          name=f"ctrlrun-io-{len(self.threads) + 1}")
+                thread.start()  # not a daemon: at exit, the queued jobs are done first
+                self.threads.append(thread)
+            elif self.idle:
+                self.idle -= 1
         self.jobs.put((wake, future, fn, args))
+
+    def stop(self) -> None:
+        """At exit: each worker ends after the jobs queued before its stop mark."""
+        with self.lock:
+            threads = list(self.threads)
+        for _ in threads:
+            self.jobs.put(None)
+        for thread in threads:
+            thread.join()
 
     def work(self) -> None:
         while True:
-            wake, future, fn, args = self.jobs.get()
+            job = self.jobs.get()
+            if job is None:
+                return
+            wake, future, fn, args = job
             try:
                 wake.finished(future, True, fn(*args))
             except BaseException as exc:  # the caller's future carries it
                 wake.finished(future, False, exc)
             finally:
-                del wake, future, fn, args
+                del job, wake, future, fn, args
             with self.lock:
                 self.idle += 1
 
@@ -135,6 +177,15 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _at_exit() -> None:
+    _workers.stop()
+
+
+# Run when the interpreter exits, before it waits for the threads that are not daemons (the
+# workers, blocked on their queue): the hook concurrent.futures uses for its own workers.
+threading._register_atexit(_at_exit)  # type: ignore[attr-defined]
 
 _fallback: Optional[concurrent.futures.ThreadPoolExecutor] = None
 
