@@ -20,6 +20,7 @@ import warnings
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
+import anyio
 from mcp import types
 from mcp.client.session import ClientSession
 from mcp.server.lowlevel import NotificationOptions
@@ -77,10 +78,16 @@ class Relay:
         self.agents[key] = session
 
     async def _left(self, key: int) -> None:
-        """An agent's connection closed: forget it and end the subscriptions only it held."""
+        """An agent's connection closed: forget it and end the subscriptions only it held
+        (within the timeout, and whatever the upstream says: this runs as the SDK closes the
+        connection)."""
         self.agents.pop(key, None)
         for uri in [u for u, who in self.subscribers.items() if key in who]:
-            await self._drop_subscriber(uri, key)
+            try:
+                with anyio.fail_after(self.timeout):
+                    await self._drop_subscriber(uri, key)
+            except Exception as exc:
+                log.debug("the upstream subscription to %s not ended: %s", uri, exc)
 
     @contextmanager
     def calling(self, ctx: Any) -> Iterator[None]:
