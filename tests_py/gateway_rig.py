@@ -101,3 +101,25 @@ def wait_for_port(port: int, proc: subprocess.Popen) -> None:
         except OSError:
             time.sleep(0.1)
     raise AssertionError(f"nothing listens on {port}")
+
+
+def listening_gateway(tmp_path: Path, store_url: str, policy: str) -> "tuple[subprocess.Popen, int]":
+    """``ctrlrun gateway --listen`` (agents over streamable HTTP) in front of the test upstream
+    on stdio, with ``policy`` in the working directory; the process and its port, once it
+    listens."""
+    port = free_port()
+    (tmp_path / "ctrlrun.yaml").write_text(policy)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
+    env["UPSTREAM_LOG"] = str(tmp_path / "upstream.log")
+    gateway = subprocess.Popen(
+        [sys.executable, "-m", "ctrlrun", "gateway", "--name", "acme", "--listen",
+         f"127.0.0.1:{port}", "--store", store_url, "--", sys.executable,
+         str(HERE / "mcp_upstream.py")], env=env, cwd=str(tmp_path), stdin=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, gateway)
+    except BaseException:
+        gateway.kill()
+        gateway.wait()
+        raise
+    return gateway, port
+

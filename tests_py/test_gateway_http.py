@@ -14,16 +14,22 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import anyio
 from mcp.client.session import ClientSession
 
-from gateway_rig import HERE, POLICY, Rig, ctrl, free_port, wait_for_port
+from gateway_rig import HERE, POLICY, Rig, ctrl, free_port, listening_gateway, wait_for_port
+
+
+def _http_upstream(tmp_path, port: int) -> subprocess.Popen:
+    env = dict(os.environ, UPSTREAM_LOG=str(tmp_path / "upstream.log"),
+               UPSTREAM_PINGS=str(tmp_path / "pings.log"))
+    upstream = subprocess.Popen([sys.executable, str(HERE / "mcp_upstream.py"), "--http",
+                                 str(port)], env=env)
+    wait_for_port(port, upstream)
+    return upstream
 
 
 def test_an_upstream_over_streamable_http(tmp_path, store_url, store):
     port = free_port()
-    env = dict(os.environ, UPSTREAM_LOG=str(tmp_path / "upstream.log"))
-    upstream = subprocess.Popen([sys.executable, str(HERE / "mcp_upstream.py"), "--http",
-                                 str(port)], env=env)
+    upstream = _http_upstream(tmp_path, port)
     try:
-        wait_for_port(port, upstream)
         rig = Rig(tmp_path, store_url, POLICY,
                   upstream=["--upstream-url", f"http://127.0.0.1:{port}/mcp"])
         first, again = rig.calls(("refund", {"payment_id": "pi_h", "amount": 3}),
@@ -38,17 +44,8 @@ def test_an_upstream_over_streamable_http(tmp_path, store_url, store):
 def test_agents_over_streamable_http(tmp_path, store_url, store):
     from mcp.client.streamable_http import streamable_http_client
 
-    port = free_port()
-    (tmp_path / "ctrlrun.yaml").write_text(POLICY)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
-    env["UPSTREAM_LOG"] = str(tmp_path / "upstream.log")
-    gateway = subprocess.Popen(
-        [sys.executable, "-m", "ctrlrun", "gateway", "--name", "acme", "--listen",
-         f"127.0.0.1:{port}", "--store", store_url, "--", sys.executable,
-         str(HERE / "mcp_upstream.py")], env=env, cwd=str(tmp_path), stdin=subprocess.DEVNULL)
+    gateway, port = listening_gateway(tmp_path, store_url, POLICY)
     try:
-        wait_for_port(port, gateway)
-
         async def main() -> list:
             async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (r, w):
                 async with ClientSession(r, w) as s:
@@ -62,15 +59,6 @@ def test_agents_over_streamable_http(tmp_path, store_url, store):
     finally:
         gateway.terminate()
         gateway.wait(30)
-
-
-def _http_upstream(tmp_path, port: int) -> subprocess.Popen:
-    env = dict(os.environ, UPSTREAM_LOG=str(tmp_path / "upstream.log"),
-               UPSTREAM_PINGS=str(tmp_path / "pings.log"))
-    upstream = subprocess.Popen([sys.executable, str(HERE / "mcp_upstream.py"), "--http",
-                                 str(port)], env=env)
-    wait_for_port(port, upstream)
-    return upstream
 
 
 def test_an_http_upstream_that_cannot_be_reached_gets_calls_recorded_failed_unsent(

@@ -7,16 +7,13 @@ and completion requests reach the upstream. Both backends."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from typing import Any, List
 
 import anyio
 import pytest
 from mcp import types
 
-from gateway_rig import HERE, Rig, free_port, wait_for_port
+from gateway_rig import Rig, listening_gateway
 
 POLICY = """\
 schema: ctrlrun.policy/v2
@@ -150,14 +147,7 @@ def test_over_http_the_upstreams_request_goes_to_the_agent_whose_call_it_is(tmp_
     from mcp.client.session import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
-    port = free_port()
-    (tmp_path / "ctrlrun.yaml").write_text(POLICY)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
-    env["UPSTREAM_LOG"] = str(tmp_path / "upstream.log")
-    gateway = subprocess.Popen(
-        [sys.executable, "-m", "ctrlrun", "gateway", "--name", "acme", "--listen",
-         f"127.0.0.1:{port}", "--store", store_url, "--", sys.executable,
-         str(HERE / "mcp_upstream.py")], env=env, cwd=str(tmp_path), stdin=subprocess.DEVNULL)
+    gateway, port = listening_gateway(tmp_path, store_url, POLICY)
 
     def model(name: str) -> Any:
         async def sampling(context, params):
@@ -166,8 +156,6 @@ def test_over_http_the_upstreams_request_goes_to_the_agent_whose_call_it_is(tmp_
         return sampling
 
     try:
-        wait_for_port(port, gateway)
-
         async def main() -> list:
             url = f"http://127.0.0.1:{port}/mcp"
             async with streamable_http_client(url) as (ra, wa), \
