@@ -123,6 +123,7 @@ async def ask_the_agent(ctx: Any, name: str, args: dict) -> types.CallToolResult
 
 LEVEL: list = []
 SUBSCRIBED: list = []
+ROOTS_CHANGED: list = []
 
 
 async def set_level(ctx: Any, params: types.SetLevelRequestParams) -> types.EmptyResult:
@@ -146,7 +147,8 @@ async def list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
 
 async def read_resource(ctx: Any, params: types.ReadResourceRequestParams
                         ) -> types.ReadResourceResult:
-    state = f"level={','.join(LEVEL)} subscribed={','.join(SUBSCRIBED)}"
+    state = (f"level={','.join(LEVEL)} subscribed={','.join(SUBSCRIBED)} "
+             f"roots_changed={len(ROOTS_CHANGED)}")
     return types.ReadResourceResult(contents=[types.TextResourceContents(
         uri=RESOURCE, text=state, mime_type="text/plain")])
 
@@ -155,6 +157,10 @@ async def complete(ctx: Any, params: types.CompleteRequestParams) -> types.Compl
     prefix = params.argument.value
     return types.CompleteResult(completion=types.Completion(
         values=[v for v in ("pi_1", "pi_2", "re_9") if v.startswith(prefix)]))
+
+
+async def roots_changed(ctx: Any, params: Any) -> None:
+    ROOTS_CHANGED.append(1)
 
 
 async def ping(ctx: Any, params: Any) -> types.EmptyResult:
@@ -171,7 +177,7 @@ async def main() -> None:
                                  on_read_resource=read_resource,
                                  on_subscribe_resource=subscribe,
                                  on_unsubscribe_resource=unsubscribe, on_completion=complete,
-                                 on_ping=ping)
+                                 on_ping=ping, on_roots_list_changed=roots_changed)
     if len(sys.argv) > 2 and sys.argv[1] == "--http":  # streamable HTTP on 127.0.0.1:PORT
         import uvicorn
 

@@ -28,6 +28,17 @@ def rig(tmp_path, store_url):
     return Rig(tmp_path, store_url, POLICY)
 
 
+async def _read_until(session: Any, tail: str) -> str:
+    """The test upstream's state (its resource), read until it ends with ``tail`` (what a
+    notification changes lands a little after it is sent), for up to 10 s."""
+    with anyio.fail_after(10):
+        while True:
+            text = (await session.read_resource("memo://notes")).contents[0].text
+            if text.endswith(tail):
+                return text
+            await anyio.sleep(0.05)
+
+
 def answer(result: types.CallToolResult) -> Any:
     assert not result.is_error, result
     return json.loads(result.content[0].text)
@@ -133,11 +144,15 @@ def test_the_agents_level_subscriptions_and_completions_reach_the_upstream(rig):
         after_unsubscribe = await s.read_resource("memo://notes")
         completed = await s.complete(types.PromptReference(type="ref/prompt", name="refund"),
                                      {"name": "payment_id", "value": "pi"})
-        return after_subscribe, after_unsubscribe, completed
+        await s.send_roots_list_changed()  # a notification: the upstream counts it
+        return after_subscribe, after_unsubscribe, completed, await _read_until(
+            s, "roots_changed=1")
 
-    after_subscribe, after_unsubscribe, completed = rig.session(body)
-    assert after_subscribe.contents[0].text == "level=error subscribed=memo://notes"
-    assert after_unsubscribe.contents[0].text == "level=error subscribed="
+    after_subscribe, after_unsubscribe, completed, roots = rig.session(body)
+    assert after_subscribe.contents[0].text == (
+        "level=error subscribed=memo://notes roots_changed=0")
+    assert after_unsubscribe.contents[0].text == "level=error subscribed= roots_changed=0"
+    assert roots == "level=error subscribed= roots_changed=1"
     assert completed.completion.values == ["pi_1", "pi_2"]
 
 
@@ -182,6 +197,13 @@ def test_over_http_the_upstreams_request_goes_to_the_agent_whose_call_it_is(tmp_
                     out.append((await a.read_resource("memo://notes")).contents[0].text)
                     await a.unsubscribe_resource("memo://notes")
                     out.append((await a.read_resource("memo://notes")).contents[0].text)
+                    # an agent that subscribes and leaves: its subscription ends with it
+                    async with streamable_http_client(url) as (rc, wc):
+                        async with ClientSession(rc, wc) as c:
+                            await c.initialize()
+                            await c.subscribe_resource("memo://notes")
+                            out.append((await a.read_resource("memo://notes")).contents[0].text)
+                    out.append(await _read_until(a, "subscribed= roots_changed=0"))
                     # while a call of A's is in flight, B's call makes the upstream ask: the
                     # gateway cannot tell whose request it is, and says so instead of guessing
                     async with anyio.create_task_group() as tg:
@@ -192,11 +214,13 @@ def test_over_http_the_upstreams_request_goes_to_the_agent_whose_call_it_is(tmp_
                         out.append(await b.call_tool("ask", {"id": "h3", "question": "?"}))
                     return out
 
-        from_a, from_b, held, released, unplaced, slow = anyio.run(main)
+        from_a, from_b, held, released, left_held, left_gone, unplaced, slow = anyio.run(main)
         assert answer(from_a)["model"] == "agent-a"
         assert answer(from_b)["model"] == "agent-b"
-        assert held == "level= subscribed=memo://notes"  # A still holds it
-        assert released == "level= subscribed="
+        assert held == "level= subscribed=memo://notes roots_changed=0"  # A still holds it
+        assert released == "level= subscribed= roots_changed=0"
+        assert left_held == "level= subscribed=memo://notes roots_changed=0"
+        assert left_gone == "level= subscribed= roots_changed=0"
         assert unplaced.is_error and unplaced.content[0].text == (
             "the agent refused: ctrlrun gateway: requests of several agents are in flight, "
             "so it cannot tell which agent this request is for")
