@@ -43,7 +43,7 @@ def run_workers(configs, tmp_path):
         reports = []
         for p in procs:
             out, err = p.communicate(timeout=TIMEOUT)
-            assert p.returncode == 0, (f"worker exited {p.returncode}\nstdout: {out[:3000]}\n"
+            assert p.returncode == 0, (f"worker exited {p.returncode}\nstdout: {out[-3000:]}\n"
                                       f"stderr: {err[-3000:]}")
             reports.append(json.loads(out.strip().splitlines()[-1]))
         return reports

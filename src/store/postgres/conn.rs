@@ -8,7 +8,8 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::client::{Client, PgError, PgResult};
 
-/// One pooled connection. It holds no prepared statement and no session setting.
+/// One pooled connection. It holds no session setting; the only statements prepared on it are
+/// named by their content (`prepared.rs`).
 pub struct Conn {
     pub(super) client: Client,
     /// Set when the server ended this session; the pool then discards the connection.
@@ -128,6 +129,15 @@ pub(super) fn is_serialization(e: &PgError) -> bool {
     )
 }
 
+/// PgBouncer's answers (SQLSTATE 08P01, then it closes the connection) for a query it never
+/// gave to a server: no server connection came free within `query_wait_timeout`, or logging in
+/// to the server keeps failing. Its other answers of that kind (`server conn crashed?`) may
+/// follow a commit and stay unknown.
+const POOLER_NEVER_SENT: [&str; 2] = [
+    "query_wait_timeout",
+    "server login has been failing, try again later (server_login_retry)",
+];
+
 /// Whether a statement that commits by itself surely did not commit: the server answered it
 /// with an error of severity `ERROR`, which rolls its transaction back. Anything else leaves
 /// it unknown, as a lost `COMMIT` is: the connection lost or the wait run out after it was
@@ -136,9 +146,12 @@ pub(super) fn is_serialization(e: &PgError) -> bool {
 pub(super) fn rolled_back(e: &PgError) -> bool {
     use tokio_postgres::error::Severity;
     match e {
-        PgError::Driver(d) => d
-            .as_db_error()
-            .is_some_and(|db| db.parsed_severity() == Some(Severity::Error)),
+        PgError::Driver(d) => d.as_db_error().is_some_and(|db| {
+            db.parsed_severity() == Some(Severity::Error)
+                || (*db.code() == SqlState::PROTOCOL_VIOLATION
+                    && POOLER_NEVER_SENT.contains(&db.message()))
+        }),
+        PgError::Refused(_) => true, // nothing was sent
         _ => false,
     }
 }

@@ -16,6 +16,7 @@
 mod approvals;
 mod client;
 mod conn;
+mod prepared;
 mod receipts;
 mod retention;
 mod schema;
@@ -344,7 +345,7 @@ impl Store for PostgresStore {
     fn propose(&self, proposal: Proposal<'_>, now: Option<Micros>) -> Result<EffectRecord> {
         planner::check_request(proposal.key, proposal.action_id, proposal.lease)?;
         check_key(proposal.key)?;
-        self.reserve_from_a_read(proposal, now)
+        self.reserve_fresh(proposal, now)
     }
 
     fn transition(

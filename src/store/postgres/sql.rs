@@ -1,9 +1,10 @@
 //! The PostgreSQL store's statements and the decoding of its rows.
 
-use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::Row;
+use tokio_postgres::types::Type;
+use tokio_postgres::{Row, SimpleQueryRow};
 
 use super::client::{Client, PgResult};
+use super::prepared::{Arg, Prepared};
 
 use crate::error::{Error, Result};
 use crate::planner::{Expected, Transition};
@@ -26,6 +27,27 @@ fn digest(param: usize) -> String {
 pub(super) fn now_expr(param: usize) -> String {
     format!(
         "COALESCE(${param}::int8, (extract(epoch FROM pg_catalog.clock_timestamp()) * 1000000)::int8)"
+    )
+}
+
+/// The receipt hash of `fields` (see [`crate::receipt`]), written out in the statement: the
+/// same value as the schema's `ctrlrun_receipt_hash(…)`, without a function call per write.
+/// Each field is its UTF-8 length, `:` and its text, or `~` for NULL; the SHA-256 of them all,
+/// in hex.
+fn receipt_hash(fields: &[&str]) -> String {
+    let each: Vec<String> = fields
+        .iter()
+        .map(|x| match *x {
+            "NULL" => "'~'".to_owned(),
+            x => format!(
+                "COALESCE(pg_catalog.octet_length(pg_catalog.convert_to(({x})::text, 'UTF8'))::text \
+                 || ':' || ({x})::text, '~')"
+            ),
+        })
+        .collect();
+    format!(
+        "pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to({}, 'UTF8')), 'hex')",
+        each.join(" || ")
     )
 }
 
@@ -58,10 +80,47 @@ pub(super) struct Sql {
     pub(super) receipt_hash: String,
     pub(super) effects: String,
     insert: String,
+    reserve: Prepared,
     select: String,
     cas: String,
-    transition: String,
+    transition: Prepared,
 }
+
+/// The parameters of `insert` and `reserve`, in order.
+const RESERVE_TYPES: [Type; 17] = [
+    Type::TEXT, // $1 key
+    Type::TEXT, // state
+    Type::TEXT, // action id
+    Type::INT8, // attempt
+    Type::INT8, // $5 the caller's `now`, or NULL for the server's clock
+    Type::INT8, // lease length
+    Type::TEXT, // result
+    Type::TEXT, // error
+    Type::TEXT, // resolved by
+    Type::TEXT, // $10 attempt token
+    Type::TEXT, // action
+    Type::TEXT, // holder
+    Type::TEXT, // arguments' digest
+    Type::TEXT, // per-argument digests
+    Type::TEXT, // $15 approval id
+    Type::TEXT, // receipt kind
+    Type::TEXT, // writer
+];
+
+/// The parameters of `transition`, in order.
+const TRANSITION_TYPES: [Type; 11] = [
+    Type::TEXT,
+    Type::TEXT_ARRAY,
+    Type::BOOL,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+];
 
 impl Sql {
     pub(super) fn new(schema: &str) -> Sql {
@@ -71,11 +130,12 @@ impl Sql {
         // list a column is the old row's value); a trigger appends the written row as the
         // receipt. Fields in `Receipt::expected_hash`'s order.
         let head = |seq: &str, prev: &str, fields: [&str; 11]| {
+            let (seq_text, chain) = (format!("({seq})::text"), "'effect'");
+            let mut all = vec![chain, fields[0], "NULL", &seq_text, prev];
+            all.extend_from_slice(&fields[1..]);
             format!(
-                "receipt_seq = {seq}, receipt_prev = {prev}, receipt_hash = {hash}('effect', \
-                 {}, NULL, ({seq})::text, {prev}, {})",
-                fields[0],
-                fields[1..].join(", ")
+                "receipt_seq = {seq}, receipt_prev = {prev}, receipt_hash = {}",
+                receipt_hash(&all)
             )
         };
         let at = "COALESCE($5::int8, \
@@ -86,13 +146,22 @@ impl Sql {
             "key_digest, {COLUMNS}, last_event, written_by, receipt_seq, receipt_prev, \
              receipt_hash"
         );
+        let at_text = format!("({at})::text");
         let values = format!(
             "{d}, $1, $2, $3, $4, {at}, {at}, {at} + $6::int8, $7, $8, $9, $10, $11, $12, $13, \
-             $14, $15, $16, $17, 1, NULL, {hash}('effect', $1, NULL, '1', NULL, ({at})::text, \
-             $16, $11, $3, $4::text, $2, $13, $15, $9, $17)",
+             $14, $15, $16, $17, 1, NULL, {h}",
             d = digest(1),
+            h = receipt_hash(&[
+                "'effect'", "$1", "NULL", "'1'", "NULL", &at_text, "$16", "$11", "$3", "$4::text",
+                "$2", "$13", "$15", "$9", "$17"
+            ]),
         );
         let e_columns = qualified("e", COLUMNS);
+        let insert = format!(
+            "INSERT INTO {t} ({insert_columns}) SELECT {values} \
+             FROM (SELECT {durable}()) durable(ok) \
+             ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}"
+        );
         let now9 = "COALESCE($9::int8, \
                     (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8)";
         Sql {
@@ -102,17 +171,26 @@ impl Sql {
             effects: t.clone(),
             // The planner's row; a row already there wins (no row returned). Its times are
             // the server's clock when the INSERT runs (or the caller's `now`), the lease the
-            // planner's length from there: planned from a read made before the transaction, a
-            // wait for a connection or a pooler must not eat into the holder's lease.
-            // A plain INSERT plans in microseconds, where a statement that also works out the
-            // row or returns the one there (a CTE) costs the server about 0.3 ms on every call,
-            // more than the plain read that decides a refusal. `ctrlrun_durable()` makes the
-            // commit of an INSERT that commits by itself as durable as the server's own setting,
-            // whatever a pooler's server connection carries over.
-            insert: format!(
-                "INSERT INTO {t} ({insert_columns}) SELECT {values} \
-                 FROM (SELECT {durable}()) durable(ok) \
-                 ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}"
+            // planner's length from there: planned before the statement runs, a wait for a
+            // connection or a pooler must not eat into the holder's lease. `ctrlrun_durable()`
+            // makes the commit of a statement that commits by itself as durable as the server's
+            // own setting, whatever a pooler's server connection carries over.
+            insert: insert.clone(),
+            // A fresh call's one statement (prepared: see `prepared.rs`): the INSERT above, or
+            // the row already there with the server's clock. A data-modifying CTE runs once
+            // whatever reads it; the second branch reads the statement's snapshot, so a row
+            // committed by another writer after the statement began shows in neither branch.
+            reserve: Prepared::new(
+                &format!(
+                    "WITH ins AS ({insert}) \
+                     SELECT true, {COLUMNS}, NULL::int8 FROM ins \
+                     UNION ALL SELECT false, {e_columns}, {now} FROM {t} e \
+                     WHERE e.key_digest = {d} AND e.effect_key = $1 \
+                     AND NOT EXISTS (SELECT 1 FROM ins)",
+                    d = digest(1),
+                    now = now_expr(5),
+                ),
+                &RESERVE_TYPES,
             ),
             select: format!(
                 "SELECT {cols}, clock.n FROM (SELECT {now} AS n) clock \
@@ -140,33 +218,36 @@ impl Sql {
                 )
             ),
             // The time is the statement's (stable within it: the row and its receipt agree).
-            transition: format!(
-                "UPDATE {t} SET state = $1, updated_at = {now}, \
+            transition: Prepared::new(
+                &format!(
+                    "UPDATE {t} SET state = $1, updated_at = {now}, \
                  lease_expires_at = CASE WHEN $3 THEN NULL ELSE lease_expires_at END, \
                  result = $4, error = $5, last_event = $10, written_by = $11, {head} \
                  FROM (SELECT {durable}()) durable(ok) \
                  WHERE key_digest = {d} AND effect_key = $6 AND action_id = $7 \
                  AND ($8::int8 IS NULL OR attempt = $8) \
                  AND state = ANY($2::text[]) RETURNING {COLUMNS}",
-                now = now9,
-                d = digest(6),
-                head = head(
-                    seq,
-                    "receipt_hash",
-                    [
-                        "effect_key",
-                        &format!("({now9})::text"),
-                        "$10",
-                        "action",
-                        "action_id",
-                        "attempt::text",
-                        "$1",
-                        "args_digest",
-                        "approval_id",
-                        "resolved_by",
-                        "$11"
-                    ]
-                )
+                    now = now9,
+                    d = digest(6),
+                    head = head(
+                        seq,
+                        "receipt_hash",
+                        [
+                            "effect_key",
+                            &format!("({now9})::text"),
+                            "$10",
+                            "action",
+                            "action_id",
+                            "attempt::text",
+                            "$1",
+                            "args_digest",
+                            "approval_id",
+                            "resolved_by",
+                            "$11"
+                        ]
+                    )
+                ),
+                &TRANSITION_TYPES,
             ),
         }
     }
@@ -193,11 +274,12 @@ impl Sql {
         now: Option<Micros>,
     ) -> PgResult<Option<Row>> {
         let lease = r.lease_expires_at.map(|until| until - r.created_at);
+        let (state, event, writer) = (r.state.as_str(), Event::Reservation.as_str(), holder());
         c.query_typed_opt(
             &self.insert,
             &[
                 (&r.effect_key, Type::TEXT),
-                (&r.state.as_str(), Type::TEXT),
+                (&state, Type::TEXT),
                 (&r.action_id, Type::TEXT),
                 (&r.attempt, Type::INT8),
                 (&now, Type::INT8),
@@ -211,8 +293,45 @@ impl Sql {
                 (&r.args_digest, Type::TEXT),
                 (&r.arg_digests, Type::TEXT),
                 (&r.approval_id, Type::TEXT),
-                (&Event::Reservation.as_str(), Type::TEXT),
-                (&holder(), Type::TEXT),
+                (&event, Type::TEXT),
+                (&writer, Type::TEXT),
+            ],
+        )
+    }
+
+    /// The reservation in one statement that commits by itself: insert the planner's row `r`
+    /// (as [`Sql::insert`]) or return the row already there.
+    pub(super) fn reserve(
+        &self,
+        c: &mut Client,
+        r: &EffectRecord,
+        now: Option<Micros>,
+    ) -> PgResult<Vec<SimpleQueryRow>> {
+        let lease = r.lease_expires_at.map(|until| until - r.created_at);
+        let writer = holder();
+        fn text(v: &Option<String>) -> Arg<'_> {
+            Arg::Text(v.as_deref())
+        }
+        c.execute_prepared(
+            &self.reserve,
+            &[
+                Arg::Text(Some(&r.effect_key)),
+                Arg::Text(Some(r.state.as_str())),
+                Arg::Text(Some(&r.action_id)),
+                Arg::Int(Some(r.attempt)),
+                Arg::Int(now),
+                Arg::Int(lease),
+                text(&r.result),
+                text(&r.error),
+                text(&r.resolved_by),
+                text(&r.attempt_token),
+                text(&r.action),
+                text(&r.holder),
+                text(&r.args_digest),
+                text(&r.arg_digests),
+                text(&r.approval_id),
+                Arg::Text(Some(Event::Reservation.as_str())),
+                Arg::Text(Some(&writer)),
             ],
         )
     }
@@ -263,24 +382,38 @@ impl Sql {
         action_id: &str,
         attempt: Option<i64>,
         now: Option<Micros>,
-    ) -> PgResult<Vec<Row>> {
+    ) -> PgResult<Vec<SimpleQueryRow>> {
         let w = t.write();
         let from: Vec<&str> = w.from.iter().map(|s| s.as_str()).collect();
         let (kind, writer) = (Event::of_transition(t).as_str(), holder());
-        let params: [(&(dyn ToSql + Sync), Type); 11] = [
-            (&w.state.as_str(), Type::TEXT),
-            (&from, Type::TEXT_ARRAY),
-            (&w.clear_lease, Type::BOOL),
-            (&w.result, Type::TEXT),
-            (&w.error, Type::TEXT),
-            (&key, Type::TEXT),
-            (&action_id, Type::TEXT),
-            (&attempt, Type::INT8),
-            (&now, Type::INT8),
-            (&kind, Type::TEXT),
-            (&writer, Type::TEXT),
-        ];
-        c.query_typed(&self.transition, &params)
+        c.execute_prepared(
+            &self.transition,
+            &[
+                Arg::Text(Some(w.state.as_str())),
+                Arg::Texts(&from),
+                Arg::Bool(w.clear_lease),
+                Arg::Text(w.result),
+                Arg::Text(w.error),
+                Arg::Text(Some(key)),
+                Arg::Text(Some(action_id)),
+                Arg::Int(attempt),
+                Arg::Int(now),
+                Arg::Text(Some(kind)),
+                Arg::Text(Some(&writer)),
+            ],
+        )
+    }
+}
+
+/// What the reservation statement's rows say.
+pub(super) fn read_reserved(rows: &[SimpleQueryRow]) -> Result<Reserved> {
+    let Some(row) = rows.first() else {
+        return Ok(Reserved::Neither);
+    };
+    let record = row.need(1, read_record(row, 1)?)?;
+    match row.text(0)?.as_deref() {
+        Some("t") => Ok(Reserved::Inserted(record)),
+        _ => Ok(Reserved::Found(record, row.need(17, row.int(17)?)?)),
     }
 }
 
@@ -289,30 +422,68 @@ fn state_of(text: &str) -> std::result::Result<EffectState, Error> {
         .ok_or_else(|| Error::Store(format!("the store holds an unknown effect state {text:?}")))
 }
 
+/// A row's columns, whether it came back in binary (a typed statement) or as text (a
+/// prepared statement's `EXECUTE`, see `prepared.rs`).
+pub(super) trait Cols {
+    fn text(&self, i: usize) -> Result<Option<String>>;
+    fn int(&self, i: usize) -> Result<Option<i64>>;
+
+    fn need<T>(&self, i: usize, value: Option<T>) -> Result<T> {
+        value.ok_or_else(|| Error::Store(format!("the store returned no value in column {i}")))
+    }
+}
+
+fn bad_column(i: usize, e: impl std::fmt::Display) -> Error {
+    Error::Store(format!("the store returned an unreadable column {i}: {e}"))
+}
+
+impl Cols for Row {
+    fn text(&self, i: usize) -> Result<Option<String>> {
+        self.try_get(i).map_err(|e| bad_column(i, e))
+    }
+    fn int(&self, i: usize) -> Result<Option<i64>> {
+        self.try_get(i).map_err(|e| bad_column(i, e))
+    }
+}
+
+impl Cols for SimpleQueryRow {
+    fn text(&self, i: usize) -> Result<Option<String>> {
+        Ok(self
+            .try_get(i)
+            .map_err(|e| bad_column(i, e))?
+            .map(str::to_owned))
+    }
+    fn int(&self, i: usize) -> Result<Option<i64>> {
+        match self.try_get(i).map_err(|e| bad_column(i, e))? {
+            None => Ok(None),
+            Some(text) => text.parse().map(Some).map_err(|e| bad_column(i, e)),
+        }
+    }
+}
+
 /// A row of `COLUMNS` starting at column `at`; `None` when the key column is NULL.
-pub(super) fn read_record(row: &Row, at: usize) -> Result<Option<EffectRecord>> {
-    let key: Option<String> = row.get(at);
-    let Some(effect_key) = key else {
+pub(super) fn read_record(row: &impl Cols, at: usize) -> Result<Option<EffectRecord>> {
+    let Some(effect_key) = row.text(at)? else {
         return Ok(None);
     };
-    let state: String = row.get(at + 1);
+    let state = row.need(at + 1, row.text(at + 1)?)?;
     Ok(Some(EffectRecord {
         effect_key,
         state: state_of(&state)?,
-        action_id: row.get(at + 2),
-        attempt: row.get(at + 3),
-        created_at: row.get(at + 4),
-        updated_at: row.get(at + 5),
-        lease_expires_at: row.get(at + 6),
-        result: row.get(at + 7),
-        error: row.get(at + 8),
-        resolved_by: row.get(at + 9),
-        attempt_token: row.get(at + 10),
-        action: row.get(at + 11),
-        holder: row.get(at + 12),
-        args_digest: row.get(at + 13),
-        arg_digests: row.get(at + 14),
-        approval_id: row.get(at + 15),
+        action_id: row.need(at + 2, row.text(at + 2)?)?,
+        attempt: row.need(at + 3, row.int(at + 3)?)?,
+        created_at: row.need(at + 4, row.int(at + 4)?)?,
+        updated_at: row.need(at + 5, row.int(at + 5)?)?,
+        lease_expires_at: row.int(at + 6)?,
+        result: row.text(at + 7)?,
+        error: row.text(at + 8)?,
+        resolved_by: row.text(at + 9)?,
+        attempt_token: row.text(at + 10)?,
+        action: row.text(at + 11)?,
+        holder: row.text(at + 12)?,
+        args_digest: row.text(at + 13)?,
+        arg_digests: row.text(at + 14)?,
+        approval_id: row.text(at + 15)?,
     }))
 }
 
@@ -320,6 +491,14 @@ pub(super) fn read_record(row: &Row, at: usize) -> Result<Option<EffectRecord>> 
 pub(super) type Found = (Option<EffectRecord>, Micros);
 
 /// A row of the `select` statement.
-pub(super) fn read_found(row: &Row) -> Result<Found> {
-    Ok((read_record(row, 0)?, row.get(16)))
+pub(super) fn read_found(row: &impl Cols) -> Result<Found> {
+    Ok((read_record(row, 0)?, row.need(16, row.int(16)?)?))
+}
+
+/// What the reservation statement did: inserted the row, or found the one there (with the
+/// server's clock), or neither (a row committed by another writer after the statement began).
+pub(super) enum Reserved {
+    Inserted(EffectRecord),
+    Found(EffectRecord, Micros),
+    Neither,
 }
