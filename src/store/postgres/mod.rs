@@ -19,6 +19,7 @@ mod conn;
 mod prepared;
 mod receipts;
 mod retention;
+mod rows;
 mod schema;
 mod sql;
 mod tls;
@@ -39,9 +40,10 @@ use crate::store::Store;
 use crate::url::{PgTls, SslMode};
 use client::{one_per_host, Client, PgError, PgResult};
 use conn::{describe, is_serialization, is_session_gone, Conn, Manager, Txn};
+use rows::read_found;
 use schema::init_schema;
 pub use schema::{drop_scratch_schema, SCHEMA_VERSION, SCRATCH_PREFIX};
-use sql::{read_found, Sql};
+use sql::Sql;
 
 /// PostgreSQL `text` cannot hold NUL: refuse such a key before any write.
 fn check_key(key: &str) -> Result<()> {

@@ -12,7 +12,8 @@
 use tokio_postgres::types::{ToSql, Type};
 
 use super::client::{Client, PgError};
-use super::sql::{now_expr, read_record, COLUMNS};
+use super::rows::read_record;
+use super::sql::{now_expr, COLUMNS};
 use super::{check_key, PostgresStore};
 use crate::error::{Error, Result};
 use crate::record::{holder, EffectRecord, EffectState, Micros};

@@ -4,7 +4,8 @@
 use super::approvals;
 use super::client::{Client, PgError};
 use super::conn::rolled_back;
-use super::sql::{read_record, read_reserved, Reserved, Sql};
+use super::rows::{read_record, read_reserved, Reserved};
+use super::sql::Sql;
 use super::PostgresStore;
 use crate::error::{Error, Result};
 use crate::planner::{self, Expected, Mismatch, Proposal, ReservationPlan};
@@ -116,11 +117,7 @@ impl PostgresStore {
     /// One reservation transaction: plan from `first` (the plain read just made) or from a
     /// read in the transaction, write the plan, and re-read and re-plan when a concurrent
     /// writer got there first. Returns what was written (for the identity re-read).
-    fn reserve_txn(
-        &self,
-        proposal: &Proposal<'_>,
-        now: Option<Micros>,
-    ) -> Result<Commit<Step>> {
+    fn reserve_txn(&self, proposal: &Proposal<'_>, now: Option<Micros>) -> Result<Commit<Step>> {
         const WHAT: &str = "reserve_effect";
         let key = proposal.key;
         self.txn(WHAT, key, |tx, sql| {
