@@ -34,11 +34,13 @@ test-py: dev
 
 ## bench: release build, then the benchmark against the original product and the engine floors,
 ## then the gateway's cost per tools/call (SQLite, and a throwaway PostgreSQL cluster), then
+## PostgreSQL throughput with 1, 8 and 64 threads and 64 tasks beside pgbench, then
 ## `effects list --prefix` and prune on a 1,000,000-row store beside their floors
 bench: $(VENV)/.tools
 	$(VENV)/bin/maturin develop --release --quiet
 	$(PY) bench/run.py
 	$(PYTHON) tests_py/pgserver.py -- $(PY) bench/gateway.py
+	$(PYTHON) tests_py/pgserver.py -- $(PY) bench/throughput.py --json bench/throughput.json
 	$(PYTHON) tests_py/pgserver.py -- $(PY) bench/retention.py --json bench/retention.json
 
 lint:

@@ -1,0 +1,263 @@
+"""Throughput under concurrency on PostgreSQL: protected calls with 1, 8 and 64 threads and with
+64 concurrent tasks, beside pgbench running the same two statements with 8 and 32 clients, in
+the same run, and pgbench running ctrlrun's own two statements (what the server alone costs).
+
+    python3 tests_py/pgserver.py -- python bench/throughput.py [--seconds S] [--repeats N] [--json FILE]
+
+The server is the one ``CTRLRUN_TEST_POSTGRES_URL`` names (``pgserver.py`` starts a throwaway
+one). Every protected call is a fresh key: its reservation and its outcome, two durable commits.
+pgbench's transaction is the smallest correct protocol for the same work: ``INSERT … ON CONFLICT
+DO NOTHING`` then the compare-and-set ``UPDATE``, each an autocommit statement, prepared
+(``-M prepared``), on a table with the key as primary key. The body of each protected call
+counts its executions per key: a key run twice is a double. The store keeps its default pool
+(16 connections per process): 64 threads or tasks share them, as they would in an application.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+from urllib.parse import unquote, urlsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests_py"))
+from pgproxy import PgProxy  # noqa: E402
+from pgserver import _find_bin  # noqa: E402
+
+import ctrlrun  # noqa: E402
+
+PGBENCH_SCRIPT = """\\set k random(1, 4000000000000000000)
+INSERT INTO bench_tp (effect_key, state, action_id, attempt, created_at, updated_at, lease_expires_at) VALUES ('k' || :k, 'reserved', 'act', 1, 0, 0, 30000000) ON CONFLICT (effect_key) DO NOTHING;
+UPDATE bench_tp SET state = 'committed', updated_at = 1, lease_expires_at = NULL, result = '1' WHERE effect_key = 'k' || :k AND action_id = 'act' AND attempt = 1 AND state = 'reserved';
+"""
+
+
+class Counted:
+    """One store and a protected function whose body counts executions per key."""
+
+    def __init__(self, url: str) -> None:
+        self.store = ctrlrun.open_store(url)
+        self.runs: Counter = Counter()
+        self.lock = threading.Lock()
+        self.prefix = uuid.uuid4().hex[:8]
+
+        @ctrlrun.protect("bench.tp", effect="tp:{key}", store=self.store)
+        def call(key: str) -> int:
+            with self.lock:
+                self.runs[key] += 1
+            return 1
+
+        @ctrlrun.protect("bench.tp", effect="tp:{key}", store=self.store)
+        async def acall(key: str) -> int:
+            self.runs[key] += 1
+            return 1
+
+        self.call, self.acall = call, acall
+
+    def doubles(self) -> int:
+        return sum(1 for n in self.runs.values() if n > 1)
+
+
+def threads(url: str, n: int, seconds: float) -> Dict[str, Any]:
+    c = Counted(url)
+    for i in range(20):
+        c.call(f"warm{c.prefix}{i}")
+    done = [0] * n
+    start = threading.Barrier(n + 1)
+    deadline = [0.0]
+
+    def worker(w: int) -> None:
+        start.wait()
+        i = 0
+        while time.monotonic() < deadline[0]:
+            c.call(f"{c.prefix}-{w}-{i}")
+            i += 1
+        done[w] = i
+
+    ts = [threading.Thread(target=worker, args=(w,)) for w in range(n)]
+    for t in ts:
+        t.start()
+    deadline[0] = time.monotonic() + seconds
+    began = time.monotonic()
+    start.wait()
+    for t in ts:
+        t.join()
+    wall = time.monotonic() - began
+    c.store.close()
+    return {"calls": sum(done), "wall_s": wall, "calls_per_s": sum(done) / wall,
+            "doubles": c.doubles()}
+
+
+def tasks(url: str, n: int, seconds: float) -> Dict[str, Any]:
+    c = Counted(url)
+
+    async def main() -> Dict[str, Any]:
+        for i in range(20):
+            await c.acall(f"warm{c.prefix}{i}")
+        deadline = time.monotonic() + seconds
+        began = time.monotonic()
+
+        async def worker(w: int) -> int:
+            i = 0
+            while time.monotonic() < deadline:
+                await c.acall(f"{c.prefix}-{w}-{i}")
+                i += 1
+            return i
+
+        counts = await asyncio.gather(*(worker(w) for w in range(n)))
+        wall = time.monotonic() - began
+        return {"calls": sum(counts), "wall_s": wall, "calls_per_s": sum(counts) / wall}
+
+    out = asyncio.run(main())
+    out["doubles"] = c.doubles()
+    c.store.close()
+    return out
+
+
+# The values of ctrlrun's two prepared statements' parameters, in the order of
+# src/store/postgres/sql.rs (RESERVE_TYPES, TRANSITION_TYPES): keep in step with it.
+KEY = "('tp-k' || CAST(:k AS text))"
+ACT = "'act_0123456789abcdef0123456789abcdef'"
+RESERVE_VALUES = [KEY, "'executing'", ACT, "1", "NULL", "30000000", "NULL", "NULL", "NULL",
+                  "'tok_0123456789abcdef0123456789ab'", "'bench.tp'", "'bench-1'",
+                  "'" + "d" * 64 + "'", "'{\"key\": \"x\"}'", "NULL", "'reservation'",
+                  "'bench-1'"]
+OUTCOME_VALUES = ["'committed'", "ARRAY['executing']", "true", "'1'", "NULL", KEY, ACT, "1",
+                  "NULL", "'outcome'", "'bench-1'"]
+
+
+def ctrlrun_script(url: str) -> str:
+    """A pgbench script of ctrlrun's own two statements, as the store prepares them (read off
+    the wire through the tests' proxy), on a schema of their own: what the server alone costs
+    for ctrlrun's protocol, with no client work."""
+    u = urlsplit(url)
+    proxy = PgProxy(u.hostname or "127.0.0.1", u.port or 5432)
+    try:
+        schema = f"ctrlrun_scratch_tps_{uuid.uuid4().hex[:8]}"
+        auth = u.netloc.rsplit("@", 1)[0]
+        via = f"postgresql://{auth}@{proxy.host}:{proxy.port}{u.path}?schema={schema}"
+        c = Counted(via)
+        c.call("one")
+        c.store.close()
+        bodies = list(proxy.prepared.values())
+    finally:
+        proxy.close()
+    reserve = next(b for b in bodies if b.startswith(b"WITH ins AS")).decode()
+    outcome = next(b for b in bodies if b.startswith(b"UPDATE")).decode()
+
+    def bind(body: str, values: List[str]) -> str:
+        return re.sub(r"\$(\d+)", lambda m: values[int(m.group(1)) - 1], body)
+
+    return ("\\set k random(1, 4000000000000000000)\n" + bind(reserve, RESERVE_VALUES) + ";\n"
+            + bind(outcome, OUTCOME_VALUES) + ";\n")
+
+
+def pgbench(url: str, clients: int, seconds: float, script: str = PGBENCH_SCRIPT) -> Dict[str, Any]:
+    """pgbench with the two statements; the password travels in the environment."""
+    u = urlsplit(url)
+    env = dict(os.environ, PGPASSWORD=unquote(u.password or ""))
+    base = [_find_bin("pgbench"), "-h", u.hostname or "127.0.0.1", "-p", str(u.port or 5432),
+            "-U", unquote(u.username or "postgres")]
+    db = (u.path or "/postgres").lstrip("/") or "postgres"
+    psql = [_find_bin("psql"), "-h", u.hostname or "127.0.0.1", "-p", str(u.port or 5432),
+            "-U", unquote(u.username or "postgres"), "-d", db, "-qAtc"]
+    subprocess.run([*psql, "DROP TABLE IF EXISTS bench_tp; CREATE TABLE bench_tp ("
+                    "effect_key text PRIMARY KEY, state text NOT NULL, action_id text NOT NULL, "
+                    "attempt bigint NOT NULL, created_at bigint NOT NULL, updated_at bigint NOT "
+                    "NULL, lease_expires_at bigint, result text, error text, resolved_by text)"],
+                   env=env, check=True, capture_output=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
+        f.write(script)
+    try:
+        run = subprocess.run([*base, "-n", "-M", "prepared", "-c", str(clients),
+                              "-j", str(min(clients, 2)), "-T", str(int(seconds)), "-f", f.name,
+                              db], env=env, capture_output=True, text=True, check=True)
+    finally:
+        os.unlink(f.name)
+    m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", run.stdout)
+    assert m, run.stdout + run.stderr
+    return {"calls_per_s": float(m.group(1))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--no-ctrlrun-sql", action="store_true",
+                    help="skip pgbench on ctrlrun's own statements (for builds before they "
+                         "were prepared statements)")
+    args = ap.parse_args()
+    pg = os.environ.get("CTRLRUN_TEST_POSTGRES_URL")
+    if not pg:
+        sys.exit("bench/throughput.py needs a PostgreSQL server: run it as "
+                 "python3 tests_py/pgserver.py -- python bench/throughput.py")
+    sep = "&" if "?" in pg else "?"
+    rows: Dict[str, Callable[[str], Dict[str, Any]]] = {
+        "ctrlrun, 1 thread": lambda u: threads(u, 1, args.seconds),
+        "ctrlrun, 8 threads": lambda u: threads(u, 8, args.seconds),
+        "ctrlrun, 64 threads": lambda u: threads(u, 64, args.seconds),
+        "ctrlrun, 64 concurrent tasks": lambda u: tasks(u, 64, args.seconds),
+        "pgbench, 8 clients": lambda u: pgbench(pg, 8, args.seconds),
+        "pgbench, 32 clients": lambda u: pgbench(pg, 32, args.seconds),
+    }
+    if not args.no_ctrlrun_sql:
+        ours = ctrlrun_script(pg)
+        rows["pgbench, 8 clients, ctrlrun's SQL"] = lambda u: pgbench(pg, 8, args.seconds, ours)
+    runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name in rows}
+    for r in range(args.repeats):
+        for name, measure in rows.items():
+            url = f"{pg}{sep}schema=ctrlrun_scratch_tp_{uuid.uuid4().hex[:8]}"
+            out = measure(url)
+            runs[name].append(out)
+            print(f"  [{r + 1}/{args.repeats}] {name}: {out['calls_per_s']:,.0f} calls/s"
+                  + (f", doubles {out['doubles']}" if "doubles" in out else ""), flush=True)
+    median = {name: statistics.median(o["calls_per_s"] for o in outs)
+              for name, outs in runs.items()}
+    doubles = sum(o.get("doubles", 0) for outs in runs.values() for o in outs)
+    print(f"\n== PostgreSQL throughput: {args.seconds:g} s per run, {args.repeats} runs, "
+          f"medians ==")
+    print(f"{'workload':<36} {'calls/s':>10} {'all runs':>26}")
+    for name, outs in runs.items():
+        each = ", ".join(f"{o['calls_per_s']:,.0f}" for o in outs)
+        print(f"{name:<36} {median[name]:>10,.0f} {each:>26}")
+    checks = [
+        ("8 threads vs pgbench 8 clients", median["ctrlrun, 8 threads"]
+         / median["pgbench, 8 clients"]),
+        ("64 tasks vs pgbench 32 clients", median["ctrlrun, 64 concurrent tasks"]
+         / median["pgbench, 32 clients"]),
+    ]
+    ours_row = median.get("pgbench, 8 clients, ctrlrun's SQL")
+    info = [] if ours_row is None else [
+        ("8 threads vs pgbench on ctrlrun's SQL", median["ctrlrun, 8 threads"] / ours_row),
+        ("pgbench: ctrlrun's SQL vs the two statements", ours_row
+         / median["pgbench, 8 clients"]),
+    ]
+    print(f"\n{'check':<46} {'measured':>8} {'goal':>8} verdict")
+    for name, ratio in checks:
+        print(f"{name:<46} {ratio:>7.2f}x {'>= 0.6x':>8} {'MET' if ratio >= 0.6 else 'MISSED'}")
+    for name, ratio in info:
+        print(f"{name:<46} {ratio:>7.2f}x {'info':>8} n/a")
+    print(f"{'doubles, every run':<46} {doubles:>8} {'0':>8} {'MET' if doubles == 0 else 'MISSED'}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"runs": runs, "median": median,
+                                               "checks": dict(checks), "info": dict(info),
+                                               "doubles": doubles},
+                                              indent=2))
+
+
+if __name__ == "__main__":
+    main()
