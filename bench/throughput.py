@@ -211,11 +211,13 @@ def main() -> None:
         "ctrlrun, 8 threads": lambda u: threads(u, 8, args.seconds),
         "ctrlrun, 64 threads": lambda u: threads(u, 64, args.seconds),
         "ctrlrun, 64 concurrent tasks": lambda u: tasks(u, 64, args.seconds),
+        "pgbench, 1 client": lambda u: pgbench(pg, 1, args.seconds),
         "pgbench, 8 clients": lambda u: pgbench(pg, 8, args.seconds),
         "pgbench, 32 clients": lambda u: pgbench(pg, 32, args.seconds),
     }
     if not args.no_ctrlrun_sql:
         ours = ctrlrun_script(pg)
+        rows["pgbench, 1 client, ctrlrun's SQL"] = lambda u: pgbench(pg, 1, args.seconds, ours)
         rows["pgbench, 8 clients, ctrlrun's SQL"] = lambda u: pgbench(pg, 8, args.seconds, ours)
     runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name in rows}
     for r in range(args.repeats):
@@ -241,7 +243,11 @@ def main() -> None:
          / median["pgbench, 32 clients"]),
     ]
     ours_row = median.get("pgbench, 8 clients, ctrlrun's SQL")
-    info = [] if ours_row is None else [
+    info = [("1 thread vs pgbench 1 client", median["ctrlrun, 1 thread"]
+             / median["pgbench, 1 client"])]
+    info += [] if ours_row is None else [
+        ("1 thread vs pgbench 1 client on ctrlrun's SQL", median["ctrlrun, 1 thread"]
+         / median["pgbench, 1 client, ctrlrun's SQL"]),
         ("8 threads vs pgbench on ctrlrun's SQL", median["ctrlrun, 8 threads"] / ours_row),
         ("pgbench: ctrlrun's SQL vs the two statements", ours_row
          / median["pgbench, 8 clients"]),
