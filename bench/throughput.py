@@ -127,8 +127,8 @@ def tasks(url: str, n: int, seconds: float) -> Dict[str, Any]:
     return out
 
 
-# The values of ctrlrun's two prepared statements' parameters, in the order of
-# src/store/postgres/sql.rs (RESERVE_TYPES, TRANSITION_TYPES): keep in step with it.
+# The values of ctrlrun's two statements' parameters, in the order of src/store/postgres/sql.rs
+# (`insert_params`, `transition_rows`): keep in step with it.
 KEY = "('tp-k' || CAST(:k AS text))"
 ACT = "'act_0123456789abcdef0123456789abcdef'"
 RESERVE_VALUES = [KEY, "'executing'", ACT, "1", "NULL", "30000000", "NULL", "NULL", "NULL",
@@ -140,9 +140,9 @@ OUTCOME_VALUES = ["'committed'", "ARRAY['executing']", "true", "'1'", "NULL", KE
 
 
 def ctrlrun_script(url: str) -> str:
-    """A pgbench script of ctrlrun's own two statements, as the store prepares them (read off
-    the wire through the tests' proxy), on a schema of their own: what the server alone costs
-    for ctrlrun's protocol, with no client work."""
+    """A pgbench script of ctrlrun's own two statements, as the store sends them (read off the
+    wire through the tests' proxy), on a schema of their own: what the server alone costs for
+    ctrlrun's protocol, with no client work."""
     u = urlsplit(url)
     proxy = PgProxy(u.hostname or "127.0.0.1", u.port or 5432)
     try:
@@ -152,11 +152,11 @@ def ctrlrun_script(url: str) -> str:
         c = Counted(via)
         c.call("one")
         c.store.close()
-        bodies = list(proxy.prepared.values())
+        bodies = [sql for _, sql in proxy.parsed]
     finally:
         proxy.close()
     reserve = next(b for b in bodies if b.startswith(b"WITH ins AS")).decode()
-    outcome = next(b for b in bodies if b.startswith(b"UPDATE")).decode()
+    outcome = next(b for b in bodies if b.startswith(b"UPDATE") and b"RETURNING" in b).decode()
 
     def bind(body: str, values: List[str]) -> str:
         return re.sub(r"\$(\d+)", lambda m: values[int(m.group(1)) - 1], body)
@@ -165,7 +165,8 @@ def ctrlrun_script(url: str) -> str:
             + bind(outcome, OUTCOME_VALUES) + ";\n")
 
 
-def pgbench(url: str, clients: int, seconds: float, script: str = PGBENCH_SCRIPT) -> Dict[str, Any]:
+def pgbench(url: str, clients: int, seconds: float, script: str = PGBENCH_SCRIPT,
+            mode: str = "prepared") -> Dict[str, Any]:
     """pgbench with the two statements; the password travels in the environment."""
     u = urlsplit(url)
     env = dict(os.environ, PGPASSWORD=unquote(u.password or ""))
@@ -182,7 +183,7 @@ def pgbench(url: str, clients: int, seconds: float, script: str = PGBENCH_SCRIPT
     with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
         f.write(script)
     try:
-        run = subprocess.run([*base, "-n", "-M", "prepared", "-c", str(clients),
+        run = subprocess.run([*base, "-n", "-M", mode, "-c", str(clients),
                               "-j", str(min(clients, 2)), "-T", str(int(seconds)), "-f", f.name,
                               db], env=env, capture_output=True, text=True, check=True)
     finally:
@@ -198,8 +199,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", default=None)
     ap.add_argument("--no-ctrlrun-sql", action="store_true",
-                    help="skip pgbench on ctrlrun's own statements (for builds before they "
-                         "were prepared statements)")
+                    help="skip pgbench on ctrlrun's own statements (for builds before the "
+                         "reservation was one statement)")
     args = ap.parse_args()
     pg = os.environ.get("CTRLRUN_TEST_POSTGRES_URL")
     if not pg:
@@ -217,8 +218,11 @@ def main() -> None:
     }
     if not args.no_ctrlrun_sql:
         ours = ctrlrun_script(pg)
-        rows["pgbench, 1 client, ctrlrun's SQL"] = lambda u: pgbench(pg, 1, args.seconds, ours)
-        rows["pgbench, 8 clients, ctrlrun's SQL"] = lambda u: pgbench(pg, 8, args.seconds, ours)
+        # unnamed, as ctrlrun sends them
+        rows["pgbench, 1 client, ctrlrun's SQL"] = lambda u: pgbench(pg, 1, args.seconds, ours,
+                                                                     "extended")
+        rows["pgbench, 8 clients, ctrlrun's SQL"] = lambda u: pgbench(pg, 8, args.seconds, ours,
+                                                                      "extended")
     runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name in rows}
     for r in range(args.repeats):
         for name, measure in rows.items():

@@ -40,7 +40,7 @@ def _alive(pid: int) -> bool:
 class PgBouncer:
     def __init__(self, server_host: str, server_port: int, user: str, password: Optional[str],
                  pool_mode: str = "transaction", pool_size: int = 3,
-                 query_wait_timeout: int = 120, extra: str = "") -> None:
+                 query_wait_timeout: int = 120) -> None:
         assert pool_mode in ("transaction", "session", "statement"), pool_mode
         self.binary = find_pgbouncer()
         self.user, self.password, self.pool_mode = user, password, pool_mode
@@ -77,7 +77,6 @@ class PgBouncer:
                 "server_check_delay = 0\n"
                 f"query_wait_timeout = {query_wait_timeout}\nserver_login_retry = 1\n"
                 f"logfile = {self.log}\npidfile = {self.pidfile}\n"
-                + extra
             )
         if owner:
             for path in (self.root, userlist, self.ini):

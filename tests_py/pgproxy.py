@@ -19,8 +19,6 @@ the statement is forwarded (a failure before COMMIT).
 server's answer to each client request for that many seconds (once per round trip).
 ``parsed`` lists the (statement name, SQL) of every ``Parse`` and ``simple`` the SQL of every
 simple ``Query``, over all connections: what a connection pooler in this place would relay.
-ctrlrun's prepared statements (``EXECUTE ctrlrun_…(literals)`` in a simple query) are matched
-as their ``PREPARE``'s body and the literals, and commit by themselves at that query.
 """
 
 from __future__ import annotations
@@ -134,29 +132,6 @@ class _Conn:
             elif rule is not None:
                 self.close()
                 return False
-        elif kind == b"Q" and not self.in_block and b"EXECUTE ctrlrun_" in body:
-            # ctrlrun's prepared statements (src/store/postgres/prepared.rs): ``EXECUTE name(…)``,
-            # after ``PREPARE name(…) AS body; `` on a server connection that lacks it. Such a
-            # query commits by itself: it is its own COMMIT.
-            text = body.rstrip(b"\0")
-            self.proxy.simple.append(text)
-            prepare, _, execute = text.rpartition(b"; EXECUTE ")
-            if prepare:
-                name, _, rest = prepare[len(b"PREPARE "):].partition(b"(")
-                self.proxy.prepared[name] = rest.split(b" AS ", 1)[1]
-                execute = b"EXECUTE " + execute
-            name, _, args = execute[len(b"EXECUTE "):].partition(b"(")
-            statement = self.proxy.prepared.get(name, b"") + b"\0" + args
-            rule = self.proxy._take_rule("statement", statement)
-            if rule is not None and rule.action == "call":
-                assert rule.callback is not None
-                rule.callback()
-            elif rule is not None:
-                self.close()
-                return False
-            rule = self.proxy._take_rule("commit", statement)
-            if rule is not None:
-                return self.act(rule, msg)
         elif kind == b"Q":
             self.proxy.simple.append(body.rstrip(b"\0"))
             sql = body.rstrip(b"\0").strip().upper()
@@ -241,7 +216,6 @@ class PgProxy:
         self.connections_made = 0
         self.parsed: List[tuple] = []
         self.simple: List[bytes] = []
-        self.prepared: dict = {}  # name -> body of ctrlrun's PREPAREd statements
         self._lock = threading.Lock()
         self._stopped = False
         threading.Thread(target=self._accept_loop, daemon=True).start()

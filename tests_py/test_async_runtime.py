@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import re
 import struct
 import sys
 import threading
@@ -262,10 +261,6 @@ def _bind_params(captured: bytes) -> list:
     """The parameter values of a Bind message as captured by the proxy
     (``<statement SQL> \\0 <Bind body>``)."""
     _sql, body = captured.split(b"\0", 1)
-    if body.startswith(b"E'"):  # ctrlrun's prepared statement: EXECUTE's literals
-        found = re.findall(rb"E'((?:[^']|'')*)'|(NULL)|(-?\d+|true|false)", body)
-        return [None if null else (text.replace(b"''", b"'").replace(b"\\\\", b"\\")
-                                   if not other else other) for text, null, other in found]
     _portal, body = body.split(b"\0", 1)
     _stmt, body = body.split(b"\0", 1)
     (nfmt,) = struct.unpack("!h", body[:2])

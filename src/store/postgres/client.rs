@@ -20,8 +20,6 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Config, Row};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::prepared::Names;
-
 /// What a connection's start-up is called in a timeout.
 const STARTUP: &str = "the connection's start-up";
 
@@ -38,8 +36,6 @@ pub(crate) enum PgError {
     Runtime(std::io::Error),
     /// Each of the URL's hosts failed, in the order tried: (`host:port`, why).
     Hosts(Vec<(String, PgError)>),
-    /// Refused before anything was sent (a value the server could not take).
-    Refused(String),
 }
 
 pub(crate) type PgResult<T> = std::result::Result<T, PgError>;
@@ -57,7 +53,7 @@ impl PgError {
         match self {
             PgError::Driver(e) => e.is_closed(),
             PgError::TimedOut { .. } => true,
-            PgError::Runtime(_) | PgError::Hosts(_) | PgError::Refused(_) => false,
+            PgError::Runtime(_) | PgError::Hosts(_) => false,
         }
     }
 
@@ -74,7 +70,6 @@ impl PgError {
                 }
             ),
             PgError::Runtime(e) => format!("cannot start the connection's I/O driver: {e}"),
-            PgError::Refused(why) => format!("nothing was sent: {why}"),
             PgError::Hosts(tried) => {
                 let each: Vec<String> = tried
                     .iter()
@@ -138,8 +133,6 @@ pub(crate) struct Client {
     timeout: Duration,
     /// A wait ran out: the connection is abandoned.
     timed_out: bool,
-    /// The statements prepared on it (see `prepared.rs`).
-    pub(super) prepared: Names,
 }
 
 impl Client {
@@ -209,7 +202,6 @@ impl Client {
             inner,
             timeout,
             timed_out: false,
-            prepared: Names::default(),
         })
     }
 
@@ -231,15 +223,6 @@ impl Client {
 
     pub(crate) fn execute_typed(&mut self, sql: &str, params: Params<'_>) -> PgResult<u64> {
         self.run("a statement", |c| c.execute_typed(sql, params))
-    }
-
-    /// One simple query and its rows (several statements in one round trip).
-    pub(super) fn simple_query(
-        &mut self,
-        what: &'static str,
-        sql: &str,
-    ) -> PgResult<Vec<tokio_postgres::SimpleQueryMessage>> {
-        self.run(what, |c| c.simple_query(sql))
     }
 
     /// One simple query (several statements in one round trip); `what` names it in a timeout.
@@ -269,7 +252,6 @@ impl Client {
             inner,
             timeout,
             timed_out: abandoned,
-            ..
         } = self;
         let work = work(inner);
         // The timer is made inside `block_on`: it needs the runtime's context.

@@ -8,8 +8,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::client::{Client, PgError, PgResult};
 
-/// One pooled connection. It holds no session setting; the only statements prepared on it are
-/// named by their content (`prepared.rs`).
+/// One pooled connection. It holds no prepared statement and no session setting.
 pub struct Conn {
     pub(super) client: Client,
     /// Set when the server ended this session; the pool then discards the connection.
@@ -133,10 +132,8 @@ pub(super) fn is_serialization(e: &PgError) -> bool {
 /// gave to a server: no server connection came free within `query_wait_timeout`, or logging in
 /// to the server keeps failing. Its other answers of that kind (`server conn crashed?`) may
 /// follow a commit and stay unknown.
-const POOLER_NEVER_SENT: [&str; 2] = [
-    "query_wait_timeout",
-    "server login has been failing, try again later (server_login_retry)",
-];
+/// (Matched by prefix: since PgBouncer 1.24 the login message carries the cached error.)
+const POOLER_NEVER_SENT: [&str; 2] = ["query_wait_timeout", "server login has been failing"];
 
 /// Whether a statement that commits by itself surely did not commit: the server answered it
 /// with an error of severity `ERROR`, which rolls its transaction back. Anything else leaves
@@ -149,9 +146,10 @@ pub(super) fn rolled_back(e: &PgError) -> bool {
         PgError::Driver(d) => d.as_db_error().is_some_and(|db| {
             db.parsed_severity() == Some(Severity::Error)
                 || (*db.code() == SqlState::PROTOCOL_VIOLATION
-                    && POOLER_NEVER_SENT.contains(&db.message()))
+                    && POOLER_NEVER_SENT
+                        .iter()
+                        .any(|m| db.message().starts_with(m)))
         }),
-        PgError::Refused(_) => true, // nothing was sent
         _ => false,
     }
 }

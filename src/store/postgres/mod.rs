@@ -16,7 +16,6 @@
 mod approvals;
 mod client;
 mod conn;
-mod prepared;
 mod receipts;
 mod retention;
 mod rows;

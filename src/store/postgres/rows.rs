@@ -1,7 +1,6 @@
-//! The PostgreSQL store's rows, decoded: binary from a typed statement, or text from a prepared
-//! statement's `EXECUTE` (see `prepared.rs`).
+//! The PostgreSQL store's rows, decoded.
 
-use tokio_postgres::{Row, SimpleQueryRow};
+use tokio_postgres::Row;
 
 use crate::error::{Error, Result};
 use crate::record::{EffectRecord, EffectState, Micros};
@@ -11,8 +10,7 @@ fn state_of(text: &str) -> std::result::Result<EffectState, Error> {
         .ok_or_else(|| Error::Store(format!("the store holds an unknown effect state {text:?}")))
 }
 
-/// A row's columns, whether it came back in binary (a typed statement) or as text (a
-/// prepared statement's `EXECUTE`, see `prepared.rs`).
+/// A row's columns, read without a panic on a type the store did not expect.
 pub(super) trait Cols {
     fn text(&self, i: usize) -> Result<Option<String>>;
     fn int(&self, i: usize) -> Result<Option<i64>>;
@@ -32,21 +30,6 @@ impl Cols for Row {
     }
     fn int(&self, i: usize) -> Result<Option<i64>> {
         self.try_get(i).map_err(|e| bad_column(i, e))
-    }
-}
-
-impl Cols for SimpleQueryRow {
-    fn text(&self, i: usize) -> Result<Option<String>> {
-        Ok(self
-            .try_get(i)
-            .map_err(|e| bad_column(i, e))?
-            .map(str::to_owned))
-    }
-    fn int(&self, i: usize) -> Result<Option<i64>> {
-        match self.try_get(i).map_err(|e| bad_column(i, e))? {
-            None => Ok(None),
-            Some(text) => text.parse().map(Some).map_err(|e| bad_column(i, e)),
-        }
     }
 }
 
@@ -93,13 +76,14 @@ pub(super) enum Reserved {
 }
 
 /// What the reservation statement's rows say.
-pub(super) fn read_reserved(rows: &[SimpleQueryRow]) -> Result<Reserved> {
+pub(super) fn read_reserved(rows: &[Row]) -> Result<Reserved> {
     let Some(row) = rows.first() else {
         return Ok(Reserved::Neither);
     };
     let record = row.need(1, read_record(row, 1)?)?;
-    match row.text(0)?.as_deref() {
-        Some("t") => Ok(Reserved::Inserted(record)),
-        _ => Ok(Reserved::Found(record, row.need(17, row.int(17)?)?)),
+    let inserted: bool = row.try_get(0).map_err(|e| bad_column(0, e))?;
+    match inserted {
+        true => Ok(Reserved::Inserted(record)),
+        false => Ok(Reserved::Found(record, row.need(17, row.int(17)?)?)),
     }
 }

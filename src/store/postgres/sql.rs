@@ -1,10 +1,10 @@
 //! The PostgreSQL store's statements and the decoding of its rows.
 
+use tokio_postgres::types::ToSql;
 use tokio_postgres::types::Type;
-use tokio_postgres::{Row, SimpleQueryRow};
+use tokio_postgres::Row;
 
 use super::client::{Client, PgResult};
-use super::prepared::{Arg, Prepared};
 
 use crate::planner::{Expected, Transition};
 use crate::receipt::Event;
@@ -79,47 +79,11 @@ pub(super) struct Sql {
     pub(super) receipt_hash: String,
     pub(super) effects: String,
     insert: String,
-    reserve: Prepared,
+    reserve: String,
     select: String,
     cas: String,
-    transition: Prepared,
+    transition: String,
 }
-
-/// The parameters of `insert` and `reserve`, in order.
-const RESERVE_TYPES: [Type; 17] = [
-    Type::TEXT, // $1 key
-    Type::TEXT, // state
-    Type::TEXT, // action id
-    Type::INT8, // attempt
-    Type::INT8, // $5 the caller's `now`, or NULL for the server's clock
-    Type::INT8, // lease length
-    Type::TEXT, // result
-    Type::TEXT, // error
-    Type::TEXT, // resolved by
-    Type::TEXT, // $10 attempt token
-    Type::TEXT, // action
-    Type::TEXT, // holder
-    Type::TEXT, // arguments' digest
-    Type::TEXT, // per-argument digests
-    Type::TEXT, // $15 approval id
-    Type::TEXT, // receipt kind
-    Type::TEXT, // writer
-];
-
-/// The parameters of `transition`, in order.
-const TRANSITION_TYPES: [Type; 11] = [
-    Type::TEXT,
-    Type::TEXT_ARRAY,
-    Type::BOOL,
-    Type::TEXT,
-    Type::TEXT,
-    Type::TEXT,
-    Type::TEXT,
-    Type::INT8,
-    Type::INT8,
-    Type::TEXT,
-    Type::TEXT,
-];
 
 impl Sql {
     pub(super) fn new(schema: &str) -> Sql {
@@ -175,21 +139,18 @@ impl Sql {
             // makes the commit of a statement that commits by itself as durable as the server's
             // own setting, whatever a pooler's server connection carries over.
             insert: insert.clone(),
-            // A fresh call's one statement (prepared: see `prepared.rs`): the INSERT above, or
-            // the row already there with the server's clock. A data-modifying CTE runs once
+            // A fresh call's one statement: the INSERT above, or the row already there with the
+            // server's clock. A data-modifying CTE runs once
             // whatever reads it; the second branch reads the statement's snapshot, so a row
             // committed by another writer after the statement began shows in neither branch.
-            reserve: Prepared::new(
-                &format!(
-                    "WITH ins AS ({insert}) \
+            reserve: format!(
+                "WITH ins AS ({insert}) \
                      SELECT true, {COLUMNS}, NULL::int8 FROM ins \
                      UNION ALL SELECT false, {e_columns}, {now} FROM {t} e \
                      WHERE e.key_digest = {d} AND e.effect_key = $1 \
                      AND NOT EXISTS (SELECT 1 FROM ins)",
-                    d = digest(1),
-                    now = now_expr(5),
-                ),
-                &RESERVE_TYPES,
+                d = digest(1),
+                now = now_expr(5),
             ),
             select: format!(
                 "SELECT {cols}, clock.n FROM (SELECT {now} AS n) clock \
@@ -217,36 +178,33 @@ impl Sql {
                 )
             ),
             // The time is the statement's (stable within it: the row and its receipt agree).
-            transition: Prepared::new(
-                &format!(
-                    "UPDATE {t} SET state = $1, updated_at = {now}, \
+            transition: format!(
+                "UPDATE {t} SET state = $1, updated_at = {now}, \
                  lease_expires_at = CASE WHEN $3 THEN NULL ELSE lease_expires_at END, \
                  result = $4, error = $5, last_event = $10, written_by = $11, {head} \
                  FROM (SELECT {durable}()) durable(ok) \
                  WHERE key_digest = {d} AND effect_key = $6 AND action_id = $7 \
                  AND ($8::int8 IS NULL OR attempt = $8) \
                  AND state = ANY($2::text[]) RETURNING {COLUMNS}",
-                    now = now9,
-                    d = digest(6),
-                    head = head(
-                        seq,
-                        "receipt_hash",
-                        [
-                            "effect_key",
-                            &format!("({now9})::text"),
-                            "$10",
-                            "action",
-                            "action_id",
-                            "attempt::text",
-                            "$1",
-                            "args_digest",
-                            "approval_id",
-                            "resolved_by",
-                            "$11"
-                        ]
-                    )
-                ),
-                &TRANSITION_TYPES,
+                now = now9,
+                d = digest(6),
+                head = head(
+                    seq,
+                    "receipt_hash",
+                    [
+                        "effect_key",
+                        &format!("({now9})::text"),
+                        "$10",
+                        "action",
+                        "action_id",
+                        "attempt::text",
+                        "$1",
+                        "args_digest",
+                        "approval_id",
+                        "resolved_by",
+                        "$11"
+                    ]
+                )
             ),
         }
     }
@@ -272,29 +230,10 @@ impl Sql {
         r: &EffectRecord,
         now: Option<Micros>,
     ) -> PgResult<Option<Row>> {
-        let lease = r.lease_expires_at.map(|until| until - r.created_at);
-        let (state, event, writer) = (r.state.as_str(), Event::Reservation.as_str(), holder());
+        let (lease, state, event, writer) = insert_values(r);
         c.query_typed_opt(
             &self.insert,
-            &[
-                (&r.effect_key, Type::TEXT),
-                (&state, Type::TEXT),
-                (&r.action_id, Type::TEXT),
-                (&r.attempt, Type::INT8),
-                (&now, Type::INT8),
-                (&lease, Type::INT8),
-                (&r.result, Type::TEXT),
-                (&r.error, Type::TEXT),
-                (&r.resolved_by, Type::TEXT),
-                (&r.attempt_token, Type::TEXT),
-                (&r.action, Type::TEXT),
-                (&r.holder, Type::TEXT),
-                (&r.args_digest, Type::TEXT),
-                (&r.arg_digests, Type::TEXT),
-                (&r.approval_id, Type::TEXT),
-                (&event, Type::TEXT),
-                (&writer, Type::TEXT),
-            ],
+            &insert_params(r, &now, (&lease, &state, &event, &writer)),
         )
     }
 
@@ -305,33 +244,11 @@ impl Sql {
         c: &mut Client,
         r: &EffectRecord,
         now: Option<Micros>,
-    ) -> PgResult<Vec<SimpleQueryRow>> {
-        let lease = r.lease_expires_at.map(|until| until - r.created_at);
-        let writer = holder();
-        fn text(v: &Option<String>) -> Arg<'_> {
-            Arg::Text(v.as_deref())
-        }
-        c.execute_prepared(
+    ) -> PgResult<Vec<Row>> {
+        let (lease, state, event, writer) = insert_values(r);
+        c.query_typed(
             &self.reserve,
-            &[
-                Arg::Text(Some(&r.effect_key)),
-                Arg::Text(Some(r.state.as_str())),
-                Arg::Text(Some(&r.action_id)),
-                Arg::Int(Some(r.attempt)),
-                Arg::Int(now),
-                Arg::Int(lease),
-                text(&r.result),
-                text(&r.error),
-                text(&r.resolved_by),
-                text(&r.attempt_token),
-                text(&r.action),
-                text(&r.holder),
-                text(&r.args_digest),
-                text(&r.arg_digests),
-                text(&r.approval_id),
-                Arg::Text(Some(Event::Reservation.as_str())),
-                Arg::Text(Some(&writer)),
-            ],
+            &insert_params(r, &now, (&lease, &state, &event, &writer)),
         )
     }
 
@@ -381,25 +298,67 @@ impl Sql {
         action_id: &str,
         attempt: Option<i64>,
         now: Option<Micros>,
-    ) -> PgResult<Vec<SimpleQueryRow>> {
+    ) -> PgResult<Vec<Row>> {
         let w = t.write();
         let from: Vec<&str> = w.from.iter().map(|s| s.as_str()).collect();
         let (kind, writer) = (Event::of_transition(t).as_str(), holder());
-        c.execute_prepared(
-            &self.transition,
-            &[
-                Arg::Text(Some(w.state.as_str())),
-                Arg::Texts(&from),
-                Arg::Bool(w.clear_lease),
-                Arg::Text(w.result),
-                Arg::Text(w.error),
-                Arg::Text(Some(key)),
-                Arg::Text(Some(action_id)),
-                Arg::Int(attempt),
-                Arg::Int(now),
-                Arg::Text(Some(kind)),
-                Arg::Text(Some(&writer)),
-            ],
-        )
+        let params: [(&(dyn ToSql + Sync), Type); 11] = [
+            (&w.state.as_str(), Type::TEXT),
+            (&from, Type::TEXT_ARRAY),
+            (&w.clear_lease, Type::BOOL),
+            (&w.result, Type::TEXT),
+            (&w.error, Type::TEXT),
+            (&key, Type::TEXT),
+            (&action_id, Type::TEXT),
+            (&attempt, Type::INT8),
+            (&now, Type::INT8),
+            (&kind, Type::TEXT),
+            (&writer, Type::TEXT),
+        ];
+        c.query_typed(&self.transition, &params)
     }
+}
+
+/// The values of `insert` and `reserve` that are not fields of the row: the lease's length,
+/// the state's text, the receipt's kind and the writer.
+fn insert_values(r: &EffectRecord) -> (Option<Micros>, &'static str, &'static str, String) {
+    let lease = r.lease_expires_at.map(|until| until - r.created_at);
+    (
+        lease,
+        r.state.as_str(),
+        Event::Reservation.as_str(),
+        holder(),
+    )
+}
+
+/// The parameters of `insert` and `reserve`, in order.
+fn insert_params<'a>(
+    r: &'a EffectRecord,
+    now: &'a Option<Micros>,
+    (lease, state, event, writer): (
+        &'a Option<Micros>,
+        &'a &'static str,
+        &'a &'static str,
+        &'a String,
+    ),
+) -> [(&'a (dyn ToSql + Sync), Type); 17] {
+    [
+        (&r.effect_key, Type::TEXT),
+        (state, Type::TEXT),
+        (&r.action_id, Type::TEXT),
+        (&r.attempt, Type::INT8),
+        (now, Type::INT8),
+        (lease, Type::INT8),
+        (&r.result, Type::TEXT),
+        (&r.error, Type::TEXT),
+        (&r.resolved_by, Type::TEXT),
+        (&r.attempt_token, Type::TEXT),
+        (&r.action, Type::TEXT),
+        (&r.holder, Type::TEXT),
+        (&r.args_digest, Type::TEXT),
+        (&r.arg_digests, Type::TEXT),
+        (&r.approval_id, Type::TEXT),
+        (event, Type::TEXT),
+        (writer, Type::TEXT),
+    ]
 }
