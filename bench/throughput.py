@@ -1,6 +1,6 @@
 """Throughput under concurrency on PostgreSQL: protected calls with 1, 8 and 64 threads and with
 64 concurrent tasks, beside pgbench running the same two statements with 8 and 32 clients, in
-the same run, and pgbench running ctrlrun's own two statements (what the server alone costs).
+the same run, and pgbench running ctrlrun's own statements (what the server alone costs).
 
     python3 tests_py/pgserver.py -- python bench/throughput.py [--seconds S] [--repeats N] [--json FILE]
 
@@ -127,11 +127,12 @@ def tasks(url: str, n: int, seconds: float) -> Dict[str, Any]:
     return out
 
 
-# The values of ctrlrun's two statements' parameters, in the order of src/store/postgres/sql.rs
-# (`insert_params`, `transition_rows`): keep in step with it.
+# The values of ctrlrun's statements' parameters for a fresh call, in the order of
+# src/store/postgres/sql.rs (`select_row`, `insert`, `transition_rows`): keep in step with it.
+READ_VALUES = ["('tp-k' || CAST(:k AS text))", "NULL"]
 KEY = "('tp-k' || CAST(:k AS text))"
 ACT = "'act_0123456789abcdef0123456789abcdef'"
-RESERVE_VALUES = [KEY, "'executing'", ACT, "1", "NULL", "30000000", "NULL", "NULL", "NULL",
+INSERT_VALUES = [KEY, "'executing'", ACT, "1", "NULL", "30000000", "NULL", "NULL", "NULL",
                   "'tok_0123456789abcdef0123456789ab'", "'bench.tp'", "'bench-1'",
                   "'" + "d" * 64 + "'", "'{\"key\": \"x\"}'", "NULL", "'reservation'",
                   "'bench-1'"]
@@ -140,9 +141,9 @@ OUTCOME_VALUES = ["'committed'", "ARRAY['executing']", "true", "'1'", "NULL", KE
 
 
 def ctrlrun_script(url: str) -> str:
-    """A pgbench script of ctrlrun's own two statements, as the store sends them (read off the
-    wire through the tests' proxy), on a schema of their own: what the server alone costs for
-    ctrlrun's protocol, with no client work."""
+    """A pgbench script of ctrlrun's own statements for a fresh call, as the store sends them
+    (read off the wire through the tests' proxy), on a schema of their own: what the server
+    alone costs for ctrlrun's protocol, with no client work."""
     u = urlsplit(url)
     proxy = PgProxy(u.hostname or "127.0.0.1", u.port or 5432)
     try:
@@ -155,14 +156,15 @@ def ctrlrun_script(url: str) -> str:
         bodies = [sql for _, sql in proxy.parsed]
     finally:
         proxy.close()
-    reserve = next(b for b in bodies if b.startswith(b"WITH ins AS")).decode()
+    read = next(b for b in bodies if b.startswith(b"SELECT") and b"LEFT JOIN" in b).decode()
+    insert = next(b for b in bodies if b.startswith(b"INSERT INTO")).decode()
     outcome = next(b for b in bodies if b.startswith(b"UPDATE") and b"RETURNING" in b).decode()
 
     def bind(body: str, values: List[str]) -> str:
         return re.sub(r"\$(\d+)", lambda m: values[int(m.group(1)) - 1], body)
 
-    return ("\\set k random(1, 4000000000000000000)\n" + bind(reserve, RESERVE_VALUES) + ";\n"
-            + bind(outcome, OUTCOME_VALUES) + ";\n")
+    return ("\\set k random(1, 4000000000000000000)\n" + bind(read, READ_VALUES) + ";\n"
+            + bind(insert, INSERT_VALUES) + ";\n" + bind(outcome, OUTCOME_VALUES) + ";\n")
 
 
 def pgbench(url: str, clients: int, seconds: float, script: str = PGBENCH_SCRIPT,
@@ -199,8 +201,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", default=None)
     ap.add_argument("--no-ctrlrun-sql", action="store_true",
-                    help="skip pgbench on ctrlrun's own statements (for builds before the "
-                         "reservation was one statement)")
+                    help="skip pgbench on ctrlrun's own statements")
     args = ap.parse_args()
     pg = os.environ.get("CTRLRUN_TEST_POSTGRES_URL")
     if not pg:

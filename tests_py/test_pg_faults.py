@@ -158,9 +158,8 @@ def test_a_shared_action_id_and_clock_cannot_pass_for_our_own_row_after_a_lost_c
     ours, theirs = proxied.with_clock(clock), direct.with_clock(clock)
     held = []
     rule = proxy.arm("drop_before", b"INSERT INTO")
-    # the re-read on a fresh connection is the first plain read (the reservation is one
-    # statement that inserts or returns the row there)
-    race = proxy.arm("call", b"LEFT JOIN", on="statement",
+    # our plain read is the first SELECT; the re-read on a fresh connection is the second
+    race = proxy.arm("call", b"LEFT JOIN", on="statement", skip=1,
                      callback=lambda: held.append(theirs.reserve_effect("pay:o6", shared_id, 60)))
     with pytest.raises(DuplicateEffect) as info:
         ours.reserve_effect("pay:o6", shared_id, 60)
@@ -375,36 +374,33 @@ def test_kill_9_while_the_commit_is_held_leaves_the_store_consistent(
     assert len(list(marks.iterdir())) == 1
 
 
-def test_a_fresh_call_is_two_statements_that_commit_by_themselves(proxy, proxied, direct):
+def test_a_fresh_call_is_a_read_and_two_statements_that_commit_by_themselves(proxy, proxied,
+                                                                           direct):
     runs: list = []
     pay = counted(proxied, runs)
     parsed, simple = len(proxy.parsed), len(proxy.simple)
     assert pay("o21") == {"order": "o21", "n": 1}
     sent = [sql for _, sql in proxy.parsed[parsed:]]
-    # the reservation (it inserts, or returns the row there), then the outcome: two round trips
-    assert len(sent) == 2, sent
-    assert sent[0].startswith(b"WITH ins AS (INSERT INTO") and b"ctrlrun_durable()" in sent[0]
-    assert sent[1].startswith(b"UPDATE") and b"ctrlrun_durable()" in sent[1]
+    assert len(sent) == 3, sent  # the read, the INSERT, the outcome UPDATE: three round trips
+    assert sent[1].lstrip().startswith(b"INSERT INTO") and b"ctrlrun_durable()" in sent[1]
+    assert sent[2].lstrip().startswith(b"UPDATE") and b"ctrlrun_durable()" in sent[2]
     assert proxy.simple[simple:] == []  # no BEGIN, no COMMIT
     assert direct.get_effect("pay:o21").state is EffectState.COMMITTED
 
 
-def test_a_refusal_is_one_statement_that_writes_nothing(proxy, proxied, direct, pg, pg_schema):
+def test_a_refusal_is_decided_from_one_plain_read_without_a_write(proxy, proxied, direct):
     runs: list = []
     pay = counted(proxied, runs)
     assert pay("o20") == {"order": "o20", "n": 1}
-    row = f"""SELECT xmin::text, (SELECT count(*) FROM "{pg_schema}".ctrlrun_receipts)
-              FROM "{pg_schema}".ctrlrun_effects WHERE effect_key = 'pay:o20'"""
-    before = pg.psql(row)
-    simple, parsed = len(proxy.simple), len(proxy.parsed)
+    # Were the refusal to send the reservation statement, this would cut the connection.
+    rule = proxy.arm("drop_before", b"INSERT INTO", on="statement", times=10)
+    sent = len(proxy.parsed)
     for _ in range(3):
         with pytest.raises(DuplicateEffect) as info:
             pay("o20")
         assert info.value.state == "committed"
-    sent = [sql for _, sql in proxy.parsed[parsed:]]
-    assert len(sent) == 3 and proxy.simple[simple:] == []  # one round trip per refusal
-    assert all(body.startswith(b"WITH ins AS (INSERT INTO") for body in sent)
-    assert pg.psql(row) == before  # the row untouched, no receipt
+    assert rule.fired == 0
+    assert len(proxy.parsed) - sent == 3  # one statement, one round trip, per refusal
     assert runs == ["o20"]
     assert direct.get_effect("pay:o20").state is EffectState.COMMITTED
 

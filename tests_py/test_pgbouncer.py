@@ -348,6 +348,43 @@ def test_a_server_gone_behind_the_pooler_fails_the_call_without_a_connection_sto
         proxy.close()
 
 
+def test_an_outcome_write_the_pooler_never_sent_is_a_failed_write_not_an_unknown_one(
+    pg, schemas, caplog
+):
+    """The server goes away while the body runs. The outcome write (one statement that commits
+    by itself) waits in PgBouncer's queue for a server connection until `query_wait_timeout`:
+    PgBouncer never gave it to a server, so it surely did not commit. The store says so
+    (nothing committed, so the write is retried) instead of calling it unknown; once the
+    retries run out the call says the body ran and its outcome was not recorded."""
+    caplog.set_level(logging.WARNING, logger=STORE_LOG)
+    proxy = PgProxy(pg.host, pg.port)
+    b = PgBouncer(proxy.host, proxy.port, pg.user, pg.password, "transaction", pool_size=3,
+                  query_wait_timeout=2)
+    schema = schemas()
+    try:
+        with ctrlrun.open_store(b.url(schema=schema)) as store:
+
+            @ctrlrun.protect("pay", effect="pay:{order}", store=store)
+            def pay(order: str) -> str:
+                proxy.refuse_new()
+                proxy.drop_all()  # the server is gone for the pooler while the body runs
+                return order
+
+            with pytest.raises(ctrlrun.StoreError) as info:
+                pay("o1")
+            assert "has already run" in str(info.value)
+            assert "nothing was committed" in str(info.value)
+        assert "commit_unknown" not in branches(caplog)
+        retries = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
+        assert any("query_wait_timeout" in m for m in retries), retries
+        proxy.refuse_new(False)
+        with ctrlrun.open_store(pg.url(schema)) as direct:
+            assert direct.get_effect("pay:o1").state is EffectState.EXECUTING  # not recorded
+    finally:
+        b.stop()
+        proxy.close()
+
+
 def test_a_search_path_another_client_left_cannot_swap_the_stores_functions(pg, schemas):
     """Another client leaves `search_path = evil, pg_catalog` on the shared server connection,
     with an `evil.sha256` that answers something else every time. The store names its functions

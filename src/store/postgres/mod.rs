@@ -18,7 +18,6 @@ mod client;
 mod conn;
 mod receipts;
 mod retention;
-mod rows;
 mod schema;
 mod sql;
 mod tls;
@@ -39,10 +38,9 @@ use crate::store::Store;
 use crate::url::{PgTls, SslMode};
 use client::{one_per_host, Client, PgError, PgResult};
 use conn::{describe, is_serialization, is_session_gone, Conn, Manager, Txn};
-use rows::read_found;
 use schema::init_schema;
 pub use schema::{drop_scratch_schema, SCHEMA_VERSION, SCRATCH_PREFIX};
-use sql::Sql;
+use sql::{read_found, Sql};
 
 /// PostgreSQL `text` cannot hold NUL: refuse such a key before any write.
 fn check_key(key: &str) -> Result<()> {
@@ -346,7 +344,7 @@ impl Store for PostgresStore {
     fn propose(&self, proposal: Proposal<'_>, now: Option<Micros>) -> Result<EffectRecord> {
         planner::check_request(proposal.key, proposal.action_id, proposal.lease)?;
         check_key(proposal.key)?;
-        self.reserve_fresh(proposal, now)
+        self.reserve_from_a_read(proposal, now)
     }
 
     fn transition(

@@ -12,8 +12,7 @@
 use tokio_postgres::types::{ToSql, Type};
 
 use super::client::{Client, PgError};
-use super::rows::read_record;
-use super::sql::{now_expr, COLUMNS};
+use super::sql::{now_expr, read_record, COLUMNS};
 use super::{check_key, PostgresStore};
 use crate::error::{Error, Result};
 use crate::record::{holder, EffectRecord, EffectState, Micros};

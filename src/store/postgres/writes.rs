@@ -4,65 +4,58 @@
 use super::approvals;
 use super::client::{Client, PgError};
 use super::conn::rolled_back;
-use super::rows::{read_record, read_reserved, Reserved};
-use super::sql::Sql;
+use super::sql::{read_found, read_record, Found, Sql};
 use super::PostgresStore;
 use crate::error::{Error, Result};
 use crate::planner::{self, Expected, Mismatch, Proposal, ReservationPlan};
 use crate::receipt::Event;
-use crate::record::{holder, new_attempt_token, now_micros, EffectRecord, EffectState, Micros};
+use crate::record::{holder, new_attempt_token, EffectRecord, EffectState, Micros};
 use crate::store::recovery::{settle_transition, settle_write, Commit, Step, TransitionCall};
 
 impl PostgresStore {
-    /// A reservation in as few round trips as it can: one statement that commits by itself
-    /// and inserts the planner's row or returns the row already there. A fresh key is done
-    /// (one round trip); a row there that refuses the call is the refusal (one round trip, and
-    /// nothing written). An action that needs an approval (its grant is used in the
-    /// reservation's transaction), a renewal, a lapse, and a row committed by another writer
-    /// while the statement ran go to the reservation transaction, which reads again.
-    pub(super) fn reserve_fresh(
+    /// A reservation in as few round trips as it can. A refusal needs no transaction: it is
+    /// decided from one plain read (a stale read only means the caller arrived a moment
+    /// earlier). A fresh key is then one `INSERT` that commits by itself (no `BEGIN`, no
+    /// `COMMIT`) and yields to any row written since. An action that needs an approval (its
+    /// grant is used in the reservation's transaction), a renewal, a lapse, and a row that
+    /// appeared after the read go to the reservation transaction, which reads again.
+    pub(super) fn reserve_from_a_read(
         &self,
         proposal: Proposal<'_>,
         now: Option<Micros>,
     ) -> Result<EffectRecord> {
         const WHAT: &str = "reserve_effect";
         let key = proposal.key;
-        if proposal.needs_approval {
-            let (token, holder) = (new_attempt_token()?, holder());
-            let proposal = Proposal {
-                token: &token,
-                holder: &holder,
-                ..proposal
-            };
-            return self.reserve_step(&proposal, now, true);
-        }
-        // The row for a key with none. Its times are taken again by the server (or from `now`)
-        // when it is inserted; only the lease's length and its bound are the planner's here.
-        let n = now.unwrap_or_else(now_micros);
+        let row = self
+            .read(WHAT, key, |client, sql| sql.select_row(client, key, now))?
+            .map_err(|e| self.failed(WHAT, key, &e))?;
+        let (found, n) = read_found(&row)?;
         planner::check_lease_end(n, proposal.lease)?;
-        let (token, holder) = (new_attempt_token()?, holder());
+        if let ReservationPlan::Refuse(refusal) =
+            planner::plan_reservation(found.as_ref(), &proposal, n)
+        {
+            return Err(refusal.into_error());
+        }
+        let (token, holder) = (new_attempt_token()?, holder()); // only for a call that may write
         let proposal = Proposal {
             token: &token,
             holder: &holder,
             ..proposal
         };
-        let ReservationPlan::Insert(row) = planner::plan_reservation(None, &proposal, n) else {
-            return self.reserve_step(&proposal, now, true);
+        let row = match planner::plan_reservation(found.as_ref(), &proposal, n) {
+            ReservationPlan::Insert(row) if !proposal.needs_approval => row,
+            _ => return self.reserve_step(&proposal, now, Some((found, n)), true),
         };
-        let reserved = self.autocommit(WHAT, key, |c, sql| match sql.reserve(c, &row, now) {
-            Ok(rows) => Ok(Commit::Landed(read_reserved(&rows)?)),
-            Err(e) => self.unsettled(WHAT, key, &e, Reserved::Neither),
+        let inserted = self.autocommit(WHAT, key, |c, sql| match sql.insert(c, &row, now) {
+            Ok(inserted) => Ok(Commit::Landed(inserted)),
+            Err(e) => self.unsettled(WHAT, key, &e, None),
         })?;
-        match reserved {
-            Commit::Landed(Reserved::Inserted(inserted)) => Ok(inserted),
-            Commit::Landed(Reserved::Found(found, n)) => {
-                planner::check_lease_end(n, proposal.lease)?;
-                match planner::plan_reservation(Some(&found), &proposal, n) {
-                    ReservationPlan::Refuse(refusal) => Err(refusal.into_error()),
-                    _ => self.reserve_step(&proposal, now, true),
-                }
+        match inserted {
+            Commit::Landed(Some(inserted)) => {
+                Ok(read_record(&inserted, 0)?.expect("RETURNING a row"))
             }
-            Commit::Landed(Reserved::Neither) => self.reserve_step(&proposal, now, true),
+            // A row appeared since the read: read and planned again in the transaction.
+            Commit::Landed(None) => self.reserve_step(&proposal, now, None, true),
             Commit::Unknown(_, why) => {
                 let step = Step {
                     timed_by_server: true,
@@ -117,12 +110,22 @@ impl PostgresStore {
     /// One reservation transaction: plan from `first` (the plain read just made) or from a
     /// read in the transaction, write the plan, and re-read and re-plan when a concurrent
     /// writer got there first. Returns what was written (for the identity re-read).
-    fn reserve_txn(&self, proposal: &Proposal<'_>, now: Option<Micros>) -> Result<Commit<Step>> {
+    fn reserve_txn(
+        &self,
+        proposal: &Proposal<'_>,
+        now: Option<Micros>,
+        first: Option<Found>,
+    ) -> Result<Commit<Step>> {
         const WHAT: &str = "reserve_effect";
         let key = proposal.key;
         self.txn(WHAT, key, |tx, sql| {
-            // The row is read again here, so a renewed lease counts from now.
-            let mut found = self.select_in(tx, WHAT, key, now)?;
+            // The plain read made just before is enough to plan an INSERT (which takes its
+            // times again); a row to renew or lapse is read again here, so its new lease counts
+            // from now.
+            let mut found = match first {
+                Some(found) if found.0.is_none() => found,
+                _ => self.select_in(tx, WHAT, key, now)?,
+            };
             // A write that loses a race re-reads and re-plans; a few rounds at most.
             for _ in 0..4 {
                 let (row, n) = found;
@@ -244,9 +247,10 @@ impl PostgresStore {
         &self,
         proposal: &Proposal<'_>,
         now: Option<Micros>,
+        first: Option<Found>,
         may_retry: bool,
     ) -> Result<EffectRecord> {
-        let committed = self.reserve_txn(proposal, now)?;
+        let committed = self.reserve_txn(proposal, now, first)?;
         self.settle_reservation(proposal, now, committed, may_retry)
     }
 
@@ -267,7 +271,7 @@ impl PostgresStore {
             ReservationPlan::Refuse(r) => Some(r.into_error()),
             _ => None,
         };
-        let retry = may_retry.then_some(|| self.reserve_step(proposal, now, false));
+        let retry = may_retry.then_some(|| self.reserve_step(proposal, now, None, false));
         settle_write(
             self,
             "reserve_effect",
