@@ -9,6 +9,7 @@ exchange.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -325,27 +326,35 @@ def test_a_setting_another_client_left_on_the_server_connection_does_not_weaken_
         b.stop()
 
 
+@contextlib.contextmanager
+def bouncer_behind_proxy(pg, query_wait_timeout: int):
+    """PgBouncer (transaction mode, 3 server connections) reaching the server through the fault
+    proxy, so a test can take the server away from the pooler."""
+    proxy = PgProxy(pg.host, pg.port)
+    b = PgBouncer(proxy.host, proxy.port, pg.user, pg.password, "transaction", pool_size=3,
+                  query_wait_timeout=query_wait_timeout)
+    try:
+        yield proxy, b
+    finally:
+        b.stop()
+        proxy.close()
+
+
 def test_a_server_gone_behind_the_pooler_fails_the_call_without_a_connection_storm(
     pg, schemas, caplog
 ):
     """Only connections that died idle in the pool are skipped; once a connection opened for
     this call fails too, the call stops (it does not open `pool_size` more)."""
     caplog.set_level(logging.WARNING, logger=STORE_LOG)
-    proxy = PgProxy(pg.host, pg.port)
-    b = PgBouncer(proxy.host, proxy.port, pg.user, pg.password, "transaction", pool_size=3,
-                  query_wait_timeout=3)
     schema = schemas()
-    try:
+    with bouncer_behind_proxy(pg, query_wait_timeout=3) as (proxy, b):
         with ctrlrun.open_store(b.url(schema=schema) + "&pool_size=50") as store:
             store.reserve_effect("k0", "act_" + "1" * 32, 60)  # one pooled connection, used
             proxy.refuse_new()
             proxy.drop_all()  # the server is gone for the pooler
             with pytest.raises(ctrlrun.StoreWriteFailed, match="nothing was committed"):
                 store.reserve_effect("k1", "act_" + "2" * 32, 60)
-        assert branches(caplog).count("stale_connection_dropped") <= 1
-    finally:
-        b.stop()
-        proxy.close()
+    assert branches(caplog).count("stale_connection_dropped") <= 1
 
 
 def test_an_outcome_write_the_pooler_never_sent_is_a_failed_write_not_an_unknown_one(
@@ -357,11 +366,8 @@ def test_an_outcome_write_the_pooler_never_sent_is_a_failed_write_not_an_unknown
     (nothing committed, so the write is retried) instead of calling it unknown; once the
     retries run out the call says the body ran and its outcome was not recorded."""
     caplog.set_level(logging.WARNING, logger=STORE_LOG)
-    proxy = PgProxy(pg.host, pg.port)
-    b = PgBouncer(proxy.host, proxy.port, pg.user, pg.password, "transaction", pool_size=3,
-                  query_wait_timeout=2)
     schema = schemas()
-    try:
+    with bouncer_behind_proxy(pg, query_wait_timeout=2) as (proxy, b):
         with ctrlrun.open_store(b.url(schema=schema)) as store:
 
             @ctrlrun.protect("pay", effect="pay:{order}", store=store)
@@ -374,15 +380,11 @@ def test_an_outcome_write_the_pooler_never_sent_is_a_failed_write_not_an_unknown
                 pay("o1")
             assert "has already run" in str(info.value)
             assert "nothing was committed" in str(info.value)
-        assert "commit_unknown" not in branches(caplog)
-        retries = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
-        assert any("query_wait_timeout" in m for m in retries), retries
-        proxy.refuse_new(False)
-        with ctrlrun.open_store(pg.url(schema)) as direct:
-            assert direct.get_effect("pay:o1").state is EffectState.EXECUTING  # not recorded
-    finally:
-        b.stop()
-        proxy.close()
+    assert "commit_unknown" not in branches(caplog)
+    retries = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
+    assert any("query_wait_timeout" in m for m in retries), retries
+    with ctrlrun.open_store(pg.url(schema)) as direct:
+        assert direct.get_effect("pay:o1").state is EffectState.EXECUTING  # not recorded
 
 
 def test_a_search_path_another_client_left_cannot_swap_the_stores_functions(pg, schemas):
