@@ -136,7 +136,8 @@ pub(super) fn is_serialization(e: &PgError) -> bool {
 const POOLER_NEVER_SENT: [&str; 2] = ["query_wait_timeout", "server login has been failing"];
 
 /// Whether a statement that commits by itself surely did not commit: the server answered it
-/// with an error of severity `ERROR`, which rolls its transaction back. Anything else leaves
+/// with an error of severity `ERROR`, which rolls its transaction back, or the pooler said it
+/// never sent it ([`POOLER_NEVER_SENT`]). Anything else leaves
 /// it unknown, as a lost `COMMIT` is: the connection lost or the wait run out after it was
 /// sent, or a `FATAL` (a session terminated while its committed transaction waited for a
 /// synchronous standby gets one after the commit).
