@@ -128,8 +128,7 @@ def tasks(url: str, n: int, seconds: float) -> Dict[str, Any]:
 
 
 # The values of ctrlrun's statements' parameters for a fresh call, in the order of
-# src/store/postgres/sql.rs (`select_row`, `insert`, `transition_rows`): keep in step with it.
-READ_VALUES = ["('tp-k' || CAST(:k AS text))", "NULL"]
+# src/store/postgres/sql.rs (`reserve`, `transition_rows`): keep in step with it.
 KEY = "('tp-k' || CAST(:k AS text))"
 ACT = "'act_0123456789abcdef0123456789abcdef'"
 INSERT_VALUES = [KEY, "'executing'", ACT, "1", "NULL", "30000000", "NULL", "NULL", "NULL",
@@ -156,15 +155,15 @@ def ctrlrun_script(url: str) -> str:
         bodies = [sql for _, sql in proxy.parsed]
     finally:
         proxy.close()
-    read = next(b for b in bodies if b.startswith(b"SELECT") and b"LEFT JOIN" in b).decode()
-    insert = next(b for b in bodies if b.startswith(b"INSERT INTO")).decode()
-    outcome = next(b for b in bodies if b.startswith(b"UPDATE") and b"RETURNING" in b).decode()
+    # a fresh call is two calls of the schema's functions (see src/store/postgres/sql.rs)
+    reserve = next(b for b in bodies if b".ctrlrun_reserve($1" in b).decode()
+    outcome = next(b for b in bodies if b".ctrlrun_transition($1" in b).decode()
 
     def bind(body: str, values: List[str]) -> str:
         return re.sub(r"\$(\d+)", lambda m: values[int(m.group(1)) - 1], body)
 
-    return ("\\set k random(1, 4000000000000000000)\n" + bind(read, READ_VALUES) + ";\n"
-            + bind(insert, INSERT_VALUES) + ";\n" + bind(outcome, OUTCOME_VALUES) + ";\n")
+    return ("\\set k random(1, 4000000000000000000)\n" + bind(reserve, INSERT_VALUES) + ";\n"
+            + bind(outcome, OUTCOME_VALUES) + ";\n")
 
 
 def pgbench(url: str, clients: int, seconds: float, script: str = PGBENCH_SCRIPT,

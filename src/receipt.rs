@@ -130,7 +130,7 @@ pub enum Event {
 }
 
 impl Event {
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Event::Reservation => "reservation",
             Event::Begin => "begin",

@@ -56,7 +56,7 @@ def test_reservation_commit_lost_after_it_landed_proceeds_once(proxy, proxied, d
     caplog.set_level(logging.WARNING, logger=STORE_LOG)
     runs: list = []
     pay = counted(proxied, runs)
-    rule = proxy.arm("drop_after", b"INSERT INTO")
+    rule = proxy.arm("drop_after", b"ctrlrun_reserve($1")
     assert pay("o1") == {"order": "o1", "n": 1}
     assert rule.fired == 1
     assert runs == ["o1"]
@@ -73,7 +73,7 @@ def test_reservation_commit_lost_before_it_landed_retries_the_insert_once(
     caplog.set_level(logging.WARNING, logger=STORE_LOG)
     runs: list = []
     pay = counted(proxied, runs)
-    rule = proxy.arm("drop_before", b"INSERT INTO")
+    rule = proxy.arm("drop_before", b"ctrlrun_reserve($1")
     assert pay("o2")["order"] == "o2"
     assert rule.fired == 1
     assert runs == ["o2"]
@@ -131,9 +131,9 @@ def test_shared_action_id_with_a_live_holder_is_in_progress_when_the_commit_is_l
     held = []
     # The holder reserves between our plain read (no row yet) and our reservation statement,
     # which then meets its row; that transaction's COMMIT reply is lost.
-    race = proxy.arm("call", b"INSERT INTO", on="statement",
+    race = proxy.arm("call", b"ctrlrun_reserve($1", on="statement",
                      callback=lambda: held.append(direct.reserve_effect("pay:o5", shared_id, 60)))
-    rule = proxy.arm("drop_after", b"INSERT INTO")
+    rule = proxy.arm("drop_after", b"ctrlrun_reserve($1")
     with pytest.raises(DuplicateEffect) as info:
         proxied.reserve_effect("pay:o5", shared_id, 60)
     assert info.value.state == "in_progress"
@@ -157,9 +157,9 @@ def test_a_shared_action_id_and_clock_cannot_pass_for_our_own_row_after_a_lost_c
     clock = MovableClock()  # frozen: both attempts write the same times
     ours, theirs = proxied.with_clock(clock), direct.with_clock(clock)
     held = []
-    rule = proxy.arm("drop_before", b"INSERT INTO")
-    # our plain read is the first SELECT; the re-read on a fresh connection is the second
-    race = proxy.arm("call", b"LEFT JOIN", on="statement", skip=1,
+    rule = proxy.arm("drop_before", b"ctrlrun_reserve($1")
+    # a fresh key's reservation reads nothing first: the re-read is the first read
+    race = proxy.arm("call", b"ctrlrun_select($1", on="statement",
                      callback=lambda: held.append(theirs.reserve_effect("pay:o6", shared_id, 60)))
     with pytest.raises(DuplicateEffect) as info:
         ours.reserve_effect("pay:o6", shared_id, 60)
@@ -178,7 +178,7 @@ def test_lost_commit_and_a_failed_reread_is_unresolved_and_runs_nothing(
     caplog.set_level(logging.WARNING, logger=STORE_LOG)
     runs: list = []
     pay = counted(proxied, runs)
-    rule = proxy.arm(action, b"INSERT INTO", then_refuse=True)
+    rule = proxy.arm(action, b"ctrlrun_reserve($1", then_refuse=True)
     with pytest.raises(StoreUnresolved) as info:
         pay("o6")
     assert rule.fired == 1
@@ -205,7 +205,7 @@ def test_an_unresolved_outcome_write_says_the_executor_ran_and_names_the_attempt
     """Through the Store API: the reservation's StoreUnresolved says nothing ran, an outcome
     write's says the executor has already run; both carry the key and the action id."""
     aid = "act_" + "7" * 32
-    rule = proxy.arm(action, b"INSERT INTO", then_refuse=True)
+    rule = proxy.arm(action, b"ctrlrun_reserve($1", then_refuse=True)
     with pytest.raises(StoreUnresolved) as info:
         proxied.reserve_effect("pay:u1", aid, 60)
     assert rule.fired == 1
@@ -215,7 +215,7 @@ def test_an_unresolved_outcome_write_says_the_executor_ran_and_names_the_attempt
     direct.reserve_effect("pay:u2", aid, 60)
     direct.begin_execution("pay:u2", aid)
     proxy.refuse_new(False)  # the proxy lets new connections in again
-    rule = proxy.arm(action, b"UPDATE", then_refuse=True)
+    rule = proxy.arm(action, b"ctrlrun_transition($1", then_refuse=True)
     with pytest.raises(StoreUnresolved) as info:
         proxied.commit_effect("pay:u2", aid, "done")
     assert rule.fired == 1
@@ -235,7 +235,7 @@ def test_connection_dropped_as_the_reservation_is_sent_is_settled_by_the_reread(
     caplog.set_level(logging.WARNING, logger=STORE_LOG)
     runs: list = []
     pay = counted(proxied, runs)
-    rule = proxy.arm("drop_before", b"INSERT INTO", on="statement")
+    rule = proxy.arm("drop_before", b"ctrlrun_reserve($1", on="statement")
     assert pay("o7")["n"] == 1
     assert rule.fired == 1
     assert "reread_none_retry_insert" in branches(caplog)
@@ -374,42 +374,56 @@ def test_kill_9_while_the_commit_is_held_leaves_the_store_consistent(
     assert len(list(marks.iterdir())) == 1
 
 
-def test_a_fresh_call_is_a_read_and_two_statements_that_commit_by_themselves(proxy, proxied,
-                                                                           direct):
+def test_a_fresh_call_is_two_statements_that_commit_by_themselves(proxy, proxied, direct, pg,
+                                                                 pg_schema):
     runs: list = []
     pay = counted(proxied, runs)
     parsed, simple = len(proxy.parsed), len(proxy.simple)
     assert pay("o21") == {"order": "o21", "n": 1}
     sent = [sql for _, sql in proxy.parsed[parsed:]]
-    assert len(sent) == 3, sent  # the read, the INSERT, the outcome UPDATE: three round trips
-    assert sent[1].lstrip().startswith(b"INSERT INTO") and b"ctrlrun_durable()" in sent[1]
-    assert sent[2].lstrip().startswith(b"UPDATE") and b"ctrlrun_durable()" in sent[2]
+    assert len(sent) == 2, sent  # the reservation, the outcome: two round trips
+    # each a call of the schema's function that holds the statement (its plan kept by the server)
+    for text, name in zip(sent, [b"ctrlrun_reserve", b"ctrlrun_transition"]):
+        assert text.startswith(b"SELECT * FROM \"" + pg_schema.encode() + b"\"." + name + b"($1")
+    for name in ("ctrlrun_select", "ctrlrun_reserve", "ctrlrun_insert", "ctrlrun_transition"):
+        body, config = pg.psql(f"SELECT prosrc, proconfig FROM pg_proc p JOIN pg_namespace n ON "
+                               f"n.oid = p.pronamespace WHERE n.nspname = '{pg_schema}' "
+                               f"AND p.proname = '{name}'").rsplit("|", 1)
+        # the writes' functions make their commits durable (test_pgbouncer shows the effect)
+        assert name == "ctrlrun_select" or f'"{pg_schema}".ctrlrun_durable()' in body
+        # the plans are kept (a custom plan would be made again on every call), and the
+        # search_path another client may have left on a pooled session does not apply
+        assert config == '{"search_path=pg_catalog, pg_temp",plan_cache_mode=force_generic_plan}'
     assert proxy.simple[simple:] == []  # no BEGIN, no COMMIT
     assert direct.get_effect("pay:o21").state is EffectState.COMMITTED
 
 
-def test_a_refusal_is_decided_from_one_plain_read_without_a_write(proxy, proxied, direct):
+def test_a_refusal_is_one_statement_that_writes_nothing(proxy, proxied, direct, pg, pg_schema):
     runs: list = []
     pay = counted(proxied, runs)
     assert pay("o20") == {"order": "o20", "n": 1}
-    # Were the refusal to send the reservation statement, this would cut the connection.
-    rule = proxy.arm("drop_before", b"INSERT INTO", on="statement", times=10)
+    before = direct.get_effect("pay:o20")
+    receipts = len(direct.list_receipts("pay:o20"))
+    xid = f"SELECT xmin FROM \"{pg_schema}\".ctrlrun_effects WHERE effect_key = 'pay:o20'"
+    xmin = pg.psql(xid)
     sent = len(proxy.parsed)
     for _ in range(3):
         with pytest.raises(DuplicateEffect) as info:
             pay("o20")
         assert info.value.state == "committed"
-    assert rule.fired == 0
     assert len(proxy.parsed) - sent == 3  # one statement, one round trip, per refusal
     assert runs == ["o20"]
-    assert direct.get_effect("pay:o20").state is EffectState.COMMITTED
+    # the conflicting INSERT wrote nothing: the row, its version and its receipts are as they were
+    assert direct.get_effect("pay:o20") == before
+    assert pg.psql(xid) == xmin
+    assert len(direct.list_receipts("pay:o20")) == receipts
 
 
 def test_a_slow_reservation_write_still_grants_the_whole_lease(proxy, proxied, direct):
     """The reservation is planned from a read made before its transaction; a wait between the
     two (a busy pool, a pooler queueing the transaction) must not eat the holder's lease: the
     lease counts from the INSERT."""
-    stall = proxy.arm("call", b"INSERT INTO", on="statement", callback=lambda: time.sleep(2.5))
+    stall = proxy.arm("call", b"ctrlrun_reserve($1", on="statement", callback=lambda: time.sleep(2.5))
     held = proxied.reserve_effect("pay:o9", "act_" + "9" * 32, 2)
     assert stall.fired == 1
     rec = held.record

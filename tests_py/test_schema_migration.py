@@ -21,7 +21,7 @@ from ctrlrun import DuplicateEffect, EffectState
 from conftest import sqlite_url
 
 # the schema version this build writes (PostgreSQL's 5 adds `ctrlrun_durable()`, a function)
-CURRENT = {"sqlite": 5, "postgres": 6}
+CURRENT = {"sqlite": 5, "postgres": 7}
 NEW_COLUMNS = ["attempt_token", "action", "holder", "args_digest", "arg_digests", "approval_id",
                "last_event", "written_by", "receipt_seq", "receipt_prev", "receipt_hash"]
 T0 = 1_700_000_000_000_000  # microseconds (2023)

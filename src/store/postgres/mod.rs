@@ -20,6 +20,7 @@ mod receipts;
 mod retention;
 mod schema;
 mod sql;
+mod statements;
 mod tls;
 mod writes;
 

@@ -9,13 +9,13 @@ use super::conn::describe;
 use crate::error::{Error, Result};
 
 /// The schema version this build writes (`ctrlrun_meta.schema_version`).
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// How each older version is brought to the next (`MIGRATIONS[v - 1]` takes version `v` to
 /// `v + 1`), all in one transaction with the version's update. `{t}` is the effects table, `{a}`
 /// the approvals table, `{r}` the receipts table, `{s}` the schema (quoted). A new schema gets
 /// version 1's tables and then every step.
-const MIGRATIONS: [&str; 5] = [
+const MIGRATIONS: [&str; 6] = [
     // 1 -> 2: the per-attempt token (rows written before keep NULL).
     "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS attempt_token text",
     // 2 -> 3: who holds a key and with which arguments; approvals.
@@ -153,6 +153,10 @@ const MIGRATIONS: [&str; 5] = [
          ON {t} ((pg_catalog.left(effect_key, 200) COLLATE \"C\"));
      CREATE INDEX IF NOT EXISTS ctrlrun_approvals_open_key
          ON {a} (pg_catalog.left(effect_key, 200)) WHERE state IN ('pending', 'granted')",
+    // 6 -> 7: the read, the reservation's INSERT and the outcome's UPDATE as PL/pgSQL
+    // functions, whose plans the server keeps per session (see `Sql::functions`). Processes
+    // of version 6 go on sending the statements themselves.
+    "{hot_functions}",
 ];
 
 pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) -> Result<()> {
@@ -326,6 +330,7 @@ fn migrate(client: &mut Client, schema: &str) -> std::result::Result<(), PgError
         for step in &MIGRATIONS[(version - 1) as usize..] {
             let step = step
                 .replace("{receipt_triggers}", &receipt_triggers())
+                .replace("{hot_functions}", &super::statements::functions(schema))
                 .replace("{t}", &table)
                 .replace("{a}", &approvals)
                 .replace("{r}", &receipts)

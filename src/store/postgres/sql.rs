@@ -1,4 +1,5 @@
-//! The PostgreSQL store's statements and the decoding of its rows.
+//! How the PostgreSQL store sends its statements (their text is in `statements.rs`), and the
+//! decoding of its rows.
 
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
@@ -10,33 +11,8 @@ use crate::planner::{Expected, Transition};
 use crate::receipt::Event;
 use crate::record::{holder, EffectRecord, EffectState, Micros};
 
-pub(super) const COLUMNS: &str = "effect_key, state, action_id, attempt, created_at, updated_at, \
-                       lease_expires_at, result, error, resolved_by, attempt_token, action, \
-                       holder, args_digest, arg_digests, approval_id";
-
-/// The row's index: the SHA-256 of the key's UTF-8 bytes. The primary key is this digest, not
-/// the key, because a B-tree entry cannot exceed ~2.7 KB and keys may be longer; every lookup
-/// also compares the key itself, byte for byte. Functions are named with their schema, so a
-/// `search_path` that a pooler carries over from another client cannot swap in its own.
-fn digest(param: usize) -> String {
-    format!("pg_catalog.sha256(pg_catalog.convert_to(${param}::text, 'UTF8'))")
-}
-
-/// Microseconds since the epoch: the caller's `now` when given, else the server's clock.
-pub(super) fn now_expr(param: usize) -> String {
-    format!(
-        "COALESCE(${param}::int8, (extract(epoch FROM pg_catalog.clock_timestamp()) * 1000000)::int8)"
-    )
-}
-
-/// `columns` (`a, b`) qualified with `alias` (`e.a, e.b`).
-fn qualified(alias: &str, columns: &str) -> String {
-    let each: Vec<String> = columns
-        .split(", ")
-        .map(|c| format!("{alias}.{c}"))
-        .collect();
-    each.join(", ")
-}
+use super::statements::{call, Statements, INSERT_PARAMS, SELECT_PARAMS, TRANSITION_PARAMS};
+pub(super) use super::statements::{now_expr, COLUMNS};
 
 /// The statements, rendered once per store for its schema.
 ///
@@ -46,128 +22,43 @@ fn qualified(alias: &str, columns: &str) -> String {
 /// in transaction mode (PgBouncer, RDS Proxy, pgcat, Supavisor) hands each transaction to
 /// whichever server connection is free, so a statement prepared once per client connection
 /// under a process-local name (`s7`) could meet another client's `s7`, run *that* statement
-/// with our parameters, or be missing. The cost is that the server parses and plans each
-/// statement on every call (tens of microseconds next to a commit's WAL flush); the round trips
-/// are the same as for a prepared statement.
+/// with our parameters, or be missing.
+///
+/// An unnamed statement is parsed and planned on every call, and ctrlrun's are costly to plan
+/// (about 0.1-0.25 ms each, more than the row's work). So the three every protected call sends
+/// (the read, the reservation's `INSERT`, the outcome's `UPDATE`) live in PL/pgSQL functions of
+/// the store's schema ([`super::statements::functions`], schema version 7): PL/pgSQL keeps a statement's plan
+/// for the server session, whichever client a pooler gives that session to, and the call that
+/// goes out unnamed (`SELECT * FROM s.ctrlrun_select($1, $2)`) is cheap to plan. The values
+/// still travel as bound parameters, never in a statement's text.
 pub(super) struct Sql {
     /// The approvals table, schema-qualified (its statements are in `approvals.rs`).
     pub(super) approvals: String,
     /// The receipts table and the function that hashes a receipt (see [`crate::receipt`]),
     /// schema-qualified.
-    pub(super) receipts: String,
     pub(super) receipt_hash: String,
+    pub(super) receipts: String,
     pub(super) effects: String,
     insert: String,
     select: String,
+    reserve: String,
     cas: String,
     transition: String,
 }
 
 impl Sql {
     pub(super) fn new(schema: &str) -> Sql {
-        let t = format!("\"{schema}\".ctrlrun_effects");
-        let hash = format!("\"{schema}\".ctrlrun_receipt_hash");
-        // Each write sets the row's chain head from the head it replaces (in an UPDATE's SET
-        // list a column is the old row's value); a trigger appends the written row as the
-        // receipt. Fields in `Receipt::expected_hash`'s order.
-        let head = |seq: &str, prev: &str, fields: [&str; 11]| {
-            format!(
-                "receipt_seq = {seq}, receipt_prev = {prev}, receipt_hash = {hash}('effect', \
-                 {}, NULL, ({seq})::text, {prev}, {})",
-                fields[0],
-                fields[1..].join(", ")
-            )
-        };
-        let at = "COALESCE($5::int8, \
-                  (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8)";
-        let seq = "COALESCE(receipt_seq, 0) + 1";
-        let durable = format!("\"{schema}\".ctrlrun_durable");
-        let insert_columns = format!(
-            "key_digest, {COLUMNS}, last_event, written_by, receipt_seq, receipt_prev, \
-             receipt_hash"
-        );
-        let values = format!(
-            "{d}, $1, $2, $3, $4, {at}, {at}, {at} + $6::int8, $7, $8, $9, $10, $11, $12, $13, \
-             $14, $15, $16, $17, 1, NULL, {hash}('effect', $1, NULL, '1', NULL, ({at})::text, \
-             $16, $11, $3, $4::text, $2, $13, $15, $9, $17)",
-            d = digest(1),
-        );
-        let e_columns = qualified("e", COLUMNS);
-        let now9 = "COALESCE($9::int8, \
-                    (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8)";
+        let s = Statements::new(schema);
         Sql {
             approvals: format!("\"{schema}\".ctrlrun_approvals"),
             receipts: format!("\"{schema}\".ctrlrun_receipts"),
-            receipt_hash: hash.clone(),
-            effects: t.clone(),
-            // The planner's row; a row already there wins (no row returned). Its times are
-            // the server's clock when the INSERT runs (or the caller's `now`), the lease the
-            // planner's length from there: planned from a read made before the transaction, a
-            // wait for a connection or a pooler must not eat into the holder's lease.
-            // A plain INSERT plans in microseconds, where a statement that also works out the
-            // row or returns the one there (a CTE) costs the server about 0.3 ms on every call,
-            // more than the plain read that decides a refusal. `ctrlrun_durable()` makes the
-            // commit of an INSERT that commits by itself as durable as the server's own setting,
-            // whatever a pooler's server connection carries over.
-            insert: format!(
-                "INSERT INTO {t} ({insert_columns}) SELECT {values} \
-                 FROM (SELECT {durable}()) durable(ok) \
-                 ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}"
-            ),
-            select: format!(
-                "SELECT {cols}, clock.n FROM (SELECT {now} AS n) clock \
-                 LEFT JOIN {t} e ON e.key_digest = {d} AND e.effect_key = $1",
-                d = digest(1),
-                cols = e_columns,
-                now = now_expr(2)
-            ),
-            cas: format!(
-                "UPDATE {t} SET state = $1, action_id = $2, attempt = $3, created_at = $4, \
-                 updated_at = $5, lease_expires_at = $6, result = $7, error = $8, \
-                 resolved_by = $9, attempt_token = $14, action = $15, holder = $16, \
-                 args_digest = $17, arg_digests = $18, approval_id = $19, last_event = $20, \
-                 written_by = $21, {head} FROM (SELECT {durable}()) durable(ok) \
-                 WHERE key_digest = {d} AND effect_key = $10 AND state = $11 \
-                 AND action_id = $12 AND attempt = $13",
-                d = digest(10),
-                head = head(
-                    seq,
-                    "receipt_hash",
-                    [
-                        "$10", "$5::text", "$20", "$15", "$2", "$3::text", "$1", "$17", "$19",
-                        "$9", "$21"
-                    ]
-                )
-            ),
-            // The time is the statement's (stable within it: the row and its receipt agree).
-            transition: format!(
-                "UPDATE {t} SET state = $1, updated_at = {now}, \
-                 lease_expires_at = CASE WHEN $3 THEN NULL ELSE lease_expires_at END, \
-                 result = $4, error = $5, last_event = $10, written_by = $11, {head} \
-                 FROM (SELECT {durable}()) durable(ok) \
-                 WHERE key_digest = {d} AND effect_key = $6 AND action_id = $7 \
-                 AND ($8::int8 IS NULL OR attempt = $8) \
-                 AND state = ANY($2::text[]) RETURNING {COLUMNS}",
-                now = now9,
-                d = digest(6),
-                head = head(
-                    seq,
-                    "receipt_hash",
-                    [
-                        "effect_key",
-                        &format!("({now9})::text"),
-                        "$10",
-                        "action",
-                        "action_id",
-                        "attempt::text",
-                        "$1",
-                        "args_digest",
-                        "approval_id",
-                        "resolved_by",
-                        "$11"
-                    ]
-                )
-            ),
+            receipt_hash: format!("\"{schema}\".ctrlrun_receipt_hash"),
+            effects: format!("\"{schema}\".ctrlrun_effects"),
+            insert: call(schema, "ctrlrun_insert", INSERT_PARAMS),
+            select: call(schema, "ctrlrun_select", SELECT_PARAMS),
+            reserve: call(schema, "ctrlrun_reserve", INSERT_PARAMS),
+            cas: s.cas,
+            transition: call(schema, "ctrlrun_transition", TRANSITION_PARAMS),
         }
     }
 }
@@ -193,28 +84,26 @@ impl Sql {
         now: Option<Micros>,
     ) -> PgResult<Option<Row>> {
         let lease = r.lease_expires_at.map(|until| until - r.created_at);
+        let (state, writer) = (r.state.as_str(), holder());
         c.query_typed_opt(
             &self.insert,
-            &[
-                (&r.effect_key, Type::TEXT),
-                (&r.state.as_str(), Type::TEXT),
-                (&r.action_id, Type::TEXT),
-                (&r.attempt, Type::INT8),
-                (&now, Type::INT8),
-                (&lease, Type::INT8),
-                (&r.result, Type::TEXT),
-                (&r.error, Type::TEXT),
-                (&r.resolved_by, Type::TEXT),
-                (&r.attempt_token, Type::TEXT),
-                (&r.action, Type::TEXT),
-                (&r.holder, Type::TEXT),
-                (&r.args_digest, Type::TEXT),
-                (&r.arg_digests, Type::TEXT),
-                (&r.approval_id, Type::TEXT),
-                (&Event::Reservation.as_str(), Type::TEXT),
-                (&holder(), Type::TEXT),
-            ],
+            &insert_params(r, &state, &now, &lease, &writer),
         )
+    }
+
+    /// [`Sql::insert`] of a key's first row, or, when a row is there, that row read afresh:
+    /// `(true, the row inserted)` or `(false, what the read found)`.
+    pub(super) fn reserve(
+        &self,
+        c: &mut Client,
+        r: &EffectRecord,
+        now: Option<Micros>,
+    ) -> PgResult<(bool, Row)> {
+        let lease = r.lease_expires_at.map(|until| until - r.created_at);
+        let (state, writer) = (r.state.as_str(), holder());
+        let params = insert_params(r, &state, &now, &lease, &writer);
+        let row = c.query_typed_one(&self.reserve, &params)?;
+        Ok((row.get(17), row))
     }
 
     /// The compare-and-set of the whole row `r` over `expected`: how many rows changed.
@@ -282,6 +171,38 @@ impl Sql {
         ];
         c.query_typed(&self.transition, &params)
     }
+}
+
+/// What the `INSERT` writes as the row's last event.
+const RESERVATION_EVENT: &str = Event::Reservation.as_str();
+
+/// The parameters of the `INSERT` of row `r` (see [`Statements::new`]).
+fn insert_params<'a>(
+    r: &'a EffectRecord,
+    state: &'a &'static str,
+    now: &'a Option<Micros>,
+    lease: &'a Option<Micros>,
+    writer: &'a String,
+) -> [(&'a (dyn ToSql + Sync), Type); 17] {
+    [
+        (&r.effect_key, Type::TEXT),
+        (state, Type::TEXT),
+        (&r.action_id, Type::TEXT),
+        (&r.attempt, Type::INT8),
+        (now, Type::INT8),
+        (lease, Type::INT8),
+        (&r.result, Type::TEXT),
+        (&r.error, Type::TEXT),
+        (&r.resolved_by, Type::TEXT),
+        (&r.attempt_token, Type::TEXT),
+        (&r.action, Type::TEXT),
+        (&r.holder, Type::TEXT),
+        (&r.args_digest, Type::TEXT),
+        (&r.arg_digests, Type::TEXT),
+        (&r.approval_id, Type::TEXT),
+        (&RESERVATION_EVENT, Type::TEXT),
+        (writer, Type::TEXT),
+    ]
 }
 
 fn state_of(text: &str) -> std::result::Result<EffectState, Error> {

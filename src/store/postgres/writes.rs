@@ -13,12 +13,12 @@ use crate::record::{holder, new_attempt_token, EffectRecord, EffectState, Micros
 use crate::store::recovery::{settle_transition, settle_write, Commit, Step, TransitionCall};
 
 impl PostgresStore {
-    /// A reservation in as few round trips as it can. A refusal needs no transaction: it is
-    /// decided from one plain read (a stale read only means the caller arrived a moment
-    /// earlier). A fresh key is then one `INSERT` that commits by itself (no `BEGIN`, no
-    /// `COMMIT`) and yields to any row written since. An action that needs an approval (its
-    /// grant is used in the reservation's transaction), a renewal, a lapse, and a row that
-    /// appeared after the read go to the reservation transaction, which reads again.
+    /// A reservation in as few round trips as it can: one statement that commits by itself (no
+    /// `BEGIN`, no `COMMIT`; `ctrlrun_reserve`, see [`Sql`]). When the key has a row, it is read
+    /// and returned for the planner, which refuses from it (a refusal writes nothing); else the
+    /// planner's row for a key with none is inserted. An action that needs an approval (its
+    /// grant is used in the reservation's transaction) is decided from a plain read first; it,
+    /// a renewal and a lapse go to the reservation transaction, which reads again.
     pub(super) fn reserve_from_a_read(
         &self,
         proposal: Proposal<'_>,
@@ -26,44 +26,70 @@ impl PostgresStore {
     ) -> Result<EffectRecord> {
         const WHAT: &str = "reserve_effect";
         let key = proposal.key;
-        let row = self
-            .read(WHAT, key, |client, sql| sql.select_row(client, key, now))?
-            .map_err(|e| self.failed(WHAT, key, &e))?;
-        let (found, n) = read_found(&row)?;
-        planner::check_lease_end(n, proposal.lease)?;
-        if let ReservationPlan::Refuse(refusal) =
-            planner::plan_reservation(found.as_ref(), &proposal, n)
-        {
-            return Err(refusal.into_error());
+        if proposal.needs_approval {
+            let row = self
+                .read(WHAT, key, |client, sql| sql.select_row(client, key, now))?
+                .map_err(|e| self.failed(WHAT, key, &e))?;
+            let (found, n) = read_found(&row)?;
+            planner::check_lease_end(n, proposal.lease)?;
+            if let ReservationPlan::Refuse(refusal) =
+                planner::plan_reservation(found.as_ref(), &proposal, n)
+            {
+                return Err(refusal.into_error());
+            }
+            let (token, holder) = (new_attempt_token()?, holder());
+            let proposal = Proposal {
+                token: &token,
+                holder: &holder,
+                ..proposal
+            };
+            return self.reserve_step(&proposal, now, Some((found, n)), true);
         }
-        let (token, holder) = (new_attempt_token()?, holder()); // only for a call that may write
+        // The row a key with none gets; its times are the server's, taken by the INSERT.
+        let local = now.unwrap_or_else(crate::record::now_micros);
+        planner::check_lease_end(local, proposal.lease)?;
+        let (token, holder) = (new_attempt_token()?, holder());
         let proposal = Proposal {
             token: &token,
             holder: &holder,
             ..proposal
         };
-        let row = match planner::plan_reservation(found.as_ref(), &proposal, n) {
-            ReservationPlan::Insert(row) if !proposal.needs_approval => row,
-            _ => return self.reserve_step(&proposal, now, Some((found, n)), true),
+        let ReservationPlan::Insert(row) = planner::plan_reservation(None, &proposal, local) else {
+            return Err(Error::Store(format!(
+                "{WHAT} for effect '{key}': the planner refused a key with no row"
+            )));
         };
-        let inserted = self.autocommit(WHAT, key, |c, sql| match sql.insert(c, &row, now) {
-            Ok(inserted) => Ok(Commit::Landed(inserted)),
+        let reserved = self.autocommit(WHAT, key, |c, sql| match sql.reserve(c, &row, now) {
+            Ok(reserved) => Ok(Commit::Landed(Some(reserved))),
             Err(e) => self.unsettled(WHAT, key, &e, None),
-        })?;
-        match inserted {
-            Commit::Landed(Some(inserted)) => {
-                Ok(read_record(&inserted, 0)?.expect("RETURNING a row"))
-            }
-            // A row appeared since the read: read and planned again in the transaction.
-            Commit::Landed(None) => self.reserve_step(&proposal, now, None, true),
+        });
+        let answer = match reserved? {
+            Commit::Landed(answer) => answer,
             Commit::Unknown(_, why) => {
                 let step = Step {
                     timed_by_server: true,
                     ..Step::wrote(row, Event::Reservation)
                 };
-                self.settle_reservation(&proposal, now, Commit::Unknown(step, why), true)
+                return self.settle_reservation(&proposal, now, Commit::Unknown(step, why), true);
             }
+        };
+        let (inserted, answer) = answer.ok_or_else(|| {
+            Error::Store(format!(
+                "{WHAT} for effect '{key}': the reservation returned no row"
+            ))
+        })?;
+        if inserted {
+            return Ok(read_record(&answer, 0)?.expect("RETURNING a row"));
         }
+        // A row is there: the planner refuses from it, or (a renewal, a lapse, a row gone
+        // since) the reservation transaction reads and plans again.
+        let (found, n) = read_found(&answer)?;
+        if let ReservationPlan::Refuse(refusal) =
+            planner::plan_reservation(found.as_ref(), &proposal, n)
+        {
+            return Err(refusal.into_error());
+        }
+        self.reserve_step(&proposal, now, None, true)
     }
 
     /// Statements that commit by themselves, on a pooled connection. One that died idle in

@@ -1,0 +1,229 @@
+//! The text of the PostgreSQL store's statements, and schema version 7's functions that hold
+//! the hot ones (see [`super::sql::Sql`] for why).
+
+pub(super) const COLUMNS: &str = "effect_key, state, action_id, attempt, created_at, updated_at, \
+                       lease_expires_at, result, error, resolved_by, attempt_token, action, \
+                       holder, args_digest, arg_digests, approval_id";
+
+/// The row's index: the SHA-256 of the key's UTF-8 bytes. The primary key is this digest, not
+/// the key, because a B-tree entry cannot exceed ~2.7 KB and keys may be longer; every lookup
+/// also compares the key itself, byte for byte. Functions are named with their schema, so a
+/// `search_path` that a pooler carries over from another client cannot swap in its own.
+fn digest(param: usize) -> String {
+    format!("pg_catalog.sha256(pg_catalog.convert_to(${param}::text, 'UTF8'))")
+}
+
+/// Microseconds since the epoch: the caller's `now` when given, else the server's clock.
+pub(super) fn now_expr(param: usize) -> String {
+    format!(
+        "COALESCE(${param}::int8, (extract(epoch FROM pg_catalog.clock_timestamp()) * 1000000)::int8)"
+    )
+}
+
+/// `columns` (`a, b`) qualified with `alias` (`e.a, e.b`).
+fn qualified(alias: &str, columns: &str) -> String {
+    let each: Vec<String> = columns
+        .split(", ")
+        .map(|c| format!("{alias}.{c}"))
+        .collect();
+    each.join(", ")
+}
+
+/// The text of each statement, with its parameters as `$n`.
+pub(super) struct Statements {
+    pub(super) insert: String,
+    pub(super) select: String,
+    pub(super) reserve: String,
+    pub(super) cas: String,
+    pub(super) transition: String,
+}
+
+impl Statements {
+    pub(super) fn new(schema: &str) -> Statements {
+        let t = format!("\"{schema}\".ctrlrun_effects");
+        let hash = format!("\"{schema}\".ctrlrun_receipt_hash");
+        // Each write sets the row's chain head from the head it replaces (in an UPDATE's SET
+        // list a column is the old row's value); a trigger appends the written row as the
+        // receipt. Fields in `Receipt::expected_hash`'s order.
+        let head = |seq: &str, prev: &str, fields: [&str; 11]| {
+            format!(
+                "receipt_seq = {seq}, receipt_prev = {prev}, receipt_hash = {hash}('effect', \
+                 {}, NULL, ({seq})::text, {prev}, {})",
+                fields[0],
+                fields[1..].join(", ")
+            )
+        };
+        let at = "COALESCE($5::int8, \
+                  (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8)";
+        let seq = "COALESCE(receipt_seq, 0) + 1";
+        let durable = format!("\"{schema}\".ctrlrun_durable");
+        let insert_columns = format!(
+            "key_digest, {COLUMNS}, last_event, written_by, receipt_seq, receipt_prev, \
+             receipt_hash"
+        );
+        let values = format!(
+            "{d}, $1, $2, $3, $4, {at}, {at}, {at} + $6::int8, $7, $8, $9, $10, $11, $12, $13, \
+             $14, $15, $16, $17, 1, NULL, {hash}('effect', $1, NULL, '1', NULL, ({at})::text, \
+             $16, $11, $3, $4::text, $2, $13, $15, $9, $17)",
+            d = digest(1),
+        );
+        let now9 = "COALESCE($9::int8, \
+                    (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8)";
+        Statements {
+            // The planner's row; a row already there wins (no row returned). Its times are
+            // the server's clock when the INSERT runs (or the caller's `now`), the lease the
+            // planner's length from there: planned from a read made before the transaction, a
+            // wait for a connection or a pooler must not eat into the holder's lease.
+            // `ctrlrun_durable()` makes the commit of an INSERT that commits by itself as
+            // durable as the server's own setting, whatever a pooler's server connection
+            // carries over.
+            insert: format!(
+                "INSERT INTO {t} ({insert_columns}) SELECT {values} \
+                 FROM (SELECT {durable}()) durable(ok) \
+                 ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}"
+            ),
+            select: select(&t, 2, ""),
+            // The reservation: the key's row and the server's clock (the statement's $5) when
+            // a row is there, for the planner (a refusal is this one plain read); else the
+            // planner's row inserted; else (another writer's row appeared in between) that
+            // row, read afresh. One round trip for a fresh call and for a refusal.
+            reserve: format!(
+                "RETURN QUERY {found} WHERE e.effect_key IS NOT NULL; \
+                 IF FOUND THEN RETURN; END IF; \
+                 RETURN QUERY WITH ins AS (INSERT INTO {t} ({insert_columns}) SELECT {values} \
+                 FROM (SELECT {durable}()) durable(ok) \
+                 ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}) \
+                 SELECT ins.*, NULL::int8, true FROM ins; \
+                 IF NOT FOUND THEN RETURN QUERY {found}; END IF",
+                found = select(&t, 5, ", false"),
+            ),
+            cas: format!(
+                "UPDATE {t} SET state = $1, action_id = $2, attempt = $3, created_at = $4, \
+                 updated_at = $5, lease_expires_at = $6, result = $7, error = $8, \
+                 resolved_by = $9, attempt_token = $14, action = $15, holder = $16, \
+                 args_digest = $17, arg_digests = $18, approval_id = $19, last_event = $20, \
+                 written_by = $21, {head} FROM (SELECT {durable}()) durable(ok) \
+                 WHERE key_digest = {d} AND effect_key = $10 AND state = $11 \
+                 AND action_id = $12 AND attempt = $13",
+                d = digest(10),
+                head = head(
+                    seq,
+                    "receipt_hash",
+                    [
+                        "$10", "$5::text", "$20", "$15", "$2", "$3::text", "$1", "$17", "$19",
+                        "$9", "$21"
+                    ]
+                )
+            ),
+            // The time is the statement's (stable within it: the row and its receipt agree).
+            transition: format!(
+                "UPDATE {t} SET state = $1, updated_at = {now}, \
+                 lease_expires_at = CASE WHEN $3 THEN NULL ELSE lease_expires_at END, \
+                 result = $4, error = $5, last_event = $10, written_by = $11, {head} \
+                 FROM (SELECT {durable}()) durable(ok) \
+                 WHERE key_digest = {d} AND effect_key = $6 AND action_id = $7 \
+                 AND ($8::int8 IS NULL OR attempt = $8) \
+                 AND state = ANY($2::text[]) RETURNING {COLUMNS}",
+                now = now9,
+                d = digest(6),
+                head = head(
+                    seq,
+                    "receipt_hash",
+                    [
+                        "effect_key",
+                        &format!("({now9})::text"),
+                        "$10",
+                        "action",
+                        "action_id",
+                        "attempt::text",
+                        "$1",
+                        "args_digest",
+                        "approval_id",
+                        "resolved_by",
+                        "$11"
+                    ]
+                )
+            ),
+        }
+    }
+}
+
+/// The read of key `$1` and the clock (the caller's `now` in `$now`, else the server's), plus
+/// the columns `extra`: a row of NULL columns when the key has no row.
+fn select(t: &str, now: usize, extra: &str) -> String {
+    format!(
+        "SELECT {cols}, clock.n{extra} FROM (SELECT {now} AS n) clock \
+         LEFT JOIN {t} e ON e.key_digest = {d} AND e.effect_key = $1",
+        d = digest(1),
+        cols = qualified("e", COLUMNS),
+        now = now_expr(now)
+    )
+}
+
+/// The columns of an effect row as the functions return them, and the functions' parameters
+/// (in the order of the statements' `$n`).
+const ROW_TYPES: &str = "effect_key text, state text, action_id text, attempt int8, \
+                         created_at int8, updated_at int8, lease_expires_at int8, result text, \
+                         error text, resolved_by text, attempt_token text, action text, \
+                         holder text, args_digest text, arg_digests text, approval_id text";
+pub(super) const SELECT_PARAMS: &str = "text, int8";
+pub(super) const INSERT_PARAMS: &str =
+    "text, text, text, int8, int8, int8, text, text, text, text, text, text, text, text, text, \
+     text, text";
+pub(super) const TRANSITION_PARAMS: &str =
+    "text, text[], bool, text, text, text, text, int8, int8, text, text";
+
+/// `SELECT * FROM s.name($1, …, $n)` for a function of `params`.
+pub(super) fn call(schema: &str, name: &str, params: &str) -> String {
+    let n = params.split(", ").count();
+    let args: Vec<String> = (1..=n).map(|i| format!("${i}")).collect();
+    format!("SELECT * FROM \"{schema}\".{name}({})", args.join(", "))
+}
+
+/// Schema version 7's functions: the read, the reservation's `INSERT` and the outcome's
+/// `UPDATE`, each the statement it replaces, run by PL/pgSQL (see [`super::sql::Sql`]). Their result
+/// columns are named `r_*` so that none shadows a table column in the statement. Like the
+/// other functions of the schema they fix their `search_path`: a pooler's server connection
+/// may carry another client's. They also force the generic plan: left to choose, the
+/// server finds a custom plan of these statements cheaper and plans them again on every
+/// call, which is the cost the functions exist to save.
+pub(super) fn functions(schema: &str) -> String {
+    let s = Statements::new(schema);
+    let out = |extra: &str| {
+        let cols: Vec<String> = ROW_TYPES.split(", ").map(|c| format!("r_{c}")).collect();
+        format!("{}{extra}", cols.join(", "))
+    };
+    let query = |q: String| format!("RETURN QUERY {q}");
+    let each = [
+        (
+            "ctrlrun_select",
+            SELECT_PARAMS,
+            out(", r_n int8"),
+            query(s.select),
+        ),
+        ("ctrlrun_insert", INSERT_PARAMS, out(""), query(s.insert)),
+        (
+            "ctrlrun_reserve",
+            INSERT_PARAMS,
+            out(", r_n int8, r_inserted bool"),
+            s.reserve,
+        ),
+        (
+            "ctrlrun_transition",
+            TRANSITION_PARAMS,
+            out(""),
+            query(s.transition),
+        ),
+    ];
+    each.iter()
+        .map(|(name, params, returns, body)| {
+            format!(
+                "CREATE OR REPLACE FUNCTION \"{schema}\".{name}({params}) \
+                 RETURNS TABLE ({returns}) LANGUAGE plpgsql VOLATILE \
+                 SET search_path = pg_catalog, pg_temp \
+                 SET plan_cache_mode = force_generic_plan AS $fn$ \
+                 BEGIN {body}; END $fn$;\n"
+            )
+        })
+        .collect()
+}
