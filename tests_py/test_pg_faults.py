@@ -129,8 +129,8 @@ def test_shared_action_id_with_a_live_holder_is_in_progress_when_the_commit_is_l
 ):
     shared_id = "act_" + "5" * 32
     held = []
-    # The holder reserves between our plain read (no row yet) and our reservation statement,
-    # which then meets its row; that transaction's COMMIT reply is lost.
+    # The holder reserves just before our reservation statement reaches the server, which
+    # then finds its row; the statement's answer is lost.
     race = proxy.arm("call", b"ctrlrun_reserve($1", on="statement",
                      callback=lambda: held.append(direct.reserve_effect("pay:o5", shared_id, 60)))
     rule = proxy.arm("drop_after", b"ctrlrun_reserve($1")
@@ -276,6 +276,48 @@ def test_statement_timeout_before_commit_is_a_failed_write(pg, pg_schema, direct
             assert direct.get_effect("pay:o8") is None
             granted = s.reserve_effect("pay:o8", "act_" + "8" * 32, 60)
             assert granted.attempt == 1
+    finally:
+        if blocker.poll() is None:
+            blocker.kill()
+
+
+@pytest.mark.parametrize("ending", ["COMMIT", "ROLLBACK"])
+def test_a_reservation_that_meets_an_uncommitted_insert_waits_for_its_outcome(pg, pg_schema,
+                                                                              direct, ending):
+    """The reservation's insert meets another session's uncommitted row for the key: it waits
+    for that transaction, then either finds the committed row (read afresh in the same
+    statement: refused, the row untouched) or, the other rolled back, inserts its own."""
+    env = dict(os.environ, PGPASSWORD=pg.password or "")
+    now_us = int(time.time() * 1e6)
+    blocker = subprocess.Popen(
+        [_find_bin("psql"), "-h", pg.host, "-p", str(pg.port), "-U", pg.user, "-d", pg.db, "-Atqc",
+         f"BEGIN; INSERT INTO \"{pg_schema}\".ctrlrun_effects (key_digest, effect_key, state, "
+         f"action_id, attempt, created_at, updated_at, lease_expires_at, last_event, "
+         f"receipt_seq, receipt_hash) VALUES "
+         f"(sha256(convert_to('pay:o10', 'UTF8')), 'pay:o10', 'executing', "
+         f"'act_blocker', 1, {now_us}, {now_us}, {now_us + 600_000_000}, 'reservation', 1, "
+         f"'blocker'); "
+         f"SELECT pg_sleep(1.5); {ending};"],
+        env=env,
+    )
+    try:
+        deadline = time.time() + 20  # wait until the blocker holds its uncommitted insert
+        while pg.psql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(1.5)%' "
+                      "AND state = 'active' AND pid <> pg_backend_pid()") != "1":
+            assert time.time() < deadline and blocker.poll() is None, "the blocker never started"
+            time.sleep(0.05)
+        started = time.monotonic()
+        if ending == "COMMIT":
+            with pytest.raises(DuplicateEffect) as info:
+                direct.reserve_effect("pay:o10", "act_" + "a" * 32, 60)
+            assert info.value.state == "in_progress"
+            assert direct.get_effect("pay:o10").action_id == "act_blocker"
+        else:
+            granted = direct.reserve_effect("pay:o10", "act_" + "a" * 32, 60)
+            assert granted.record.attempt == 1
+            assert direct.get_effect("pay:o10").action_id == "act_" + "a" * 32
+        assert time.monotonic() - started > 0.3  # it waited for the other transaction
+        assert blocker.wait(timeout=30) == 0
     finally:
         if blocker.poll() is None:
             blocker.kill()

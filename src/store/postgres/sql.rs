@@ -4,7 +4,7 @@
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
-use super::client::{Client, PgResult};
+use super::client::{Client, PgError, PgResult};
 
 use crate::error::{Error, Result};
 use crate::planner::{Expected, Transition};
@@ -103,7 +103,10 @@ impl Sql {
         let (state, writer) = (r.state.as_str(), holder());
         let params = insert_params(r, &state, &now, &lease, &writer);
         let row = c.query_typed_one(&self.reserve, &params)?;
-        Ok((row.get(17), row))
+        // A column that does not decode is the driver's error (the call's commit is then
+        // unknown, and the re-read decides), never a panic.
+        let inserted = row.try_get(17).map_err(PgError::Driver)?;
+        Ok((inserted, row))
     }
 
     /// The compare-and-set of the whole row `r` over `expected`: how many rows changed.

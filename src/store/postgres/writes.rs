@@ -84,6 +84,7 @@ impl PostgresStore {
         // A row is there: the planner refuses from it, or (a renewal, a lapse, a row gone
         // since) the reservation transaction reads and plans again.
         let (found, n) = read_found(&answer)?;
+        planner::check_lease_end(n, proposal.lease)?; // by the server's clock, as the writes
         if let ReservationPlan::Refuse(refusal) =
             planner::plan_reservation(found.as_ref(), &proposal, n)
         {
