@@ -95,9 +95,51 @@ def test_an_http_upstream_that_cannot_be_reached_gets_calls_recorded_failed_unse
     assert took < 20, took
     lines = rig.stderr.read_text().splitlines()
     assert any(line.startswith("ctrlrun gateway acme: the connection to the upstream failed (")
-               and line.endswith("no call is sent any more (a reserved call is recorded failed)")
+               and line.endswith("the next request reconnects (a reserved call that cannot be "
+                                 "sent is recorded failed)")
                for line in lines), lines
+    assert "could not be reached again" in second.content[0].text, second
     assert [r[0] for r in rig.runs()] == ["refund"]
+
+
+def test_an_http_upstream_that_comes_back_is_reconnected_without_restarting_the_gateway(
+        tmp_path, store_url, store):
+    port = free_port()
+    upstream = _http_upstream(tmp_path, port)
+    rig = Rig(tmp_path, store_url, POLICY,
+              upstream=["--upstream-url", f"http://127.0.0.1:{port}/mcp"])
+
+    async def body(s: ClientSession) -> list:
+        nonlocal upstream
+        out = [await s.call_tool("refund", {"payment_id": "pi_r1", "amount": 1})]
+        await s.subscribe_resource("memo://notes")
+        upstream.kill()
+        upstream.wait()
+        out.append(await s.call_tool("refund", {"payment_id": "pi_r2", "amount": 2}))
+        upstream = _http_upstream(tmp_path, port)  # the upstream restarts on its address
+        out.append(await s.call_tool("refund", {"payment_id": "pi_r2", "amount": 2}))
+        out.append(await s.call_tool("refund", {"payment_id": "pi_r2", "amount": 2}))
+        out.append(await s.read_resource("memo://notes"))
+        return out
+
+    try:
+        first, unsent, retried, again, notes = rig.session(body)
+    finally:
+        upstream.kill()
+        upstream.wait()
+    assert not first.is_error
+    # while it is down, the call is never sent: failed, so the agent's retry may run ...
+    assert ctrl(unsent)["outcome"] == "failed", unsent
+    # ... and once it is back, the retry goes through on a new connection, once
+    assert not retried.is_error, retried
+    assert ctrl(again)["refused"] == "committed"
+    assert store.get_effect("refund:pi_r2").state.value == "committed"
+    assert [r[0] for r in rig.runs()] == ["refund", "refund"]
+    # the new upstream session holds the subscription the agent made on the old one
+    assert "subscribed=memo://notes" in notes.contents[0].text, notes
+    lines = rig.stderr.read_text().splitlines()
+    assert f"ctrlrun gateway acme: reconnected to the upstream http://127.0.0.1:{port}/mcp" \
+        in lines, lines
 
 
 class _SlowAnswer(BaseHTTPRequestHandler):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 import anyio
 from mcp import types
@@ -116,9 +116,11 @@ def progress_of(ctx: Any) -> Optional[Progress]:
 
 
 class Upstream:
-    """The upstream MCP server's session (one for the gateway's life), or, for an upstream
-    that never started, why (``down``): then nothing is ever sent. Over HTTP (``http``), a
-    call whose POST never got a connection is known (``_gateway_http``)."""
+    """The upstream MCP server's session, or, for an upstream that never started, why
+    (``down``): then nothing is ever sent. Over HTTP (``http``), a call whose POST never got a
+    connection is known (``_gateway_http``), and a connection that failed is opened again by
+    the next request that needs it (``reconnect``, set by the server: a restarted upstream
+    needs no restart of the gateway)."""
 
     def __init__(self, session: Optional[ClientSession], watched: Optional[WatchedStream],
                  down: Optional[str] = None, http: bool = False) -> None:
@@ -126,25 +128,39 @@ class Upstream:
         self.watched = watched
         self.down = down
         self.http = http
+        self.reconnect: Optional[Callable[[], Awaitable[None]]] = None
+        self._reconnecting = anyio.Lock()
+
+    def _ended(self) -> bool:
+        return self.watched is not None and self.watched.ended
 
     async def alive(self) -> None:
         """Raise :class:`NotSent` when the upstream is known to be gone, so the call that
         follows is never sent: it never started, or its messages have ended (the session
-        sends nothing after that)."""
+        sends nothing after that) and it could not be reached again."""
         if self.down is not None:
             raise NotSent(f"the upstream MCP server never started ({self.down}); the call was "
                           f"not sent")
-        if self.watched is not None and self.watched.ended:
+        if not self._ended():
+            return
+        if self.reconnect is None:
             raise NotSent("the upstream MCP server's connection has ended; the call was not "
                           "sent")
+        async with self._reconnecting:  # one reconnection at a time; the others wait for it
+            if not self._ended():
+                return
+            try:
+                await self.reconnect()
+            except Exception as exc:
+                raise NotSent(f"the upstream MCP server's connection has ended and it could not "
+                              f"be reached again ({brief(exc)}); the call was not sent") from None
 
     async def call(self, name: str, arguments: Dict[str, Any], timeout: float,
                    progress: Optional[Progress] = None) -> types.CallToolResult:
         """Forward one tool call; a timeout or a lost connection raises (sent: ``ambiguous``),
         and a POST that never got a connection raises :class:`NotSent`. With ``progress``,
         the upstream's progress notifications for it are passed to it."""
-        if self.session is None:
-            await self.alive()  # raises NotSent: there is nothing to send to
+        await self.alive()  # NotSent: there is nothing to send to (reconnected if it can be)
         assert self.session is not None
         request = types.CallToolRequest(
             params=types.CallToolRequestParams(name=name, arguments=arguments))
@@ -209,6 +225,7 @@ class Gateway:
         if self.upstream.session is None:
             return True
         if tool not in self.known:
+            await self.upstream.alive()
             self.known = {t.name for t in await upstream_tools(self.upstream.session)}
         return tool in self.known
 
@@ -218,6 +235,7 @@ class Gateway:
         self.relay.saw(ctx)
         if self.upstream.session is None:
             return types.ListToolsResult(tools=[])  # the upstream never started
+        await self.upstream.alive()
         result = await self.upstream.session.list_tools(params=params)
         try:
             policy = current_policy()

@@ -244,6 +244,18 @@ class Relay:
             await self.upstream.send_request(types.UnsubscribeRequest(
                 params=types.UnsubscribeRequestParams(uri=uri)), types.EmptyResult)
 
+    async def resubscribe(self) -> List[str]:
+        """After a reconnection: subscribe the new upstream session to every resource an
+        agent is still subscribed to; the URIs it refused."""
+        refused = []
+        for uri in list(self.subscribers):
+            try:
+                await self.upstream.send_request(types.SubscribeRequest(
+                    params=types.SubscribeRequestParams(uri=uri)), types.EmptyResult)
+            except Exception:
+                refused.append(uri)
+        return refused
+
     async def complete(self, ctx: Any, params: types.CompleteRequestParams) -> Any:
         with self.calling(ctx):
             return await self.upstream.send_request(types.CompleteRequest(params=params),
@@ -274,32 +286,38 @@ class Relay:
 
 
 class PassThrough:
-    """Resources and prompts, forwarded unchanged (registered when the upstream offers them)."""
+    """Resources and prompts, forwarded unchanged (registered when the upstream offers them),
+    on the upstream's current session (``_gateway.Upstream``: reconnected when it can be)."""
 
-    def __init__(self, session: ClientSession, relay: Relay) -> None:
-        self.session = session
+    def __init__(self, upstream: Any, relay: Relay) -> None:
+        self.upstream = upstream
         self.relay = relay
+
+    async def _session(self) -> ClientSession:
+        await self.upstream.alive()
+        session: ClientSession = self.upstream.session
+        return session
 
     async def list_resources(self, ctx: Any, params: Any) -> types.ListResourcesResult:
         with self.relay.calling(ctx):
-            return await self.session.list_resources(params=params)
+            return await (await self._session()).list_resources(params=params)
 
     async def list_resource_templates(self, ctx: Any, params: Any
                                       ) -> types.ListResourceTemplatesResult:
         with self.relay.calling(ctx):
-            return await self.session.list_resource_templates(params=params)
+            return await (await self._session()).list_resource_templates(params=params)
 
     async def read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> Any:
         with self.relay.calling(ctx):
-            return await self.session.read_resource(str(params.uri))
+            return await (await self._session()).read_resource(str(params.uri))
 
     async def list_prompts(self, ctx: Any, params: Any) -> types.ListPromptsResult:
         with self.relay.calling(ctx):
-            return await self.session.list_prompts(params=params)
+            return await (await self._session()).list_prompts(params=params)
 
     async def get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> Any:
         with self.relay.calling(ctx):
-            return await self.session.get_prompt(params.name, params.arguments)
+            return await (await self._session()).get_prompt(params.name, params.arguments)
 
     def handlers(self, capabilities: types.ServerCapabilities) -> Dict[str, Any]:
         out: Dict[str, Any] = {}

@@ -90,14 +90,17 @@ def _first_error(exc: BaseException) -> BaseException:
     return exc
 
 
-async def _close_quietly(stack: AsyncExitStack) -> None:
+async def _close_quietly(stack: AsyncExitStack) -> Optional[BaseException]:
     """Close what a failed start left open (the process, its streams), whatever they raise:
-    the reason the start failed is the one to report."""
+    the reason the start failed is the one to report. Returns what the closing raised (a
+    transport's own failure, which it reports by cancelling the task that opened it)."""
     try:
         await stack.aclose()
     except BaseException as exc:  # a group of what the streams' tasks raised on the way out
         if not _only_errors(exc):
             raise
+        return exc
+    return None
 
 
 async def _hold(alias: str, command: List[str], url: Optional[str], timeout: float,
@@ -109,8 +112,13 @@ async def _hold(alias: str, command: List[str], url: Optional[str], timeout: flo
     stack = AsyncExitStack()
     try:
         started = await _start(stack, command, url, timeout, relay)
-    except BaseException:
-        await _close_quietly(stack)
+    except BaseException as exc:
+        failed = await _close_quietly(stack)
+        if failed is not None and isinstance(exc, anyio.get_cancelled_exc_class()):
+            # The transport failed (nothing listening) and cancelled this task to say so: its
+            # failure is the reason, and the cancellation was its own. (A cancellation of the
+            # gateway itself is delivered again at the caller's next wait.)
+            raise failed from None
         raise
     task_status.started(started)
     upstream = started[0]
@@ -120,10 +128,11 @@ async def _hold(alias: str, command: List[str], url: Optional[str], timeout: flo
     except BaseException as exc:
         if not _only_errors(exc):
             raise  # the gateway is stopping
+        then = ("the next request reconnects (a reserved call that cannot be sent is "
+                "recorded failed)" if url is not None else
+                "no call is sent any more (a reserved call is recorded failed)")
         print(f"ctrlrun gateway {alias}: the connection to the upstream failed "
-              f"({brief(_first_error(exc))});"
-              f" no call is sent any more (a reserved call is recorded failed)",
-              file=sys.stderr, flush=True)
+              f"({brief(_first_error(exc))}); {then}", file=sys.stderr, flush=True)
     finally:
         if upstream.watched is not None:
             upstream.watched.ended = True
@@ -157,12 +166,28 @@ async def serve(alias: str, store: Store, command: List[str], url: Optional[str]
         assert upstream.session is not None
         announce(alias, store, shown, tools)
         gateway = Gateway(alias, store, upstream, call_timeout, tools, relay)
+
+        async def reconnect() -> None:
+            # A new connection in a task of its own, as the first; bounded as the first.
+            try:
+                again, _, _ = await tg.start(_hold, alias, command, url, call_timeout, relay)
+            except Exception as exc:  # name the first failure, not the group around it
+                raise ConnectionError(brief(_first_error(exc))) from None
+            upstream.session, upstream.watched = again.session, again.watched
+            gateway.forget_tools()
+            refused = await relay.resubscribe()
+            print(f"ctrlrun gateway {alias}: reconnected to the upstream {shown}"
+                  + (f"; it refused the subscriptions to {', '.join(refused)}" if refused
+                     else ""), file=sys.stderr, flush=True)
+
+        if url is not None:  # a stdio upstream is a process of ours: it is not started again
+            upstream.reconnect = reconnect
         with handshake_era():
             server = GatewayServer(
                 f"ctrlrun-gateway-{alias}", version=_core.__version__,
                 instructions=init.instructions,
                 on_list_tools=gateway.list_tools, on_call_tool=gateway.call_tool,
-                **PassThrough(upstream.session, relay).handlers(init.capabilities),
+                **PassThrough(upstream, relay).handlers(init.capabilities),
                 **relay.server_handlers(init.capabilities))
         server.notify = notification_options(init.capabilities)
         try:
