@@ -86,8 +86,9 @@ def test_an_http_upstream_that_cannot_be_reached_gets_calls_recorded_failed_unse
     assert not done.is_error and store.get_effect("refund:pi_u").state.value == "committed"
     # no ping came before the call that went through: the proof is the connection itself
     assert not (tmp_path / "pings.log").exists()
-    # the POST found nothing listening: the call was never sent, so it is failed, at once
-    # (not after the 60 s call timeout)
+    # the first POST found nothing listening, and the second call's reconnection found
+    # nothing either: neither call was sent, so both are failed, at once (not after the 60 s
+    # call timeout)
     for result, key in ((first, "refund:pi_v"), (second, "refund:pi_w")):
         assert ctrl(result)["outcome"] == "failed", result
         assert "was not sent" in result.content[0].text, result
@@ -174,7 +175,7 @@ def test_only_the_call_whose_own_post_got_no_connection_is_proven_unsent():
     seen: dict = {}
 
     async def send(label: str, url: str, wait: float) -> None:
-        with watching("refund", {"payment_id": "pi_1"}) as scope:
+        with watching("refund", {"payment_id": "pi_1"}) as (scope, _):
             await anyio.sleep(wait)
             try:
                 await client.post(url, json=body)
@@ -197,3 +198,86 @@ def test_only_the_call_whose_own_post_got_no_connection_is_proven_unsent():
         server.shutdown()
     assert seen == {"dead": "no connection", "dead proven unsent": True,
                     "live": "answered", "live proven unsent": False}
+
+
+def test_an_http_upstream_restarted_between_calls_gets_the_call_on_a_new_session(
+        tmp_path, store_url, store):
+    """The upstream restarts while no call is in flight: the gateway's next POST carries a
+    session it no longer knows, which it refuses with 404 without running the call (the MCP
+    transport's rule). The call goes out once more on a new session and runs once."""
+    port = free_port()
+    upstream = _http_upstream(tmp_path, port)
+    rig = Rig(tmp_path, store_url, POLICY,
+              upstream=["--upstream-url", f"http://127.0.0.1:{port}/mcp"])
+
+    async def body(s: ClientSession) -> list:
+        nonlocal upstream
+        out = [await s.call_tool("refund", {"payment_id": "pi_s1", "amount": 1})]
+        upstream.kill()
+        upstream.wait()
+        upstream = _http_upstream(tmp_path, port)
+        out.append(await s.call_tool("refund", {"payment_id": "pi_s2", "amount": 2}))
+        return out
+
+    try:
+        first, second = rig.session(body)
+    finally:
+        upstream.kill()
+        upstream.wait()
+    assert not first.is_error and not second.is_error, second
+    assert store.get_effect("refund:pi_s2").state.value == "committed"
+    assert [r[0] for r in rig.runs()] == ["refund", "refund"]
+    assert any(line.startswith("ctrlrun gateway acme: reconnected to the upstream")
+               for line in rig.stderr.read_text().splitlines())
+
+
+def test_requests_that_find_the_upstream_gone_wait_for_a_reconnection_at_most_the_timeout(
+        tmp_path, store_url, store):
+    """The upstream's address now accepts connections and never answers: the reconnection's
+    handshake is bounded by the call timeout, and so is each request's wait for the one
+    attempt in progress (four calls in turn would take four timeouts). Nothing is sent, so
+    each is recorded failed."""
+    import socket
+
+    port = free_port()
+    upstream = _http_upstream(tmp_path, port)
+    rig = Rig(tmp_path, store_url, POLICY,
+              upstream=["--call-timeout", "3", "--upstream-url", f"http://127.0.0.1:{port}/mcp"])
+    silent = socket.socket()
+    held: list = []
+
+    async def body(s: ClientSession) -> list:
+        out = [await s.call_tool("refund", {"payment_id": "pi_q0", "amount": 1})]
+        upstream.kill()
+        upstream.wait()
+        out.append(await s.call_tool("refund", {"payment_id": "pi_q1", "amount": 1}))
+        silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        silent.bind(("127.0.0.1", port))
+        silent.listen(16)  # the kernel accepts; nobody ever answers
+        started = time.monotonic()
+        results: dict = {}
+
+        async def one(i: int) -> None:
+            results[i] = await s.call_tool("refund", {"payment_id": f"pi_q{i}", "amount": 1})
+
+        async with anyio.create_task_group() as tg:
+            for i in range(2, 6):
+                tg.start_soon(one, i)
+        out.append(time.monotonic() - started)
+        out.append(results)
+        return out
+
+    try:
+        first, unsent, took, results = rig.session(body)
+    finally:
+        upstream.kill()
+        upstream.wait()
+        silent.close()
+    assert not first.is_error and ctrl(unsent)["outcome"] == "failed"
+    # each waits at most its 3 s; four attempts in turn would take 12 s
+    assert took < 8, took
+    for i, result in results.items():
+        assert ctrl(result)["outcome"] == "failed", result
+        assert "could not be reached again" in result.content[0].text, result
+        assert store.get_effect(f"refund:pi_q{i}").state.value == "failed"
+    assert [r[0] for r in rig.runs()] == ["refund"]

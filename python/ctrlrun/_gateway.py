@@ -118,8 +118,9 @@ def progress_of(ctx: Any) -> Optional[Progress]:
 class Upstream:
     """The upstream MCP server's session, or, for an upstream that never started, why
     (``down``): then nothing is ever sent. Over HTTP (``http``), a call whose POST never got a
-    connection is known (``_gateway_http``), and a connection that failed is opened again by
-    the next request that needs it (``reconnect``, set by the server: a restarted upstream
+    connection, or was refused because the upstream no longer knows the session, is known
+    (``_gateway_http``), and a connection that failed is opened again by the next request that
+    needs it (``reconnect``, set by the server, bounded by ``timeout``: a restarted upstream
     needs no restart of the gateway)."""
 
     def __init__(self, session: Optional[ClientSession], watched: Optional[WatchedStream],
@@ -129,15 +130,21 @@ class Upstream:
         self.down = down
         self.http = http
         self.reconnect: Optional[Callable[[], Awaitable[None]]] = None
+        self.stop: Callable[[], None] = lambda: None  # closes this connection (set by its task)
+        self.timeout = 60.0
         self._reconnecting = anyio.Lock()
+        self._attempts = 0  # reconnection attempts ended so far
+        self._failed = ""  # why the last one failed
 
     def _ended(self) -> bool:
         return self.watched is not None and self.watched.ended
 
-    async def alive(self) -> None:
+    async def alive(self, timeout: Optional[float] = None) -> None:
         """Raise :class:`NotSent` when the upstream is known to be gone, so the call that
         follows is never sent: it never started, or its messages have ended (the session
-        sends nothing after that) and it could not be reached again."""
+        sends nothing after that) and it could not be reached again within ``timeout``
+        (default: the gateway's call timeout). Requests that find the connection ended at once
+        share one attempt: those waiting for it take its outcome."""
         if self.down is not None:
             raise NotSent(f"the upstream MCP server never started ({self.down}); the call was "
                           f"not sent")
@@ -146,21 +153,54 @@ class Upstream:
         if self.reconnect is None:
             raise NotSent("the upstream MCP server's connection has ended; the call was not "
                           "sent")
-        async with self._reconnecting:  # one reconnection at a time; the others wait for it
-            if not self._ended():
-                return
-            try:
-                await self.reconnect()
-            except Exception as exc:
-                raise NotSent(f"the upstream MCP server's connection has ended and it could not "
-                              f"be reached again ({brief(exc)}); the call was not sent") from None
+        bound = self.timeout if timeout is None else timeout
+        seen = self._attempts
+        try:
+            with anyio.fail_after(bound):
+                async with self._reconnecting:
+                    if self._attempts != seen or not self._ended():
+                        if self._ended():  # the attempt this request waited for failed
+                            raise NotSent(self._unreachable(self._failed))
+                        return
+                    try:
+                        await self.reconnect()
+                        self._failed = ""
+                    except Exception as exc:
+                        self._failed = brief(exc)
+                        raise NotSent(self._unreachable(self._failed)) from None
+                    finally:
+                        self._attempts += 1
+        except TimeoutError:
+            raise NotSent(self._unreachable(f"no new connection within {bound:g} s")) from None
+
+    @staticmethod
+    def _unreachable(why: str) -> str:
+        return (f"the upstream MCP server's connection has ended and it could not be reached "
+                f"again ({why}); the call was not sent")
 
     async def call(self, name: str, arguments: Dict[str, Any], timeout: float,
                    progress: Optional[Progress] = None) -> types.CallToolResult:
         """Forward one tool call; a timeout or a lost connection raises (sent: ``ambiguous``),
         and a POST that never got a connection raises :class:`NotSent`. With ``progress``,
-        the upstream's progress notifications for it are passed to it."""
-        await self.alive()  # NotSent: there is nothing to send to (reconnected if it can be)
+        the upstream's progress notifications for it are passed to it. A call the upstream
+        refused because it no longer knows the session (it restarted: HTTP 404, the call
+        not run) is sent once more on a new connection."""
+        for last in (False, True):
+            await self.alive(timeout)  # NotSent: nothing to send to (reconnected if it can be)
+            try:
+                return await self._send(name, arguments, timeout, progress)
+            except _SessionGone:
+                # This connection is over; the next request (this call's second try) opens
+                # a new one.
+                if self.watched is not None:
+                    self.watched.ended = True
+                if last:
+                    raise NotSent("the upstream MCP server no longer knows the session, twice "
+                                  "(HTTP 404); the call was not run") from None
+        raise AssertionError("unreachable")
+
+    async def _send(self, name: str, arguments: Dict[str, Any], timeout: float,
+                    progress: Optional[Progress]) -> types.CallToolResult:
         assert self.session is not None
         request = types.CallToolRequest(
             params=types.CallToolRequestParams(name=name, arguments=arguments))
@@ -170,13 +210,19 @@ class Upstream:
             if not self.http:
                 return await self.session.send_request(request, types.CallToolResult,
                                                        progress_callback=progress)
-            with watching(name, arguments) as scope:
+            with watching(name, arguments) as (scope, unsent):
                 result = await self.session.send_request(request, types.CallToolResult,
                                                          progress_callback=progress)
             if scope.cancelled_caught:
+                if unsent.session_gone:
+                    raise _SessionGone()
                 raise NotSent("the upstream MCP server could not be reached (no connection "
                               "for the request); the call was not sent")
             return result
+
+
+class _SessionGone(Exception):
+    """The upstream answered the call's POST with 404 for its session: not run."""
 
 
 def brief(exc: BaseException) -> str:
@@ -331,15 +377,16 @@ class Gateway:
             return not_forwarded(action, key, "invalid", (
                 f"action {action!r} needs approval, but its argument(s) "
                 f"{', '.join(spec.left_out)} have no canonical form; nothing was sent"))
-        # The lease outlives the call's own bound, so a slow answer is never lapsed by another
-        # caller while this one still waits for it.
-        lease = max(DEFAULT_LEASE, timedelta(seconds=timeout + 60))
+        # The lease outlives the call's own bounds (a reconnection and the call, twice when the
+        # upstream lost the session), so a slow answer is never lapsed by another caller while
+        # this one still waits for it.
+        lease = max(DEFAULT_LEASE, timedelta(seconds=4 * timeout + 60))
         lease_us = int(lease / timedelta(microseconds=1))
         answer: List[types.CallToolResult] = []
         sent: List[bool] = []
 
         async def forward() -> Any:
-            await self.upstream.alive()
+            await self.upstream.alive(timeout)
             sent.append(True)
             result = await self._send(ctx, tool, arguments, timeout)
             answer.append(result)

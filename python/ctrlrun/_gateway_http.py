@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Tuple
 
 import anyio
 import httpx2
@@ -49,13 +49,15 @@ def _tool_call_in(request: httpx2.Request) -> Optional[str]:
 
 
 class _Call:
-    """One call being sent: its scope, and how many POSTs carried it."""
+    """One call being sent: its scope, how many POSTs carried it, and whether the upstream
+    answered its first one that it does not know the session (``session_gone``)."""
 
     def __init__(self, which: str, scope: anyio.CancelScope) -> None:
         self.which = which
         self.scope = scope
         self.posts = 0
         self.over = False
+        self.session_gone = False
 
 
 _sending: ContextVar[Optional[_Call]] = ContextVar("ctrlrun_gateway_call", default=None)
@@ -76,25 +78,32 @@ class UnsentWatch(httpx2.AsyncBaseTransport):
             first = call.posts == 1
         try:
             response: httpx2.Response = await self.inner.handle_async_request(request)
-            return response
         except UNSENT:
             if first and call is not None and not call.over:
                 call.scope.cancel()
             raise
+        if (first and call is not None and not call.over and response.status_code == 404
+                and "mcp-session-id" in request.headers):
+            # The MCP transport's rule: a server answers 404 to a request for a session it
+            # has ended (it restarted), without running the request.
+            call.session_gone = True
+            call.scope.cancel()
+        return response
 
     async def aclose(self) -> None:
         await self.inner.aclose()
 
 
 @contextmanager
-def watching(name: str, arguments: Any) -> Iterator[anyio.CancelScope]:
+def watching(name: str, arguments: Any) -> Iterator[Tuple[anyio.CancelScope, _Call]]:
     """A scope to send the call ``name(arguments)`` in: cancelled (``cancelled_caught``) when
-    its POST never got a connection."""
+    its POST never got a connection, or got a 404 for its session (then the call's
+    ``session_gone`` is set)."""
     with anyio.CancelScope() as scope:
         call = _Call(call_id(name, arguments), scope)
         token = _sending.set(call)
         try:
-            yield scope
+            yield scope, call
         finally:
             call.over = True
             _sending.reset(token)

@@ -68,10 +68,10 @@ async def _start(stack: AsyncExitStack, command: List[str], url: Optional[str],
     with handshake_era():
         client = ClientSession(watched, write, **relay.client_callbacks())
     session = await stack.enter_async_context(client)
-    relay.upstream = session
     with anyio.fail_after(timeout):
         init = await session.initialize()
         tools = await upstream_tools(session)
+    relay.upstream = session  # once it answers: a failed reconnection leaves the last one
     return Upstream(session, watched, http=url is not None), init, tools
 
 
@@ -120,11 +120,14 @@ async def _hold(alias: str, command: List[str], url: Optional[str], timeout: flo
             # gateway itself is delivered again at the caller's next wait.)
             raise failed from None
         raise
+    # Its own stream, not whichever the gateway's shared upstream holds when this ends (a
+    # reconnection swaps it); and a way to close this connection when a new one replaces it.
+    watched, replaced = started[0].watched, anyio.Event()
+    started[0].stop = replaced.set
     task_status.started(started)
-    upstream = started[0]
     try:
         async with stack:
-            await anyio.sleep_forever()
+            await replaced.wait()
     except BaseException as exc:
         if not _only_errors(exc):
             raise  # the gateway is stopping
@@ -134,8 +137,8 @@ async def _hold(alias: str, command: List[str], url: Optional[str], timeout: flo
         print(f"ctrlrun gateway {alias}: the connection to the upstream failed "
               f"({brief(_first_error(exc))}); {then}", file=sys.stderr, flush=True)
     finally:
-        if upstream.watched is not None:
-            upstream.watched.ended = True
+        if watched is not None:
+            watched.ended = True
 
 
 async def serve(alias: str, store: Store, command: List[str], url: Optional[str],
@@ -173,7 +176,10 @@ async def serve(alias: str, store: Store, command: List[str], url: Optional[str]
                 again, _, _ = await tg.start(_hold, alias, command, url, call_timeout, relay)
             except Exception as exc:  # name the first failure, not the group around it
                 raise ConnectionError(brief(_first_error(exc))) from None
+            replaced = upstream.stop
             upstream.session, upstream.watched = again.session, again.watched
+            upstream.stop = again.stop
+            replaced()  # the old connection, if its transport still runs (a 404 session)
             gateway.forget_tools()
             refused = await relay.resubscribe()
             print(f"ctrlrun gateway {alias}: reconnected to the upstream {shown}"
@@ -181,7 +187,7 @@ async def serve(alias: str, store: Store, command: List[str], url: Optional[str]
                      else ""), file=sys.stderr, flush=True)
 
         if url is not None:  # a stdio upstream is a process of ours: it is not started again
-            upstream.reconnect = reconnect
+            upstream.reconnect, upstream.timeout = reconnect, call_timeout
         with handshake_era():
             server = GatewayServer(
                 f"ctrlrun-gateway-{alias}", version=_core.__version__,
