@@ -6,6 +6,7 @@ retry the write) and a failure during COMMIT (unknown: re-read on a fresh connec
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -245,9 +246,11 @@ def test_connection_dropped_as_the_reservation_is_sent_is_settled_by_the_reread(
         pay("o7")
 
 
-def test_statement_timeout_before_commit_is_a_failed_write(pg, pg_schema, direct):
-    # Another session inserts the key and holds its transaction open: our INSERT waits on it
-    # and hits statement_timeout, before any COMMIT.
+@contextlib.contextmanager
+def uncommitted_insert(pg, pg_schema, key: str, state: str, lease_s: int, sleep: float,
+                       ending: str):
+    """Another session (psql) inserts a row for ``key`` and holds its transaction open for
+    ``sleep`` seconds, then ends it with ``ending``; yields once the insert is held."""
     env = dict(os.environ, PGPASSWORD=pg.password or "")
     now_us = int(time.time() * 1e6)
     blocker = subprocess.Popen(
@@ -255,18 +258,29 @@ def test_statement_timeout_before_commit_is_a_failed_write(pg, pg_schema, direct
          f"BEGIN; INSERT INTO \"{pg_schema}\".ctrlrun_effects (key_digest, effect_key, state, "
          f"action_id, attempt, created_at, updated_at, lease_expires_at, last_event, "
          f"receipt_seq, receipt_hash) VALUES "
-         f"(sha256(convert_to('pay:o8', 'UTF8')), 'pay:o8', 'reserved', "
-         f"'act_blocker', 1, {now_us}, {now_us}, {now_us + 60_000_000}, 'reservation', 1, "
-         f"'blocker'); "
-         f"SELECT pg_sleep(2); ROLLBACK;"],
+         f"(sha256(convert_to('{key}', 'UTF8')), '{key}', '{state}', "
+         f"'act_blocker', 1, {now_us}, {now_us}, {now_us + lease_s * 1_000_000}, 'reservation', "
+         f"1, 'blocker'); "
+         f"SELECT pg_sleep({sleep}); {ending};"],
         env=env,
     )
     try:
         deadline = time.time() + 20  # wait until the blocker holds its uncommitted insert
-        while pg.psql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(2)%' "
-                      "AND state = 'active' AND pid <> pg_backend_pid()") != "1":
+        while pg.psql(f"SELECT count(*) FROM pg_stat_activity WHERE query LIKE "
+                      f"'%pg_sleep({sleep})%' AND state = 'active' "
+                      f"AND pid <> pg_backend_pid()") != "1":
             assert time.time() < deadline and blocker.poll() is None, "the blocker never started"
             time.sleep(0.05)
+        yield blocker
+    finally:
+        if blocker.poll() is None:
+            blocker.kill()
+
+
+def test_statement_timeout_before_commit_is_a_failed_write(pg, pg_schema, direct):
+    # Another session inserts the key and holds its transaction open: our INSERT waits on it
+    # and hits statement_timeout, before any COMMIT.
+    with uncommitted_insert(pg, pg_schema, "pay:o8", "reserved", 60, 2, "ROLLBACK") as blocker:
         url = pg.url(pg_schema) + "&options=-c%20statement_timeout%3D200"
         with ctrlrun.open_store(url) as s:
             with pytest.raises(StoreWriteFailed) as info:
@@ -276,9 +290,6 @@ def test_statement_timeout_before_commit_is_a_failed_write(pg, pg_schema, direct
             assert direct.get_effect("pay:o8") is None
             granted = s.reserve_effect("pay:o8", "act_" + "8" * 32, 60)
             assert granted.attempt == 1
-    finally:
-        if blocker.poll() is None:
-            blocker.kill()
 
 
 @pytest.mark.parametrize("ending", ["COMMIT", "ROLLBACK"])
@@ -287,25 +298,7 @@ def test_a_reservation_that_meets_an_uncommitted_insert_waits_for_its_outcome(pg
     """The reservation's insert meets another session's uncommitted row for the key: it waits
     for that transaction, then either finds the committed row (read afresh in the same
     statement: refused, the row untouched) or, the other rolled back, inserts its own."""
-    env = dict(os.environ, PGPASSWORD=pg.password or "")
-    now_us = int(time.time() * 1e6)
-    blocker = subprocess.Popen(
-        [_find_bin("psql"), "-h", pg.host, "-p", str(pg.port), "-U", pg.user, "-d", pg.db, "-Atqc",
-         f"BEGIN; INSERT INTO \"{pg_schema}\".ctrlrun_effects (key_digest, effect_key, state, "
-         f"action_id, attempt, created_at, updated_at, lease_expires_at, last_event, "
-         f"receipt_seq, receipt_hash) VALUES "
-         f"(sha256(convert_to('pay:o10', 'UTF8')), 'pay:o10', 'executing', "
-         f"'act_blocker', 1, {now_us}, {now_us}, {now_us + 600_000_000}, 'reservation', 1, "
-         f"'blocker'); "
-         f"SELECT pg_sleep(1.5); {ending};"],
-        env=env,
-    )
-    try:
-        deadline = time.time() + 20  # wait until the blocker holds its uncommitted insert
-        while pg.psql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(1.5)%' "
-                      "AND state = 'active' AND pid <> pg_backend_pid()") != "1":
-            assert time.time() < deadline and blocker.poll() is None, "the blocker never started"
-            time.sleep(0.05)
+    with uncommitted_insert(pg, pg_schema, "pay:o10", "executing", 600, 1.5, ending) as blocker:
         started = time.monotonic()
         if ending == "COMMIT":
             with pytest.raises(DuplicateEffect) as info:
@@ -318,9 +311,6 @@ def test_a_reservation_that_meets_an_uncommitted_insert_waits_for_its_outcome(pg
             assert direct.get_effect("pay:o10").action_id == "act_" + "a" * 32
         assert time.monotonic() - started > 0.3  # it waited for the other transaction
         assert blocker.wait(timeout=30) == 0
-    finally:
-        if blocker.poll() is None:
-            blocker.kill()
 
 
 # g. -------------------------------------------------------------------------------------

@@ -17,18 +17,17 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import anyio
 from mcp import types
 from mcp.client.session import ClientSession
-from mcp.shared.dispatcher import ProgressFnT
 
 from . import _core, _runner_async
 from ._binding import render_value
-from ._gateway_http import watching
 from ._gateway_relay import Relay
 from ._gateway_results import forwarded_error, not_forwarded, refusal_result
+from ._gateway_upstream import NotSent, Upstream, brief, progress_of
 from ._policy import ActionPolicy, current_policy
 from ._protect import DEFAULT_LEASE
 from ._steps import Spec, replayable
@@ -48,187 +47,8 @@ from .errors import (
 DEFAULT_CALL_TIMEOUT = 60.0
 
 
-class NotSent(NotExecuted):
-    """The call was never written to the upstream: nothing ran there (``failed``)."""
-
-
 class UpstreamToolError(CTRLRunError):
     """The upstream answered with a tool error: the effect may or may not have happened."""
-
-
-class WatchedStream:
-    """The upstream's messages as the session reads them, noting when they end: a stdio
-    upstream whose output ended, or an HTTP upstream whose transport gave up, is gone, and the
-    session sends nothing after that."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.ended = False
-
-    async def __aenter__(self) -> "WatchedStream":
-        await self.inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc: Any) -> Any:
-        return await self.inner.__aexit__(*exc)
-
-    def __aiter__(self) -> "WatchedStream":
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            return await self.inner.__anext__()
-        except (StopAsyncIteration, anyio.EndOfStream, anyio.ClosedResourceError):
-            self.ended = True
-            raise
-
-    async def receive(self) -> Any:
-        try:
-            return await self.inner.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            self.ended = True
-            raise
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-    def close(self) -> None:
-        self.inner.close()
-
-    @property
-    def last_context(self) -> Any:
-        return getattr(self.inner, "last_context", None)
-
-
-#: Where an upstream's progress for a call goes: ``(progress, total, message)``.
-Progress = ProgressFnT
-
-
-def progress_of(ctx: Any) -> Optional[Progress]:
-    """The agent's progress channel for this call, when it asked for progress (a progress
-    token): the upstream's progress is then relayed to it."""
-    meta = getattr(ctx, "meta", None) or {}
-    session = getattr(ctx, "session", None)
-    if meta.get("progress_token") is None or session is None:
-        return None
-    report: Progress = session.report_progress
-    return report
-
-
-class Upstream:
-    """The upstream MCP server's session, or, for an upstream that never started, why
-    (``down``): then nothing is ever sent. Over HTTP (``http``), a call whose POST never got a
-    connection, or was refused because the upstream no longer knows the session, is known
-    (``_gateway_http``), and a connection that failed is opened again by the next request that
-    needs it (``reconnect``, set by the server, bounded by ``timeout``: a restarted upstream
-    needs no restart of the gateway)."""
-
-    def __init__(self, session: Optional[ClientSession], watched: Optional[WatchedStream],
-                 down: Optional[str] = None, http: bool = False) -> None:
-        self.session = session
-        self.watched = watched
-        self.down = down
-        self.http = http
-        self.reconnect: Optional[Callable[[], Awaitable[None]]] = None
-        self.stop: Callable[[], None] = lambda: None  # closes this connection (set by its task)
-        self.timeout = 60.0
-        self._reconnecting = anyio.Lock()
-        self._attempts = 0  # reconnection attempts ended so far
-        self._failed = ""  # why the last one failed
-
-    def _ended(self) -> bool:
-        return self.watched is not None and self.watched.ended
-
-    async def alive(self, timeout: Optional[float] = None) -> None:
-        """Raise :class:`NotSent` when the upstream is known to be gone, so the call that
-        follows is never sent: it never started, or its messages have ended (the session
-        sends nothing after that) and it could not be reached again within ``timeout``
-        (default: the gateway's call timeout). Requests that find the connection ended at once
-        share one attempt: those waiting for it take its outcome."""
-        if self.down is not None:
-            raise NotSent(f"the upstream MCP server never started ({self.down}); the call was "
-                          f"not sent")
-        if not self._ended():
-            return
-        if self.reconnect is None:
-            raise NotSent("the upstream MCP server's connection has ended; the call was not "
-                          "sent")
-        bound = self.timeout if timeout is None else timeout
-        seen = self._attempts
-        try:
-            with anyio.fail_after(bound):
-                async with self._reconnecting:
-                    if self._attempts != seen or not self._ended():
-                        if self._ended():  # the attempt this request waited for failed
-                            raise NotSent(self._unreachable(self._failed))
-                        return
-                    try:
-                        await self.reconnect()
-                        self._failed = ""
-                    except Exception as exc:
-                        self._failed = brief(exc)
-                        raise NotSent(self._unreachable(self._failed)) from None
-                    finally:
-                        self._attempts += 1
-        except TimeoutError:
-            raise NotSent(self._unreachable(f"no new connection within {bound:g} s")) from None
-
-    @staticmethod
-    def _unreachable(why: str) -> str:
-        return (f"the upstream MCP server's connection has ended and it could not be reached "
-                f"again ({why}); the call was not sent")
-
-    async def call(self, name: str, arguments: Dict[str, Any], timeout: float,
-                   progress: Optional[Progress] = None) -> types.CallToolResult:
-        """Forward one tool call; a timeout or a lost connection raises (sent: ``ambiguous``),
-        and a POST that never got a connection raises :class:`NotSent`. With ``progress``,
-        the upstream's progress notifications for it are passed to it. A call the upstream
-        refused because it no longer knows the session (it restarted: HTTP 404, the call
-        not run) is sent once more on a new connection."""
-        for last in (False, True):
-            await self.alive(timeout)  # NotSent: nothing to send to (reconnected if it can be)
-            try:
-                return await self._send(name, arguments, timeout, progress)
-            except _SessionGone:
-                # This connection is over; the next request (this call's second try) opens
-                # a new one.
-                if self.watched is not None:
-                    self.watched.ended = True
-                if last:
-                    raise NotSent("the upstream MCP server no longer knows the session, twice "
-                                  "(HTTP 404); the call was not run") from None
-        raise AssertionError("unreachable")
-
-    async def _send(self, name: str, arguments: Dict[str, Any], timeout: float,
-                    progress: Optional[Progress]) -> types.CallToolResult:
-        assert self.session is not None
-        request = types.CallToolRequest(
-            params=types.CallToolRequestParams(name=name, arguments=arguments))
-        # Sent as a plain request: the client's own checks of a result against the tool's
-        # output schema must not turn an answer the upstream gave into a lost one.
-        with anyio.fail_after(timeout):
-            if not self.http:
-                return await self.session.send_request(request, types.CallToolResult,
-                                                       progress_callback=progress)
-            with watching(name, arguments) as (scope, unsent):
-                result = await self.session.send_request(request, types.CallToolResult,
-                                                         progress_callback=progress)
-            if scope.cancelled_caught:
-                if unsent.session_gone:
-                    raise _SessionGone()
-                raise NotSent("the upstream MCP server could not be reached (no connection "
-                              "for the request); the call was not sent")
-            return result
-
-
-class _SessionGone(Exception):
-    """The upstream answered the call's POST with 404 for its session: not run."""
-
-
-def brief(exc: BaseException) -> str:
-    """The first line of what ``exc`` says, short enough for a message."""
-    text = str(exc) or type(exc).__name__
-    return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
 def render_key(template: _core.Template, arguments: Dict[str, Any]) -> str:

@@ -287,7 +287,8 @@ class Relay:
 
 class PassThrough:
     """Resources and prompts, forwarded unchanged (registered when the upstream offers them),
-    on the upstream's current session (``_gateway.Upstream``: reconnected when it can be)."""
+    on the upstream's current session (``_gateway_upstream.Upstream``: reconnected when it
+    can be)."""
 
     def __init__(self, upstream: Any, relay: Relay) -> None:
         self.upstream = upstream

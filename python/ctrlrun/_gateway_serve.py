@@ -25,7 +25,8 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
 
 from . import _core
-from ._gateway import Gateway, Upstream, WatchedStream, brief, upstream_tools
+from ._gateway import Gateway, upstream_tools
+from ._gateway_upstream import Upstream, WatchedStream, brief
 from ._gateway_http import http_client
 from ._gateway_relay import PassThrough, Relay, handshake_era, notification_options
 from ._policy import current_policy
