@@ -200,11 +200,12 @@ def test_only_the_call_whose_own_post_got_no_connection_is_proven_unsent():
                     "live": "answered", "live proven unsent": False}
 
 
-def test_an_http_upstream_restarted_between_calls_gets_the_call_on_a_new_session(
+def test_an_http_upstream_restarted_between_calls_is_reconnected_for_the_next_call(
         tmp_path, store_url, store):
     """The upstream restarts while no call is in flight: the gateway's next POST carries a
-    session it no longer knows, which it refuses with 404 without running the call (the MCP
-    transport's rule). The call goes out once more on a new session and runs once."""
+    session it no longer knows, which it answers 404 (the MCP transport's rule). That call
+    is ambiguous (a 404 does not prove it did not run), and the connection is over: the next
+    call goes out on a new session and runs once."""
     port = free_port()
     upstream = _http_upstream(tmp_path, port)
     rig = Rig(tmp_path, store_url, POLICY,
@@ -217,16 +218,20 @@ def test_an_http_upstream_restarted_between_calls_gets_the_call_on_a_new_session
         upstream.wait()
         upstream = _http_upstream(tmp_path, port)
         out.append(await s.call_tool("refund", {"payment_id": "pi_s2", "amount": 2}))
+        out.append(await s.call_tool("refund", {"payment_id": "pi_s3", "amount": 3}))
         return out
 
     try:
-        first, second = rig.session(body)
+        first, stale, fresh = rig.session(body)
     finally:
         upstream.kill()
         upstream.wait()
-    assert not first.is_error and not second.is_error, second
-    assert store.get_effect("refund:pi_s2").state.value == "committed"
-    assert [r[0] for r in rig.runs()] == ["refund", "refund"]
+    assert not first.is_error
+    assert ctrl(stale)["outcome"] == "ambiguous", stale
+    assert store.get_effect("refund:pi_s2").state.value == "ambiguous"
+    assert not fresh.is_error, fresh
+    assert store.get_effect("refund:pi_s3").state.value == "committed"
+    assert [r[0] for r in rig.runs()] == ["refund", "refund"]  # pi_s1, pi_s3
     assert any(line.startswith("ctrlrun gateway acme: reconnected to the upstream")
                for line in rig.stderr.read_text().splitlines())
 
@@ -234,9 +239,9 @@ def test_an_http_upstream_restarted_between_calls_gets_the_call_on_a_new_session
 def test_requests_that_find_the_upstream_gone_wait_for_a_reconnection_at_most_the_timeout(
         tmp_path, store_url, store):
     """The upstream's address now accepts connections and never answers: the reconnection's
-    handshake is bounded by the call timeout, and so is each request's wait for the one
-    attempt in progress (four calls in turn would take four timeouts). Nothing is sent, so
-    each is recorded failed."""
+    handshake is bounded by the call timeout, and so is each request's wait for the attempt
+    in progress (four calls each waiting for the one before would take four timeouts).
+    Nothing is sent, so each is recorded failed."""
     import socket
 
     port = free_port()

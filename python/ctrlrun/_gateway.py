@@ -197,10 +197,10 @@ class Gateway:
             return not_forwarded(action, key, "invalid", (
                 f"action {action!r} needs approval, but its argument(s) "
                 f"{', '.join(spec.left_out)} have no canonical form; nothing was sent"))
-        # The lease outlives the call's own bounds (a reconnection and the call, twice when the
-        # upstream lost the session), so a slow answer is never lapsed by another caller while
-        # this one still waits for it.
-        lease = max(DEFAULT_LEASE, timedelta(seconds=4 * timeout + 60))
+        # The lease outlives the call's own bounds (at most two waits for a reconnection, then
+        # the call), so a slow answer is never lapsed by another caller while this one still
+        # waits for it.
+        lease = max(DEFAULT_LEASE, timedelta(seconds=3 * timeout + 60))
         lease_us = int(lease / timedelta(microseconds=1))
         answer: List[types.CallToolResult] = []
         sent: List[bool] = []

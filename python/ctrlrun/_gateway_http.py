@@ -65,7 +65,9 @@ _sending: ContextVar[Optional[_Call]] = ContextVar("ctrlrun_gateway_call", defau
 
 class UnsentWatch(httpx2.AsyncBaseTransport):
     """Wraps an HTTP transport: when the first POST of the call being sent (see
-    :func:`watching`) gets no connection, the call's scope is cancelled."""
+    :func:`watching`) gets no connection, the call's scope is cancelled; when a POST of it is
+    answered 404 for its session, the call's ``session_gone`` is set (the connection is over,
+    and the next request opens a new one)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -82,12 +84,13 @@ class UnsentWatch(httpx2.AsyncBaseTransport):
             if first and call is not None and not call.over:
                 call.scope.cancel()
             raise
-        if (first and call is not None and not call.over and response.status_code == 404
+        if (call is not None and not call.over and response.status_code == 404
                 and "mcp-session-id" in request.headers):
             # The MCP transport's rule: a server answers 404 to a request for a session it
-            # has ended (it restarted), without running the request.
+            # has ended (it restarted). The connection is over; whether the call ran is not
+            # proven by it (a proxy may have retried the POST elsewhere), so it is not
+            # cancelled here: the SDK's answer (an error) makes it ambiguous.
             call.session_gone = True
-            call.scope.cancel()
         return response
 
     async def aclose(self) -> None:
@@ -97,8 +100,8 @@ class UnsentWatch(httpx2.AsyncBaseTransport):
 @contextmanager
 def watching(name: str, arguments: Any) -> Iterator[Tuple[anyio.CancelScope, _Call]]:
     """A scope to send the call ``name(arguments)`` in: cancelled (``cancelled_caught``) when
-    its POST never got a connection, or got a 404 for its session (then the call's
-    ``session_gone`` is set)."""
+    its POST never got a connection; and the call, whose ``session_gone`` says whether the
+    upstream answered it 404 for its session."""
     with anyio.CancelScope() as scope:
         call = _Call(call_id(name, arguments), scope)
         token = _sending.set(call)

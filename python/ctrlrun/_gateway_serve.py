@@ -72,7 +72,6 @@ async def _start(stack: AsyncExitStack, command: List[str], url: Optional[str],
     with anyio.fail_after(timeout):
         init = await session.initialize()
         tools = await upstream_tools(session)
-    relay.upstream = session  # once it answers: a failed reconnection leaves the last one
     return Upstream(session, watched, http=url is not None), init, tools
 
 
@@ -132,6 +131,8 @@ async def _hold(alias: str, command: List[str], url: Optional[str], timeout: flo
     except BaseException as exc:
         if not _only_errors(exc):
             raise  # the gateway is stopping
+        if replaced.is_set():
+            return  # a new connection took its place; how this one closed does not matter
         then = ("the next request reconnects (a reserved call that cannot be sent is "
                 "recorded failed)" if url is not None else
                 "no call is sent any more (a reserved call is recorded failed)")
@@ -152,6 +153,7 @@ async def serve(alias: str, store: Store, command: List[str], url: Optional[str]
         try:
             upstream, init, tools = await tg.start(_hold, alias, command, url, call_timeout,
                                                    relay)
+            relay.upstream = upstream.session
         except BaseException as exc:
             # A command that cannot be run, or a URL: the caller reports it and exits.
             if isinstance(exc, CannotRun) and exc.__cause__ is not None:
@@ -180,12 +182,15 @@ async def serve(alias: str, store: Store, command: List[str], url: Optional[str]
             replaced = upstream.stop
             upstream.session, upstream.watched = again.session, again.watched
             upstream.stop = again.stop
+            relay.upstream = again.session
             replaced()  # the old connection, if its transport still runs (a 404 session)
             gateway.forget_tools()
+            print(f"ctrlrun gateway {alias}: reconnected to the upstream {shown}",
+                  file=sys.stderr, flush=True)
             refused = await relay.resubscribe()
-            print(f"ctrlrun gateway {alias}: reconnected to the upstream {shown}"
-                  + (f"; it refused the subscriptions to {', '.join(refused)}" if refused
-                     else ""), file=sys.stderr, flush=True)
+            if refused:
+                print(f"ctrlrun gateway {alias}: the upstream refused the subscriptions to "
+                      f"{', '.join(refused)}", file=sys.stderr, flush=True)
 
         if url is not None:  # a stdio upstream is a process of ours: it is not started again
             upstream.reconnect, upstream.timeout = reconnect, call_timeout

@@ -95,8 +95,6 @@ class Upstream:
         self.stop: Callable[[], None] = lambda: None  # closes this connection (set by its task)
         self.timeout = 60.0
         self._reconnecting = anyio.Lock()
-        self._attempts = 0  # reconnection attempts ended so far
-        self._failed = ""  # why the last one failed
 
     def _ended(self) -> bool:
         return self.watched is not None and self.watched.ended
@@ -105,8 +103,9 @@ class Upstream:
         """Raise :class:`NotSent` when the upstream is known to be gone, so the call that
         follows is never sent: it never started, or its messages have ended (the session
         sends nothing after that) and it could not be reached again within ``timeout``
-        (default: the gateway's call timeout). Requests that find the connection ended at once
-        share one attempt: those waiting for it take its outcome."""
+        (default: the gateway's call timeout). One reconnection runs at a time; a request that
+        waited for another's uses the connection it made, or tries again itself in the time
+        it has left."""
         if self.down is not None:
             raise NotSent(f"the upstream MCP server never started ({self.down}); the call was "
                           f"not sent")
@@ -116,22 +115,15 @@ class Upstream:
             raise NotSent("the upstream MCP server's connection has ended; the call was not "
                           "sent")
         bound = self.timeout if timeout is None else timeout
-        seen = self._attempts
         try:
             with anyio.fail_after(bound):
                 async with self._reconnecting:
-                    if self._attempts != seen or not self._ended():
-                        if self._ended():  # the attempt this request waited for failed
-                            raise NotSent(self._unreachable(self._failed))
-                        return
+                    if not self._ended():
+                        return  # reconnected while this request waited
                     try:
                         await self.reconnect()
-                        self._failed = ""
                     except Exception as exc:
-                        self._failed = brief(exc)
-                        raise NotSent(self._unreachable(self._failed)) from None
-                    finally:
-                        self._attempts += 1
+                        raise NotSent(self._unreachable(brief(exc))) from None
         except TimeoutError:
             raise NotSent(self._unreachable(f"no new connection within {bound:g} s")) from None
 
@@ -144,26 +136,13 @@ class Upstream:
                    progress: Optional[Progress] = None) -> types.CallToolResult:
         """Forward one tool call; a timeout or a lost connection raises (sent: ``ambiguous``),
         and a POST that never got a connection raises :class:`NotSent`. With ``progress``,
-        the upstream's progress notifications for it are passed to it. A call the upstream
-        refused because it no longer knows the session (it restarted: HTTP 404, the call
-        not run) is sent once more on a new connection."""
-        for last in (False, True):
-            await self.alive(timeout)  # NotSent: nothing to send to (reconnected if it can be)
-            try:
-                return await self._send(name, arguments, timeout, progress)
-            except _SessionGone:
-                # This connection is over; the next request (this call's second try) opens
-                # a new one.
-                if self.watched is not None:
-                    self.watched.ended = True
-                if last:
-                    raise NotSent("the upstream MCP server no longer knows the session, twice "
-                                  "(HTTP 404); the call was not run") from None
-        raise AssertionError("unreachable")
-
-    async def _send(self, name: str, arguments: Dict[str, Any], timeout: float,
-                    progress: Optional[Progress]) -> types.CallToolResult:
+        the upstream's progress notifications for it are passed to it. When the upstream
+        answers the call's POST with HTTP 404 for the session (it restarted), the connection
+        is over and the next request opens a new one; the call itself stays unknown (a 404
+        is not proof that it did not run: a proxy may have retried it elsewhere)."""
+        await self.alive(timeout)  # NotSent: nothing to send to (reconnected if it can be)
         assert self.session is not None
+        watched = self.watched  # this connection's: a reconnection meanwhile swaps the shared one
         request = types.CallToolRequest(
             params=types.CallToolRequestParams(name=name, arguments=arguments))
         # Sent as a plain request: the client's own checks of a result against the tool's
@@ -172,19 +151,17 @@ class Upstream:
             if not self.http:
                 return await self.session.send_request(request, types.CallToolResult,
                                                        progress_callback=progress)
-            with watching(name, arguments) as (scope, unsent):
-                result = await self.session.send_request(request, types.CallToolResult,
-                                                         progress_callback=progress)
+            with watching(name, arguments) as (scope, sent):
+                try:
+                    result = await self.session.send_request(request, types.CallToolResult,
+                                                             progress_callback=progress)
+                finally:
+                    if sent.session_gone and watched is not None:
+                        watched.ended = True
             if scope.cancelled_caught:
-                if unsent.session_gone:
-                    raise _SessionGone()
                 raise NotSent("the upstream MCP server could not be reached (no connection "
                               "for the request); the call was not sent")
             return result
-
-
-class _SessionGone(Exception):
-    """The upstream answered the call's POST with 404 for its session: not run."""
 
 
 def brief(exc: BaseException) -> str:
