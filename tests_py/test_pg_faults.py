@@ -423,7 +423,7 @@ def test_a_fresh_call_is_two_statements_that_commit_by_themselves(proxy, proxied
                                f"AND p.proname = '{name}'").rsplit("|", 1)
         # the writes' functions make their commits durable (test_pgbouncer shows the effect)
         assert name == "ctrlrun_select" or f'"{pg_schema}".ctrlrun_durable()' in body
-        # the plans are kept (a custom plan would be made again on every call), and the
+        # the generic plan from the first call (not five custom ones first), and the
         # search_path another client may have left on a pooled session does not apply
         assert config == '{"search_path=pg_catalog, pg_temp",plan_cache_mode=force_generic_plan}'
     assert proxy.simple[simple:] == []  # no BEGIN, no COMMIT

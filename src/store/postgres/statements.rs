@@ -181,12 +181,12 @@ pub(super) fn call(schema: &str, name: &str, params: &str) -> String {
 }
 
 /// Schema version 7's functions: the read, the reservation's `INSERT` and the outcome's
-/// `UPDATE`, each the statement it replaces, run by PL/pgSQL (see [`super::sql::Sql`]). Their result
-/// columns are named `r_*` so that none shadows a table column in the statement. Like the
+/// `UPDATE`, each the statement it replaces, run by PL/pgSQL (see [`super::sql::Sql`]). Their
+/// result columns are named `r_*` so that none shadows a table column in the statement. Like the
 /// other functions of the schema they fix their `search_path`: a pooler's server connection
-/// may carry another client's. They also force the generic plan: left to choose, the
-/// server finds a custom plan of these statements cheaper and plans them again on every
-/// call, which is the cost the functions exist to save.
+/// may carry another client's. They also force the generic plan from the first call: left to
+/// choose, the server plans each statement five times more per session before it settles on
+/// the generic plan (`pg_stat_statements`: 6 plans against 1 in 600 calls).
 pub(super) fn functions(schema: &str) -> String {
     let s = Statements::new(schema);
     let out = |extra: &str| {
