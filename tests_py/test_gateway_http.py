@@ -26,12 +26,19 @@ def _http_upstream(tmp_path, port: int) -> subprocess.Popen:
     return upstream
 
 
-def test_an_upstream_over_streamable_http(tmp_path, store_url, store):
+def _rig_over_http(tmp_path, store_url, *options: str):
+    """A running HTTP upstream on a free port, and a gateway rig in front of it (with
+    ``options`` before ``--upstream-url``): ``(port, upstream process, rig)``."""
     port = free_port()
     upstream = _http_upstream(tmp_path, port)
+    rig = Rig(tmp_path, store_url, POLICY,
+              upstream=[*options, "--upstream-url", f"http://127.0.0.1:{port}/mcp"])
+    return port, upstream, rig
+
+
+def test_an_upstream_over_streamable_http(tmp_path, store_url, store):
+    _, upstream, rig = _rig_over_http(tmp_path, store_url)
     try:
-        rig = Rig(tmp_path, store_url, POLICY,
-                  upstream=["--upstream-url", f"http://127.0.0.1:{port}/mcp"])
         first, again = rig.calls(("refund", {"payment_id": "pi_h", "amount": 3}),
                                  ("refund", {"payment_id": "pi_h", "amount": 3}))
         assert not first.is_error and ctrl(again)["refused"] == "committed"
@@ -63,10 +70,7 @@ def test_agents_over_streamable_http(tmp_path, store_url, store):
 
 def test_an_http_upstream_that_cannot_be_reached_gets_calls_recorded_failed_unsent(
         tmp_path, store_url, store):
-    port = free_port()
-    upstream = _http_upstream(tmp_path, port)
-    rig = Rig(tmp_path, store_url, POLICY,
-              upstream=["--upstream-url", f"http://127.0.0.1:{port}/mcp"])
+    port, upstream, rig = _rig_over_http(tmp_path, store_url)
 
     async def body(s: ClientSession) -> list:
         out = [await s.call_tool("refund", {"payment_id": "pi_u", "amount": 1})]
@@ -105,10 +109,7 @@ def test_an_http_upstream_that_cannot_be_reached_gets_calls_recorded_failed_unse
 
 def test_an_http_upstream_that_comes_back_is_reconnected_without_restarting_the_gateway(
         tmp_path, store_url, store):
-    port = free_port()
-    upstream = _http_upstream(tmp_path, port)
-    rig = Rig(tmp_path, store_url, POLICY,
-              upstream=["--upstream-url", f"http://127.0.0.1:{port}/mcp"])
+    port, upstream, rig = _rig_over_http(tmp_path, store_url)
 
     async def body(s: ClientSession) -> list:
         nonlocal upstream
@@ -206,10 +207,7 @@ def test_an_http_upstream_restarted_between_calls_is_reconnected_for_the_next_ca
     session it no longer knows, which it answers 404 (the MCP transport's rule). That call
     is ambiguous (a 404 does not prove it did not run), and the connection is over: the next
     call goes out on a new session and runs once."""
-    port = free_port()
-    upstream = _http_upstream(tmp_path, port)
-    rig = Rig(tmp_path, store_url, POLICY,
-              upstream=["--upstream-url", f"http://127.0.0.1:{port}/mcp"])
+    port, upstream, rig = _rig_over_http(tmp_path, store_url)
 
     async def body(s: ClientSession) -> list:
         nonlocal upstream
@@ -244,10 +242,7 @@ def test_requests_that_find_the_upstream_gone_wait_for_a_reconnection_at_most_th
     Nothing is sent, so each is recorded failed."""
     import socket
 
-    port = free_port()
-    upstream = _http_upstream(tmp_path, port)
-    rig = Rig(tmp_path, store_url, POLICY,
-              upstream=["--call-timeout", "3", "--upstream-url", f"http://127.0.0.1:{port}/mcp"])
+    port, upstream, rig = _rig_over_http(tmp_path, store_url, "--call-timeout", "3")
     silent = socket.socket()
     held: list = []
 
