@@ -12,7 +12,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import anyio
+import pytest
 from mcp.client.session import ClientSession
+from mcp.shared.exceptions import MCPError
+from mcp.types import INTERNAL_ERROR
 
 from gateway_rig import HERE, POLICY, Rig, ctrl, free_port, listening_gateway, wait_for_port
 
@@ -68,6 +71,7 @@ def test_agents_over_streamable_http(tmp_path, store_url, store):
         gateway.wait(30)
 
 
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")  # 2025-era requests, on purpose
 def test_an_http_upstream_that_cannot_be_reached_gets_calls_recorded_failed_unsent(
         tmp_path, store_url, store):
     port, upstream, rig = _rig_over_http(tmp_path, store_url)
@@ -80,10 +84,17 @@ def test_an_http_upstream_that_cannot_be_reached_gets_calls_recorded_failed_unse
         out.append(await s.call_tool("refund", {"payment_id": "pi_v", "amount": 2}))
         out.append(await s.call_tool("refund", {"payment_id": "pi_w", "amount": 3}))
         out.append(time.monotonic() - started)
+        for ask in (s.list_tools(), s.read_resource("memo://notes"),
+                    s.set_logging_level("error")):
+            try:
+                await ask
+                out.append(None)
+            except MCPError as exc:
+                out.append(exc.error)
         return out
 
     try:
-        done, first, second, took = rig.session(body)
+        done, first, second, took, *errors = rig.session(body)
     finally:
         upstream.kill()
         upstream.wait()
@@ -98,6 +109,14 @@ def test_an_http_upstream_that_cannot_be_reached_gets_calls_recorded_failed_unse
         assert "was not sent" in result.content[0].text, result
         assert store.get_effect(key).state.value == "failed"
     assert took < 20, took
+    # the requests other than tool calls get a JSON-RPC error that says why, and the
+    # gateway's stderr shows no traceback
+    for error in errors:
+        assert error is not None and error.code == INTERNAL_ERROR, errors
+        assert error.message.startswith("ctrlrun gateway: the upstream MCP server's "
+                                        "connection has ended and it could not be reached "
+                                        "again ("), error
+    assert "Traceback" not in rig.stderr.read_text()
     lines = rig.stderr.read_text().splitlines()
     assert any(line.startswith("ctrlrun gateway acme: the connection to the upstream failed (")
                and line.endswith("the next request reconnects (a reserved call that cannot be "
@@ -107,6 +126,7 @@ def test_an_http_upstream_that_cannot_be_reached_gets_calls_recorded_failed_unse
     assert [r[0] for r in rig.runs()] == ["refund"]
 
 
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")  # 2025-era requests, on purpose
 def test_an_http_upstream_that_comes_back_is_reconnected_without_restarting_the_gateway(
         tmp_path, store_url, store):
     port, upstream, rig = _rig_over_http(tmp_path, store_url)
@@ -115,6 +135,7 @@ def test_an_http_upstream_that_comes_back_is_reconnected_without_restarting_the_
         nonlocal upstream
         out = [await s.call_tool("refund", {"payment_id": "pi_r1", "amount": 1})]
         await s.subscribe_resource("memo://notes")
+        await s.set_logging_level("warning")
         upstream.kill()
         upstream.wait()
         out.append(await s.call_tool("refund", {"payment_id": "pi_r2", "amount": 2}))
@@ -137,8 +158,9 @@ def test_an_http_upstream_that_comes_back_is_reconnected_without_restarting_the_
     assert ctrl(again)["refused"] == "committed"
     assert store.get_effect("refund:pi_r2").state.value == "committed"
     assert [r[0] for r in rig.runs()] == ["refund", "refund"]
-    # the new upstream session holds the subscription the agent made on the old one
-    assert "subscribed=memo://notes" in notes.contents[0].text, notes
+    # the new upstream session holds the subscription and the log level the agent set on
+    # the old one
+    assert "level=warning subscribed=memo://notes" in notes.contents[0].text, notes
     lines = rig.stderr.read_text().splitlines()
     assert f"ctrlrun gateway acme: reconnected to the upstream http://127.0.0.1:{port}/mcp" \
         in lines, lines

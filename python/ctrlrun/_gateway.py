@@ -101,8 +101,7 @@ class Gateway:
         self.relay.saw(ctx)
         if self.upstream.session is None:
             return types.ListToolsResult(tools=[])  # the upstream never started
-        await self.upstream.alive()
-        result = await self.upstream.session.list_tools(params=params)
+        result = await self.upstream.ask(lambda s: s.list_tools(params=params))
         try:
             policy = current_policy()
         except CTRLRunError:

@@ -22,7 +22,6 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import anyio
 from mcp import types
-from mcp.client.session import ClientSession
 from mcp.server.lowlevel import NotificationOptions
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.message import ServerMessageMetadata
@@ -59,7 +58,8 @@ class Relay:
         self.agents: Dict[int, Any] = {}  # id(connection) -> that agent's latest session
         self.calls: Dict[int, Tuple[Any, Any]] = {}  # token -> (session, request id)
         self.subscribers: Dict[str, Set[int]] = {}  # resource URI -> the agents subscribed
-        self.upstream: Any = None  # the upstream ClientSession, once started
+        self.upstream: Any = None  # the gateway's ``Upstream``, once started
+        self.level: Optional[types.SetLevelRequestParams] = None  # the log level set last
         self.tools_changed: Optional[Callable[[], None]] = None
 
     # the agents ------------------------------------------------------------------------------
@@ -213,8 +213,10 @@ class Relay:
     async def set_level(self, ctx: Any, params: types.SetLevelRequestParams) -> Any:
         """The upstream has one session: the level set last holds for every agent."""
         self.saw(ctx)
-        return await self.upstream.send_request(types.SetLevelRequest(params=params),
-                                                types.EmptyResult)
+        result = await self.upstream.ask(lambda s: s.send_request(
+            types.SetLevelRequest(params=params), types.EmptyResult))
+        self.level = params  # set again on a new connection
+        return result
 
     async def subscribe(self, ctx: Any, params: types.SubscribeRequestParams) -> Any:
         """One subscription upstream per resource, whatever the number of agents on it."""
@@ -223,8 +225,8 @@ class Relay:
         who = self.subscribers.setdefault(uri, set())
         if not who:
             with self.calling(ctx):
-                await self.upstream.send_request(types.SubscribeRequest(params=params),
-                                                 types.EmptyResult)
+                await self.upstream.ask(lambda s: s.send_request(
+                    types.SubscribeRequest(params=params), types.EmptyResult))
         who.add(key)
         return types.EmptyResult()
 
@@ -241,16 +243,24 @@ class Relay:
         who.discard(key)
         if not who:
             del self.subscribers[uri]
-            await self.upstream.send_request(types.UnsubscribeRequest(
-                params=types.UnsubscribeRequestParams(uri=uri)), types.EmptyResult)
+            await self.upstream.ask(lambda s: s.send_request(types.UnsubscribeRequest(
+                params=types.UnsubscribeRequestParams(uri=uri)), types.EmptyResult))
 
-    async def resubscribe(self) -> List[str]:
-        """After a reconnection: subscribe the new upstream session to every resource an
-        agent is still subscribed to; the URIs it refused."""
+    async def restore(self) -> List[str]:
+        """After a reconnection: set the new upstream session's log level as an agent set it
+        last, and subscribe it to every resource an agent is still subscribed to; what it
+        refused."""
         refused = []
+        session = self.upstream.session
+        if self.level is not None:
+            try:
+                await session.send_request(types.SetLevelRequest(params=self.level),
+                                           types.EmptyResult)
+            except Exception:
+                refused.append(f"the log level {self.level.level}")
         for uri in list(self.subscribers):
             try:
-                await self.upstream.send_request(types.SubscribeRequest(
+                await session.send_request(types.SubscribeRequest(
                     params=types.SubscribeRequestParams(uri=uri)), types.EmptyResult)
             except Exception:
                 refused.append(uri)
@@ -258,12 +268,16 @@ class Relay:
 
     async def complete(self, ctx: Any, params: types.CompleteRequestParams) -> Any:
         with self.calling(ctx):
-            return await self.upstream.send_request(types.CompleteRequest(params=params),
-                                                    types.CompleteResult)
+            return await self.upstream.ask(lambda s: s.send_request(
+                types.CompleteRequest(params=params), types.CompleteResult))
 
     async def roots_changed(self, ctx: Any, params: Any) -> None:
         self.saw(ctx)
-        await self.upstream.send_notification(types.RootsListChangedNotification())
+        try:
+            await self.upstream.ask(lambda s: s.send_notification(
+                types.RootsListChangedNotification()))
+        except MCPError as exc:  # a notification has nobody to answer to
+            log.debug("roots change not relayed: %s", exc.error.message)
 
     # wiring ---------------------------------------------------------------------------------
     def client_callbacks(self) -> Dict[str, Any]:
@@ -294,31 +308,26 @@ class PassThrough:
         self.upstream = upstream
         self.relay = relay
 
-    async def _session(self) -> ClientSession:
-        await self.upstream.alive()
-        session: ClientSession = self.upstream.session
-        return session
-
     async def list_resources(self, ctx: Any, params: Any) -> types.ListResourcesResult:
         with self.relay.calling(ctx):
-            return await (await self._session()).list_resources(params=params)
+            return await self.upstream.ask(lambda s: s.list_resources(params=params))
 
     async def list_resource_templates(self, ctx: Any, params: Any
                                       ) -> types.ListResourceTemplatesResult:
         with self.relay.calling(ctx):
-            return await (await self._session()).list_resource_templates(params=params)
+            return await self.upstream.ask(lambda s: s.list_resource_templates(params=params))
 
     async def read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> Any:
         with self.relay.calling(ctx):
-            return await (await self._session()).read_resource(str(params.uri))
+            return await self.upstream.ask(lambda s: s.read_resource(str(params.uri)))
 
     async def list_prompts(self, ctx: Any, params: Any) -> types.ListPromptsResult:
         with self.relay.calling(ctx):
-            return await (await self._session()).list_prompts(params=params)
+            return await self.upstream.ask(lambda s: s.list_prompts(params=params))
 
     async def get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> Any:
         with self.relay.calling(ctx):
-            return await (await self._session()).get_prompt(params.name, params.arguments)
+            return await self.upstream.ask(lambda s: s.get_prompt(params.name, params.arguments))
 
     def handlers(self, capabilities: types.ServerCapabilities) -> Dict[str, Any]:
         out: Dict[str, Any] = {}

@@ -153,7 +153,7 @@ async def serve(alias: str, store: Store, command: List[str], url: Optional[str]
         try:
             upstream, init, tools = await tg.start(_hold, alias, command, url, call_timeout,
                                                    relay)
-            relay.upstream = upstream.session
+            relay.upstream = upstream
         except BaseException as exc:
             # A command that cannot be run, or a URL: the caller reports it and exits.
             if isinstance(exc, CannotRun) and exc.__cause__ is not None:
@@ -182,18 +182,18 @@ async def serve(alias: str, store: Store, command: List[str], url: Optional[str]
             replaced = upstream.stop
             upstream.session, upstream.watched = again.session, again.watched
             upstream.stop = again.stop
-            relay.upstream = again.session
             replaced()  # the old connection, if its transport still runs (a 404 session)
             gateway.forget_tools()
             print(f"ctrlrun gateway {alias}: reconnected to the upstream {shown}",
                   file=sys.stderr, flush=True)
-            refused = await relay.resubscribe()
+            refused = await relay.restore()
             if refused:
-                print(f"ctrlrun gateway {alias}: the upstream refused the subscriptions to "
+                print(f"ctrlrun gateway {alias}: the new connection refused "
                       f"{', '.join(refused)}", file=sys.stderr, flush=True)
 
+        upstream.timeout = call_timeout
         if url is not None:  # a stdio upstream is a process of ours: it is not started again
-            upstream.reconnect, upstream.timeout = reconnect, call_timeout
+            upstream.reconnect = reconnect
         with handshake_era():
             server = GatewayServer(
                 f"ctrlrun-gateway-{alias}", version=_core.__version__,

@@ -3,15 +3,20 @@ that a call was never sent, and reconnecting to an HTTP upstream whose connectio
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Dict, Optional
+from typing import Any, Awaitable, Callable, Dict, Optional, TypeVar
 
 import anyio
 from mcp import types
 from mcp.client.session import ClientSession
 from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.exceptions import MCPError
+from mcp.types import INTERNAL_ERROR
 
 from ._gateway_http import watching
 from .errors import NotExecuted
+
+
+T = TypeVar("T")
 
 
 class NotSent(NotExecuted):
@@ -126,6 +131,31 @@ class Upstream:
                         raise NotSent(self._unreachable(brief(exc))) from None
         except TimeoutError:
             raise NotSent(self._unreachable(f"no new connection within {bound:g} s")) from None
+
+    async def ask(self, send: Callable[[ClientSession], Awaitable[T]]) -> T:
+        """A request other than a tool call (a list, a read, a subscription, a completion, the
+        log level), sent by ``send`` on the current session: reconnected first when it can be,
+        and the whole bounded by the call timeout. What the upstream answers, an error too,
+        passes through unchanged; a request that could not be sent or got no answer becomes a
+        JSON-RPC error naming why, for the agent (never a traceback on the gateway's
+        stderr)."""
+        try:
+            with anyio.fail_after(self.timeout):
+                await self.alive()
+                assert self.session is not None
+                return await send(self.session)
+        except MCPError:
+            raise
+        except NotSent as exc:
+            raise MCPError(INTERNAL_ERROR, f"ctrlrun gateway: {exc}") from None
+        except TimeoutError:
+            raise MCPError(INTERNAL_ERROR, (
+                f"ctrlrun gateway: the upstream MCP server did not answer within "
+                f"{self.timeout:g} s")) from None
+        except Exception as exc:
+            raise MCPError(INTERNAL_ERROR, (
+                f"ctrlrun gateway: the upstream MCP server did not answer "
+                f"({brief(exc)})")) from None
 
     @staticmethod
     def _unreachable(why: str) -> str:
