@@ -192,3 +192,38 @@ def arg_digests(parts: List[Tuple[str, str]]) -> Tuple[str, str]: ...
 def before_fork() -> None: ...
 def after_fork_in_parent() -> None: ...
 def after_fork_in_child() -> None: ...
+
+# POSIX only (src/py/background.rs): the store steps of async protected calls on core threads.
+class Completions:
+    """One event loop's inbox of finished background steps."""
+
+    def __init__(self) -> None: ...
+    def fileno(self) -> int: ...
+    def take(self) -> List[Tuple[int, bool, Any]]: ...
+    def close(self) -> None: ...
+
+def reserve_in_background(
+    store: Store,
+    completions: Completions,
+    token: int,
+    key: str,
+    action_id: str,
+    lease_us: int,
+    now_us: Optional[int] = None,
+    begin: bool = False,
+    action: Optional[str] = None,
+    args: Optional[List[Tuple[str, str]]] = None,
+    approval: bool = False,
+) -> None: ...
+def transition_in_background(
+    store: Store,
+    completions: Completions,
+    token: int,
+    key: str,
+    action_id: str,
+    attempt: Optional[int],
+    kind: str,
+    payload: Optional[str] = None,
+    now_us: Optional[int] = None,
+) -> None: ...
+def finish_background() -> None: ...

@@ -1,7 +1,10 @@
 """The driver of a protected call for ``async def`` executors: the steps of
-:class:`._steps.Call` as ``_runner`` takes them, with every store step on a worker thread so
-the event loop never waits on the database, and the cancellation rules of SPEC §8.1: a
-reservation or outcome write in flight settles before a cancellation propagates."""
+:class:`._steps.Call` as ``_runner`` takes them, with every store step off the event loop (the
+reservation and the outcome write on the core's threads, ``_io_core``; the rarer ones on worker
+threads, ``_io_threads``) so the loop never waits on the database, and the cancellation rules
+of SPEC §8.1: a reservation or outcome write in flight settles before a cancellation
+propagates. The two hot steps are chained with futures and callbacks, not coroutines: a future
+is never cut off by a cancellation, the settling of an outcome included."""
 
 from __future__ import annotations
 
@@ -10,12 +13,12 @@ import contextlib
 import sys
 from typing import Any, Awaitable, Callable, Dict, Optional, Set, Tuple
 
-from . import _io_threads
+from . import _io_core, _io_threads
 from ._approvals import ApprovalRecord, ApprovalState, poll_interval, refusal
 from ._heartbeat import Heartbeat
-from ._steps import REFUSALS, Call, Spec
+from ._steps import OUTCOME_PAUSES, REFUSALS, Call, Spec
 from ._store import Store
-from .errors import ApprovalNeeded
+from .errors import ApprovalNeeded, StoreUnresolved
 
 _background: Set["asyncio.Future[Any]"] = set()
 
@@ -24,6 +27,54 @@ def _in_thread(fn: Callable[..., Any], *args: Any) -> "asyncio.Future[Any]":
     """Store calls are synchronous and release the GIL; coroutines run them on worker
     threads (``_io_threads``), so the event loop never waits on the database."""
     return _io_threads.run(fn, *args)
+
+
+def _reserving(call: Call) -> "asyncio.Future[int]":
+    """``call.reserve()`` off the event loop: on a core thread (``_io_core``) where it can be,
+    else on a worker thread; a future of the attempt (set on ``call`` as the write lands)."""
+    landed = _io_core.reserve(call.store, call.reserve_request())
+    if landed is None:
+        return _in_thread(call.reserve)
+    out: "asyncio.Future[int]" = asyncio.get_running_loop().create_future()
+
+    def settle(done: "asyncio.Future[Any]") -> None:
+        if out.done():
+            return
+        exc = done.exception()
+        if exc is None:
+            call.attempt = done.result()[3]
+            out.set_result(call.attempt)
+        else:
+            if isinstance(exc, StoreUnresolved):
+                call.unresolved(exc)
+            out.set_exception(exc)
+
+    landed.add_done_callback(settle)
+    return out
+
+
+def _recording(call: Call, outcome: Tuple[str, Optional[str]]) -> "asyncio.Future[None]":
+    """``call.record(outcome)`` off the event loop: on a core thread where it can be (which
+    re-issues a failed write as ``call.record`` does, whether or not this loop still runs),
+    else on a worker thread."""
+    try:
+        landed = _io_core.transition(call.store, OUTCOME_PAUSES, call.record_request(outcome))
+    except Exception:  # not started (no inbox, a closed store): the worker thread's way
+        landed = None
+    if landed is None:
+        return _in_thread(call.record, outcome)
+    out: "asyncio.Future[None]" = asyncio.get_running_loop().create_future()
+
+    def settle(done: "asyncio.Future[Any]") -> None:
+        exc = done.exception()
+        if exc is None:
+            out.set_result(None)
+        else:
+            out.set_exception(call.not_recorded(outcome[0], exc)
+                              if isinstance(exc, Exception) else exc)
+
+    landed.add_done_callback(settle)
+    return out
 
 
 async def _finish(work: Awaitable[Any]) -> Any:
@@ -78,7 +129,7 @@ async def _record_raise(call: Call, exc: BaseException) -> None:
     place. A cancellation meanwhile lets the write go on in its thread: if ``exc`` is itself
     a cancellation it propagates as it is, else the new cancellation does."""
     try:
-        await _finish(_in_thread(call.record, call.raised(exc)))
+        await _finish(_recording(call, call.raised(exc)))
     except REFUSALS as refusal:
         raise call.refused(refusal, exc)
     except asyncio.CancelledError:
@@ -88,9 +139,9 @@ async def _record_raise(call: Call, exc: BaseException) -> None:
 
 
 async def _reserve(call: Call) -> None:
-    """The reservation on a worker thread; a cancellation meanwhile lets the write settle and
+    """The reservation off the event loop; a cancellation meanwhile lets the write settle and
     records a grant whose body never started as failed."""
-    started = _in_thread(call.reserve)
+    started = _reserving(call)
     try:
         await asyncio.shield(started)
     except asyncio.CancelledError as cancel:
@@ -159,5 +210,5 @@ async def run(
         call.leave()
     if beat is not None:
         beat.stop(wait=False)
-    await _finish(_in_thread(call.record, call.returned(result)))
+    await _finish(_recording(call, call.returned(result)))
     return result

@@ -5,7 +5,7 @@ A :class:`Call` holds every decision once: the reservation, the executor context
 return or a raise records, how a refused outcome write is chained onto the executor's
 exception. Its store steps (:meth:`Call.reserve`, :meth:`Call.record`,
 :meth:`Call.fail_unstarted`) are plain blocking calls. The drivers only sequence the steps,
-do the I/O and await: ``_runner`` calls them in line, ``_runner_async`` on worker threads
+do the I/O and await: ``_runner`` calls them in line, ``_runner_async`` off the event loop
 with the cancellation rules of SPEC §8.1."""
 
 from __future__ import annotations
@@ -170,26 +170,31 @@ class Call:
         """Reserve the key straight into ``executing`` (one durable write: the begin
         transition is folded into the reservation, since the body starts right after);
         returns the attempt."""
-        store = self.store
-        core = store.core
         attempt: Optional[int] = None
         try:
-            spec, now = self.spec, store.now_us()
-            said = () if spec is None else (spec.action, spec.parts, spec.approval_ttl is not None)
-            attempt = core.reserve(self.key, self.action_id, self.lease_us, now, True, *said)[3]
+            attempt = self.store.core.reserve(*self.reserve_request())[3]
             # Still inside the try: an interrupt (KeyboardInterrupt) landing just after the
             # reservation returned records it as failed, since the body never started.
             self.attempt = attempt
             return attempt
         except StoreUnresolved as exc:
-            # the attempt an operator looks for, if the reservation did land
-            exc.effect_key, exc.action_id = self.key, self.action_id
+            self.unresolved(exc)
             raise
         except BaseException as exc:
             if attempt is not None:
                 self.attempt = attempt
                 self.fail_unstarted(exc)
             raise
+
+    def reserve_request(self) -> Tuple[Any, ...]:
+        """The arguments of the core's ``reserve`` for this call (its clock read now)."""
+        spec = self.spec
+        said = () if spec is None else (spec.action, spec.parts, spec.approval_ttl is not None)
+        return (self.key, self.action_id, self.lease_us, self.store.now_us(), True, *said)
+
+    def unresolved(self, exc: StoreUnresolved) -> None:
+        """Name the attempt an operator looks for, if the reservation did land."""
+        exc.effect_key, exc.action_id = self.key, self.action_id
 
     def ask(self) -> ApprovalRecord:
         """This call's approval request: the one that stands for its action and arguments, or
@@ -253,41 +258,51 @@ class Call:
         refusal.__cause__ = exc
         return refusal
 
+    def record_request(self, outcome: Tuple[str, Optional[str]]) -> Tuple[Any, ...]:
+        """The arguments of the core's ``transition_unread`` for ``outcome`` (the clock read
+        now)."""
+        kind, payload = outcome
+        return (self.key, self.action_id, self.attempt, kind, payload, self.store.now_us())
+
     def record(self, outcome: Tuple[str, Optional[str]]) -> None:
         """Record the executor's outcome, ``(kind, payload)`` as :meth:`returned` or
-        :meth:`raised` gave it (store I/O), re-issuing the compare-and-set on store failures."""
-        kind, payload = outcome
-        store = self.store
-        core = store.core
-        key, action_id, attempt = self.key, self.action_id, self.attempt
+        :meth:`raised` gave it (store I/O), re-issuing the compare-and-set on store failures
+        (the async path's core threads re-issue it the same way: ``OUTCOME_PAUSES``)."""
+        kind = outcome[0]
+        core = self.store.core
         last: Optional[Exception] = None
         for pause in _TRIES:
             try:
-                core.transition_unread(key, action_id, attempt, kind, payload, store.now_us())
+                core.transition_unread(*self.record_request(outcome))
                 return
             except (StoreWriteFailed, StoreUnresolved) as exc:
                 last = exc
-                log.warning("ctrlrun: recording %s for %r failed (%s); retrying", kind, key, exc)
+                log.warning("ctrlrun: recording %s for %r failed (%s); retrying", kind, self.key,
+                            exc)
                 if pause is not None:
                     time.sleep(pause)
-            except (DuplicateEffect, AmbiguousEffect, InvalidArgument) as refusal:
-                if isinstance(refusal, InvalidArgument) and core.closed:
-                    last = refusal  # the store was closed meanwhile: not the row's answer
-                    break
-                # The row is no longer this attempt's to write (a newer attempt holds it, or a
-                # person settled it in a way the outcome cannot change): the store's refusal is
-                # the answer, and the outcome that came too late is on record in the log.
-                log.error(
-                    "ctrlrun: the outcome (%s) of effect %r, attempt %d (action %s), was not "
-                    "recorded: %s", kind, key, attempt, action_id, refusal,
-                )
-                raise
-            except Exception as exc:  # a closed store, a broken clock: not worth retrying
-                last = exc
-                break
-        raise StoreError(
-            f"the executor for effect '{key}' has already run (attempt {attempt}, action "
-            f"{action_id}), but recording its outcome ({kind}) failed: {last}. The row keeps what "
-            f"the store last recorded (executing, until a contender finds its lease lapsed and "
-            f"marks it ambiguous); do not retry it blindly"
-        ) from last
+            except Exception as exc:
+                raise self.not_recorded(kind, exc)
+        assert last is not None
+        raise self.not_recorded(kind, last)
+
+    def not_recorded(self, kind: str, exc: Exception) -> Exception:
+        """What recording the outcome ``kind`` raises when its last try raised ``exc``."""
+        if isinstance(exc, (DuplicateEffect, AmbiguousEffect, InvalidArgument)) and not (
+                isinstance(exc, InvalidArgument) and self.store.core.closed):
+            # The row is no longer this attempt's to write (a newer attempt holds it, or a
+            # person settled it in a way the outcome cannot change): the store's refusal is
+            # the answer, and the outcome that came too late is on record in the log.
+            log.error(
+                "ctrlrun: the outcome (%s) of effect %r, attempt %d (action %s), was not "
+                "recorded: %s", kind, self.key, self.attempt, self.action_id, exc,
+            )
+            return exc
+        # A write that kept failing, a closed store, a broken clock: the executor has run.
+        failed = StoreError(
+            f"the executor for effect '{self.key}' has already run (attempt {self.attempt}, "
+            f"action {self.action_id}), but recording its outcome ({kind}) failed: {exc}. The "
+            f"row keeps what the store last recorded (executing, until a contender finds its "
+            f"lease lapsed and marks it ambiguous); do not retry it blindly")
+        failed.__cause__ = exc
+        return failed

@@ -2,6 +2,8 @@
 //! store call, and maps core errors to Python exceptions in one place (`errors.rs`).
 
 mod args;
+#[cfg(unix)]
+mod background;
 mod errors;
 mod fork;
 mod logging;
@@ -19,6 +21,13 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store::drop_scratch_schema, m)?)?;
     m.add_function(wrap_pyfunction!(store::sqlite_path, m)?)?;
     m.add_function(wrap_pyfunction!(store::arg_digests, m)?)?;
+    #[cfg(unix)]
+    {
+        m.add_class::<background::Completions>()?;
+        m.add_function(wrap_pyfunction!(background::reserve_in_background, m)?)?;
+        m.add_function(wrap_pyfunction!(background::transition_in_background, m)?)?;
+        m.add_function(wrap_pyfunction!(background::finish_background, m)?)?;
+    }
     m.add_function(wrap_pyfunction!(fork::before_fork, m)?)?;
     m.add_function(wrap_pyfunction!(fork::after_fork_in_parent, m)?)?;
     m.add_function(wrap_pyfunction!(fork::after_fork_in_child, m)?)?;

@@ -26,7 +26,7 @@ pub struct PyStore {
 }
 
 impl PyStore {
-    fn get(&self) -> Result<Arc<dyn Store>, Error> {
+    pub(super) fn get(&self) -> Result<Arc<dyn Store>, Error> {
         if std::process::id() != self.pid {
             return Err(Error::InvalidArgument(format!(
                 "the store {} was opened in another process (before a fork); its connections \

@@ -1,0 +1,130 @@
+"""The two store steps every ``async def`` protected call makes (the reservation and the
+outcome write), run on the core's own threads (``_core.reserve_in_background`` and
+``_core.transition_in_background``, src/py/background.rs): the database work starts without
+waiting for the GIL, and the event loop is woken once for the steps that finished meanwhile.
+Every other store call of an async caller goes through ``_io_threads``.
+
+Each event loop has an inbox (``_core.Completions``): a socket the loop watches, and the steps
+finished for it. A step is known by a token; its future lives here, on the loop. Where the core
+has no background threads (Windows), or the loop cannot watch a descriptor, the functions
+return ``None`` and the caller uses ``_io_threads``. A forked child makes new inboxes (and the
+core a new pool); at exit the core's threads finish the steps queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import threading
+import weakref
+from typing import Any, Dict, Optional, Tuple
+
+from . import _core
+
+_AVAILABLE = hasattr(_core, "Completions")
+
+
+class _Inbox:
+    """One event loop's finished steps and the futures waiting for them."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.completions = _core.Completions()
+        self.waiting: Dict[int, "asyncio.Future[Any]"] = {}
+        self.tokens = itertools.count(1)
+        try:
+            loop.add_reader(self.completions.fileno(), self.drain)
+        except BaseException:
+            self.completions.close()
+            raise
+        weakref.finalize(loop, self.completions.close)
+
+    def drain(self) -> None:
+        """On the loop: settle the futures whose steps finished."""
+        for token, ok, value in self.completions.take():
+            future = self.waiting.pop(token, None)
+            if future is None or future.done():
+                continue  # the caller stopped waiting; the step ran to its end anyway
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+
+    def submit(self, start: Any, store: Any, args: Tuple[Any, ...]) -> "asyncio.Future[Any]":
+        future = asyncio.get_running_loop().create_future()
+        token = next(self.tokens)
+        self.waiting[token] = future
+        try:
+            start(store.core, self.completions, token, *args)
+        except BaseException:
+            del self.waiting[token]
+            raise
+        return future
+
+
+class _Inboxes:
+    """Every loop's inbox (``None``: that loop has none), behind one lock; replaced as a whole
+    in a forked child (a parent's thread may have held the lock at the instant of the fork)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Optional[_Inbox]]" = (
+            weakref.WeakKeyDictionary())
+
+    def of(self, loop: asyncio.AbstractEventLoop) -> Optional[_Inbox]:
+        try:
+            return self.by_loop[loop]
+        except KeyError:
+            pass
+        except TypeError:
+            return None  # a loop that takes no weak reference
+        with self.lock:  # a new loop: let the closed ones go (their futures refer to them)
+            for old, inbox in list(self.by_loop.items()):
+                if old.is_closed():
+                    del self.by_loop[old]
+                    if inbox is not None:
+                        inbox.completions.close()
+        made: Optional[_Inbox] = None
+        if _AVAILABLE:
+            try:
+                made = _Inbox(loop)
+            except NotImplementedError:
+                made = None  # this loop cannot watch a descriptor
+        with self.lock:
+            self.by_loop[loop] = made
+        return made
+
+
+_inboxes = _Inboxes()
+
+
+def reserve(store: Any, args: Tuple[Any, ...]) -> "Optional[asyncio.Future[Any]]":
+    """``store.core.reserve(*args)`` on a core thread: a future of its record tuple, or
+    ``None`` where this loop has no inbox."""
+    inbox = _inboxes.of(asyncio.get_running_loop())
+    return None if inbox is None else inbox.submit(_core.reserve_in_background, store, args)
+
+
+def transition(store: Any, pauses: Tuple[float, ...], args: Tuple[Any, ...]
+               ) -> "Optional[asyncio.Future[Any]]":
+    """``store.core.transition_unread(*args)`` on a core thread, re-issued after each of
+    ``pauses`` while the write fails or its end is unknown: a future of ``None``, or ``None``
+    where this loop has no inbox."""
+    inbox = _inboxes.of(asyncio.get_running_loop())
+    return None if inbox is None else inbox.submit(
+        _core.transition_in_background, store, (list(pauses), *args))
+
+
+def _after_fork_in_child() -> None:
+    # The parent's loops and inboxes are not this process's to use.
+    global _inboxes
+    _inboxes = _Inboxes()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+if _AVAILABLE:
+    # Run when the interpreter exits, before it finalizes: the core's threads finish the steps
+    # queued (an outcome write is never cut off), as ``_io_threads``' workers do.
+    threading._register_atexit(_core.finish_background)  # type: ignore[attr-defined]
