@@ -4,7 +4,9 @@ talks to ``ctrlrun gateway`` in its own process, which starts a real upstream MC
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -16,6 +18,7 @@ from mcp.client.session import ClientSession
 
 import ctrlrun
 from gateway_rig import HERE, POLICY, Rig, ctrl, free_port, wait_for_port
+from sqlite_lock import locked
 
 
 @pytest.fixture
@@ -198,14 +201,23 @@ def test_replay_gives_a_committed_duplicate_the_stored_answer(tmp_path, store_ur
     assert len(rig.runs()) == 1
 
 
-def test_the_gateway_and_a_decorated_worker_share_reservations(rig, store):
+@pytest.mark.parametrize("replay", [False, True])
+def test_the_gateway_and_a_decorated_worker_share_reservations(tmp_path, store_url, store,
+                                                               replay):
+    policy = POLICY.replace('effect: "refund:{payment_id}"',
+                            'effect: "refund:{payment_id}"\n    replay: true') if replay else POLICY
+    rig = Rig(tmp_path, store_url, policy)
+
     @ctrlrun.protect("mcp.acme.refund", effect="refund:{payment_id}", store=store)
     def refund(payment_id: str, amount: int) -> dict:
         return {"refunded": amount, "by": "worker"}
 
     assert refund("pi_w", 10) == {"refunded": 10, "by": "worker"}
     (r,) = rig.calls(("refund", {"payment_id": "pi_w", "amount": 10}))
-    assert ctrl(r)["refused"] == "committed" and rig.runs() == []
+    # with replay too: what the worker stored is not a tool's answer, so the agent is told
+    # it is done (never "sent, no answer")
+    assert ctrl(r)["refused"] == "committed" and rig.runs() == [], r
+    assert "already done" in r.content[0].text, r
 
 
 def test_the_startup_line_names_unreserved_writes_and_tools_say_they_are_reserved(rig, store):
@@ -323,3 +335,69 @@ def test_without_the_sdk_the_gateway_names_the_extra(tmp_path):
                        timeout=60, cwd=str(tmp_path))
     assert p.returncode == 2, p.stderr
     assert "pip install 'ctrlrun[gateway]'" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_sent_call_whose_outcome_cannot_be_recorded_is_never_called_unsent(tmp_path):
+    """The call goes out and gets no answer in time; recording it ambiguous fails too (the
+    store stays locked past every try): the agent is told the call was sent and its outcome
+    is unknown, never that nothing was sent. SQLite, whose lock another process can hold."""
+    path = tmp_path / "s.db"
+    rig = Rig(tmp_path, f"sqlite:///{path}?busy_timeout=0.2", POLICY)  # slow: 1 s timeout
+    holders = []
+
+    async def body(s):
+        async def hold() -> None:
+            await anyio.sleep(0.5)  # reserved and sent by now; the answer never comes in time
+            holders.append(await anyio.to_thread.run_sync(locked, str(path), 6.0))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hold)
+            return await s.call_tool("slow", {"payment_id": "pi_x", "seconds": 4})
+
+    result = rig.session(body)
+    assert holders[0].wait(30) == 0
+    text = result.content[0].text
+    assert ctrl(result)["refused"] == "store", result
+    assert "was sent to the upstream and no answer came" in text, text
+    assert "nothing was sent" not in text, text
+    assert [r[0] for r in rig.runs()] == ["slow"]
+
+
+def _gateway_pid(policy) -> int:
+    """The process of the gateway started with ``policy`` (found by its command line)."""
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if b"gateway" in argv and str(policy).encode() in argv:
+            return int(entry)
+    raise AssertionError("no gateway process")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the gateway in /proc")
+def test_sigterm_ends_the_gateway_and_the_call_in_flight_is_recorded_ambiguous(
+        tmp_path, store_url, store):
+    """How an agent host stops an MCP server on stdio: the call in flight is cancelled and
+    recorded ambiguous, as on Ctrl-C, not left executing until its lease lapses."""
+    rig = Rig(tmp_path, store_url, POLICY.replace("call_timeout: 1s", "call_timeout: 60s"))
+
+    async def body(s) -> None:
+        async with anyio.create_task_group() as tg:
+            async def call() -> None:
+                with contextlib.suppress(Exception):
+                    await s.call_tool("slow", {"payment_id": "pi_t", "seconds": 60})
+
+            tg.start_soon(call)
+            with anyio.fail_after(30):
+                while not rig.log.exists():
+                    await anyio.sleep(0.05)  # the upstream has started it
+                os.kill(_gateway_pid(rig.policy), signal.SIGTERM)
+                while store.get_effect("slow:pi_t").state.value == "executing":
+                    await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()
+
+    with contextlib.suppress(Exception):  # the gateway is gone: the client's end may raise
+        rig.session(body)
+    assert store.get_effect("slow:pi_t").state.value == "ambiguous"

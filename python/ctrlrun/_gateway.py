@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import anyio
 from mcp import types
 from mcp.client.session import ClientSession
+from pydantic import ValidationError
 
 from . import _core, _runner_async
 from ._binding import render_value
@@ -223,9 +224,12 @@ class Gateway:
                 except DuplicateEffect as exc:
                     if not (not sent and entry.replay and replayable(exc)):
                         raise
-                    seen.replayed = True  # the stored answer of the call that committed it
                     assert exc.record is not None
-                    return types.CallToolResult.model_validate(exc.record.result)
+                    stored = _stored_answer(exc.record.result)
+                    if stored is None:  # not a tool's answer (a decorated function's value)
+                        raise
+                    seen.replayed = True  # the stored answer of the call that committed it
+                    return stored
         except (ApprovalRequired, ActionDenied, DuplicateEffect, AmbiguousEffect) as exc:
             if sent:  # the outcome write was refused after the call went out
                 return not_forwarded(action, key, "store", (
@@ -242,6 +246,10 @@ class Gateway:
                 return not_forwarded(action, key, "store", (
                     f"the upstream ran the call, but recording its outcome failed: {exc}; do "
                     f"not retry"))
+            if sent:  # sent, no answer, and that could not be recorded either
+                return not_forwarded(action, key, "store", (
+                    f"the call was sent to the upstream and no answer came, and recording its "
+                    f"outcome failed: {exc}; whether it happened is unknown: do not retry"))
             return not_forwarded(action, key, "store", f"{exc}; nothing was sent")
         except Exception as exc:  # sent, and no answer: nobody knows whether it ran
             return not_forwarded(action, key, "ambiguous", (
@@ -262,6 +270,15 @@ async def upstream_tools(session: ClientSession) -> List[types.Tool]:
         cursor = page.next_cursor
         if not cursor:
             return tools
+
+
+def _stored_answer(value: Any) -> Optional[types.CallToolResult]:
+    """The tool result a committed key stored, or ``None`` when what it stored is not one (a
+    decorated function's return value, a key settled by a person)."""
+    try:
+        return types.CallToolResult.model_validate(value)
+    except ValidationError:
+        return None
 
 
 def _result_text(result: types.CallToolResult) -> str:

@@ -9,8 +9,8 @@ recorded ``failed`` (nothing ran, so a retry may run once the upstream is fixed)
 
 from __future__ import annotations
 
+import logging
 import os
-import re
 import sys
 from contextlib import AsyncExitStack
 from typing import Any, Dict, List, Optional, Tuple
@@ -26,7 +26,7 @@ from mcp.server.stdio import stdio_server
 
 from . import _core
 from ._gateway import Gateway, upstream_tools
-from ._gateway_upstream import Upstream, WatchedStream, brief
+from ._gateway_upstream import Upstream, WatchedStream, brief, redacted
 from ._gateway_http import http_client
 from ._gateway_relay import PassThrough, Relay, handshake_era, notification_options
 from ._policy import current_policy
@@ -143,11 +143,37 @@ async def _hold(alias: str, command: List[str], url: Optional[str], timeout: flo
             watched.ended = True
 
 
+class _OneLine(logging.Formatter):
+    """The MCP SDK's log records as one line each, the exception named, never its traceback:
+    an upstream that prints to its stdout (each line a message the SDK cannot parse) must not
+    flood the gateway's stderr."""
+
+    def __init__(self, alias: str) -> None:
+        super().__init__()
+        self.prefix = f"ctrlrun gateway {alias}: the MCP SDK: "
+
+    def format(self, record: logging.LogRecord) -> str:
+        lines = record.getMessage().splitlines()
+        text = self.prefix + (lines[0] if lines else "")
+        if record.exc_info and record.exc_info[1] is not None:
+            text += f" ({brief(record.exc_info[1])})"
+        return text
+
+
+def _quiet_sdk_log(alias: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneLine(alias))
+    sdk = logging.getLogger("mcp")
+    sdk.addHandler(handler)
+    sdk.propagate = False
+
+
 async def serve(alias: str, store: Store, command: List[str], url: Optional[str],
                 listen: Optional[Tuple[str, int]], call_timeout: float) -> None:
     """Start the upstream, then serve agents (on this process's stdin and stdout, or over
     streamable HTTP on ``listen``) until they are done."""
-    shown = re.sub(r"(\w+://)[^/@\s]*@", r"\1***@", url) if url else command[0]
+    _quiet_sdk_log(alias)
+    shown = redacted(url) if url else command[0]
     relay = Relay(call_timeout)
     async with anyio.create_task_group() as tg:
         try:

@@ -3,6 +3,7 @@ that a call was never sent, and reconnecting to an HTTP upstream whose connectio
 
 from __future__ import annotations
 
+import re
 from typing import Any, Awaitable, Callable, Dict, Optional, TypeVar
 
 import anyio
@@ -192,6 +193,13 @@ class Upstream:
                 raise NotSent("the upstream MCP server could not be reached (no connection "
                               "for the request); the call was not sent")
             return result
+
+
+def redacted(text: str) -> str:
+    """``text`` with any URL's user, password and query hidden (a token rides in either;
+    messages never show a secret)."""
+    text = re.sub(r"(\w+://)[^/@\s]*@", r"\1***@", text)
+    return re.sub(r"(\w+://[^\s?#]*)\?[^\s#]*", r"\1?***", text)
 
 
 def brief(exc: BaseException) -> str:

@@ -217,7 +217,7 @@ def load_policy(path: str) -> Policy:
 
 
 _lock = threading.Lock()
-_cache: Dict[str, Tuple[Tuple[int, int], Policy]] = {}
+_cache: Dict[str, Tuple[Tuple[int, int, int, int], Policy]] = {}
 
 
 def policy_path() -> Tuple[str, bool]:
@@ -243,7 +243,9 @@ def current_policy() -> Optional[Policy]:
             raise PolicyError(f"{path}: CTRLRUN_CONFIG names a policy file that does not exist",
                               file=path, line=None, field=None) from None
         return None
-    stamp = (st.st_mtime_ns, st.st_size)
+    # The change time too: a same-size edit that restores the modification time (cp -p,
+    # rsync -a, tar) still moves it, and nothing can set it back.
+    stamp = (st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns)
     hit = _cache.get(path)
     if hit is not None and hit[0] == stamp:
         return hit[1]

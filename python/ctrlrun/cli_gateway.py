@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import threading
 from typing import Any, Optional, Tuple
 
 import click
@@ -44,17 +46,18 @@ def register(cli: click.Group, store_option: Any, die: Any) -> None:
             die(f"--name {alias!r}: an alias is 1 to 64 letters, digits, '_' or '-'")
         if bool(upstream) == (upstream_url is not None):
             die("name the upstream once: a command after `--`, or --upstream-url")
-        if upstream_url is not None and not re.match(r"^https?://[^\s/]+", upstream_url):
-            die(f"--upstream-url {_redacted(upstream_url)!r}: expected an http:// or https:// URL")
         address = _address(listen, die) if listen is not None else None
         try:
             import anyio
 
             from . import _gateway_serve
+            from ._gateway_upstream import redacted
         except ImportError as exc:
             if (exc.name or "").split(".")[0] in ("mcp", "mcp_types", "anyio"):
                 die("the gateway needs the MCP SDK: pip install 'ctrlrun[gateway]'")
             raise
+        if upstream_url is not None and not re.match(r"^https?://[^\s/]+", upstream_url):
+            die(f"--upstream-url {redacted(upstream_url)!r}: expected an http:// or https:// URL")
         from ._policy import current_policy
         from ._store import default_store, open_store
 
@@ -72,8 +75,9 @@ def register(cli: click.Group, store_option: Any, die: Any) -> None:
         except CTRLRunError as exc:
             die(str(exc))
         command = list(upstream)
-        shown = _redacted(upstream_url) if upstream_url is not None else None
+        shown = redacted(upstream_url) if upstream_url is not None else None
         what = shown or (command[0] if command else "")
+        signal.signal(signal.SIGTERM, _on_sigterm)
         try:
             anyio.run(_gateway_serve.serve, alias, store, command, upstream_url, address,
                       call_timeout)
@@ -85,13 +89,24 @@ def register(cli: click.Group, store_option: Any, die: Any) -> None:
                 die(f"cannot start or reach the upstream {what!r}: {spawn.strerror or spawn}")
             reach = _first(exc, Exception)
             if shown is not None and reach is not None:
-                die(f"cannot reach the upstream {shown!r}: {_redacted(str(reach))}")
+                die(f"cannot reach the upstream {shown!r}: {redacted(str(reach))}")
             raise
 
 
-def _redacted(text: str) -> str:
-    """``text`` with any URL's user and password hidden (messages never show a secret)."""
-    return re.sub(r"(\w+://)[^/@\s]*@", r"\1***@", text)
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM (how an agent host stops an MCP server) ends the gateway as Ctrl-C does: the
+    calls in flight are cancelled and recorded ambiguous, never left executing. The SDK reads
+    stdin on a thread that only a line or the end of the input wakes, which would hold the exit
+    until the agent closes it: the process ends anyway once the calls in flight have had
+    ``SIGTERM_GRACE`` seconds to settle."""
+    watchdog = threading.Timer(SIGTERM_GRACE, os._exit, (0,))
+    watchdog.daemon = True
+    watchdog.start()
+    raise KeyboardInterrupt
+
+
+#: How long the calls in flight have to record their outcomes after a SIGTERM.
+SIGTERM_GRACE = 15.0
 
 
 def _address(listen: str, die: Any) -> Tuple[str, int]:
