@@ -108,10 +108,34 @@ def test_line_separators_are_refused_in_action_ids_and_resolvers(store, second_s
     store.reserve_effect("sep:2", "act_" + "1" * 32, 60)
     store.mark_ambiguous("sep:2", "act_" + "1" * 32, "lost")
     before = second_store.get_effect("sep:2")
-    for bad in ("ops:alice\u2028ops:bob", "ops\u2029"):
+    # line breaks, and the invisible characters that make a name read as another
+    for bad in ("ops:alice\u2028ops:bob", "ops\u2029", "\u202eecila:spo", "ops:\u200balice",
+                "ops:alice\ufeff", "ops:\u2066alice\u2069"):
         with pytest.raises(InvalidArgument, match="resolver"):
             store.resolve_effect("sep:2", "failed", bad)
     assert second_store.get_effect("sep:2") == before
+    with pytest.raises(InvalidArgument, match="by must be one printable line"):
+        store.prune(older_than=60, by="evil\x1b[2J\nsecond line")
+
+
+@pytest.mark.parametrize("attempt", [2**63, -(2**63) - 1, 1.5, "1"])
+def test_an_attempt_the_core_cannot_take_is_invalid_not_a_type_or_overflow_error(store,
+                                                                                 attempt):
+    store.reserve_effect("att:1", "act_" + "2" * 32, 60)
+    for write in (lambda: store.begin_execution("att:1", "act_" + "2" * 32, attempt=attempt),
+                  lambda: store.commit_effect("att:1", "act_" + "2" * 32, attempt=attempt),
+                  lambda: store.fail_effect("att:1", "act_" + "2" * 32, "x", attempt=attempt),
+                  lambda: store.mark_ambiguous("att:1", "act_" + "2" * 32, "x",
+                                               attempt=attempt),
+                  lambda: store.extend_lease("att:1", "act_" + "2" * 32, timedelta(minutes=9),
+                                             attempt=attempt)):
+        with pytest.raises(InvalidArgument):
+            write()
+    assert store.get_effect("att:1").state.value == "reserved"
+    for ask in (lambda: store.get_approval(5), lambda: store.get_approval(None),
+                lambda: store.grant_approval(5, "ops:alice")):
+        with pytest.raises(InvalidArgument):
+            ask()
 
 
 # --------------------------------------------------------------------------------------------

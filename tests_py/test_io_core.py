@@ -202,3 +202,34 @@ def test_without_core_threads_the_worker_threads_do_the_steps(tmp_path, monkeypa
     assert store.get_effect("t:a").state is ctrlrun.EffectState.COMMITTED
     assert any(t.name.startswith("ctrlrun-io-") for t in threading.enumerate())
     store.close()
+
+
+def test_a_store_url_opened_at_the_first_call_does_not_block_the_event_loop(tmp_path):
+    """Opening a SQLite file for the first time creates its schema, which waits for another
+    process's lock: on a worker thread, while the loop goes on."""
+    path = str(tmp_path / "fresh.db")
+    holder = locked(path, 1.0)  # the file exists, with no schema, and is locked
+
+    @ctrlrun.protect("t", effect="t:{k}", store=f"sqlite:///{path}")
+    async def act(k):
+        return k
+
+    async def main():
+        ticks = [time.monotonic()]
+
+        async def ticker():
+            while True:
+                await asyncio.sleep(0.01)
+                ticks.append(time.monotonic())
+
+        tick = asyncio.ensure_future(ticker())
+        out = await act("a")
+        tick.cancel()
+        return out, ticks
+
+    out, ticks = asyncio.run(main())
+    assert holder.wait(10) == 0
+    assert out == "a"
+    assert ticks[-1] - ticks[0] >= 0.5  # the call did wait for the lock ...
+    gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+    assert max(gaps) < 0.2, f"the loop stalled for {max(gaps):.3f} s"  # ... off the loop

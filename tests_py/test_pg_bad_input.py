@@ -99,6 +99,7 @@ def test_a_key_with_nul_is_refused_on_postgres_before_any_write(pg, pg_schema):
         with pytest.raises(ctrlrun.InvalidArgument, match="NUL"):
             s.reserve_effect("a\x00b", "act_" + "0" * 32, 60)
         assert s.list_effects() == []
+        assert s.get_effect("a\x00b") is None  # no row can hold it: nothing to ask the server
 
 
 def test_an_error_text_with_nul_is_invalid_on_postgres_not_a_retryable_failure(pg, pg_schema):

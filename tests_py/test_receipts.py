@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 from datetime import timedelta
@@ -103,6 +102,14 @@ def test_approval_events_have_receipts_bound_to_the_reservation(mode, store):
 
 
 # -- tampering: what `ctrlrun receipts verify` must find ------------------------------------
+EDIT = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1])
+conn.execute(sys.argv[2])
+conn.commit()
+"""
+
+
 class Raw:
     """Plain SQL on the store's database, outside ctrlrun (what a careless hand could do)."""
 
@@ -116,8 +123,12 @@ class Raw:
 
     def run(self, sql: str) -> None:
         if self.backend == "sqlite":
-            with sqlite3.connect(self.path) as c:
-                c.execute(sql)
+            # In another process: this one's sqlite3 module is another copy of SQLite, whose
+            # closing of the file would drop the store's own locks on it.
+            done = subprocess.run([sys.executable, "-c", EDIT, str(self.path), sql],
+                                  capture_output=True, text=True, timeout=60)
+            if done.returncode != 0:
+                raise RuntimeError(done.stderr)
         else:
             self.pg.psql(f'SET search_path TO "{self.schema}"; {sql}')
 
@@ -192,6 +203,19 @@ def test_a_write_outside_ctrlrun_is_refused_or_found(store, store_url, raw):
     bad = cli("receipts", "--store", store_url, "verify")  # options before the subcommand
     assert bad.returncode == 1, (bad.stdout, bad.stderr)
     assert "the row of effect 'mail:alice' does not match its chain head" in bad.stderr
+
+
+def test_a_time_no_date_can_hold_is_a_store_error_not_a_traceback(store, store_url, raw):
+    three_writes(store)
+    raw.run("UPDATE ctrlrun_effects SET created_at = 9223372036854775807, "
+            "receipt_seq = receipt_seq + 1 WHERE effect_key = 'mail:alice'")
+    with pytest.raises(ctrlrun.StoreError, match="not a date"):
+        store.get_effect("mail:alice")
+    for args in (["effects", "show", "mail:alice"], ["effects", "list"],
+                 ["effects", "list", "--json"]):
+        shown = cli(*args, "--store", store_url)
+        assert shown.returncode == 2 and "Traceback" not in shown.stderr, shown.stderr
+        assert "the row was edited outside ctrlrun" in shown.stderr, shown.stderr
 
 
 # -- the listing -----------------------------------------------------------------------------

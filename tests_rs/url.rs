@@ -122,3 +122,49 @@ fn no_url_or_dsn_form_shows_its_password() {
     assert_eq!(redact("postgresql://u@db/x"), "postgresql://u@db/x");
     assert_eq!(redact("/var/lib/state.db"), "/var/lib/state.db");
 }
+
+#[test]
+fn an_option_given_twice_or_a_bound_of_no_time_is_refused() {
+    for (url, needle) in [
+        (
+            "sqlite:///x.db?synchronous=normal&synchronous=full",
+            "'synchronous' is given twice",
+        ),
+        (
+            "postgresql://u:s3cr3t@db/x?schema=a&schema=b",
+            "'schema' is given twice",
+        ),
+        (
+            "postgresql://u:s3cr3t@db/x?connect_timeout=5&connect_timeout=9",
+            "given twice",
+        ),
+        (
+            "postgresql://u:s3cr3t@db/x?connect_timeout=0",
+            "connect_timeout must be",
+        ),
+        (
+            "postgresql://u:s3cr3t@db/x?connect_timeout=-5",
+            "connect_timeout must be",
+        ),
+        (
+            "postgresql://u:s3cr3t@db/x?connect_timeout=1.5",
+            "connect_timeout must be",
+        ),
+        (
+            "postgresql://u:s3cr3t@db/x?connect_timeout=3601",
+            "connect_timeout must be",
+        ),
+    ] {
+        match parse(url) {
+            Err(Error::InvalidArgument(m)) => {
+                assert!(m.contains(needle), "{url}: {m}");
+                assert!(!m.contains(SECRET), "{url}: the password is shown: {m}");
+            }
+            other => panic!("{url:?}: expected InvalidArgument, got {other:?}"),
+        }
+    }
+    assert!(matches!(
+        parse("postgresql://u:s3cr3t@db/x?connect_timeout=7"),
+        Ok(StoreUrl::Postgres { .. })
+    ));
+}

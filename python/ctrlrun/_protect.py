@@ -13,10 +13,10 @@ import time
 from datetime import timedelta
 from typing import Any, Callable, Iterable, Optional, Tuple, TypeVar, Union
 
-from . import _core, _runner, _runner_async
+from . import _core, _io_threads, _runner, _runner_async
 from ._binding import Gate, PolicyWarning, Route
 from ._steps import Spec, after_refusal, extend_lease, idempotency_token
-from ._store import Store, default_store, lease_to_micros, store_for_url
+from ._store import Store, default_store, lease_to_micros, store_at_hand, store_for_url
 from ._telemetry import UNOBSERVED, observe
 from .errors import DuplicateEffect, InvalidArgument
 
@@ -47,6 +47,15 @@ class _StoreRef:
         if given is None:
             return default_store()
         return store_for_url(given)  # shared per URL; re-opened in a forked child
+
+    async def aget(self) -> Store:
+        """:meth:`get` for a coroutine: a store not opened yet is opened on a worker thread
+        (opening may create the schema and wait for another process's lock), so the event
+        loop never waits on it."""
+        given = self._given
+        if isinstance(given, Store):
+            return given
+        return store_at_hand(given) or await _io_threads.run(self.get)
 
 
 def protect(
@@ -230,16 +239,16 @@ def protect(
                 watched = observe(name, key)
                 if not (route[2] or wait_s):  # no replay, no wait: a refusal is raised as it is
                     if watched is None:
-                        return await _runner_async.run(store_ref.get(), key, lease_us, fn,
+                        return await _runner_async.run(await store_ref.aget(), key, lease_us, fn,
                                                        args, kwargs, spec, heartbeat)
                     with watched:
-                        return await _runner_async.run(store_ref.get(), key, lease_us, fn,
+                        return await _runner_async.run(await store_ref.aget(), key, lease_us, fn,
                                                        args, kwargs, spec, heartbeat)
                 started = time.monotonic()
                 with watched or UNOBSERVED as seen:
                     while True:
                         try:
-                            return await _runner_async.run(store_ref.get(), key, lease_us, fn,
+                            return await _runner_async.run(await store_ref.aget(), key, lease_us, fn,
                                                            args, kwargs, spec, heartbeat)
                         except DuplicateEffect as dup:
                             then, value = after_refusal(dup, route[2], wait_s,

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from .errors import StoreError
+
 __all__ = ["EffectState", "EffectRecord", "Reservation"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -90,7 +92,13 @@ class Reservation:
 
 
 def micros_to_datetime(us: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=us)
+    """A stored time (microseconds since the epoch, UTC); one no date can hold (a row edited
+    by hand) is a ``StoreError``, never an ``OverflowError``."""
+    try:
+        return _EPOCH + timedelta(microseconds=us)
+    except (OverflowError, TypeError) as exc:
+        raise StoreError(f"the store holds a time that is not a date ({us!r} microseconds "
+                         f"since 1970): the row was edited outside ctrlrun") from exc
 
 
 def record_from_core(t: Tuple[Any, ...]) -> EffectRecord:

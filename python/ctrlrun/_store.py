@@ -64,6 +64,8 @@ def _api(method: F) -> F:
                 f"{method.__name__}: {exc.object!r} holds a lone surrogate at position "
                 f"{exc.start}, which no store can keep as text; nothing was written"
             ) from None
+        except (TypeError, OverflowError) as exc:  # an argument the core cannot take
+            raise InvalidArgument(f"{method.__name__}: {exc}; nothing was written") from None
         except StoreUnresolved as exc:
             exc.effect_key = key
             action_id = args[0] if args else kwargs.get("action_id")
@@ -228,7 +230,7 @@ class Store(ReceiptMethods, RetentionMethods):
 
         try:
             t = self.core.get_approval(request_id, self.now_us())
-        except UnicodeEncodeError:
+        except (UnicodeEncodeError, TypeError):
             raise InvalidArgument(f"{request_id!r} is not an approval request id") from None
         return None if t is None else approval_from_core(t)
 
@@ -265,6 +267,9 @@ class Store(ReceiptMethods, RetentionMethods):
         except UnicodeEncodeError:
             raise InvalidArgument("a request id, name or note with a lone surrogate cannot be "
                                   "stored; nothing was written") from None
+        except TypeError as exc:
+            raise InvalidArgument(f"the request id, name and note must be str: {exc}; "
+                                  f"nothing was written") from None
         return approval_from_core(t)
 
     def close(self) -> None:
@@ -364,6 +369,20 @@ def use_when_default_is_unset(factory: Optional[Callable[[], Store]]) -> None:
     (the pytest plugin sets a per-test temporary store); ``None`` ends it."""
     global _unset_default
     _unset_default = factory
+
+
+def store_at_hand(url: Optional[str]) -> Optional[Store]:
+    """The store :func:`store_for_url` (``url``) or :func:`default_store` (``None``) would
+    give, when that needs no I/O (set, or opened already); else ``None``."""
+    if url is None:
+        if _override is not None:
+            return _override
+        if _unset_default is not None and not any(
+            name in os.environ for name in ("CTRLRUN_STORE", "CTRLRUN_STATE")
+        ):
+            return None
+        url = default_url()
+    return _opened.get((url, os.getcwd()))
 
 
 def store_for_url(url: str) -> Store:

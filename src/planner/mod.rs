@@ -63,10 +63,18 @@ pub const END_OF_TIME: Micros = 253_402_300_800_000_000;
 /// The earliest instant a record may hold (0001-01-01, the first a date can show).
 pub const START_OF_TIME: Micros = -62_135_596_800_000_000;
 
-/// A character that does not belong in one printable line: a control character or a Unicode
-/// line or paragraph separator.
+/// A character that does not belong in one printable line: a control character, a Unicode
+/// line or paragraph separator, or an invisible format character (zero-width characters, the
+/// bidirectional overrides and isolates, the byte order mark) that would let a name shown to
+/// a person read as another.
 pub(crate) fn breaks_a_line(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')
+    c.is_control()
+        || matches!(
+            c,
+            '\u{2028}' | '\u{2029}' | '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{FEFF}'
+        )
+        || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}')
+        || matches!(c, '\u{2066}'..='\u{2069}')
 }
 
 /// The lease a reservation at `now` would write ends before [`END_OF_TIME`] (a clock set

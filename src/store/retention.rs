@@ -8,6 +8,7 @@
 //! key, and never an `ambiguous`, `reserved` or `executing` one, whatever it is asked.
 
 use crate::error::{Error, Result};
+use crate::planner::breaks_a_line;
 use crate::record::{EffectState, Micros};
 use crate::store::PruneBatch;
 
@@ -112,9 +113,10 @@ impl Prune<'_> {
             ));
         }
         if let Some(by) = self.by {
-            if by.trim().is_empty() || by.chars().count() > 200 || by.contains('\0') {
+            if by.trim().is_empty() || by.chars().count() > 200 || by.chars().any(breaks_a_line) {
                 return bad(format!(
-                    "by must be a name of 1 to 200 characters without NUL, got {by:?}"
+                    "by must be one printable line of 1 to 200 characters naming who prunes, \
+                     got {by:?}"
                 ));
             }
         }

@@ -162,8 +162,14 @@ pub fn parse(url: &str) -> Result<StoreUrl> {
         synchronous: Synchronous::Full,
         busy_timeout: DEFAULT_BUSY_TIMEOUT,
     };
+    let mut seen = std::collections::HashSet::new();
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if !seen.insert(k) {
+            return Err(Error::InvalidArgument(format!(
+                "store URL {shown:?}: the option '{k}' is given twice; give it once"
+            )));
+        }
         match k {
             "synchronous" => {
                 opts.synchronous = match v.to_ascii_lowercase().as_str() {

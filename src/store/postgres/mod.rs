@@ -391,6 +391,9 @@ impl Store for PostgresStore {
     }
 
     fn get(&self, key: &str) -> Result<Option<EffectRecord>> {
+        if key.contains('\0') {
+            return Ok(None); // no row can hold it (see `check_key`): nothing to ask the server
+        }
         let row = self
             .read("get_effect", key, |client, sql| {
                 sql.select_row(client, key, None)
