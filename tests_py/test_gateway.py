@@ -401,3 +401,12 @@ def test_sigterm_ends_the_gateway_and_the_call_in_flight_is_recorded_ambiguous(
     with contextlib.suppress(Exception):  # the gateway is gone: the client's end may raise
         rig.session(body)
     assert store.get_effect("slow:pi_t").state.value == "ambiguous"
+
+
+def test_no_secret_of_an_upstream_url_is_shown():
+    from ctrlrun._gateway_upstream import redacted
+
+    assert redacted("cannot reach http://alice:s3cret@h:8/mcp?token=t0k&x=1#top now") == \
+        "cannot reach http://***@h:8/mcp?***#top now"
+    assert redacted("https://h/mcp") == "https://h/mcp"
+
