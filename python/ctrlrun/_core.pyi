@@ -24,6 +24,11 @@ __all__ = [
     "after_fork_in_child",
     "SCRATCH_SCHEMA_PREFIX",
     "__version__",
+    # POSIX only:
+    "Completions",
+    "reserve_in_background",
+    "transition_in_background",
+    "finish_background",
 ]
 
 _ReceiptTuple = Tuple[
@@ -194,10 +199,11 @@ def after_fork_in_parent() -> None: ...
 def after_fork_in_child() -> None: ...
 
 # POSIX only (src/py/background.rs): the store steps of async protected calls on core threads.
+@final
 class Completions:
     """One event loop's inbox of finished background steps."""
 
-    def __init__(self) -> None: ...
+    def __new__(cls) -> "Completions": ...
     def fileno(self) -> int: ...
     def take(self) -> List[Tuple[int, bool, Any]]: ...
     def close(self) -> None: ...
@@ -219,6 +225,7 @@ def transition_in_background(
     store: Store,
     completions: Completions,
     token: int,
+    pauses: List[float],
     key: str,
     action_id: str,
     attempt: Optional[int],

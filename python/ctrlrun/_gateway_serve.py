@@ -9,6 +9,7 @@ recorded ``failed`` (nothing ran, so a retry may run once the upstream is fixed)
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -23,6 +24,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
 
 from . import _core
 from ._gateway import Gateway, upstream_tools
@@ -246,11 +249,83 @@ class GatewayServer(Server[Any]):
                                                      *args, **kwargs)
 
 
+class _Answered:
+    """The agent's messages on stdio, each request the SDK cannot read answered. The SDK hands
+    on a line it cannot parse (a lone surrogate escape, an integer past Python's digit limit,
+    nesting too deep) as an exception, which its dispatcher drops: the agent would wait for an
+    answer that never comes. Python's ``json`` reads such a line, so the request's id is
+    recovered and the request gets a JSON-RPC parse error (-32700); nothing is sent upstream.
+    (A line with no id to answer is handed on as before.)"""
+
+    def __init__(self, inner: Any, write: Any) -> None:
+        self.inner = inner
+        self.write = write
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self.inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        while True:
+            item = await self.inner.receive()
+            if not isinstance(item, Exception) or not await self._answer(item):
+                return item
+
+    async def _answer(self, exc: Exception) -> bool:
+        errors = exc.errors() if isinstance(exc, ValidationError) else []
+        request_id = _request_id(errors[0].get("input") if errors else None)
+        if request_id is None:
+            return False
+        why = (errors[0].get("msg") or "not valid").splitlines()[0][:200]
+        await self.write.send(SessionMessage(types.JSONRPCError(
+            jsonrpc="2.0", id=request_id, error=types.ErrorData(
+                code=types.PARSE_ERROR,
+                message=f"ctrlrun gateway: the request could not be read ({why}); nothing "
+                        f"was sent"))))
+        return True
+
+    def __aiter__(self) -> "_Answered":
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> "_Answered":
+        await self.inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self.inner.__aexit__(*exc)
+
+
+_TOO_LONG = object()  # an integer past Python's digit limit, in a line read for its id
+
+
+def _request_id(raw: Any) -> Any:
+    """The id of the request on the line ``raw``, or ``None`` (not a request, or no line)."""
+    if not isinstance(raw, (str, bytes)):
+        return None
+    try:
+        message = json.loads(raw, parse_int=lambda t: int(t) if len(t) < 4000 else _TOO_LONG)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(message, dict) or "method" not in message:
+        return None
+    found = message.get("id")
+    return found if isinstance(found, (str, int)) and not isinstance(found, bool) else None
+
+
 async def _run(server: Server[Any], listen: Optional[Tuple[str, int]]) -> None:
     """Serve agents on stdio, or over streamable HTTP on ``listen``."""
     if listen is None:
         async with stdio_server() as (r, w):
-            await server.run(r, w, server.create_initialization_options())
+            await server.run(_Answered(r, w), w, server.create_initialization_options())
         return
     import uvicorn
 
