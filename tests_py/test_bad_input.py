@@ -110,10 +110,13 @@ def test_line_separators_are_refused_in_action_ids_and_resolvers(store, second_s
     before = second_store.get_effect("sep:2")
     # line breaks, and the invisible characters that make a name read as another
     for bad in ("ops:alice\u2028ops:bob", "ops\u2029", "\u202eecila:spo", "ops:\u200balice",
-                "ops:alice\ufeff", "ops:\u2066alice\u2069"):
+                "ops:alice\ufeff", "ops:\u2066alice\u2069", "ops:alice\U000e0041"):
         with pytest.raises(InvalidArgument, match="resolver"):
             store.resolve_effect("sep:2", "failed", bad)
     assert second_store.get_effect("sep:2") == before
+    # the zero-width non-joiner and joiner are letters' business (Persian names, emoji)
+    assert store.resolve_effect("sep:2", "failed", "ops:\u0645\u06cc\u200c\u0631\u0627").state.value \
+        == "failed"
     with pytest.raises(InvalidArgument, match="by must be one printable line"):
         store.prune(older_than=60, by="evil\x1b[2J\nsecond line")
 

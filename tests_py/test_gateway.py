@@ -17,7 +17,7 @@ import pytest
 from mcp.client.session import ClientSession
 
 import ctrlrun
-from gateway_rig import HERE, POLICY, Rig, ctrl, free_port, wait_for_port
+from gateway_rig import HERE, POLICY, Rig, ctrl, free_port, listening_gateway, wait_for_port
 from sqlite_lock import locked
 
 
@@ -401,6 +401,38 @@ def test_sigterm_ends_the_gateway_and_the_call_in_flight_is_recorded_ambiguous(
     with contextlib.suppress(Exception):  # the gateway is gone: the client's end may raise
         rig.session(body)
     assert store.get_effect("slow:pi_t").state.value == "ambiguous"
+
+
+def test_sigterm_ends_a_gateway_serving_over_http_cleanly(tmp_path, store_url, store):
+    from mcp.client.streamable_http import streamable_http_client
+
+    gateway, port = listening_gateway(tmp_path, store_url,
+                                      POLICY.replace("call_timeout: 1s", "call_timeout: 60s"))
+
+    async def main() -> None:
+        async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (r, w):
+            async with ClientSession(r, w) as s:
+                await s.initialize()
+                async with anyio.create_task_group() as tg:
+                    async def call() -> None:
+                        with contextlib.suppress(Exception):
+                            await s.call_tool("slow", {"payment_id": "pi_h", "seconds": 60})
+
+                    tg.start_soon(call)
+                    with anyio.fail_after(30):
+                        while not (tmp_path / "upstream.log").exists():
+                            await anyio.sleep(0.05)
+                    gateway.send_signal(signal.SIGTERM)
+                    code = await anyio.to_thread.run_sync(gateway.wait, 30)
+                    tg.cancel_scope.cancel()
+        assert code == 0, code  # an interrupt, not a traceback and exit 1
+
+    try:
+        anyio.run(main)
+    finally:
+        gateway.kill()
+        gateway.wait()
+    assert store.get_effect("slow:pi_h").state.value == "ambiguous"
 
 
 def test_no_secret_of_an_upstream_url_is_shown():

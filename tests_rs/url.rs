@@ -154,6 +154,14 @@ fn an_option_given_twice_or_a_bound_of_no_time_is_refused() {
             "postgresql://u:s3cr3t@db/x?connect_timeout=3601",
             "connect_timeout must be",
         ),
+        (
+            "postgresql://u:s3cr3t@db/x?connect_%74imeout=0",
+            "connect_timeout must be",
+        ),
+        (
+            "postgresql://u:s3cr3t@db/x?connect_timeout=5&connect_%74imeout=9",
+            "'connect_timeout' is given twice",
+        ),
     ] {
         match parse(url) {
             Err(Error::InvalidArgument(m)) => {

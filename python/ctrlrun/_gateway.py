@@ -208,7 +208,11 @@ class Gateway:
         async def forward() -> Any:
             await self.upstream.alive(timeout)
             sent.append(True)
-            result = await self._send(ctx, tool, arguments, timeout)
+            try:
+                result = await self._send(ctx, tool, arguments, timeout)
+            except NotSent:
+                sent.clear()  # proven never written: not sent after all
+                raise
             answer.append(result)
             if result.is_error:
                 text = _result_text(result)

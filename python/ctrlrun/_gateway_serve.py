@@ -12,7 +12,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
+import threading
+import time
 from contextlib import AsyncExitStack
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -27,7 +30,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from . import _core
+from . import _core, _io_threads
 from ._gateway import Gateway, upstream_tools
 from ._gateway_upstream import Upstream, WatchedStream, brief, redacted
 from ._gateway_http import http_client
@@ -157,7 +160,7 @@ class _OneLine(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         lines = record.getMessage().splitlines()
-        text = self.prefix + (lines[0] if lines else "")
+        text = self.prefix + redacted(lines[0] if lines else "")
         if record.exc_info and record.exc_info[1] is not None:
             text += f" ({brief(record.exc_info[1])})"
         return text
@@ -171,11 +174,50 @@ def _quiet_sdk_log(alias: str) -> None:
     sdk.propagate = False
 
 
+#: After a SIGTERM, how long the gateway may take to end by itself before it ends anyway (once
+#: the store writes in flight have finished).
+SIGTERM_GRACE = 3.0
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM (how an agent host stops an MCP server) ends the gateway as Ctrl-C does: the
+    running loop's own SIGINT handler (``asyncio.Runner``'s) cancels the main task, so each
+    call in flight is cancelled at an await and records its outcome (``ambiguous``), never
+    left ``executing``. The SDK reads stdin on a thread that only a line or the end of the
+    input wakes, which would hold the exit until the agent closes it: past
+    ``SIGTERM_GRACE``, once the store writes queued have finished, the process ends anyway."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    on_int = signal.getsignal(signal.SIGINT)
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second would cut the ending
+        threading.Thread(target=_end_anyway, name="ctrlrun-sigterm", daemon=True).start()
+        if callable(on_int) and on_int is not signal.default_int_handler:
+            on_int(signal.SIGINT, frame)
+        else:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _end_anyway() -> None:
+    time.sleep(SIGTERM_GRACE)  # an ending by itself comes first, and takes this thread along
+    for _ in range(2):  # the writes queued, then any a finished one queued
+        finish = getattr(_core, "finish_background", None)
+        if finish is not None:
+            finish()
+        _io_threads.finish_queued()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 async def serve(alias: str, store: Store, command: List[str], url: Optional[str],
                 listen: Optional[Tuple[str, int]], call_timeout: float) -> None:
     """Start the upstream, then serve agents (on this process's stdin and stdout, or over
     streamable HTTP on ``listen``) until they are done."""
     _quiet_sdk_log(alias)
+    _stop_on_sigterm()
     shown = redacted(url) if url else command[0]
     relay = Relay(call_timeout)
     async with anyio.create_task_group() as tg:

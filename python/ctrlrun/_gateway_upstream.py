@@ -203,6 +203,7 @@ def redacted(text: str) -> str:
 
 
 def brief(exc: BaseException) -> str:
-    """The first line of what ``exc`` says, short enough for a message."""
+    """The first line of what ``exc`` says, short enough for a message, any URL's secrets
+    hidden (an HTTP error names the URL it was for)."""
     text = str(exc) or type(exc).__name__
-    return text.splitlines()[0][:200] if text else type(exc).__name__
+    return redacted(text.splitlines()[0][:200] if text else type(exc).__name__)

@@ -183,6 +183,13 @@ def _at_exit() -> None:
     _workers.stop()
 
 
+def finish_queued() -> None:
+    """Wait until the jobs queued so far have run (later ones start new workers)."""
+    global _workers
+    old, _workers = _workers, _Workers()
+    old.stop()
+
+
 # Run when the interpreter exits, before it waits for the threads that are not daemons (the
 # workers, blocked on their queue): the hook concurrent.futures uses for its own workers.
 threading._register_atexit(_at_exit)  # type: ignore[attr-defined]

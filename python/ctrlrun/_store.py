@@ -64,8 +64,10 @@ def _api(method: F) -> F:
                 f"{method.__name__}: {exc.object!r} holds a lone surrogate at position "
                 f"{exc.start}, which no store can keep as text; nothing was written"
             ) from None
-        except (TypeError, OverflowError) as exc:  # an argument the core cannot take
-            raise InvalidArgument(f"{method.__name__}: {exc}; nothing was written") from None
+        except (TypeError, OverflowError) as exc:
+            if not _raised_by_a_call_in(exc, 2):
+                raise  # from deeper down (a clock, a conversion): not the caller's arguments
+            raise InvalidArgument(f"{method.__name__}: {exc}") from None
         except StoreUnresolved as exc:
             exc.effect_key = key
             action_id = args[0] if args else kwargs.get("action_id")
@@ -74,6 +76,15 @@ def _api(method: F) -> F:
             raise
 
     return checked  # type: ignore[return-value]
+
+
+def _raised_by_a_call_in(exc: BaseException, frames: int) -> bool:
+    """Whether ``exc`` was raised by a built-in call (the core's, refusing an argument it
+    cannot take) made in the innermost of the ``frames`` Python frames it passed through."""
+    depth, tb = 0, exc.__traceback__
+    while tb is not None:
+        depth, tb = depth + 1, tb.tb_next
+    return depth <= frames
 
 
 def lease_to_micros(lease: Union[timedelta, int, float], what: str = "lease") -> int:
@@ -230,7 +241,11 @@ class Store(ReceiptMethods, RetentionMethods):
 
         try:
             t = self.core.get_approval(request_id, self.now_us())
-        except (UnicodeEncodeError, TypeError):
+        except UnicodeEncodeError:
+            raise InvalidArgument(f"{request_id!r} is not an approval request id") from None
+        except TypeError as exc:
+            if not _raised_by_a_call_in(exc, 1):
+                raise
             raise InvalidArgument(f"{request_id!r} is not an approval request id") from None
         return None if t is None else approval_from_core(t)
 
@@ -268,6 +283,8 @@ class Store(ReceiptMethods, RetentionMethods):
             raise InvalidArgument("a request id, name or note with a lone surrogate cannot be "
                                   "stored; nothing was written") from None
         except TypeError as exc:
+            if not _raised_by_a_call_in(exc, 1):
+                raise
             raise InvalidArgument(f"the request id, name and note must be str: {exc}; "
                                   f"nothing was written") from None
         return approval_from_core(t)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import threading
 from typing import Any, Optional, Tuple
 
 import click
@@ -77,13 +75,14 @@ def register(cli: click.Group, store_option: Any, die: Any) -> None:
         command = list(upstream)
         shown = redacted(upstream_url) if upstream_url is not None else None
         what = shown or (command[0] if command else "")
-        signal.signal(signal.SIGTERM, _on_sigterm)
         try:
             anyio.run(_gateway_serve.serve, alias, store, command, upstream_url, address,
                       call_timeout)
         except KeyboardInterrupt:
             pass
         except BaseException as exc:  # the task groups wrap what failed in exception groups
+            if _first(exc, KeyboardInterrupt) is not None:
+                return  # Ctrl-C or SIGTERM, wrapped by a task group it went through
             spawn = _first(exc, OSError)
             if spawn is not None:
                 die(f"cannot start or reach the upstream {what!r}: {spawn.strerror or spawn}")
@@ -91,22 +90,6 @@ def register(cli: click.Group, store_option: Any, die: Any) -> None:
             if shown is not None and reach is not None:
                 die(f"cannot reach the upstream {shown!r}: {redacted(str(reach))}")
             raise
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    """SIGTERM (how an agent host stops an MCP server) ends the gateway as Ctrl-C does: the
-    calls in flight are cancelled and recorded ambiguous, never left executing. The SDK reads
-    stdin on a thread that only a line or the end of the input wakes, which would hold the exit
-    until the agent closes it: the process ends anyway once the calls in flight have had
-    ``SIGTERM_GRACE`` seconds to settle."""
-    watchdog = threading.Timer(SIGTERM_GRACE, os._exit, (0,))
-    watchdog.daemon = True
-    watchdog.start()
-    raise KeyboardInterrupt
-
-
-#: How long the calls in flight have to record their outcomes after a SIGTERM.
-SIGTERM_GRACE = 15.0
 
 
 def _address(listen: str, die: Any) -> Tuple[str, int]:

@@ -64,17 +64,20 @@ pub const END_OF_TIME: Micros = 253_402_300_800_000_000;
 pub const START_OF_TIME: Micros = -62_135_596_800_000_000;
 
 /// A character that does not belong in one printable line: a control character, a Unicode
-/// line or paragraph separator, or an invisible format character (zero-width characters, the
-/// bidirectional overrides and isolates, the byte order mark) that would let a name shown to
-/// a person read as another.
+/// line or paragraph separator, or an invisible format character that would let a name shown
+/// to a person read as another: the zero-width space, the bidirectional marks, overrides and
+/// isolates, the invisible operators, the byte order mark, the interlinear annotation marks
+/// and the tag characters. (The zero-width joiner and non-joiner stay: Persian and Indic
+/// names and emoji sequences need them.)
 pub(crate) fn breaks_a_line(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
-            '\u{2028}' | '\u{2029}' | '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{FEFF}'
+            '\u{2028}' | '\u{2029}' | '\u{00AD}' | '\u{061C}' | '\u{180E}'
         )
-        || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}')
-        || matches!(c, '\u{2066}'..='\u{2069}')
+        || matches!(c, '\u{200B}' | '\u{200E}' | '\u{200F}' | '\u{FEFF}')
+        || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{206F}')
+        || matches!(c, '\u{FFF9}'..='\u{FFFB}' | '\u{E0000}'..='\u{E007F}')
 }
 
 /// The lease a reservation at `now` would write ends before [`END_OF_TIME`] (a clock set

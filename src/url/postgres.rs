@@ -71,30 +71,36 @@ pub(super) fn parse_postgres(url: &str) -> Result<StoreUrl> {
     let mut rest = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let name = pair.split_once('=').map_or(pair, |(k, _)| k);
-        if !seen.insert(name) {
+        // As the driver reads them: names and values percent-decoded (`connect_%74imeout`).
+        let (raw_name, raw_value) = pair.split_once('=').unwrap_or((pair, ""));
+        let name = percent_decode(raw_name);
+        if !seen.insert(name.clone()) {
             return Err(Error::InvalidArgument(format!(
                 "store URL {:?}: the option '{name}' is given twice; give it once",
                 shown()
             )));
         }
-        match pair.split_once('=') {
-            Some(("schema", v)) => schema = v.to_owned(),
-            Some(("connect_timeout", v)) => {
-                // The driver reads 0 or less as "no bound", which would then quietly become
-                // the default: refused instead, as every other bound is.
-                let digits = !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit());
-                match v.parse::<u64>() {
-                    Ok(n) if digits && (1..=3600).contains(&n) => rest.push(pair),
-                    _ => {
-                        return Err(Error::InvalidArgument(format!(
-                            "store URL {:?}: connect_timeout must be a whole number of seconds \
-                             from 1 to 3600, got {v:?}",
-                            shown()
-                        )))
-                    }
+        if name == "connect_timeout" {
+            // The driver reads 0 or less as "no bound", which would then quietly become the
+            // default: refused instead, as every other bound is.
+            let v = percent_decode(raw_value);
+            let digits = !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit());
+            match v.parse::<u64>() {
+                Ok(n) if digits && (1..=3600).contains(&n) => {
+                    rest.push(pair);
+                    continue;
+                }
+                _ => {
+                    return Err(Error::InvalidArgument(format!(
+                        "store URL {:?}: connect_timeout must be a whole number of seconds \
+                         from 1 to 3600, got {v:?}",
+                        shown()
+                    )))
                 }
             }
+        }
+        match pair.split_once('=') {
+            Some(("schema", v)) => schema = v.to_owned(),
             Some(("pool_size", v)) => {
                 let digits = !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit());
                 pool_size = match v.parse::<usize>() {
