@@ -189,7 +189,7 @@ def test_an_outcome_write_is_reissued_after_its_loop_closed(tmp_path):
 
 def test_without_core_threads_the_worker_threads_do_the_steps(tmp_path, monkeypatch):
     monkeypatch.setattr(_io_core, "_AVAILABLE", False)
-    monkeypatch.setattr(_io_core, "_inboxes", _io_core._Inboxes())
+    monkeypatch.setattr(_io_core, "_inboxes", _io_core._registry())
     store = ctrlrun.open_store(f"sqlite:///{tmp_path}/s.db")
 
     @ctrlrun.protect("t", effect="t:{k}", store=store)

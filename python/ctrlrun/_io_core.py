@@ -21,6 +21,7 @@ import weakref
 from typing import Any, Dict, Optional, Tuple
 
 from . import _core
+from ._io_threads import PerLoop
 
 _AVAILABLE = hasattr(_core, "Completions")
 
@@ -62,40 +63,17 @@ class _Inbox:
         return future
 
 
-class _Inboxes:
-    """Every loop's inbox (``None``: that loop has none), behind one lock; replaced as a whole
-    in a forked child (a parent's thread may have held the lock at the instant of the fork)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.by_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Optional[_Inbox]]" = (
-            weakref.WeakKeyDictionary())
-
-    def of(self, loop: asyncio.AbstractEventLoop) -> Optional[_Inbox]:
-        try:
-            return self.by_loop[loop]
-        except KeyError:
-            pass
-        except TypeError:
-            return None  # a loop that takes no weak reference
-        with self.lock:  # a new loop: let the closed ones go (their futures refer to them)
-            for old, inbox in list(self.by_loop.items()):
-                if old.is_closed():
-                    del self.by_loop[old]
-                    if inbox is not None:
-                        inbox.completions.close()
-        made: Optional[_Inbox] = None
-        if _AVAILABLE:
-            try:
-                made = _Inbox(loop)
-            except NotImplementedError:
-                made = None  # this loop cannot watch a descriptor
-        with self.lock:
-            self.by_loop[loop] = made
-        return made
+def _inbox_of(loop: asyncio.AbstractEventLoop) -> Optional[_Inbox]:
+    return _Inbox(loop) if _AVAILABLE else None
 
 
-_inboxes = _Inboxes()
+def _registry() -> "PerLoop[_Inbox]":
+    """Every loop's inbox; made anew in a forked child (a parent's thread may have held its
+    lock at the instant of the fork)."""
+    return PerLoop(_inbox_of, lambda inbox: inbox.completions.close())
+
+
+_inboxes = _registry()
 
 
 def reserve(store: Any, args: Tuple[Any, ...]) -> "Optional[asyncio.Future[Any]]":
@@ -118,7 +96,7 @@ def transition(store: Any, pauses: Tuple[float, ...], args: Tuple[Any, ...]
 def _after_fork_in_child() -> None:
     # The parent's loops and inboxes are not this process's to use.
     global _inboxes
-    _inboxes = _Inboxes()
+    _inboxes = _registry()
 
 
 if hasattr(os, "register_at_fork"):

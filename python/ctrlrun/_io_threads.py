@@ -25,7 +25,9 @@ import os
 import queue
 import threading
 import weakref
-from typing import Any, Callable, Deque, List, Optional, Tuple
+from typing import Any, Callable, Deque, Generic, List, Optional, Tuple, TypeVar
+
+T = TypeVar("T")
 
 #: The most worker threads: store calls in flight at once before the next one waits.
 MAX_WORKERS = 16
@@ -98,36 +100,55 @@ def _close_fds(*fds: int) -> None:
             pass
 
 
+class PerLoop(Generic[T]):
+    """What each event loop has one of (``make(loop)``; ``None``: that loop has none, and the
+    caller uses its fallback), held for as long as the loop lives. When a new loop comes, the
+    ones of closed loops are let go (``close``): their waiting futures refer to their loops,
+    which would otherwise never be collected. Shared by ``_io_threads`` and ``_io_core``."""
+
+    def __init__(self, make: Callable[[asyncio.AbstractEventLoop], Optional[T]],
+                 close: Callable[[T], None]) -> None:
+        self.make, self.close = make, close
+        self.lock = threading.Lock()
+        self.by_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Optional[T]]" = (
+            weakref.WeakKeyDictionary())
+
+    def of(self, loop: asyncio.AbstractEventLoop) -> Optional[T]:
+        try:
+            return self.by_loop[loop]
+        except KeyError:
+            pass
+        except TypeError:
+            return None  # a loop that takes no weak reference
+        with self.lock:
+            for old, made in list(self.by_loop.items()):
+                if old.is_closed():
+                    del self.by_loop[old]
+                    if made is not None:
+                        self.close(made)
+        try:
+            made = self.make(loop)
+        except NotImplementedError:
+            made = None  # this loop cannot watch a descriptor
+        with self.lock:
+            self.by_loop[loop] = made
+        return made
+
+
+def _wakeup_of(loop: asyncio.AbstractEventLoop) -> Optional[_Wakeup]:
+    return None if os.name == "nt" else _Wakeup(loop)  # Windows: its selector cannot watch a pipe
+
+
 class _Workers:
     def __init__(self) -> None:
         self.jobs: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         self.lock = threading.Lock()
         self.threads: List[threading.Thread] = []
         self.idle = 0
-        self.loops: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Optional[_Wakeup]]" = (
-            weakref.WeakKeyDictionary())
+        self.loops: PerLoop[_Wakeup] = PerLoop(_wakeup_of, _Wakeup.close)
 
     def wakeup(self, loop: asyncio.AbstractEventLoop) -> Optional[_Wakeup]:
-        try:
-            return self.loops[loop]
-        except KeyError:
-            pass
-        except TypeError:
-            return None  # a loop that takes no weak reference: run_in_executor
-        if os.name == "nt":
-            self.loops[loop] = None  # its selector cannot watch a pipe
-            return None
-        for old, wake in list(self.loops.items()):  # a new loop: let the closed ones go
-            if old.is_closed():
-                del self.loops[old]
-                if wake is not None:
-                    wake.close()
-        try:
-            made: Optional[_Wakeup] = _Wakeup(loop)
-        except NotImplementedError:
-            made = None  # this loop cannot watch a pipe
-        self.loops[loop] = made
-        return made
+        return self.loops.of(loop)
 
     def submit(self, wake: _Wakeup, future: "asyncio.Future[Any]", fn: Callable[..., Any],
                args: Tuple[Any, ...]) -> None:

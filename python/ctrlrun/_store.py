@@ -6,6 +6,7 @@ import logging  # imported before our fork hooks: see register_at_fork below
 import functools
 import os
 import threading
+import traceback
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
@@ -81,10 +82,7 @@ def _api(method: F) -> F:
 def _raised_by_a_call_in(exc: BaseException, frames: int) -> bool:
     """Whether ``exc`` was raised by a built-in call (the core's, refusing an argument it
     cannot take) made in the innermost of the ``frames`` Python frames it passed through."""
-    depth, tb = 0, exc.__traceback__
-    while tb is not None:
-        depth, tb = depth + 1, tb.tb_next
-    return depth <= frames
+    return sum(1 for _ in traceback.walk_tb(exc.__traceback__)) <= frames
 
 
 def lease_to_micros(lease: Union[timedelta, int, float], what: str = "lease") -> int:
@@ -241,10 +239,8 @@ class Store(ReceiptMethods, RetentionMethods):
 
         try:
             t = self.core.get_approval(request_id, self.now_us())
-        except UnicodeEncodeError:
-            raise InvalidArgument(f"{request_id!r} is not an approval request id") from None
-        except TypeError as exc:
-            if not _raised_by_a_call_in(exc, 1):
+        except (UnicodeEncodeError, TypeError) as exc:
+            if isinstance(exc, TypeError) and not _raised_by_a_call_in(exc, 1):
                 raise
             raise InvalidArgument(f"{request_id!r} is not an approval request id") from None
         return None if t is None else approval_from_core(t)
@@ -368,11 +364,13 @@ def default_store() -> Store:
     if _override is not None:
         return _override
     fallback = _unset_default
-    if fallback is not None and not any(
-        name in os.environ for name in ("CTRLRUN_STORE", "CTRLRUN_STATE")
-    ):
+    if fallback is not None and _no_store_in_environment():
         return fallback()
     return store_for_url(default_url())
+
+
+def _no_store_in_environment() -> bool:
+    return not any(name in os.environ for name in ("CTRLRUN_STORE", "CTRLRUN_STATE"))
 
 
 # Under pytest (the ctrlrun plugin): what an unset default store becomes for the running test,
@@ -394,10 +392,8 @@ def store_at_hand(url: Optional[str]) -> Optional[Store]:
     if url is None:
         if _override is not None:
             return _override
-        if _unset_default is not None and not any(
-            name in os.environ for name in ("CTRLRUN_STORE", "CTRLRUN_STATE")
-        ):
-            return None
+        if _unset_default is not None and _no_store_in_environment():
+            return None  # the pytest plugin's store for this test: made on first use
         url = default_url()
     return _opened.get((url, os.getcwd()))
 
