@@ -376,6 +376,19 @@ def _gateway_pid(policy) -> int:
     raise AssertionError("no gateway process")
 
 
+async def _slow_call_in_flight(s, tg, payment_id: str, log) -> None:
+    """Start a minute-long reserved call in ``tg``; return once the upstream has started it
+    (its execution log exists)."""
+    async def call() -> None:
+        with contextlib.suppress(Exception):  # the gateway goes away under it
+            await s.call_tool("slow", {"payment_id": payment_id, "seconds": 60})
+
+    tg.start_soon(call)
+    with anyio.fail_after(30):
+        while not log.exists():
+            await anyio.sleep(0.05)
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the gateway in /proc")
 def test_sigterm_ends_the_gateway_and_the_call_in_flight_is_recorded_ambiguous(
         tmp_path, store_url, store):
@@ -385,14 +398,8 @@ def test_sigterm_ends_the_gateway_and_the_call_in_flight_is_recorded_ambiguous(
 
     async def body(s) -> None:
         async with anyio.create_task_group() as tg:
-            async def call() -> None:
-                with contextlib.suppress(Exception):
-                    await s.call_tool("slow", {"payment_id": "pi_t", "seconds": 60})
-
-            tg.start_soon(call)
+            await _slow_call_in_flight(s, tg, "pi_t", rig.log)
             with anyio.fail_after(30):
-                while not rig.log.exists():
-                    await anyio.sleep(0.05)  # the upstream has started it
                 os.kill(_gateway_pid(rig.policy), signal.SIGTERM)
                 while store.get_effect("slow:pi_t").state.value == "executing":
                     await anyio.sleep(0.05)
@@ -414,14 +421,7 @@ def test_sigterm_ends_a_gateway_serving_over_http_cleanly(tmp_path, store_url, s
             async with ClientSession(r, w) as s:
                 await s.initialize()
                 async with anyio.create_task_group() as tg:
-                    async def call() -> None:
-                        with contextlib.suppress(Exception):
-                            await s.call_tool("slow", {"payment_id": "pi_h", "seconds": 60})
-
-                    tg.start_soon(call)
-                    with anyio.fail_after(30):
-                        while not (tmp_path / "upstream.log").exists():
-                            await anyio.sleep(0.05)
+                    await _slow_call_in_flight(s, tg, "pi_h", tmp_path / "upstream.log")
                     gateway.send_signal(signal.SIGTERM)
                     code = await anyio.to_thread.run_sync(gateway.wait, 30)
                     tg.cancel_scope.cancel()

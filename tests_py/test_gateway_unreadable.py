@@ -1,7 +1,8 @@
-"""A request the MCP SDK cannot read on stdio (a lone surrogate escape, an integer past
-Python's digit limit, nesting too deep) is answered with a JSON-RPC parse error for its id,
-never left unanswered; nothing is reserved or sent, and the gateway goes on serving. A real
-gateway process, spoken to line by line."""
+"""Lines that are no MCP message. From the agent on stdio: a request the MCP SDK cannot read (a
+lone surrogate escape, an integer past Python's digit limit, nesting too deep) is answered with
+a JSON-RPC parse error for its id, never left unanswered; nothing is reserved or sent, and the
+gateway goes on serving (a real gateway process, spoken to line by line). From the upstream: a
+stray line is one line on the gateway's stderr, never a traceback."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import subprocess
 import sys
 import threading
 
-from gateway_rig import HERE, POLICY
+from gateway_rig import HERE, POLICY, Rig
 
 
 def test_a_request_the_sdk_cannot_read_gets_a_parse_error(tmp_path, store_url, store):
@@ -63,3 +64,40 @@ def test_a_request_the_sdk_cannot_read_gets_a_parse_error(tmp_path, store_url, s
     runs = (tmp_path / "upstream.log").read_text().splitlines()
     assert [json.loads(r)[1]["payment_id"] for r in runs] == ["pi_ok"]
     assert b"Traceback" not in gateway.stderr.read()
+
+
+NOISY_UPSTREAM = """
+import json, sys
+def out(o):
+    sys.stdout.write(json.dumps(o) + "\\n"); sys.stdout.flush()
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("method") == "initialize":
+        out({"jsonrpc": "2.0", "id": m["id"], "result": {"protocolVersion": "2025-11-25",
+             "capabilities": {"tools": {}}, "serverInfo": {"name": "noisy", "version": "0"}}})
+    elif m.get("method") == "tools/list":
+        out({"jsonrpc": "2.0", "id": m["id"], "result": {"tools": [
+            {"name": "refund", "inputSchema": {"type": "object"}}]}})
+    elif m.get("method") == "tools/call":
+        sys.stdout.write("progress: 50%% done, not JSON-RPC\\n")  # a print() to the wire
+        out({"jsonrpc": "2.0", "id": m["id"], "result": {"content": [
+            {"type": "text", "text": "ok"}]}})
+"""
+
+
+def test_an_upstream_printing_to_its_stdout_gets_one_stderr_line_per_line(tmp_path, store_url,
+                                                                         store):
+    """A line the upstream writes to the wire that is no MCP message (a stray print) is logged
+    by the SDK: one line on the gateway's stderr, never a traceback; the call goes through."""
+    (tmp_path / "noisy.py").write_text(NOISY_UPSTREAM)
+    rig = Rig(tmp_path, store_url, POLICY,
+              upstream=["--", sys.executable, str(tmp_path / "noisy.py")])
+    first, second = rig.calls(("refund", {"payment_id": "pi_n1", "amount": 1}),
+                              ("refund", {"payment_id": "pi_n2", "amount": 1}))
+    assert not first.is_error and not second.is_error
+    assert store.get_effect("refund:pi_n1").state.value == "committed"
+    err = rig.stderr.read_text()
+    assert "Traceback" not in err, err
+    noted = [line for line in err.splitlines()
+             if line.startswith("ctrlrun gateway acme: the MCP SDK: ")]
+    assert len(noted) == 2, err  # one line for each stray line
