@@ -35,3 +35,37 @@ def test_a_same_size_edit_with_its_mtime_put_back_is_seen(tmp_path, store, monke
     with pytest.raises(ActionDenied):
         refund("pi_2")
     assert ran == ["pi_1"]
+
+
+def test_the_default_file_and_the_variable_are_looked_up_on_every_call(tmp_path, store,
+                                                                        monkeypatch):
+    """``./ctrlrun.yaml`` appearing, ``CTRLRUN_CONFIG`` set and unset through ``os.environ``,
+    and a directory named ``ctrlrun.yaml`` (not a policy: ignored, as no file) are all seen by
+    the very next call."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CTRLRUN_CONFIG", raising=False)
+    ran = []
+
+    @ctrlrun.protect("billing.refund", store=store)
+    def refund(payment_id):
+        ran.append(payment_id)
+
+    refund("pi_1")  # no policy, no template: unreserved
+    assert store.list_effects() == []
+    (tmp_path / "ctrlrun.yaml").write_text(RESERVE)
+    refund("pi_2")
+    assert [r.effect_key for r in store.list_effects()] == ["r:pi_2"]
+    elsewhere = tmp_path / "deny.yaml"
+    elsewhere.write_text(DENY)
+    os.environ["CTRLRUN_CONFIG"] = str(elsewhere)
+    try:
+        with pytest.raises(ActionDenied):
+            refund("pi_3")
+    finally:
+        del os.environ["CTRLRUN_CONFIG"]
+    refund("pi_4")
+    (tmp_path / "ctrlrun.yaml").unlink()
+    (tmp_path / "ctrlrun.yaml").mkdir()
+    refund("pi_5")
+    assert ran == ["pi_1", "pi_2", "pi_4", "pi_5"]
+    assert [r.effect_key for r in store.list_effects()] == ["r:pi_2", "r:pi_4"]

@@ -21,6 +21,7 @@ line and the field.
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from datetime import timedelta
 from dataclasses import dataclass, field
@@ -228,12 +229,30 @@ def policy_path() -> Tuple[str, bool]:
     return os.path.abspath(DEFAULT_FILE), False
 
 
+# ``os.environ.get`` encodes the name and decodes the value on every call (about a
+# microsecond, on every protected call). CPython's mapping keeps its own dict of encoded names,
+# updated by every change made through ``os.environ``; where it has one, that is read instead.
+try:
+    _CONFIG_KEY: object = os.environ.encodekey("CTRLRUN_CONFIG")  # type: ignore[attr-defined]
+except AttributeError:  # pragma: no cover - another interpreter's os.environ
+    _CONFIG_KEY = None
+
+
+def _config_named() -> bool:
+    """Whether ``CTRLRUN_CONFIG`` is set to a non-empty value."""
+    data = getattr(os.environ, "_data", None)
+    if data is not None and _CONFIG_KEY is not None:
+        return bool(data.get(_CONFIG_KEY))
+    return bool(os.environ.get("CTRLRUN_CONFIG"))  # pragma: no cover
+
+
 def current_policy() -> Optional[Policy]:
     """The policy in force, re-read when the file changes; ``None`` when there is none.
 
     Called on every protected call, so the common case (no ``CTRLRUN_CONFIG``, no
-    ``./ctrlrun.yaml``) is one ``stat`` of a relative path and no exception."""
-    if not os.environ.get("CTRLRUN_CONFIG") and not os.path.isfile(DEFAULT_FILE):
+    ``./ctrlrun.yaml``) is one ``access`` of a relative path: no exception, no ``stat``
+    result to build."""
+    if not _config_named() and not os.access(DEFAULT_FILE, os.F_OK):
         return None
     path, named = policy_path()
     try:
@@ -242,6 +261,8 @@ def current_policy() -> Optional[Policy]:
         if named:
             raise PolicyError(f"{path}: CTRLRUN_CONFIG names a policy file that does not exist",
                               file=path, line=None, field=None) from None
+        return None
+    if not named and not stat.S_ISREG(st.st_mode):  # ./ctrlrun.yaml that is not a file
         return None
     # The change time too: a same-size edit that restores the modification time (cp -p,
     # rsync -a, tar) still moves it, and nothing can set it back.
