@@ -205,12 +205,24 @@ def test_a_write_outside_ctrlrun_is_refused_or_found(store, store_url, raw):
     assert "the row of effect 'mail:alice' does not match its chain head" in bad.stderr
 
 
-def test_a_time_no_date_can_hold_is_a_store_error_not_a_traceback(store, store_url, raw):
+@pytest.mark.parametrize("edit, says", [
+    ("created_at = 9223372036854775807", "not a date"),
+    ("result = '{\"sent\": tru'", "stored result of 'mail:alice' is not JSON"),
+], ids=["time", "result"])
+def test_a_row_edited_into_nonsense_is_a_store_error_not_a_traceback(store, store_url, raw,
+                                                                     edit, says):
     three_writes(store)
-    raw.run("UPDATE ctrlrun_effects SET created_at = 9223372036854775807, "
-            "receipt_seq = receipt_seq + 1 WHERE effect_key = 'mail:alice'")
-    with pytest.raises(ctrlrun.StoreError, match="not a date"):
+    raw.run(f"UPDATE ctrlrun_effects SET {edit}, receipt_seq = receipt_seq + 1 "
+            f"WHERE effect_key = 'mail:alice'")
+    with pytest.raises(ctrlrun.StoreError, match=says):
         store.get_effect("mail:alice")
+
+    @ctrlrun.protect("acme.mail", effect="mail:{to}", store=store, replay=True)
+    def mail(to: str) -> str:
+        return "sent"
+
+    with pytest.raises(ctrlrun.StoreError, match=says):  # the replay reads the row too
+        mail("alice")
     for args in (["effects", "show", "mail:alice"], ["effects", "list"],
                  ["effects", "list", "--json"]):
         shown = cli(*args, "--store", store_url)

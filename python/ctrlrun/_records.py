@@ -101,6 +101,17 @@ def micros_to_datetime(us: int) -> datetime:
                          f"since 1970): the row was edited outside ctrlrun") from exc
 
 
+def stored_result(key: str, text: str) -> Any:
+    """A row's stored result, which ctrlrun writes as JSON; text that is not (a row edited by
+    hand) is a ``StoreError`` naming the key, never a ``JSONDecodeError``."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        raise StoreError(f"the stored result of {key!r} is not JSON: the row was edited "
+                         f"outside ctrlrun; put JSON text (or NULL) back in its result column"
+                         ) from None
+
+
 def record_from_core(t: Tuple[Any, ...]) -> EffectRecord:
     key, state, action_id, attempt, created, updated, lease, result, error, resolved_by, more = t
     action, holder, args_digest, arg_lines, approval_id = more
@@ -112,7 +123,7 @@ def record_from_core(t: Tuple[Any, ...]) -> EffectRecord:
         created_at=micros_to_datetime(created),
         updated_at=micros_to_datetime(updated),
         lease_expires_at=None if lease is None else micros_to_datetime(lease),
-        result=None if result is None else json.loads(result),
+        result=None if result is None else stored_result(key, result),
         error=error,
         resolved_by=resolved_by,
         action=action,
