@@ -14,7 +14,10 @@ Variants of one protected call on a fresh key:
   (SQLite: SELECT + INSERT; PostgreSQL: the one-statement CTE on the ``key_digest`` primary
   key), then the ``commit`` transition, an ``UPDATE`` (SQLite: then a ``SELECT`` of the row
   written; PostgreSQL: ``RETURNING``), each in its own transaction: two durable commits.
-  Keep these in step with src/store/*.rs.
+  Keep these in step with src/store/*.rs. (They predate receipts: ``receipts`` adds them.)
+* ``receipts`` — ``min`` plus what the issues require ctrlrun to write besides: each write's
+  receipt, chained per key, in the write's own transaction, and the indexes behind listing,
+  retention and ``receipts KEY`` (see _floor_receipts.py): still two durable commits.
 
 ``read``: one SELECT by primary key per call (the duplicate path's floor).
 
@@ -30,6 +33,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common  # noqa: E402
+import _floor_receipts  # noqa: E402
 
 COLUMNS = ("effect_key, state, action_id, attempt, created_at, updated_at, lease_expires_at, "
            "result, error, resolved_by")
@@ -99,7 +103,8 @@ def sqlite_open(cfg: dict):
     mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
     assert mode.lower() == "wal", mode
     conn.execute(f"PRAGMA synchronous={cfg.get('synchronous', 'FULL')}")
-    conn.executescript(SQLITE_SCHEMA)
+    conn.executescript(_floor_receipts.SQLITE_SCHEMA if cfg.get("variant") == "receipts"
+                       else SQLITE_SCHEMA)
     return conn
 
 
@@ -117,6 +122,9 @@ def sqlite_txn(conn, body):
 def sqlite_call(conn, variant: str, key: str, marks=None) -> bool:
     """One protected call on ``key``; False when the key was already taken."""
     aid = action_id()
+    if variant == "receipts":
+        return _floor_receipts.sqlite_call(conn, sqlite_txn, key, aid,
+                                           lambda: executor(marks, key))
     if variant == "min":
         now = now_us()
         won = sqlite_txn(conn, lambda: conn.execute(
@@ -214,6 +222,7 @@ class PgSql:
             f"AND state = ANY(%(from)s::text[]) RETURNING {COLUMNS}"
         )
         self.select = f"SELECT {COLUMNS} FROM {t} WHERE effect_key = %(key)s"
+        self.receipts = _floor_receipts.PgReceipts(schema)
 
 
 class PgConns:
@@ -228,7 +237,10 @@ class PgConns:
         unprepared = {} if PREPARE else {"prepare_threshold": None}
         self.durable = psycopg.connect(cfg["pg_url"], autocommit=True, **unprepared)
         if create:
-            self.durable.execute(pg_schema_sql(cfg["schema"], cfg.get("variant", "min")))
+            variant = cfg.get("variant", "min")
+            self.durable.execute(_floor_receipts.pg_schema_sql(cfg["schema"])
+                                 if variant == "receipts" else
+                                 pg_schema_sql(cfg["schema"], variant))
         # ctrlrun keeps every PostgreSQL write durable (the server can crash while the client
         # lives on), so the "same statements" variant uses the one durable connection too.
 
@@ -260,6 +272,9 @@ def pg_txn(conn, body):
 def pg_call(conns: PgConns, sql: PgSql, variant: str, key: str, marks=None) -> bool:
     aid = action_id()
     conn = conns.durable
+    if variant == "receipts":
+        return _floor_receipts.pg_call(conn, sql.receipts, key, aid,
+                                       lambda: executor(marks, key), PREPARE)
     if variant == "autocommit":
         now = now_us()
         row = conn.execute(sql.insert_min, {"key": key, "aid": aid, "now": now,

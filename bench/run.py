@@ -244,6 +244,8 @@ class Bench:
                      "latency", floor("sqlite_latency", sync, "min")))
             add(Spec(b, f"floor.same.{sync}", "floor", "floor: ctrlrun's statements (2 txns)",
                      sync, "latency", floor("sqlite_latency", sync, "same")))
+            add(Spec(b, f"floor.receipts.{sync}", "floor", "floor: 2 txns + receipts, indexes",
+                     sync, "latency", floor("sqlite_latency", sync, "receipts")))
         add(Spec(b, "dup.ctrlrun", "ctrlrun", "duplicate: ctrlrun (committed key again)", "FULL",
                  "dup", ctrl("FULL", "dup")))
         if self.reference:
@@ -362,6 +364,9 @@ class Bench:
                  "latency", floor("pg_latency", "autocommit")))
         add(Spec(b, "floor.same", "floor", f"floor: ctrlrun's statements (2 txns), {psycopg}",
                  dur, "latency", floor("pg_latency", "same")))
+        add(Spec(b, "floor.receipts", "floor",
+                 f"floor: 2 autocommit statements + receipts, indexes, {psycopg}", dur,
+                 "latency", floor("pg_latency", "receipts")))
         add(Spec(b, "dup.ctrlrun", "ctrlrun", "duplicate: ctrlrun (committed key again)", dur,
                  "dup", ctrl("dup")))
         if reference:
@@ -648,6 +653,13 @@ def report(bench: Bench, syscalls: Dict[str, Dict[str, float]]) -> Tuple[str, Di
                 r = ratio(p50(backend, f"ctrlrun.sync.{sync}"), p50(backend, f"floor.same.{sync}"))
                 target(backend, f"time/call vs floor with ctrlrun's statements, {sync}", r, "info",
                        None)
+                r = ratio(p50(backend, f"floor.receipts.{sync}"), p50(backend, f"floor.min.{sync}"))
+                target(backend, f"the receipts floor vs engine floor, {sync} (the part of the "
+                       f"target receipts take)", r, "info", None)
+                r = ratio(p50(backend, f"ctrlrun.sync.{sync}"),
+                          p50(backend, f"floor.receipts.{sync}"))
+                target(backend, f"time/call vs floor with receipts and indexes, {sync}", r,
+                       "info", None)
             for sync in ("FULL", "NORMAL"):
                 r = ratio(p50(backend, f"ctrlrun.async.{sync}"), p50(backend, f"floor.min.{sync}"))
                 target(backend, f"async time/call vs engine floor, {sync} (2 txns)", r, "info",
@@ -688,6 +700,11 @@ def report(bench: Bench, syscalls: Dict[str, Dict[str, float]]) -> Tuple[str, Di
             r = ratio(c, p50(backend, "floor.same"))
             target(backend, "time/call vs raw-driver floor with ctrlrun's statements", r,
                    "info", None)
+            r = ratio(p50(backend, "floor.receipts"), p50(backend, "floor.auto"))
+            target(backend, "the receipts floor vs 2 autocommit statements floor (the part of "
+                   "the target receipts take)", r, "info", None)
+            r = ratio(c, p50(backend, "floor.receipts"))
+            target(backend, "time/call vs floor with receipts and indexes", r, "info", None)
             r = ratio(p50(backend, "ctrlrun.async"), p50(backend, "floor.min"))
             target(backend, "async time/call vs raw-driver floor (2 txns)", r, "info", None)
             r = ratio(total(backend, "contend.ctrlrun"), total(backend, "contend.floor.min"))
