@@ -15,8 +15,10 @@ Written the cheapest way each engine allows: the hashes are computed here (ctrlr
 them in the database, so a changed receipt cannot come from a client that skipped the hash);
 on SQLite two plain statements per transaction (no triggers); on PostgreSQL one autocommit
 statement per write (a data-modifying CTE appends the receipt), so each write is one round
-trip and one commit. The tables and indexes are ctrlrun's (src/store/sqlite/sql.rs and
-src/store/postgres/schema.rs); keep them in step.
+trip and one commit. The tables, columns, constraints and indexes are ctrlrun's
+(src/store/sqlite/sql.rs, src/store/postgres/schema.rs; on PostgreSQL the row's primary key is
+the SHA-256 of its key); keep them in step. So this floor measures receipts together with the
+columns and indexes the other issues added, not receipts alone.
 """
 
 from __future__ import annotations
@@ -43,8 +45,12 @@ def _hash(*fields: object) -> str:
 
 SQLITE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS ctrlrun_effects (
-    effect_key TEXT NOT NULL PRIMARY KEY, state TEXT NOT NULL, action_id TEXT NOT NULL,
-    attempt INTEGER NOT NULL, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,
+    effect_key TEXT NOT NULL PRIMARY KEY,
+    state TEXT NOT NULL CHECK (state IN
+        ('reserved', 'executing', 'committed', 'failed', 'ambiguous')),
+    action_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL CHECK (attempt >= 1), created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
     lease_expires_at INTEGER, result TEXT, error TEXT, resolved_by TEXT, attempt_token TEXT,
     action TEXT, holder TEXT, args_digest TEXT, arg_digests TEXT, approval_id TEXT,
     last_event TEXT, written_by TEXT, receipt_seq INTEGER, receipt_prev TEXT, receipt_hash TEXT
@@ -112,12 +118,17 @@ def sqlite_call(conn, txn, key: str, aid: str, run) -> bool:
 # -- PostgreSQL -----------------------------------------------------------------------------
 
 def pg_schema_sql(schema: str) -> str:
+    """ctrlrun's tables: the row's primary key is the SHA-256 of its key (a B-tree entry cannot
+    hold every key), computed by the server; receipts are found by it too."""
     s = f'"{schema}"'
     return f"""
 CREATE SCHEMA IF NOT EXISTS {s};
 CREATE TABLE IF NOT EXISTS {s}.ctrlrun_effects (
-    effect_key text NOT NULL PRIMARY KEY, state text NOT NULL, action_id text NOT NULL,
-    attempt bigint NOT NULL, created_at bigint NOT NULL, updated_at bigint NOT NULL,
+    key_digest bytea NOT NULL PRIMARY KEY, effect_key text NOT NULL,
+    state text NOT NULL CHECK (state IN
+        ('reserved', 'executing', 'committed', 'failed', 'ambiguous')),
+    action_id text NOT NULL, attempt bigint NOT NULL CHECK (attempt >= 1),
+    created_at bigint NOT NULL, updated_at bigint NOT NULL,
     lease_expires_at bigint, result text, error text, resolved_by text, attempt_token text,
     action text, holder text, args_digest text, arg_digests text, approval_id text,
     last_event text, written_by text, receipt_seq bigint, receipt_prev text, receipt_hash text);
@@ -125,11 +136,12 @@ CREATE INDEX IF NOT EXISTS ctrlrun_effects_state ON {s}.ctrlrun_effects (state, 
 CREATE INDEX IF NOT EXISTS ctrlrun_effects_prefix
     ON {s}.ctrlrun_effects ((left(effect_key, 200) COLLATE "C"));
 CREATE TABLE IF NOT EXISTS {s}.ctrlrun_receipts (
-    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, effect_key text NOT NULL,
-    chain text NOT NULL, seq bigint NOT NULL, prev_hash text, hash text NOT NULL,
-    at bigint NOT NULL, kind text NOT NULL, action text, action_id text, attempt bigint,
-    state text NOT NULL, args_digest text, approval_id text, actor text, writer text);
-CREATE INDEX IF NOT EXISTS ctrlrun_receipts_key ON {s}.ctrlrun_receipts (effect_key, id);
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key_digest bytea NOT NULL,
+    chain text NOT NULL, effect_key text NOT NULL, request_id text, seq bigint NOT NULL,
+    prev_hash text, hash text NOT NULL, at bigint NOT NULL, kind text NOT NULL, action text,
+    action_id text, attempt bigint, state text NOT NULL, args_digest text, approval_id text,
+    actor text, writer text);
+CREATE INDEX IF NOT EXISTS ctrlrun_receipts_key ON {s}.ctrlrun_receipts (key_digest, id);
 """
 
 
@@ -139,25 +151,27 @@ class PgReceipts:
 
     def __init__(self, schema: str) -> None:
         t, r = f'"{schema}".ctrlrun_effects', f'"{schema}".ctrlrun_receipts'
-        receipt = (f"INSERT INTO {r} (effect_key, chain, seq, prev_hash, hash, at, kind, "
-                   f"action, action_id, attempt, state, args_digest, writer) SELECT effect_key, "
-                   f"'effect', receipt_seq, receipt_prev, receipt_hash, updated_at, last_event, "
-                   f"action, action_id, attempt, state, args_digest, written_by FROM w "
-                   f"RETURNING 1")
+        digest = "sha256(convert_to(%(key)s::text, 'UTF8'))"
+        receipt = (f"INSERT INTO {r} (key_digest, effect_key, chain, seq, prev_hash, hash, at, "
+                   f"kind, action, action_id, attempt, state, args_digest, writer) SELECT "
+                   f"key_digest, effect_key, 'effect', receipt_seq, receipt_prev, receipt_hash, "
+                   f"updated_at, last_event, action, action_id, attempt, state, args_digest, "
+                   f"written_by FROM w RETURNING 1")
         self.reserve = (
-            f"WITH w AS (INSERT INTO {t} (effect_key, state, action_id, attempt, created_at, "
-            f"updated_at, lease_expires_at, attempt_token, action, holder, args_digest, "
-            f"arg_digests, last_event, written_by, receipt_seq, receipt_hash) VALUES "
-            f"(%(key)s, 'executing', %(aid)s, 1, %(now)s, %(now)s, %(until)s, %(token)s, "
-            f"'bench.effect', %(writer)s, %(args)s, %(fields)s, 'reservation', %(writer)s, 1, "
-            f"%(hash)s) ON CONFLICT (effect_key) DO NOTHING RETURNING *) {receipt}"
+            f"WITH w AS (INSERT INTO {t} (key_digest, effect_key, state, action_id, attempt, "
+            f"created_at, updated_at, lease_expires_at, attempt_token, action, holder, "
+            f"args_digest, arg_digests, last_event, written_by, receipt_seq, receipt_hash) VALUES "
+            f"({digest}, %(key)s, 'executing', %(aid)s, 1, %(now)s, %(now)s, %(until)s, "
+            f"%(token)s, 'bench.effect', %(writer)s, %(args)s, %(fields)s, 'reservation', "
+            f"%(writer)s, 1, %(hash)s) ON CONFLICT (key_digest) DO NOTHING RETURNING *) {receipt}"
         )
         self.outcome = (
             f"WITH w AS (UPDATE {t} SET state = 'committed', updated_at = %(now)s, "
             f"lease_expires_at = NULL, result = %(result)s, last_event = 'outcome', "
             f"written_by = %(writer)s, receipt_seq = 2, receipt_prev = %(prev)s, "
-            f"receipt_hash = %(hash)s WHERE effect_key = %(key)s AND action_id = %(aid)s "
-            f"AND attempt = 1 AND state = 'executing' RETURNING *) {receipt}"
+            f"receipt_hash = %(hash)s WHERE key_digest = {digest} AND effect_key = %(key)s "
+            f"AND action_id = %(aid)s AND attempt = 1 AND state = 'executing' RETURNING *) "
+            f"{receipt}"
         )
 
 

@@ -188,3 +188,11 @@ def proxied(pg, pg_schema, proxy, direct):
     s = ctrlrun.open_store(pg.url(pg_schema, host=proxy.host, port=proxy.port))
     yield s
     s.close()
+
+
+@pytest.fixture
+def raw(backend, store_url, request):
+    """Plain SQL on the store's database, outside ctrlrun: ``raw.run(sql)``."""
+    from raw_sql import Raw
+
+    return Raw(backend, store_url, request)

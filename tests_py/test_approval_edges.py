@@ -133,3 +133,20 @@ def test_what_an_agent_chose_cannot_rewrite_the_approvers_terminal(store_url, st
     assert out.returncode == 0, out.stderr
     assert "\x1b" not in out.stdout and "\u202e" not in out.stdout and "\x9b" not in out.stdout
     assert "\\u001b[2K" in out.stdout
+
+
+def test_a_request_edited_by_hand_is_a_store_error_not_a_traceback(store, store_url, raw):
+    @ctrlrun.protect("pay.refund", effect="refund:{payment_id}", decision="approve", store=store)
+    def refund(payment_id: str, amount: int) -> str:
+        return "done"
+
+    with pytest.raises(ApprovalRequired) as asked:
+        refund("pi_1", 500)
+    raw.run("UPDATE ctrlrun_approvals SET arguments = '{\"amount\": 5', "
+            "receipt_seq = receipt_seq + 1")
+    with pytest.raises(ctrlrun.StoreError, match="arguments of approval request .* not JSON"):
+        store.get_approval(asked.value.request_id)
+    shown = subprocess.run([sys.executable, "-m", "ctrlrun", "approvals", "list", "--store",
+                            store_url], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 2 and "Traceback" not in shown.stderr, shown.stderr
+    assert "not JSON" in shown.stderr, shown.stderr

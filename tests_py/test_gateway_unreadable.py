@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 
+import pytest
 from gateway_rig import HERE, POLICY, Rig
 
 
@@ -101,3 +102,24 @@ def test_an_upstream_printing_to_its_stdout_gets_one_stderr_line_per_line(tmp_pa
     noted = [line for line in err.splitlines()
              if line.startswith("ctrlrun gateway acme: the MCP SDK: ")]
     assert len(noted) == 2, err  # one line for each stray line
+
+
+@pytest.mark.parametrize("replay", [False, True])
+def test_a_row_edited_by_hand_is_a_store_refusal_for_the_agent(tmp_path, store_url, store, raw,
+                                                               replay):
+    """A committed row whose result (or time) was edited into what no record holds: the
+    agent's retry gets a tool error result saying the row cannot be read (nothing is sent),
+    with replay and without, never a JSON-RPC error or a traceback on the gateway's stderr."""
+    policy = POLICY.replace('effect: "refund:{payment_id}"',
+                            'effect: "refund:{payment_id}"\n    replay: true') if replay else POLICY
+    rig = Rig(tmp_path, store_url, policy)
+    (first,) = rig.calls(("refund", {"payment_id": "pi_e", "amount": 5}))
+    assert not first.is_error
+    raw.run("UPDATE ctrlrun_effects SET result = '{\"refunded\": 5', "
+            "receipt_seq = receipt_seq + 1 WHERE effect_key = 'refund:pi_e'")
+    (again,) = rig.calls(("refund", {"payment_id": "pi_e", "amount": 5}))
+    assert again.is_error and again.structured_content["ctrlrun"]["refused"] == "store", again
+    text = again.content[0].text
+    assert "refund:pi_e" in text and "is not JSON" in text and "nothing was sent" in text, text
+    assert len(rig.runs()) == 1
+    assert "Traceback" not in rig.stderr.read_text()

@@ -69,3 +69,41 @@ def test_the_default_file_and_the_variable_are_looked_up_on_every_call(tmp_path,
     refund("pi_5")
     assert ran == ["pi_1", "pi_2", "pi_4", "pi_5"]
     assert [r.effect_key for r in store.list_effects()] == ["r:pi_2", "r:pi_4"]
+
+
+@pytest.mark.parametrize("how", ["os.environ", "patch.dict", "a plain dict"])
+def test_ctrlrun_config_is_seen_however_the_environment_is_changed(tmp_path, store, monkeypatch,
+                                                                   how):
+    """``CTRLRUN_CONFIG`` set through ``os.environ``, ``mock.patch.dict`` or with
+    ``os.environ`` replaced by a plain dict (as some test suites do) names the policy in force;
+    a file it names that is not there is a ``PolicyError``, never no policy."""
+    from unittest import mock
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CTRLRUN_CONFIG", raising=False)
+    deny = tmp_path / "deny.yaml"
+    deny.write_text(DENY)
+    ran = []
+
+    @ctrlrun.protect("billing.refund", effect="r:{payment_id}", store=store)
+    def refund(payment_id):
+        ran.append(payment_id)
+
+    def environment(value):
+        if how == "os.environ":
+            monkeypatch.setenv("CTRLRUN_CONFIG", value)
+            return mock.patch.dict({})  # nothing more to patch
+        if how == "patch.dict":
+            return mock.patch.dict(os.environ, {"CTRLRUN_CONFIG": value})
+        return mock.patch("os.environ", {**os.environ, "CTRLRUN_CONFIG": value})
+
+    with environment(str(deny)):
+        with pytest.raises(ActionDenied):
+            refund("pi_1")
+    monkeypatch.delenv("CTRLRUN_CONFIG", raising=False)
+    with environment(str(tmp_path / "missing.yaml")):
+        with pytest.raises(ctrlrun.PolicyError, match="does not exist"):
+            refund("pi_2")
+    monkeypatch.delenv("CTRLRUN_CONFIG", raising=False)
+    refund("pi_3")  # no policy: the decorator's template
+    assert ran == ["pi_3"]

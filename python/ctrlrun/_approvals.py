@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
-from ._records import micros_to_datetime
+from ._records import micros_to_datetime, stored_json
 from .errors import ActionDenied, ApprovalRequired
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def approval_from_core(t: Tuple[Any, ...]) -> ApprovalRecord:
         request_id=request_id,
         action=action,
         effect_key=effect_key,
-        arguments=json.loads(arguments),
+        arguments=stored_json(f"the arguments of approval request {request_id!r}", arguments),
         args_digest=args_digest,
         state=ApprovalState(state),
         requested_at=micros_to_datetime(requested),

@@ -12,6 +12,7 @@ from .errors import (
     ActionDenied,
     AmbiguousEffect,
     ApprovalRequired,
+    CTRLRunError,
     DuplicateEffect,
     EffectConflict,
 )
@@ -36,15 +37,23 @@ def refusal_result(action: str, key: Optional[str], exc: Exception) -> types.Cal
         text = (f"conflict: {key} was already used with other arguments ({differ} differ); it is "
                 f"{exc.state}. Do not retry with these arguments")
     elif isinstance(exc, DuplicateEffect):
-        record = exc.record
+        try:
+            record = exc.record
+        except CTRLRunError as unreadable:  # a row edited by hand into what no record holds
+            return not_forwarded(action, key, "store", (
+                f"{key} is taken ({exc.state}), but its row cannot be read: {unreadable}; "
+                f"nothing was sent. Do not retry"))
+        # (a refusal from the store always carries its row; None only for one made by hand)
         if exc.state == "committed":
-            payload.update(refused="committed", committed_at=_iso(record.updated_at),
-                           attempt=record.attempt)
-            text = (f"already done: {key} committed at {_iso(record.updated_at)}; do not retry")
+            at = _iso(record.updated_at) if record is not None else None
+            payload.update(refused="committed", committed_at=at,
+                           attempt=record.attempt if record is not None else None)
+            text = f"already done: {key} committed at {at}; do not retry"
         else:
-            payload.update(refused="in_progress", lease_expires_at=_iso(record.lease_expires_at))
+            until = _iso(record.lease_expires_at) if record is not None else None
+            payload.update(refused="in_progress", lease_expires_at=until)
             text = (f"in progress: {key} is being done by another call (its lease runs until "
-                    f"{_iso(record.lease_expires_at)}); do not retry now")
+                    f"{until}); do not retry now")
     elif isinstance(exc, AmbiguousEffect):
         payload.update(refused="ambiguous")
         text = (f"unknown outcome: {key} may or may not have happened; a person must check and "

@@ -231,19 +231,32 @@ def policy_path() -> Tuple[str, bool]:
 
 # ``os.environ.get`` encodes the name and decodes the value on every call (about a
 # microsecond, on every protected call). CPython's mapping keeps its own dict of encoded names,
-# updated by every change made through ``os.environ``; where it has one, that is read instead.
+# updated by every change made through ``os.environ``: that is read instead, while
+# ``os.environ`` is that mapping (a test may replace it with another, which is then asked).
+_ENVIRON = getattr(os, "_Environ", None)
 try:
     _CONFIG_KEY: object = os.environ.encodekey("CTRLRUN_CONFIG")  # type: ignore[attr-defined]
 except AttributeError:  # pragma: no cover - another interpreter's os.environ
     _CONFIG_KEY = None
+if not isinstance(_CONFIG_KEY, (bytes, str)):  # pragma: no cover - imported under a mock
+    _ENVIRON = None
+# Whether ./ctrlrun.yaml is there is asked with the process's effective ids, as stat() asks
+# (access() would use the real ones: a setuid process could miss a policy it can read).
+_EFFECTIVE_ACCESS = os.access in os.supports_effective_ids
 
 
 def _config_named() -> bool:
     """Whether ``CTRLRUN_CONFIG`` is set to a non-empty value."""
-    data = getattr(os.environ, "_data", None)
-    if data is not None and _CONFIG_KEY is not None:
-        return bool(data.get(_CONFIG_KEY))
-    return bool(os.environ.get("CTRLRUN_CONFIG"))  # pragma: no cover
+    env = os.environ
+    if _ENVIRON is not None and type(env) is _ENVIRON:
+        return bool(env._data.get(_CONFIG_KEY))  # type: ignore[attr-defined]
+    return bool(env.get("CTRLRUN_CONFIG"))
+
+
+def _default_file_absent() -> bool:
+    if _EFFECTIVE_ACCESS:
+        return not os.access(DEFAULT_FILE, os.F_OK, effective_ids=True)
+    return not os.path.isfile(DEFAULT_FILE)  # pragma: no cover - no faccessat(AT_EACCESS)
 
 
 def current_policy() -> Optional[Policy]:
@@ -252,16 +265,20 @@ def current_policy() -> Optional[Policy]:
     Called on every protected call, so the common case (no ``CTRLRUN_CONFIG``, no
     ``./ctrlrun.yaml``) is one ``access`` of a relative path: no exception, no ``stat``
     result to build."""
-    if not _config_named() and not os.access(DEFAULT_FILE, os.F_OK):
+    if not _config_named() and _default_file_absent():
         return None
     path, named = policy_path()
     try:
         st = os.stat(path)
-    except FileNotFoundError:
-        if named:
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
+        if not named:  # as os.path.isfile: ./ctrlrun.yaml that cannot be looked at is none
+            return None
+        if isinstance(exc, FileNotFoundError):
             raise PolicyError(f"{path}: CTRLRUN_CONFIG names a policy file that does not exist",
                               file=path, line=None, field=None) from None
-        return None
+        raise PolicyError(f"{path}: cannot read the policy file CTRLRUN_CONFIG names "
+                          f"({getattr(exc, 'strerror', None) or exc})", file=path, line=None,
+                          field=None) from None
     if not named and not stat.S_ISREG(st.st_mode):  # ./ctrlrun.yaml that is not a file
         return None
     # The change time too: a same-size edit that restores the modification time (cp -p,

@@ -101,15 +101,24 @@ def micros_to_datetime(us: int) -> datetime:
                          f"since 1970): the row was edited outside ctrlrun") from exc
 
 
-def stored_result(key: str, text: str) -> Any:
-    """A row's stored result, which ctrlrun writes as JSON; text that is not (a row edited by
-    hand) is a ``StoreError`` naming the key, never a ``JSONDecodeError``."""
+def stored_json(what: str, text: str) -> Any:
+    """JSON text ctrlrun wrote into a row (``what`` names it: "the stored result of 'k'"). Text
+    that is not JSON (a row edited by hand) is a ``StoreError``, never a ``JSONDecodeError``;
+    JSON this process cannot read (nested deeper than its stack allows, an integer past its
+    digit limit) is a ``StoreError`` saying so."""
     try:
         return json.loads(text)
-    except (ValueError, RecursionError):
-        raise StoreError(f"the stored result of {key!r} is not JSON: the row was edited "
-                         f"outside ctrlrun; put JSON text (or NULL) back in its result column"
+    except json.JSONDecodeError:
+        raise StoreError(f"{what} is not JSON: the row was edited outside ctrlrun; put JSON "
+                         f"text back in its place") from None
+    except (ValueError, RecursionError) as exc:
+        raise StoreError(f"{what} cannot be read by this process "
+                         f"({'nested too deeply here' if isinstance(exc, RecursionError) else exc})"
                          ) from None
+
+
+def stored_result(key: str, text: str) -> Any:
+    return stored_json(f"the stored result of {key!r}", text)
 
 
 def record_from_core(t: Tuple[Any, ...]) -> EffectRecord:
