@@ -107,3 +107,20 @@ def test_ctrlrun_config_is_seen_however_the_environment_is_changed(tmp_path, sto
     monkeypatch.delenv("CTRLRUN_CONFIG", raising=False)
     refund("pi_3")  # no policy: the decorator's template
     assert ran == ["pi_3"]
+
+
+def test_a_ctrlrun_config_file_that_cannot_be_looked_at_is_a_policy_error(tmp_path, store,
+                                                                         monkeypatch):
+    """Not only a missing file: a path through a file (``NotADirectoryError``) refuses the
+    call with a ``PolicyError`` naming it, never a raw ``OSError``, never no policy."""
+    (tmp_path / "a-file").write_text("x")
+    monkeypatch.setenv("CTRLRUN_CONFIG", str(tmp_path / "a-file" / "ctrlrun.yaml"))
+    ran = []
+
+    @ctrlrun.protect("billing.refund", effect="r:{payment_id}", store=store)
+    def refund(payment_id):
+        ran.append(payment_id)
+
+    with pytest.raises(ctrlrun.PolicyError, match="cannot read the policy file CTRLRUN_CONFIG"):
+        refund("pi_1")
+    assert ran == [] and store.list_effects() == []
