@@ -53,14 +53,21 @@ def measure(store: str, n: int, work: Path) -> Dict[str, Any]:
     env["UPSTREAM_LOG"] = str(work / "upstream.log")
     (work / "ctrlrun.yaml").write_text(POLICY)
     direct = StdioServerParameters(command=UPSTREAM[0], args=UPSTREAM[1:], env=env)
-    via = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "ctrlrun", "gateway", "--name", "b", "--policy", str(work / "ctrlrun.yaml"),
-              "--store", store, "--", *UPSTREAM], env=env, cwd=str(work))
+
+    def gateway(alias: str) -> StdioServerParameters:  # mcp.b.refund is reserved, c.refund not
+        return StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "ctrlrun", "gateway", "--name", alias, "--policy",
+                  str(work / "ctrlrun.yaml"), "--store", store, "--", *UPSTREAM],
+            env=env, cwd=str(work))
+
+    bare = StdioServerParameters(command=sys.executable,
+                                 args=[str(ROOT / "bench" / "_sdk_proxy.py"), *UPSTREAM], env=env)
     rows = {}
     for name, params, tool in [("direct to the upstream", direct, "refund"),
-                               ("gateway, unreserved tool", via, "lookup"),
-                               ("gateway, reserved tool", via, "refund")]:
+                               ("bare SDK proxy", bare, "refund"),
+                               ("gateway, not in the policy", gateway("c"), "refund"),
+                               ("gateway, reserved", gateway("b"), "refund")]:
         times = anyio.run(_timed, params, tool, n)
         rows[name] = {"p50_us": statistics.median(times),
                       "p99_us": statistics.quantiles(times, n=100)[98]}
@@ -84,7 +91,7 @@ def main() -> None:
             sep = "&" if "?" in pg else "?"
             stores.append(f"{pg}{sep}schema=ctrlrun_scratch_gw_{uuid.uuid4().hex[:8]}")
     results = {}
-    print(f"{'store':<40} {'workload':<26} {'p50 us':>9} {'p99 us':>9} {'vs direct':>9}")
+    print(f"{'store':<40} {'workload':<28} {'p50 us':>9} {'p99 us':>9} {'vs direct':>9}")
     for store in stores:
         with tempfile.TemporaryDirectory(dir=work_root) as tmp:
             rows = measure(store, args.calls, Path(tmp))
@@ -92,7 +99,7 @@ def main() -> None:
             " " + store.split("synchronous=")[1] if "synchronous=" in store else "")
         base = rows["direct to the upstream"]["p50_us"]
         for name, row in rows.items():
-            print(f"{label:<40} {name:<26} {row['p50_us']:>9.1f} {row['p99_us']:>9.1f} "
+            print(f"{label:<40} {name:<28} {row['p50_us']:>9.1f} {row['p99_us']:>9.1f} "
                   f"{row['p50_us'] - base:>+9.1f}")
         results[label] = rows
     if args.json:
