@@ -26,7 +26,6 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel import NotificationOptions, Server
-from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
@@ -34,6 +33,7 @@ from . import _core, _io_threads
 from ._gateway import Gateway, upstream_tools
 from ._gateway_upstream import Upstream, WatchedStream, brief, redacted
 from ._gateway_http import http_client
+from ._gateway_stdio import agent_stdio
 from ._gateway_relay import PassThrough, Relay, handshake_era, notification_options
 from ._policy import current_policy
 from ._store import Store
@@ -366,7 +366,7 @@ def _request_id(raw: Any) -> Any:
 async def _run(server: Server[Any], listen: Optional[Tuple[str, int]]) -> None:
     """Serve agents on stdio, or over streamable HTTP on ``listen``."""
     if listen is None:
-        async with stdio_server() as (r, w):
+        async with agent_stdio() as (r, w):
             await server.run(_Answered(r, w), w, server.create_initialization_options())
         return
     import uvicorn
