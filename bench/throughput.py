@@ -1,6 +1,7 @@
 """Throughput under concurrency on PostgreSQL: protected calls with 1, 8 and 64 threads and with
 64 concurrent tasks, beside pgbench running the same two statements with 8 and 32 clients, in
-the same run, and pgbench running ctrlrun's own statements (what the server alone costs).
+the same run, pgbench running ctrlrun's own statements (what the server alone costs), and
+pgbench running the receipts floor (what the issues require be written, and no more).
 
     python3 tests_py/pgserver.py -- python bench/throughput.py [--seconds S] [--repeats N] [--json FILE]
 
@@ -34,6 +35,8 @@ from urllib.parse import unquote, urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests_py"))
+sys.path.insert(0, str(ROOT / "bench"))
+from _floor_receipts import PgReceipts, pg_schema_sql  # noqa: E402
 from pgproxy import PgProxy  # noqa: E402
 from pgserver import _find_bin  # noqa: E402
 
@@ -166,6 +169,31 @@ def ctrlrun_script(url: str) -> str:
             + bind(outcome, OUTCOME_VALUES) + ";\n")
 
 
+def receipts_script(url: str) -> str:
+    """A pgbench script of the receipts floor (``bench/_floor_receipts.py``) for a fresh call:
+    the two autocommit statements that write what the issues require (the row with its columns
+    and indexes, and each write's receipt in the same statement), on a schema of its own."""
+    schema = f"ctrlrun_scratch_tpr_{uuid.uuid4().hex[:8]}"
+    u = urlsplit(url)
+    env = dict(os.environ, PGPASSWORD=unquote(u.password or ""))
+    subprocess.run([_find_bin("psql"), "-h", u.hostname or "127.0.0.1", "-p",
+                    str(u.port or 5432), "-U", unquote(u.username or "postgres"), "-d",
+                    (u.path or "/postgres").lstrip("/") or "postgres", "-qAtc",
+                    pg_schema_sql(schema)], env=env, check=True, capture_output=True)
+    sql = PgReceipts(schema)
+    digest = "'" + "d" * 64 + "'"
+    values = {"key": "'k' || :k", "aid": ACT, "now": "1", "until": "30000000",
+              "token": "'tok_0123456789abcdef0123456789ab'", "writer": "'bench-1'",
+              "args": digest, "fields": "'{\"key\": \"x\"}'", "hash": digest, "prev": digest,
+              "result": "'1'"}
+
+    def bind(body: str) -> str:
+        return re.sub(r"%\((\w+)\)s", lambda m: values[m.group(1)], body)
+
+    return ("\\set k random(1, 4000000000000000000)\n" + bind(sql.reserve) + ";\n"
+            + bind(sql.outcome) + ";\n")
+
+
 def pgbench(url: str, clients: int, seconds: float, script: str = PGBENCH_SCRIPT,
             mode: str = "prepared") -> Dict[str, Any]:
     """pgbench with the two statements; the password travels in the environment."""
@@ -223,6 +251,11 @@ def main() -> None:
                                                                      "extended")
         rows["pgbench, 8 clients, ctrlrun's SQL"] = lambda u: pgbench(pg, 8, args.seconds, ours,
                                                                       "extended")
+    receipts = receipts_script(pg)
+    rows["pgbench, 8 clients, receipts floor"] = lambda u: pgbench(pg, 8, args.seconds,
+                                                                    receipts)
+    rows["pgbench, 8 clients, receipts floor, unnamed"] = lambda u: pgbench(
+        pg, 8, args.seconds, receipts, "extended")
     runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name in rows}
     for r in range(args.repeats):
         for name, measure in rows.items():
@@ -236,10 +269,10 @@ def main() -> None:
     doubles = sum(o.get("doubles", 0) for outs in runs.values() for o in outs)
     print(f"\n== PostgreSQL throughput: {args.seconds:g} s per run, {args.repeats} runs, "
           f"medians ==")
-    print(f"{'workload':<36} {'calls/s':>10} {'all runs':>26}")
+    print(f"{'workload':<44} {'calls/s':>10} {'all runs':>26}")
     for name, outs in runs.items():
         each = ", ".join(f"{o['calls_per_s']:,.0f}" for o in outs)
-        print(f"{name:<36} {median[name]:>10,.0f} {each:>26}")
+        print(f"{name:<44} {median[name]:>10,.0f} {each:>26}")
     checks = [
         ("8 threads vs pgbench 8 clients", median["ctrlrun, 8 threads"]
          / median["pgbench, 8 clients"]),
@@ -256,12 +289,20 @@ def main() -> None:
         ("pgbench: ctrlrun's SQL vs the two statements", ours_row
          / median["pgbench, 8 clients"]),
     ]
-    print(f"\n{'check':<46} {'measured':>8} {'goal':>8} verdict")
+    floor = median["pgbench, 8 clients, receipts floor"]
+    info += [
+        ("receipts floor vs the two statements (8 clients)", floor
+         / median["pgbench, 8 clients"]),
+        ("receipts floor unnamed vs the two statements", median[
+            "pgbench, 8 clients, receipts floor, unnamed"] / median["pgbench, 8 clients"]),
+        ("8 threads vs pgbench on the receipts floor", median["ctrlrun, 8 threads"] / floor),
+    ]
+    print(f"\n{'check':<50} {'measured':>8} {'goal':>8} verdict")
     for name, ratio in checks:
-        print(f"{name:<46} {ratio:>7.2f}x {'>= 0.6x':>8} {'MET' if ratio >= 0.6 else 'MISSED'}")
+        print(f"{name:<50} {ratio:>7.2f}x {'>= 0.6x':>8} {'MET' if ratio >= 0.6 else 'MISSED'}")
     for name, ratio in info:
-        print(f"{name:<46} {ratio:>7.2f}x {'info':>8} n/a")
-    print(f"{'doubles, every run':<46} {doubles:>8} {'0':>8} {'MET' if doubles == 0 else 'MISSED'}")
+        print(f"{name:<50} {ratio:>7.2f}x {'info':>8} n/a")
+    print(f"{'doubles, every run':<50} {doubles:>8} {'0':>8} {'MET' if doubles == 0 else 'MISSED'}")
     if args.json:
         Path(args.json).write_text(json.dumps({"runs": runs, "median": median,
                                                "checks": dict(checks), "info": dict(info),
