@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import List
 
 import pytest
 from gateway_rig import HERE, POLICY, Rig
+
+from ctrlrun import open_store
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-11-25", "capabilities": {},
@@ -157,3 +162,113 @@ def test_which_transport_serves_the_agent(tmp_path, stdin, stderr, expected):
             stderr=subprocess.STDOUT if stderr == "stdout" else subprocess.PIPE, timeout=60)
     said = (proc.stdout if stderr == "stdout" else proc.stderr).decode()
     assert proc.returncode == 0 and said == expected, said
+
+
+def read_until(sock: socket.socket, request_id: int) -> dict:
+    """The agent's side of a socket stdout: lines until the answer to ``request_id``."""
+    buffer, got = b"", {}
+    while request_id not in got:
+        chunk = sock.recv(65536)
+        assert chunk, f"the gateway's stdout ended before answer {request_id}: {got}"
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        got.update(answers(lines))
+    return got[request_id]
+
+
+@pytest.mark.parametrize("shape", ["two sockets", "two sockets, stdout half-closed",
+                                   "one socket both ways"])
+def test_sockets_for_stdin_and_stdout_are_served(tmp_path, shape):
+    # Node's child_process hands a child a socket pair each for stdin and stdout; socat and
+    # inetd-style launchers one socket both ways (then the SDK's transport serves). An agent
+    # that shuts down the writing side of a socket it only reads has not left.
+    agent_in, gw_in = socket.socketpair()
+    if shape == "one socket both ways":
+        agent_out, gw_out = agent_in, gw_in
+    else:
+        agent_out, gw_out = socket.socketpair()
+    proc = gateway(tmp_path, stdin=gw_in, stdout=gw_out, stderr=subprocess.PIPE)
+    gw_in.close()
+    gw_out.close()
+    agent_out.settimeout(60)
+    agent_in.sendall(json.dumps(INIT).encode() + b"\n")
+    assert read_until(agent_out, 1)["result"]["serverInfo"]["name"] == "ctrlrun-gateway-acme"
+    if shape.endswith("half-closed"):
+        agent_out.shutdown(socket.SHUT_WR)
+        time.sleep(0.3)
+    agent_in.sendall(b"".join(json.dumps(m).encode() + b"\n" for m in (READY, lookup(2, "pi_k"))))
+    assert read_until(agent_out, 2)["result"]["content"][0]["text"] == "payment pi_k is settled"
+    agent_in.shutdown(socket.SHUT_WR)
+    assert proc.wait(30) == 0
+    assert b"Traceback" not in proc.stderr.read()
+
+
+PROBE = ("import fcntl, os, sys; sys.stderr.write('blocking after: %s %s' % tuple(not fcntl.fcntl"
+         "(fd, fcntl.F_GETFL) & os.O_NONBLOCK for fd in (0, 1)))")
+
+
+@pytest.mark.parametrize("end", ["stdin closed", "SIGTERM", "SIGTERM, then the agent reads"])
+def test_an_agent_that_never_reads_still_lets_the_gateway_end_and_its_pipes_stay_blocking(
+        tmp_path, end):
+    # 20 answers of 200 kB pile up unread. Closing stdin, or a SIGTERM (whose grace ends in
+    # os._exit), still ends the gateway; a shell sharing its pipes finds them blocking again.
+    (tmp_path / "ctrlrun.yaml").write_text(POLICY)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
+    env["UPSTREAM_LOG"] = str(tmp_path / "upstream.log")
+    command = [sys.executable, "-m", "ctrlrun", "gateway", "--name", "acme", "--store",
+               f"sqlite:///{tmp_path}/store.db", "--", sys.executable,
+               str(HERE / "mcp_upstream.py")]
+    script = (" ".join(f"'{a}'" for a in command)
+              + f"; echo rc=$? >&2; '{sys.executable}' -c \"{PROBE}\"")
+    shell = subprocess.Popen(["sh", "-c", script], cwd=tmp_path, env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    shell.stdin.write(json.dumps(INIT).encode() + b"\n")
+    shell.stdin.flush()
+    first = shell.stdout.readline()
+    assert first and answers([first])[1]["result"], (first, shell.stderr.read())
+    big = [lookup(2 + i, f"p{i}-" + "y" * 200_000) for i in range(20)]
+
+    def send() -> None:
+        try:
+            for message in [READY] + big:
+                shell.stdin.write(json.dumps(message).encode() + b"\n")
+            shell.stdin.flush()
+        except BrokenPipeError:
+            pass
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    sender.join(5)
+    if end == "stdin closed":
+        os.close(shell.stdin.fileno())  # even while the sender is blocked in a write
+        shell.stdin = None
+    else:
+        children = f"/proc/{shell.pid}/task/{shell.pid}/children"
+        with open(children) as f:  # the shell's one child: the gateway
+            os.kill(int(f.read().split()[0]), signal.SIGTERM)
+    if end.endswith("reads"):  # as the gateway ends, the lines it had not read yet arrive
+        _, err = shell.communicate(timeout=60)
+    else:
+        err = shell.stderr.read()  # the agent still reads nothing on stdout
+    assert shell.wait(60) == 0
+    assert b"rc=0" in err and err.endswith(b"blocking after: True True"), err
+    assert b"Traceback" not in err
+
+
+def test_an_agent_that_closes_the_gateways_stdout_ends_the_call_in_flight_ambiguous(tmp_path):
+    proc = gateway(tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                   stderr=subprocess.PIPE)
+    slow = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "slow", "arguments": {"payment_id": "pi_gone", "seconds": 20}}}
+    proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in (INIT, READY, slow)))
+    proc.stdin.flush()
+    assert answers([proc.stdout.readline()])[1]["result"]
+    store = open_store(f"sqlite:///{tmp_path}/store.db")
+    deadline = time.monotonic() + 60
+    while store.get_effect("slow:pi_gone") is None:  # the call is in flight
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.stdout.close()
+    assert proc.wait(60) == 0
+    assert store.get_effect("slow:pi_gone").state.value == "ambiguous"
+    assert b"Traceback" not in proc.stderr.read()

@@ -29,11 +29,10 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from . import _core, _io_threads
+from . import _core, _gateway_stdio, _io_threads
 from ._gateway import Gateway, upstream_tools
 from ._gateway_upstream import Upstream, WatchedStream, brief, redacted
 from ._gateway_http import http_client
-from ._gateway_stdio import agent_stdio
 from ._gateway_relay import PassThrough, Relay, handshake_era, notification_options
 from ._policy import current_policy
 from ._store import Store
@@ -81,12 +80,13 @@ async def _start(stack: AsyncExitStack, command: List[str], url: Optional[str],
     return Upstream(session, watched, http=url is not None), init, tools
 
 
-def _only_errors(exc: BaseException) -> bool:
-    """``exc`` is an error, or a group of errors (not a cancellation or an exit)."""
+def _only_errors(exc: BaseException, kinds: Tuple[type, ...] = (Exception,)) -> bool:
+    """``exc`` is an error of ``kinds``, or a group of them (by default: not a cancellation
+    or an exit)."""
     inner = getattr(exc, "exceptions", None)
     if inner is None:
-        return isinstance(exc, Exception)
-    return all(_only_errors(e) for e in inner)
+        return isinstance(exc, kinds)
+    return all(_only_errors(e, kinds) for e in inner)
 
 
 def _first_error(exc: BaseException) -> BaseException:
@@ -210,6 +210,7 @@ def _end_anyway() -> None:
             finish()
         _io_threads.finish_queued()
     sys.stderr.flush()
+    _gateway_stdio.restore()  # the agent's pipes as they were: blocking, for who shares them
     os._exit(0)
 
 
@@ -367,8 +368,14 @@ def _request_id(raw: Any) -> Any:
 async def _run(server: Server[Any], listen: Optional[Tuple[str, int]]) -> None:
     """Serve agents on stdio, or over streamable HTTP on ``listen``."""
     if listen is None:
-        async with agent_stdio() as (r, w):
-            await server.run(_Answered(r, w), w, server.create_initialization_options())
+        try:
+            async with _gateway_stdio.agent_stdio() as (r, w):
+                await server.run(_Answered(r, w), w, server.create_initialization_options())
+        except BaseException as exc:
+            # Ending (a SIGTERM, the agent gone), the SDK's server closes its streams while
+            # its stdio tasks still hand on a line the agent sent: serving is over all the same.
+            if not _only_errors(exc, (anyio.BrokenResourceError, anyio.ClosedResourceError)):
+                raise
         return
     import uvicorn
 
