@@ -47,8 +47,12 @@ _restores: List[Callable[[], None]] = []
 def restore() -> None:
     """Put fd 0 and 1 back as they were before serving (idempotent): for an exit that skips
     the ``finally`` clauses (``os._exit`` after a SIGTERM's grace)."""
-    while _restores:
-        _restores.pop()()
+    while True:
+        try:
+            back = _restores.pop()  # atomic: the SIGTERM's thread and the loop may both call
+        except IndexError:
+            return
+        back()
 
 
 class _Lines(asyncio.Protocol):
