@@ -150,3 +150,21 @@ def build_profile(so_path: str) -> str:
     if names is None:
         return "unknown"
     return "debug" if ".debug_info" in names else "release"
+
+
+def contend(call, keys) -> dict:
+    """One contention process: wait for the start, then ``call(key)`` (True: won) on every key
+    in order."""
+    wait_for_start()
+    won = lost = 0
+    errors = []
+    for key in keys:
+        try:
+            if call(key):
+                won += 1
+            else:
+                lost += 1
+        except Exception as exc:
+            errors.append(f"{key}: {type(exc).__name__}: {exc}")
+    return {"won": won, "lost": lost, "errors": errors[:5], "n_errors": len(errors),
+            "end": time.time()}

@@ -84,9 +84,32 @@ _SQ_RECEIPT = (
 )
 
 
-def sqlite_call(conn, txn, key: str, aid: str, run) -> bool:
-    """One protected call on a fresh ``key``; False when it was taken. ``txn(conn, body)``
-    runs ``body`` in one ``BEGIN IMMEDIATE`` transaction; ``run()`` is the executor."""
+def drive(steps, step):
+    """Run a call written as a generator of steps (``sqlite_steps``, ``pg_steps``): each
+    yielded step is done by ``step(it)``, whose value is sent back; returns the generator's
+    value (whether the key was won)."""
+    value = None
+    try:
+        while True:
+            value = step(steps.send(value))
+    except StopIteration as done:
+        return done.value
+
+
+async def drive_async(steps, step):
+    """As :func:`drive`, awaiting ``step(it)``."""
+    value = None
+    try:
+        while True:
+            value = await step(steps.send(value))
+    except StopIteration as done:
+        return done.value
+
+
+def sqlite_steps(conn, key: str, aid: str, run):
+    """One protected call on a fresh ``key``: yields the body of each transaction (to run in
+    one ``BEGIN IMMEDIATE`` transaction, its value sent back); returns False when the key was
+    taken. ``run()`` is the executor."""
     now = _now()
     first = _hash(key, 1, None, "reservation", "executing", aid, now)
 
@@ -99,7 +122,7 @@ def sqlite_call(conn, txn, key: str, aid: str, run) -> bool:
                                    ARGS, WRITER))
         return True
 
-    if not txn(conn, reserve):
+    if not (yield reserve):
         return False
     result = str(run())
 
@@ -111,7 +134,7 @@ def sqlite_call(conn, txn, key: str, aid: str, run) -> bool:
         conn.execute(_SQ_RECEIPT, (key, 2, first, second, at, "outcome", aid, "committed",
                                    ARGS, WRITER))
 
-    txn(conn, outcome)
+    yield outcome
     return True
 
 
@@ -175,20 +198,22 @@ class PgReceipts:
         )
 
 
-def pg_call(conn, sql: PgReceipts, key: str, aid: str, run, prepare: bool) -> bool:
+def pg_steps(sql: PgReceipts, key: str, aid: str, run):
+    """One protected call on a fresh ``key``: yields each autocommit statement as
+    ``(sql, params)`` (its first row, or None, sent back); returns False when it was taken."""
     now = _now()
     first = _hash(key, 1, None, "reservation", "executing", aid, now)
-    row = conn.execute(sql.reserve, {
+    row = yield sql.reserve, {
         "key": key, "aid": aid, "now": now, "until": now + LEASE_US,
         "token": os.urandom(16).hex(), "writer": WRITER, "args": ARGS, "fields": "key " + ARGS,
-        "hash": first}, prepare=prepare).fetchone()
+        "hash": first}
     if row is None:
         return False
     result = str(run())
     at = _now()
     second = _hash(key, 2, first, "outcome", "committed", aid, at)
-    row = conn.execute(sql.outcome, {
+    row = yield sql.outcome, {
         "now": at, "result": result, "writer": WRITER, "prev": first, "hash": second,
-        "key": key, "aid": aid}, prepare=prepare).fetchone()
+        "key": key, "aid": aid}
     assert row is not None
     return True

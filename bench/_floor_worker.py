@@ -21,6 +21,9 @@ Variants of one protected call on a fresh key:
 
 ``read``: one SELECT by primary key per call (the duplicate path's floor).
 
+With ``async`` set, ``min`` and ``receipts`` on SQLite and ``autocommit`` and ``receipts`` on
+PostgreSQL are awaited on an asyncio loop instead (``_floor_async.py``).
+
 Modes: sqlite_info, sqlite_latency, sqlite_read, sqlite_contend, pg_info, pg_latency, pg_read,
 pg_contend, pg_stats, pg_drop.
 """
@@ -33,6 +36,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common  # noqa: E402
+import _floor_async  # noqa: E402
 import _floor_receipts  # noqa: E402
 
 COLUMNS = ("effect_key, state, action_id, attempt, created_at, updated_at, lease_expires_at, "
@@ -119,21 +123,32 @@ def sqlite_txn(conn, body):
     return value
 
 
-def sqlite_call(conn, variant: str, key: str, marks=None) -> bool:
-    """One protected call on ``key``; False when the key was already taken."""
+def sqlite_steps(conn, variant: str, key: str, marks=None):
+    """A call of ``min`` or ``receipts`` as a generator of transaction bodies
+    (``_floor_receipts.drive``)."""
     aid = action_id()
     if variant == "receipts":
-        return _floor_receipts.sqlite_call(conn, sqlite_txn, key, aid,
-                                           lambda: executor(marks, key))
-    if variant == "min":
+        return _floor_receipts.sqlite_steps(conn, key, aid, lambda: executor(marks, key))
+    assert variant == "min", variant
+
+    def steps():
         now = now_us()
-        won = sqlite_txn(conn, lambda: conn.execute(
-            SQ_INSERT_MIN, (key, aid, now, now + LEASE_US)).rowcount == 1)
+        won = yield lambda: conn.execute(SQ_INSERT_MIN, (key, aid, now,
+                                                         now + LEASE_US)).rowcount == 1
         if not won:
             return False
         result = executor(marks, key)
-        sqlite_txn(conn, lambda: conn.execute(SQ_OUTCOME_MIN, (now_us(), str(result), key, aid)))
+        yield lambda: conn.execute(SQ_OUTCOME_MIN, (now_us(), str(result), key, aid))
         return True
+    return steps()
+
+
+def sqlite_call(conn, variant: str, key: str, marks=None) -> bool:
+    """One protected call on ``key``; False when the key was already taken."""
+    if variant in ("min", "receipts"):
+        return _floor_receipts.drive(sqlite_steps(conn, variant, key, marks),
+                                     lambda body: sqlite_txn(conn, body))
+    aid = action_id()
 
     def reserve():
         if conn.execute(SQ_SELECT, (key,)).fetchone() is not None:
@@ -269,22 +284,37 @@ def pg_txn(conn, body):
     return value
 
 
-def pg_call(conns: PgConns, sql: PgSql, variant: str, key: str, marks=None) -> bool:
+def first_row(cur):
+    """The statement's first row, or None (also for a statement that returns no rows)."""
+    return cur.fetchone() if cur.description is not None else None
+
+
+def pg_steps(sql: PgSql, variant: str, key: str, marks=None):
+    """A call of ``autocommit`` or ``receipts`` as a generator of autocommit statements
+    ``(sql, params)`` (``_floor_receipts.drive``)."""
     aid = action_id()
-    conn = conns.durable
     if variant == "receipts":
-        return _floor_receipts.pg_call(conn, sql.receipts, key, aid,
-                                       lambda: executor(marks, key), PREPARE)
-    if variant == "autocommit":
+        return _floor_receipts.pg_steps(sql.receipts, key, aid, lambda: executor(marks, key))
+    assert variant == "autocommit", variant
+
+    def steps():
         now = now_us()
-        row = conn.execute(sql.insert_min, {"key": key, "aid": aid, "now": now,
-                                            "until": now + LEASE_US}, prepare=PREPARE).fetchone()
+        row = yield sql.insert_min, {"key": key, "aid": aid, "now": now, "until": now + LEASE_US}
         if row is None:
             return False
         result = executor(marks, key)
-        conn.execute(sql.outcome_min, {"now": now_us(), "result": str(result), "key": key,
-                                       "aid": aid}, prepare=PREPARE)
+        yield sql.outcome_min, {"now": now_us(), "result": str(result), "key": key, "aid": aid}
         return True
+    return steps()
+
+
+def pg_call(conns: PgConns, sql: PgSql, variant: str, key: str, marks=None) -> bool:
+    conn = conns.durable
+    if variant in ("autocommit", "receipts"):
+        return _floor_receipts.drive(
+            pg_steps(sql, variant, key, marks),
+            lambda st: first_row(conn.execute(st[0], st[1], prepare=PREPARE)))
+    aid = action_id()
     if variant == "min":
         now = now_us()
         row = pg_txn(conn, lambda c: c.execute(
@@ -321,22 +351,6 @@ def pg_call(conns: PgConns, sql: PgSql, variant: str, key: str, marks=None) -> b
 
 # -- modes ----------------------------------------------------------------------------------
 
-def contend(call, keys) -> dict:
-    _common.wait_for_start()
-    won = lost = 0
-    errors = []
-    for key in keys:
-        try:
-            if call(key):
-                won += 1
-            else:
-                lost += 1
-        except Exception as exc:
-            errors.append(f"{key}: {type(exc).__name__}: {exc}")
-    return {"won": won, "lost": lost, "errors": errors[:5], "n_errors": len(errors),
-            "end": time.time()}
-
-
 def main() -> None:
     global PREPARE
     cfg = _common.config()
@@ -353,6 +367,10 @@ def main() -> None:
 
         _common.answer({"sqlite_version": sqlite3.sqlite_version,
                         "python": sys.version.split()[0]})
+    elif mode == "sqlite_latency" and cfg.get("async"):
+        conn = sqlite_open(cfg)
+        _common.answer(_floor_async.sqlite_latency(
+            conn, sqlite_txn, lambda i: sqlite_steps(conn, variant, f"{prefix}{i}"), n, warmup))
     elif mode == "sqlite_latency":
         conn = sqlite_open(cfg)
         _common.answer(_common.time_calls(
@@ -371,7 +389,7 @@ def main() -> None:
         _common.answer({"ok": True})
     elif mode == "sqlite_contend":
         conn = sqlite_open(cfg)
-        _common.answer(contend(lambda k: sqlite_call(conn, variant, k, marks), cfg["keys"]))
+        _common.answer(_common.contend(lambda k: sqlite_call(conn, variant, k, marks), cfg["keys"]))
     elif mode == "pg_info":
         conn, _ = pg_open(cfg, create=False)
         import psycopg
@@ -384,6 +402,11 @@ def main() -> None:
         show["libpq"] = psycopg.pq.version()
         show["psycopg_impl"] = psycopg.pq.__impl__
         _common.answer(show)
+    elif mode == "pg_latency" and cfg.get("async"):
+        conn, sql = pg_open(cfg)  # makes the schema
+        conn.close()
+        _common.answer(_floor_async.pg_latency(
+            cfg["pg_url"], PREPARE, lambda i: pg_steps(sql, variant, f"{prefix}{i}"), n, warmup))
     elif mode == "pg_latency":
         conn, sql = pg_open(cfg)
         _common.answer(_common.time_calls(
@@ -403,7 +426,7 @@ def main() -> None:
         _common.answer({"ok": True})
     elif mode == "pg_contend":
         conn, sql = pg_open(cfg, create=False)
-        _common.answer(contend(lambda k: pg_call(conn, sql, variant, k, marks), cfg["keys"]))
+        _common.answer(_common.contend(lambda k: pg_call(conn, sql, variant, k, marks), cfg["keys"]))
     elif mode == "pg_stats":
         conn, _ = pg_open(cfg, create=False)
         wal = conn.execute("SELECT wal_records, wal_write, wal_sync FROM pg_stat_wal").fetchone()
