@@ -1,6 +1,8 @@
 """The gateway's cost: one ``tools/call`` made directly to an upstream MCP server, beside the
-same call through ``ctrlrun gateway`` (unreserved, and reserved by an effect key), on the same
-upstream in the same run.
+same call through the bare SDK proxy and ``ctrlrun gateway`` (unreserved, and reserved by an
+effect key), on the same upstream in the same run; then the store's two writes alone (an async
+protected call in this process, paced as the gateway's are), and the gateway's own time: the
+reserved row less the bare proxy less the store's writes.
 
     python bench/gateway.py [--calls N] [--store URL ...] [--json FILE]
 
@@ -71,7 +73,49 @@ def measure(store: str, n: int, work: Path) -> Dict[str, Any]:
         times = anyio.run(_timed, params, tool, n)
         rows[name] = {"p50_us": statistics.median(times),
                       "p99_us": statistics.quantiles(times, n=100)[98]}
+    # The store's two writes as the gateway makes them: an async protected call in this
+    # process on the same store, its body idle as long as the upstream's call and the calls
+    # as far apart as the agent's round trip through the bare proxy (an idle database and
+    # idle threads are slower to answer than busy ones).
+    direct_us = rows["direct to the upstream"]["p50_us"]
+    hop_us = rows["bare SDK proxy"]["p50_us"] - direct_us
+    times = anyio.run(_store_writes, store, n, direct_us / 1e6, max(hop_us, 0) / 1e6)
+    rows[STORE_ROW] = {"p50_us": statistics.median(times),
+                       "p99_us": statistics.quantiles(times, n=100)[98]}
     return rows
+
+
+STORE_ROW = "the store's two writes"
+OWN_ROW = "the gateway's own"
+
+
+async def _store_writes(store: str, n: int, body_s: float, gap_s: float) -> List[float]:
+    """Per call, the time of an async protected call less its body's own time."""
+    import ctrlrun
+
+    opened = ctrlrun.open_store(store)
+    spent = [0.0]
+
+    @ctrlrun.protect("bench.gateway.store", effect="gwstore:{key}", store=opened)
+    async def call(key: str) -> int:
+        t = time.perf_counter_ns()
+        await anyio.sleep(body_s)
+        spent[0] = (time.perf_counter_ns() - t) / 1000
+        return 1
+
+    run = uuid.uuid4().hex[:8]
+    try:
+        for i in range(20):
+            await call(f"w{run}{i}")
+        out = []
+        for i in range(n):
+            await anyio.sleep(gap_s)
+            t = time.perf_counter_ns()
+            await call(f"{run}{i}")
+            out.append((time.perf_counter_ns() - t) / 1000 - spent[0])
+        return out
+    finally:
+        opened.close()
 
 
 def main() -> None:
@@ -99,8 +143,14 @@ def main() -> None:
             " " + store.split("synchronous=")[1] if "synchronous=" in store else "")
         base = rows["direct to the upstream"]["p50_us"]
         for name, row in rows.items():
+            added = "" if name == STORE_ROW else f"{row['p50_us'] - base:>+9.1f}"
             print(f"{label:<40} {name:<28} {row['p50_us']:>9.1f} {row['p99_us']:>9.1f} "
-                  f"{row['p50_us'] - base:>+9.1f}")
+                  f"{added:>9}")
+        own = (rows["gateway, reserved"]["p50_us"] - rows["bare SDK proxy"]["p50_us"]
+               - rows[STORE_ROW]["p50_us"])
+        rows[OWN_ROW] = {"p50_us": own}
+        print(f"{label:<40} {OWN_ROW:<28} {own:>9.1f}   (reserved - bare SDK proxy - the "
+              f"store's two writes)")
         results[label] = rows
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -40,6 +40,8 @@ PSYCOPG = "psycopg[binary]==3.3.9"
 CTRLRUN_WORKER = os.path.join(BENCH, "_ctrlrun_worker.py")
 REF_WORKER = os.path.join(BENCH, "_ref_worker.py")
 FLOOR_WORKER = os.path.join(BENCH, "_floor_worker.py")
+sys.path.insert(0, BENCH)
+import _report  # noqa: E402
 
 CONTENTION_PROCS = 8
 CONTENTION_KEYS = 200
@@ -377,6 +379,9 @@ class Bench:
             add(Spec(b, "floor.receipts", "floor",
                      f"floor: 2 autocommit statements + receipts, columns, indexes, {psycopg}", dur,
                      "latency", floor("pg_latency", "receipts")))
+            add(Spec(b, "floor.receipts.unprepared", "floor",
+                     "floor: 2 autocommit statements + receipts, columns, indexes, psycopg, "
+                     "unprepared", dur, "latency", floor("pg_latency", "receipts", prepare=False)))
             add(Spec(b, "floor.auto.async", "floor",
                      f"floor: 2 autocommit statements, {psycopg} async", dur, "latency",
                      floor("pg_latency", "autocommit", is_async=True)))
@@ -504,276 +509,6 @@ def loadavg() -> Optional[float]:
 
 
 # -- reporting ------------------------------------------------------------------------------
-
-
-def ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
-    if a is None or b is None or b == 0:
-        return None
-    return a / b
-
-
-def fmt_ratio(x: Optional[float]) -> str:
-    return "-" if x is None else f"{x:.2f}x"
-
-
-def fmt_num(x: Optional[float], digits: int = 1) -> str:
-    if x is None:
-        return "-"
-    return f"{x:,.{digits}f}"
-
-
-def table(headers: List[str], rows: List[List[str]], align: str) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(headers)]
-    def line(cells: List[str]) -> str:
-        out = []
-        for i, c in enumerate(cells):
-            out.append(c.ljust(widths[i]) if align[i] == "l" else c.rjust(widths[i]))
-        return "  ".join(out).rstrip()
-    sep = "  ".join("-" * w for w in widths)
-    return "\n".join([line(headers), sep, *(line(r) for r in rows)])
-
-
-def report(bench: Bench, syscalls: Dict[str, Dict[str, float]]) -> Tuple[str, Dict[str, Any],
-                                                                          bool]:
-    by_id: Dict[Tuple[str, str], Spec] = {(s.backend, s.id): s for s in bench.specs}
-
-    def med(backend: str, rid: str) -> Optional[Dict[str, Any]]:
-        s = by_id.get((backend, rid))
-        return s.median() if s else None
-
-    def p50(backend: str, rid: str) -> Optional[float]:
-        m = med(backend, rid)
-        return None if m is None else m["p50_us"]
-
-    def mean(backend: str, rid: str) -> Optional[float]:
-        """Mean time per call in µs: the timed loop's wall time / calls."""
-        m = med(backend, rid)
-        return None if m is None or not m.get("per_s_wall") else 1e6 / m["per_s_wall"]
-
-    def total(backend: str, rid: str) -> Optional[float]:
-        m = med(backend, rid)
-        return None if m is None else m["total_s"]
-
-    out: List[str] = []
-    targets: List[Dict[str, Any]] = []
-    all_once = True
-
-    def target(backend: str, name: str, value: Optional[float], goal: str, ok: Optional[bool],
-               note: str = "") -> None:
-        verdict = "n/a" if ok is None else ("MET" if ok else "MISSED")
-        targets.append({"backend": backend, "check": name, "measured": value, "goal": goal,
-                        "verdict": verdict, "note": note})
-
-    def cpu(backend: str, rid: str) -> Optional[float]:
-        m = med(backend, rid)
-        return None if m is None else m["cpu_us_per_call"]
-
-    def async_targets(backend: str, sfx: str, label: str, goal: str, limit: float,
-                      floors: Tuple[str, ...]) -> None:
-        """Issue 14: async p50 and client CPU against sync's, beside the same ratios for the
-        floors awaited off the loop (_floor_async.py): the part of the target that keeping the
-        store's I/O off the event loop takes by itself."""
-        met = (lambda r: None if r is None else r <= limit) if goal != "info" else (lambda r: None)
-        r = ratio(p50(backend, f"ctrlrun.async{sfx}"), p50(backend, f"ctrlrun.sync{sfx}"))
-        target(backend, f"async p50 / sync p50{label}", r, goal, met(r))
-        for f in floors:
-            r = ratio(p50(backend, f"floor.{f}.async{sfx}"), p50(backend, f"floor.{f}{sfx}"))
-            target(backend, f"  the same, floor {f}: async / sync{label}", r, "info", None)
-        last = floors[-1]
-        r = ratio(p50(backend, f"ctrlrun.async{sfx}"), p50(backend, f"floor.{last}.async{sfx}"))
-        target(backend, f"  ctrlrun async p50 / floor {last} async p50{label}", r, "info", None)
-        cpu_goal = "<= 1.5x" if goal != "info" else "info"
-        r = ratio(cpu(backend, f"ctrlrun.async{sfx}"), cpu(backend, f"ctrlrun.sync{sfx}"))
-        target(backend, f"async client CPU / sync client CPU{label}", r, cpu_goal,
-               None if cpu_goal == "info" or r is None else r <= 1.5)
-        for f in floors:
-            r = ratio(cpu(backend, f"floor.{f}.async{sfx}"), cpu(backend, f"floor.{f}{sfx}"))
-            target(backend, f"  the same, floor {f}: async CPU / sync CPU{label}", r, "info",
-                   None)
-
-    for backend in ("sqlite", "postgres", "pgbouncer"):
-        specs = [s for s in bench.specs if s.backend == backend]
-        if not specs:
-            continue
-        title = {"sqlite": "SQLite (WAL)",
-                 "postgres": "PostgreSQL (synchronous_commit=on)",
-                 "pgbouncer": "PostgreSQL through PgBouncer (transaction mode, "
-                              "synchronous_commit=on)"}[backend]
-        n = bench.n_sqlite if backend == "sqlite" else bench.n_pg
-        out.append("")
-        out.append(f"== {title}: {n} calls per run, {bench.repeats} runs, the median run shown ==")
-        floor_full = {"sqlite": {"FULL": p50(backend, "floor.min.FULL"),
-                                 "NORMAL": p50(backend, "floor.min.NORMAL")},
-                      "postgres": {"sync_commit=on": p50(backend, "floor.min")},
-                      "pgbouncer": {"sync_commit=on": p50(backend, "floor.min")}}[backend]
-        read_floor = p50(backend, "dup.floor")
-        ref_p50 = {"sqlite": p50(backend, "ref.sync.NORMAL"),
-                   "postgres": p50(backend, "ref.sync"), "pgbouncer": None}[backend]
-        rows = []
-        for s in specs:
-            if s.kind == "contention":
-                continue
-            m = s.median()
-            if m is None:
-                continue
-            extra = ""
-            if backend == "sqlite" and s.id in syscalls:
-                extra = f"{syscalls[s.id]['fsync_per_call']:.2f}"
-            elif backend == "postgres" and "server_commits_per_call" in m:
-                extra = (f"{m['server_commits_per_call']:.2f} / "
-                         f"{m['wal_syncs_per_call']:.2f}")
-            if s.kind in ("dup", "read"):
-                vs_floor = ratio(m["p50_us"], read_floor)
-            else:
-                vs_floor = ratio(m["p50_us"], floor_full.get(s.durability))
-            vs_ref = None
-            if s.kind == "latency" and s.who == "ctrlrun" and ref_p50 is not None:
-                vs_ref = ratio(ref_p50, m["p50_us"])
-            if s.kind == "dup" and s.who == "ctrlrun":
-                vs_ref = ratio(p50(backend, "dup.ref"), m["p50_us"])
-            p50s = [r["p50_us"] for r in s.results]
-            rows.append([s.label, s.durability, fmt_num(m["per_s"], 0),
-                         fmt_num(m["per_s_wall"], 0), fmt_num(m["p50_us"]),
-                         f"{min(p50s):,.0f}-{max(p50s):,.0f}", fmt_num(m["p99_us"]), fmt_num(m["cpu_us_per_call"]), extra,
-                         fmt_ratio(vs_floor), fmt_ratio(vs_ref)])
-        io_head = "fsync/call" if backend == "sqlite" else "commits/WAL syncs per call"
-        if backend == "pgbouncer":
-            out.append("  Through the pooler the floors send every statement unnamed (psycopg "
-                       "with prepare_threshold=None): a prepared one would not be there on the "
-                       "next server connection.")
-        out.append(table(
-            ["workload", "durability", "calls/s (1/p50)", "calls/s (N/wall)", "p50 us",
-             "p50 of runs", "p99 us", "client cpu us/call", io_head, "time/call vs floor",
-             "speed vs original"],
-            rows, "llrrrrrrrrr"))
-        out.append("  time/call vs floor: p50 / p50 of the 2-txn floor at the same durability "
-                   "(duplicate rows: / one indexed read).")
-        out.append("  speed vs original: the original's p50 / this p50 (original at its default, "
-                   "NORMAL on SQLite).")
-
-        crow = []
-        for s in specs:
-            if s.kind != "contention":
-                continue
-            m = s.median()
-            if m is None:
-                continue
-            all_once = all_once and all(r["exactly_once"] and r["errors"] == 0
-                                        for r in s.results)
-            fl = total(backend, f"contend.floor.min.{s.durability}" if backend == "sqlite"
-                       else "contend.floor.min")
-            crow.append([s.label, s.durability, f"{m['total_s']:.3f}",
-                         ", ".join(f"{r['total_s']:.3f}" for r in s.results),
-                         f"{m['executions']}/{CONTENTION_KEYS}",
-                         str(sum(r["double_executions"] for r in s.results)),
-                         str(sum(r["errors"] for r in s.results)),
-                         "yes" if all(r["exactly_once"] for r in s.results) else "NO",
-                         fmt_ratio(ratio(m["total_s"], fl))])
-        if crow:
-            out.append("")
-            out.append(table(["contention", "durability", "total s (median)", "all runs s",
-                              "executions", "doubles (all runs)", "errors",
-                              "every key exactly once", "vs floor 2 txns"], crow,
-                             "llrrrrrlr"))
-
-        # targets
-        if backend == "sqlite":
-            c_norm, c_full = p50(backend, "ctrlrun.sync.NORMAL"), p50(backend, "ctrlrun.sync.FULL")
-            r = ratio(ref_p50, c_norm)
-            target(backend, "protected calls/s vs the original (both NORMAL)", r, ">= 10x",
-                   None if r is None else r >= 10)
-            r = ratio(ref_p50, c_full)
-            target(backend, "protected calls/s vs the original (ours FULL, theirs NORMAL)", r,
-                   "info", None)
-            r = ratio(c_norm, p50(backend, "floor.min.NORMAL"))
-            target(backend, "time/call vs engine floor, NORMAL (2 txns)", r, "<= 1.5x",
-                   None if r is None else r <= 1.5)
-            r = ratio(c_full, p50(backend, "floor.min.FULL"))
-            target(backend, "time/call vs engine floor, FULL (2 txns)", r, "<= 1.2x",
-                   None if r is None else r <= 1.2)
-            for sync in ("NORMAL", "FULL"):
-                r = ratio(p50(backend, f"ctrlrun.sync.{sync}"), p50(backend, f"floor.same.{sync}"))
-                target(backend, f"time/call vs floor with ctrlrun's statements, {sync}", r, "info",
-                       None)
-                r = ratio(p50(backend, f"floor.receipts.{sync}"), p50(backend, f"floor.min.{sync}"))
-                target(backend, f"the receipts floor vs engine floor, {sync} (the part of the "
-                       f"target receipts, columns and indexes take)", r, "info", None)
-                r = ratio(p50(backend, f"ctrlrun.sync.{sync}"),
-                          p50(backend, f"floor.receipts.{sync}"))
-                target(backend, f"time/call vs floor with receipts and indexes, {sync}", r,
-                       "info", None)
-            for sync in ("NORMAL", "FULL"):
-                async_targets(backend, f".{sync}", f", {sync}", "<= 1.5x" if sync == "NORMAL"
-                              else "info", 1.5, ("min", "receipts"))
-            r = ratio(total(backend, "contend.ctrlrun.FULL"),
-                      total(backend, "contend.floor.min.FULL"))
-            target(backend, "contention total time vs floor, FULL (2 txns)", r, "<= 1.5x",
-                   None if r is None else r <= 1.5)
-            r = ratio(total(backend, "contend.ctrlrun.NORMAL"),
-                      total(backend, "contend.floor.min.NORMAL"))
-            target(backend, "contention total time vs floor, NORMAL (2 txns)", r, "<= 1.5x",
-                   None if r is None else r <= 1.5)
-        elif backend == "pgbouncer":
-            c = p50(backend, "ctrlrun.sync")
-            r = ratio(c, p50(backend, "floor.min"))
-            target(backend, "time/call vs the unprepared psycopg floor, both via PgBouncer", r,
-                   "<= 1.3x", None if r is None else r <= 1.3)
-            r = ratio(c, p50("postgres", "ctrlrun.sync"))
-            target(backend, "time/call via PgBouncer vs ctrlrun direct (the pooler's hop)", r,
-                   "info", None)
-            r = ratio(total(backend, "contend.ctrlrun"), total(backend, "contend.floor.min"))
-            target(backend, "contention total time vs floor (2 txns), both via PgBouncer", r,
-                   "<= 1.5x", None if r is None else r <= 1.5)
-        else:
-            c = p50(backend, "ctrlrun.sync")
-            r = ratio(ref_p50, c)
-            target(backend, "protected calls/s vs the original", r, ">= 10x",
-                   None if r is None else r >= 10)
-            r = ratio(c, p50(backend, "floor.min"))
-            target(backend, "time/call vs raw-driver floor (2 txns)", r, "<= 1.3x",
-                   None if r is None else r <= 1.3)
-            r = ratio(c, p50(backend, "floor.auto"))
-            target(backend, "time/call vs 2 autocommit statements floor, p50", r, "<= 1.3x",
-                   None if r is None else r <= 1.3)
-            r = ratio(mean(backend, "ctrlrun.sync"), mean(backend, "floor.auto"))
-            target(backend, "time/call vs 2 autocommit statements floor, mean", r, "<= 1.3x",
-                   None if r is None else r <= 1.3)
-            r = ratio(c, p50(backend, "floor.same"))
-            target(backend, "time/call vs raw-driver floor with ctrlrun's statements", r,
-                   "info", None)
-            r = ratio(p50(backend, "floor.receipts"), p50(backend, "floor.auto"))
-            target(backend, "the receipts floor vs 2 autocommit statements floor (the part of "
-                   "the target receipts, columns and indexes take)", r, "info", None)
-            r = ratio(c, p50(backend, "floor.receipts"))
-            target(backend, "time/call vs floor with receipts and indexes", r, "info", None)
-            async_targets(backend, "", "", "<= 1.2x", 1.2, ("auto", "receipts"))
-            r = ratio(total(backend, "contend.ctrlrun"), total(backend, "contend.floor.min"))
-            target(backend, "contention total time vs floor (2 txns)", r, "<= 1.5x",
-                   None if r is None else r <= 1.5)
-            r = ratio(p50(backend, "dup.ctrlrun"), p50(backend, "dup.floor.unprepared"))
-            target(backend, "duplicate path vs one unprepared indexed read", r, "info", None)
-        cont = [s for s in specs if s.kind == "contention"]
-        doubles = sum(r["double_executions"] for s in cont for r in s.results)
-        ours = [s for s in cont if s.who == "ctrlrun"]
-        ok = all(r["exactly_once"] and r["errors"] == 0 for s in ours for r in s.results)
-        target(backend, "contention: every key exactly one winner (ctrlrun, all runs)",
-               float(sum(r["double_executions"] for s in ours for r in s.results)),
-               "0 doubles", ok if ours else None,
-               f"doubles across all contention rows incl. floor/original: {doubles}")
-        r = ratio(p50(backend, "dup.ctrlrun"), read_floor)
-        limit = 2.0 if backend == "sqlite" else 1.5  # issue 14 (SQLite); issue 6
-        target(backend, "duplicate path time/call vs one indexed read", r, f"<= {limit:g}x",
-               None if r is None else r <= limit)
-
-    trows = [[t["backend"], t["check"],
-              "-" if t["measured"] is None else (f"{t['measured']:.0f}" if t["goal"] == "0 doubles"
-                                                 else f"{t['measured']:.2f}x"),
-              t["goal"], t["verdict"]] for t in targets]
-    out.append("")
-    out.append("== Targets (medians of the runs; ratios of p50 time per call, or of total time) ==")
-    out.append(table(["backend", "check", "measured", "goal", "verdict"], trows, "llrll"))
-    return "\n".join(out), {"targets": targets}, all_once
 
 
 def fs_of(path: str) -> str:
@@ -934,7 +669,7 @@ def main() -> int:
             cluster.stop()
         shutil.rmtree(bench.workdir, ignore_errors=True)
 
-    text, summary, all_once = report(bench, syscalls)
+    text, summary, all_once = _report.report(bench, syscalls, CONTENTION_KEYS)
     loads = sorted(r["loadavg_1m_before"] for s in bench.specs for r in s.results
                    if r.get("loadavg_1m_before") is not None)
     load_line = ""

@@ -123,3 +123,37 @@ def test_a_row_edited_by_hand_is_a_store_refusal_for_the_agent(tmp_path, store_u
     assert "refund:pi_e" in text and "is not JSON" in text and "nothing was sent" in text, text
     assert len(rig.runs()) == 1
     assert "Traceback" not in rig.stderr.read_text()
+
+
+def test_the_sdk_log_is_one_line_while_serving_and_as_it_was_after(capsys):
+    """While a gateway serves, an SDK record is one line on stderr, the exception named and no
+    traceback, and it does not reach the root logger; afterwards the ``mcp`` logger is as it
+    was (a gateway served in-process, as by an application's tests, leaves nothing behind)."""
+    import logging
+
+    from ctrlrun._gateway_serve import _quiet_sdk_log
+
+    sdk = logging.getLogger("mcp")
+    before = (list(sdk.handlers), sdk.propagate)
+    seen = []
+
+    class Root(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    root = Root()
+    logging.getLogger().addHandler(root)
+    try:
+        with _quiet_sdk_log("acme"):
+            try:
+                raise ValueError("not JSON")
+            except ValueError:
+                logging.getLogger("mcp.client.stdio").exception("Failed to parse\nthe message")
+        logging.getLogger("mcp.client.stdio").error("after serving")
+    finally:
+        logging.getLogger().removeHandler(root)
+    assert (list(sdk.handlers), sdk.propagate) == before
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "ctrlrun gateway acme: the MCP SDK: Failed to parse (not JSON)"], err
+    assert seen == ["after serving"]

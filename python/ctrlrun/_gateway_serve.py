@@ -16,8 +16,8 @@ import signal
 import sys
 import threading
 import time
-from contextlib import AsyncExitStack
-from typing import Any, Dict, List, Optional, Tuple
+from contextlib import AsyncExitStack, contextmanager
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import anyio
 import httpx2
@@ -166,12 +166,22 @@ class _OneLine(logging.Formatter):
         return text
 
 
-def _quiet_sdk_log(alias: str) -> None:
+@contextmanager
+def _quiet_sdk_log(alias: str) -> Iterator[None]:
+    """While the gateway serves, the SDK's log records go to stderr as :class:`_OneLine`s,
+    and only there; the ``mcp`` logger is as it was afterwards (a gateway served in-process,
+    as by tests, leaves no handler behind)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_OneLine(alias))
     sdk = logging.getLogger("mcp")
+    propagate = sdk.propagate
     sdk.addHandler(handler)
     sdk.propagate = False
+    try:
+        yield
+    finally:
+        sdk.removeHandler(handler)
+        sdk.propagate = propagate
 
 
 #: After a SIGTERM, how long the gateway may take to end by itself before it ends anyway (once
@@ -218,7 +228,12 @@ async def serve(alias: str, store: Store, command: List[str], url: Optional[str]
                 listen: Optional[Tuple[str, int]], call_timeout: float) -> None:
     """Start the upstream, then serve agents (on this process's stdin and stdout, or over
     streamable HTTP on ``listen``) until they are done."""
-    _quiet_sdk_log(alias)
+    with _quiet_sdk_log(alias):
+        await _serve(alias, store, command, url, listen, call_timeout)
+
+
+async def _serve(alias: str, store: Store, command: List[str], url: Optional[str],
+                 listen: Optional[Tuple[str, int]], call_timeout: float) -> None:
     _stop_on_sigterm()
     shown = redacted(url) if url else command[0]
     relay = Relay(call_timeout)
