@@ -170,18 +170,29 @@ class _OneLine(logging.Formatter):
 def _quiet_sdk_log(alias: str) -> Iterator[None]:
     """While the gateway serves, the SDK's log records go to stderr as :class:`_OneLine`s,
     and only there; the ``mcp`` logger is as it was afterwards (a gateway served in-process,
-    as by tests, leaves no handler behind)."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_OneLine(alias))
+    as by tests, leaves no handler behind). Gateways served at once in one process share the
+    first one's handler, removed when the last one ends."""
+    global _log_users
     sdk = logging.getLogger("mcp")
-    propagate = sdk.propagate
-    sdk.addHandler(handler)
-    sdk.propagate = False
+    if _log_users == 0:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_OneLine(alias))
+        _log_saved[:] = [handler, sdk.propagate]
+        sdk.addHandler(handler)
+        sdk.propagate = False
+    _log_users += 1
     try:
         yield
     finally:
-        sdk.removeHandler(handler)
-        sdk.propagate = propagate
+        _log_users -= 1
+        if _log_users == 0:
+            handler, sdk.propagate = _log_saved
+            sdk.removeHandler(handler)
+            _log_saved.clear()
+
+
+_log_users = 0
+_log_saved: List[Any] = []
 
 
 #: After a SIGTERM, how long the gateway may take to end by itself before it ends anyway (once
@@ -189,17 +200,22 @@ def _quiet_sdk_log(alias: str) -> Iterator[None]:
 SIGTERM_GRACE = 3.0
 
 
-def _stop_on_sigterm() -> None:
+@contextmanager
+def _stop_on_sigterm() -> Iterator[None]:
     """SIGTERM (how an agent host stops an MCP server) ends the gateway as Ctrl-C does: the
     running loop's own SIGINT handler (``asyncio.Runner``'s) cancels the main task, so each
     call in flight is cancelled at an await and records its outcome (``ambiguous``), never
     left ``executing``. Where the SDK's own transport serves (``_gateway_stdio``), it reads
     stdin on a thread that only a line or the end of the input wakes, which would hold the
     exit until the agent closes it: past
-    ``SIGTERM_GRACE``, once the store writes queued have finished, the process ends anyway."""
+    ``SIGTERM_GRACE``, once the store writes queued have finished, the process ends anyway.
+    The handler that was there comes back when serving ends, unless a SIGTERM came: then the
+    process is ending, and a second SIGTERM is ignored so that it cannot cut that short."""
     if threading.current_thread() is not threading.main_thread():
+        yield
         return
     on_int = signal.getsignal(signal.SIGINT)
+    before = signal.getsignal(signal.SIGTERM)
 
     def handler(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second would cut the ending
@@ -210,6 +226,11 @@ def _stop_on_sigterm() -> None:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGTERM) is handler and before is not None:
+            signal.signal(signal.SIGTERM, before)
 
 
 def _end_anyway() -> None:
@@ -228,13 +249,12 @@ async def serve(alias: str, store: Store, command: List[str], url: Optional[str]
                 listen: Optional[Tuple[str, int]], call_timeout: float) -> None:
     """Start the upstream, then serve agents (on this process's stdin and stdout, or over
     streamable HTTP on ``listen``) until they are done."""
-    with _quiet_sdk_log(alias):
+    with _quiet_sdk_log(alias), _stop_on_sigterm():
         await _serve(alias, store, command, url, listen, call_timeout)
 
 
 async def _serve(alias: str, store: Store, command: List[str], url: Optional[str],
                  listen: Optional[Tuple[str, int]], call_timeout: float) -> None:
-    _stop_on_sigterm()
     shown = redacted(url) if url else command[0]
     relay = Relay(call_timeout)
     async with anyio.create_task_group() as tg:
