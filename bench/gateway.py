@@ -24,7 +24,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import anyio
 from mcp.client.session import ClientSession
@@ -35,20 +35,49 @@ UPSTREAM = [sys.executable, str(ROOT / "tests_py" / "mcp_upstream.py")]
 POLICY = 'schema: ctrlrun.policy/v2\nactions:\n  mcp.b.refund:\n    effect: "refund:{payment_id}"\n'
 
 
-async def _timed(params: StdioServerParameters, tool: str, n: int) -> List[float]:
+def _children() -> Dict[int, str]:
+    """This process's child processes: pid -> command line."""
+    me, out = os.getpid(), {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid == me:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    out[int(entry)] = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+    return out
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` itself (all its threads, not its children)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _timed(params: StdioServerParameters, tool: str, n: int) -> Tuple[List[float], float]:
+    """The time of each of ``n`` calls (µs), and the CPU per call (µs) of the server the agent
+    speaks to (the upstream, the proxy or the gateway; not the gateway's upstream)."""
+    before = set(_children())
     async with stdio_client(params, errlog=open(os.devnull, "w")) as (r, w):
         async with ClientSession(r, w) as s:
             await s.initialize()
+            (server,) = set(_children()) - before
             run = uuid.uuid4().hex[:8]
             for i in range(20):  # warm up
                 await s.call_tool(tool, {"payment_id": f"w{run}{i}", "amount": 1})
             out = []
+            cpu0 = _cpu_s(server)
             for i in range(n):
                 t = time.perf_counter_ns()
                 result = await s.call_tool(tool, {"payment_id": f"{run}{i}", "amount": 1})
                 out.append((time.perf_counter_ns() - t) / 1000)
                 assert not result.is_error, result
-            return out
+            return out, (_cpu_s(server) - cpu0) * 1e6 / n
 
 
 def measure(store: str, n: int, work: Path) -> Dict[str, Any]:
@@ -71,9 +100,9 @@ def measure(store: str, n: int, work: Path) -> Dict[str, Any]:
                                ("bare SDK proxy", bare, "refund"),
                                ("gateway, not in the policy", gateway("c"), "refund"),
                                ("gateway, reserved", gateway("b"), "refund")]:
-        times = anyio.run(_timed, params, tool, n)
+        times, cpu = anyio.run(_timed, params, tool, n)
         rows[name] = {"p50_us": statistics.median(times),
-                      "p99_us": statistics.quantiles(times, n=100)[98]}
+                      "p99_us": statistics.quantiles(times, n=100)[98], "cpu_us": cpu}
     # What the decorator's async path costs on the same store (the two writes, and protect's
     # binding, key, fingerprint and result around them): an async protected call in this
     # process, its body idle as long as the upstream's call and the calls as far apart as the
@@ -81,9 +110,9 @@ def measure(store: str, n: int, work: Path) -> Dict[str, Any]:
     # to answer than busy ones).
     direct_us = rows["direct to the upstream"]["p50_us"]
     hop_us = rows["bare SDK proxy"]["p50_us"] - direct_us
-    times = anyio.run(_store_writes, store, n, direct_us / 1e6, max(hop_us, 0) / 1e6)
+    times, cpu = anyio.run(_store_writes, store, n, direct_us / 1e6, max(hop_us, 0) / 1e6)
     rows[STORE_ROW] = {"p50_us": statistics.median(times),
-                       "p99_us": statistics.quantiles(times, n=100)[98]}
+                       "p99_us": statistics.quantiles(times, n=100)[98], "cpu_us": cpu}
     return rows
 
 
@@ -91,8 +120,10 @@ STORE_ROW = "async protect, same store"
 BEYOND_ROW = "reserving, beyond protect"
 
 
-async def _store_writes(store: str, n: int, body_s: float, gap_s: float) -> List[float]:
-    """Per call, the time of an async protected call less its body's own time."""
+async def _store_writes(store: str, n: int, body_s: float,
+                        gap_s: float) -> Tuple[List[float], float]:
+    """Per call, the time of an async protected call less its body's own time; and this
+    process's CPU per call (µs), its core threads' included."""
     import ctrlrun
 
     opened = ctrlrun.open_store(store)
@@ -110,6 +141,7 @@ async def _store_writes(store: str, n: int, body_s: float, gap_s: float) -> List
         for i in range(20):
             await call(f"w{run}{i}")
         out = []
+        cpu0 = time.process_time()
         for i in range(n):
             await anyio.sleep(gap_s)
             spent[0] = None
@@ -118,7 +150,7 @@ async def _store_writes(store: str, n: int, body_s: float, gap_s: float) -> List
             elapsed = (time.perf_counter_ns() - t) / 1000
             assert spent[0] is not None, "the protected call's body did not run"
             out.append(elapsed - spent[0])
-        return out
+        return out, (time.process_time() - cpu0) * 1e6 / n
     finally:
         opened.close()
 
@@ -143,7 +175,7 @@ def main() -> None:
             stores.append(f"{pg}{sep}schema=ctrlrun_scratch_gw_{uuid.uuid4().hex[:8]}")
     results = {}
     print(f"{'store':<16} {'workload':<28} {'p50 us':>9} {'p50 of rounds':>17} {'p99 us':>9} "
-          f"{'vs direct':>9}")
+          f"{'vs direct':>9} {'server cpu us':>13}")
     for store in stores:
         rounds = []
         for _ in range(args.rounds):
@@ -153,14 +185,16 @@ def main() -> None:
             " " + store.split("synchronous=")[1] if "synchronous=" in store else "")
         rows = {name: {"p50_us": statistics.median(r[name]["p50_us"] for r in rounds),
                        "p99_us": statistics.median(r[name]["p99_us"] for r in rounds),
-                       "p50_of_rounds": [r[name]["p50_us"] for r in rounds]}
+                       "p50_of_rounds": [r[name]["p50_us"] for r in rounds],
+                       "cpu_us": statistics.median(r[name]["cpu_us"] for r in rounds)}
                 for name in rounds[0]}
         base = rows["direct to the upstream"]["p50_us"]
         for name, row in rows.items():
             added = "" if name == STORE_ROW else f"{row['p50_us'] - base:>+9.1f}"
             spread = f"{min(row['p50_of_rounds']):,.0f}-{max(row['p50_of_rounds']):,.0f}"
+            cpu = f"{row['cpu_us']:,.0f}"
             print(f"{label:<16} {name:<28} {row['p50_us']:>9.1f} {spread:>17} "
-                  f"{row['p99_us']:>9.1f} {added:>9}")
+                  f"{row['p99_us']:>9.1f} {added:>9} {cpu:>13}")
         beyond = (rows["gateway, reserved"]["p50_us"]
                   - rows["gateway, not in the policy"]["p50_us"] - rows[STORE_ROW]["p50_us"])
         rows[BEYOND_ROW] = {"p50_us": beyond}
