@@ -200,8 +200,7 @@ _log_saved: List[Any] = []
 SIGTERM_GRACE = 3.0
 
 
-@contextmanager
-def _stop_on_sigterm() -> Iterator[None]:
+def _stop_on_sigterm() -> None:
     """SIGTERM (how an agent host stops an MCP server) ends the gateway as Ctrl-C does: the
     running loop's own SIGINT handler (``asyncio.Runner``'s) cancels the main task, so each
     call in flight is cancelled at an await and records its outcome (``ambiguous``), never
@@ -209,13 +208,13 @@ def _stop_on_sigterm() -> Iterator[None]:
     stdin on a thread that only a line or the end of the input wakes, which would hold the
     exit until the agent closes it: past
     ``SIGTERM_GRACE``, once the store writes queued have finished, the process ends anyway.
-    The handler that was there comes back when serving ends, unless a SIGTERM came: then the
-    process is ending, and a second SIGTERM is ignored so that it cannot cut that short."""
+    The handler stays for the rest of the process, on purpose: an agent host commonly closes
+    stdin and then sends SIGTERM, which may arrive after serving ended while the outcome
+    writes still queued are finishing; the default action would cut them off. (``serve`` is
+    the ``ctrlrun gateway`` process's, not an API to embed.)"""
     if threading.current_thread() is not threading.main_thread():
-        yield
         return
     on_int = signal.getsignal(signal.SIGINT)
-    before = signal.getsignal(signal.SIGTERM)
 
     def handler(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second would cut the ending
@@ -226,11 +225,6 @@ def _stop_on_sigterm() -> Iterator[None]:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        if signal.getsignal(signal.SIGTERM) is handler and before is not None:
-            signal.signal(signal.SIGTERM, before)
 
 
 def _end_anyway() -> None:
@@ -249,7 +243,8 @@ async def serve(alias: str, store: Store, command: List[str], url: Optional[str]
                 listen: Optional[Tuple[str, int]], call_timeout: float) -> None:
     """Start the upstream, then serve agents (on this process's stdin and stdout, or over
     streamable HTTP on ``listen``) until they are done."""
-    with _quiet_sdk_log(alias), _stop_on_sigterm():
+    _stop_on_sigterm()
+    with _quiet_sdk_log(alias):
         await _serve(alias, store, command, url, listen, call_timeout)
 
 
