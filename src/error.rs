@@ -101,18 +101,21 @@ impl Error {
         };
         let message = match &c.other_action {
             Some(theirs) => format!(
-                "effect '{key}' {held} under the action '{theirs}', and another action proposes                  the same key: a conflict; refusing it"
+                "effect '{key}' {held} under the action '{theirs}', and another action proposes \
+                 the same key: a conflict; refusing it"
             ),
-            None if c.fields.is_empty() => format!(
-                "effect '{key}' {held} with other arguments: a conflict; refusing it"
-            ),
+            None if c.fields.is_empty() => {
+                format!("effect '{key}' {held} with other arguments: a conflict; refusing it")
+            }
             None => {
                 let names: Vec<String> = c.fields.iter().map(|f| format!("'{f}'")).collect();
                 let which = match names.len() {
                     1 => format!("the argument {} differs", names[0]),
                     _ => format!("the arguments {} differ", names.join(", ")),
                 };
-                format!("effect '{key}' {held} with other arguments ({which}): a conflict; refusing it")
+                format!(
+                    "effect '{key}' {held} with other arguments ({which}): a conflict; refusing it"
+                )
             }
         };
         Error::Conflict {

@@ -108,7 +108,9 @@ def test_another_action_on_a_held_key_is_a_conflict_naming_the_holder(mode, stor
     assert mode.call(deploy, "prod") == "deployed"
     (err,) = release
     assert err.state == "in_progress" and err.other_action == "deploy.app"
-    assert "deploy.app" in str(err)
+    assert str(err) == ("effect 'deploy:prod' is in progress (attempt 1) under the action "
+                        "'deploy.app', and another action proposes the same key: a conflict; "
+                        "refusing it")
 
 
 def test_the_row_names_its_action_and_holder(mode, store, tmp_path):

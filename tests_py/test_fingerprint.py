@@ -447,19 +447,20 @@ def test_varargs_and_kwargs_arrive_under_their_parameter_names() -> None:
     assert fp.digest == digest_text('{"args":[1,2],"kwargs":{"k":"v"}}')
 
 
-def test_exclude_removes_argument_everywhere() -> None:
+def test_exclude_removes_argument_from_the_binding_but_not_from_what_is_shown() -> None:
     fp = fingerprint({"payment_id": "pi_1", "amount": 500, "request_id": "r-9"},
                      exclude=["request_id"])
     assert fp.digest == fingerprint({"payment_id": "pi_1", "amount": 500}).digest
     assert "request_id" not in fp.fields
-    assert "request_id" not in fp.arguments
+    assert fp.arguments["request_id"] == "r-9" and fp.not_bound == ("request_id",)
     assert fp.left_out == ()
 
 
-def test_exclude_of_unfingerprintable_argument_hides_it() -> None:
+def test_exclude_of_unfingerprintable_argument_shows_its_type() -> None:
     fp = fingerprint({"a": 1, "client": object()}, exclude=("client",))
     assert fp.left_out == ()
-    assert fp.arguments == {"a": 1}
+    assert fp.arguments == {"a": 1, "client": {"$unfingerprinted": "builtins.object"}}
+    assert fp.not_bound == ("client",)
 
 
 def test_exclude_of_absent_name_is_harmless() -> None:

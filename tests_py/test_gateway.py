@@ -82,6 +82,9 @@ def test_an_approve_action_runs_once_after_a_person_approves(tmp_path, store_url
     (asked,) = rig.calls(("refund", {"payment_id": "pi_7", "amount": 70}))
     info = ctrl(asked)
     assert info["refused"] == "approval_required" and info["request_id"].startswith("apr_")
+    # what the approver decides on, every argument (the gateway binds them all)
+    assert info["arguments"] == {"payment_id": "pi_7", "amount": 70}
+    assert info["not_bound"] == []
     assert f"ctrlrun approve {info['request_id']} --by NAME" in asked.content[0].text
     assert rig.runs() == []
     ok = subprocess.run([sys.executable, "-m", "ctrlrun", "approve", info["request_id"],

@@ -74,7 +74,14 @@ def test_a_step_that_ends_after_its_loop_closed_keeps_nothing_open(tmp_path):
         holder = locked(path, 0.3)
         asyncio.run(abandon(f"t:late{i}"))
         assert holder.wait(10) == 0
-    time.sleep(0.3)  # every step has ended, after its loop closed
+        holder.stdout.close()
+    # every step ends, after its loop closed: wait until each has landed (under load that
+    # takes longer than the lock is held), then a moment for its thread to let go
+    deadline = time.monotonic() + 30
+    while any(store.get_effect(f"t:late{i}") is None for i in range(5)):
+        assert time.monotonic() < deadline, "the abandoned steps never landed"
+        time.sleep(0.05)
+    time.sleep(0.1)
     # The futures left waiting refer to their loops, so a closed loop with a step in flight
     # is let go when the next loop makes its inbox.
     asyncio.run(abandon("t:next"))

@@ -133,6 +133,62 @@ def test_two_gets_a_fresh_one():
     assert not (pytester.path / ".ctrlrun").exists(), "the working directory's store was untouched"
 
 
+def test_fixtures_of_every_scope_never_write_the_real_store(pytester, monkeypatch):
+    """A session-, module- or class-scoped fixture that makes a protected call as it is set up
+    or torn down goes to a temporary store of its scope, never to .ctrlrun/state.db in the
+    working directory; each scope's store is its own."""
+    monkeypatch.delenv("CTRLRUN_STORE", raising=False)
+    monkeypatch.delenv("CTRLRUN_STATE", raising=False)
+    pytester.makeconftest('''
+import pytest
+import ctrlrun
+
+urls = {}
+
+@ctrlrun.protect("seed", effect="seed:{name}")
+def seed(name):
+    return ctrlrun.default_store().url
+
+@pytest.fixture(scope="session")
+def seeded_session():
+    urls["session"] = seed("s")
+    yield
+    seed("s-teardown")
+
+@pytest.fixture(scope="module")
+def seeded_module():
+    urls["module"] = seed("m")
+    yield
+    seed("m-teardown")
+
+@pytest.fixture(scope="class")
+def seeded_class():
+    urls["class"] = seed("c")
+    yield
+    seed("c-teardown")
+''')
+    pytester.makepyfile(test_scopes='''
+import os
+import pytest
+from conftest import urls
+
+@pytest.mark.usefixtures("seeded_session", "seeded_module")
+def test_session_and_module():
+    assert "ctrlrun-default-session" in urls["session"], urls
+    assert "ctrlrun-default-module" in urls["module"], urls
+
+@pytest.mark.usefixtures("seeded_class")
+class TestInAClass:
+    def test_class(self):
+        assert "ctrlrun-default-class" in urls["class"], urls
+        assert len(set(urls.values())) == 3, urls
+        assert not any(os.path.join(os.getcwd(), ".ctrlrun") in u for u in urls.values())
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=2)
+    assert not (pytester.path / ".ctrlrun").exists(), "the working directory's store was untouched"
+
+
 def test_a_named_store_variable_is_still_obeyed_under_pytest(pytester, tmp_path, monkeypatch):
     monkeypatch.setenv("CTRLRUN_STATE", str(tmp_path / "chosen.db"))
     pytester.makepyfile(test_env='''

@@ -45,8 +45,10 @@ class ApprovalRecord:
         request_id: ``apr_`` + 32 hex digits.
         action: the action name.
         effect_key: the key the call reserves once approved.
-        arguments: the call's canonical arguments by name (what the approver is shown).
+        arguments: every argument of the call, canonical, by name (what the approver is shown).
         args_digest: the digest the approval is bound to.
+        not_bound: the names in ``arguments`` left out of that digest (``fingerprint_exclude``):
+            a call with other values for them matches this approval too.
         state: the :class:`ApprovalState` as of the read.
         requested_at / expires_at: aware UTC datetimes; a pending request, a grant or a denial
             stands until ``expires_at``.
@@ -69,6 +71,7 @@ class ApprovalRecord:
     note: Optional[str]
     used_at: Optional[datetime]
     used_by: Optional[str]
+    not_bound: Tuple[str, ...] = ()
 
     def to_json(self) -> Dict[str, Any]:
         """A JSON-ready dict (times as ISO 8601 text)."""
@@ -81,8 +84,14 @@ class ApprovalRecord:
                 value = value.total_seconds()
             elif isinstance(value, ApprovalState):
                 value = value.value
+            elif isinstance(value, tuple):
+                value = list(value)
             out[name] = value
         return out
+
+
+# Where the stored arguments keep the names the digest leaves out (no parameter is named so).
+NOT_BOUND = "$not_bound"
 
 
 def _when(us: Optional[int]) -> Optional[datetime]:
@@ -92,11 +101,17 @@ def _when(us: Optional[int]) -> Optional[datetime]:
 def approval_from_core(t: Tuple[Any, ...]) -> ApprovalRecord:
     request_id, action, args_digest, effect_key, arguments, state, more = t
     requested, ttl, expires, decided_at, decided_by, note, used_at, used_by = more
+    shown = stored_json(f"the arguments of approval request {request_id!r}", arguments)
+    not_bound: Tuple[str, ...] = ()
+    if isinstance(shown, dict) and NOT_BOUND in shown:
+        names = shown.pop(NOT_BOUND)
+        not_bound = tuple(str(n) for n in names) if isinstance(names, list) else ()
     return ApprovalRecord(
         request_id=request_id,
         action=action,
         effect_key=effect_key,
-        arguments=stored_json(f"the arguments of approval request {request_id!r}", arguments),
+        arguments=shown,
+        not_bound=not_bound,
         args_digest=args_digest,
         state=ApprovalState(state),
         requested_at=micros_to_datetime(requested),
@@ -127,14 +142,18 @@ def refusal(record: ApprovalRecord) -> Exception:
         f"Approve it with `ctrlrun approve {record.request_id} --by NAME` (or "
         f"Store.grant_approval), then call again with the same arguments",
         request_id=record.request_id, action=record.action, effect_key=record.effect_key,
-        arguments=record.arguments, expires_at=record.expires_at,
+        arguments=record.arguments, expires_at=record.expires_at, not_bound=record.not_bound,
     )
 
 
 def ask(store: "Store", action: str, effect_key: str, digest: str,
-        arguments: Dict[str, Any], ttl: timedelta) -> ApprovalRecord:
-    """The request that stands for ``action`` with these arguments, or a new pending one."""
-    text = json.dumps(arguments, sort_keys=True, separators=(",", ":"))
+        arguments: Dict[str, Any], ttl: timedelta, not_bound: Tuple[str, ...] = ()
+        ) -> ApprovalRecord:
+    """The request that stands for ``action`` with these arguments, or a new pending one.
+    ``not_bound``: the names in ``arguments`` the digest leaves out, kept with them (under a
+    key no parameter can have) so that every reader shows them as not bound."""
+    shown = {**arguments, NOT_BOUND: list(not_bound)} if not_bound else arguments
+    text = json.dumps(shown, sort_keys=True, separators=(",", ":"))
     t = store.core.request_approval(action, digest, effect_key, text,
                                     int(ttl / timedelta(microseconds=1)), store.now_us())
     return approval_from_core(t)

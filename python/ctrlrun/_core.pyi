@@ -157,6 +157,16 @@ class Store:
         payload: Optional[str] = None,
         now_us: Optional[int] = None,
     ) -> None: ...
+    def record_outcome(
+        self,
+        pauses: List[float],
+        key: str,
+        action_id: str,
+        attempt: Optional[int],
+        kind: str,
+        payload: Optional[str] = None,
+        now_us: Optional[int] = None,
+    ) -> None: ...
     def extend_lease(
         self,
         key: str,

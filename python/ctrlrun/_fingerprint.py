@@ -188,16 +188,19 @@ class Fingerprint(NamedTuple):
     Attributes:
         digest: digest of the canonical JSON of ``{name: canonical value}`` over included arguments.
         fields: argument name -> digest of that argument's canonical JSON (included arguments).
-        arguments: what an approver is shown: name -> canonical value, or
-            ``{"$unfingerprinted": "module.Qualname"}`` for a left-out argument. Excluded
-            arguments are absent.
-        left_out: sorted names of the unfingerprintable arguments.
+        arguments: what an approver is shown, every argument of the call: name -> canonical
+            value, or ``{"$unfingerprinted": "module.Qualname"}`` for a value with no
+            canonical form.
+        left_out: sorted names of the unfingerprintable arguments (not excluded).
+        not_bound: sorted names of the excluded arguments: shown, but not part of the digest
+            (a call with other values for them matches the same approval).
     """
 
     digest: str
     fields: Dict[str, str]
     arguments: Dict[str, object]
     left_out: Tuple[str, ...]
+    not_bound: Tuple[str, ...] = ()
 
 
 _quote = json.encoder.encode_basestring  # what json.dumps writes for a str (ensure_ascii=False)
@@ -252,8 +255,10 @@ def texts(arguments: Mapping[str, Any], exclude: Collection[str] = ()
 def fingerprint(arguments: Mapping[str, Any], exclude: Collection[str] = ()) -> Fingerprint:
     """Fingerprint a call's bound arguments (by parameter name, defaults applied).
 
-    Names in ``exclude`` are ignored entirely. An unfingerprintable argument is left out of
-    ``digest`` and ``fields``, listed in ``left_out`` and shown by type name in ``arguments``.
+    Names in ``exclude`` are left out of ``digest`` and ``fields`` but still shown in
+    ``arguments`` (an approver sees every argument), and listed in ``not_bound``. An
+    unfingerprintable argument is left out of ``digest`` and ``fields``, listed in ``left_out``
+    and shown by type name in ``arguments``.
     No arguments at all still give a digest (of ``{}``). The digests are the core's
     (:func:`ctrlrun._core.arg_digests`), so they are those a reservation writes.
     """
@@ -264,14 +269,22 @@ def fingerprint(arguments: Mapping[str, Any], exclude: Collection[str] = ()) -> 
     fields = dict(line.split(" ", 1) for line in lines.splitlines())
     shown: Dict[str, object] = {}
     for name in sorted(arguments):
-        if name in exclude:
-            continue
         value = arguments[name]
-        if name in fields:
-            shown[name] = value if type(value) in _PLAIN else canonical(value)
-        else:
+        if name not in fields and not (name in exclude and _has_text(value)):
             shown[name] = {"$unfingerprinted": _qualname(type(value))}
-    return Fingerprint(digest, fields, shown, tuple(left_out))
+        else:
+            shown[name] = value if type(value) in _PLAIN else canonical(value)
+    not_bound = tuple(sorted(n for n in arguments if n in exclude))
+    return Fingerprint(digest, fields, shown, tuple(left_out), not_bound)
+
+
+def _has_text(value: Any) -> bool:
+    """Whether ``value`` has a canonical JSON text (so an approver can be shown it)."""
+    try:
+        _text(value)
+    except Unfingerprintable:
+        return False
+    return True
 
 
 _PLAIN = frozenset((str, int, bool, type(None)))

@@ -60,7 +60,8 @@ def refusal_result(action: str, key: Optional[str], exc: Exception) -> types.Cal
                 f"settle it (`ctrlrun resolve {key} --committed` or `--failed`). Do not retry")
     elif isinstance(exc, ApprovalRequired):
         payload.update(refused="approval_required", request_id=exc.request_id,
-                       expires_at=_iso(exc.expires_at))
+                       expires_at=_iso(exc.expires_at), arguments=exc.arguments,
+                       not_bound=list(exc.not_bound))
         text = (f"needs approval: request {exc.request_id} for {action} is pending; a person "
                 f"approves it with `ctrlrun approve {exc.request_id} --by NAME`, then call again "
                 f"with the same arguments")

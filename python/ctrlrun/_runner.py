@@ -50,8 +50,8 @@ def run(
             beat.stop()
         try:
             call.record(call.raised(exc))
-        except REFUSALS as refusal:
-            raise call.refused(refusal, exc)
+        except REFUSALS as refused:
+            raise call.refused(refused, exc)
         raise
     finally:
         call.leave()

@@ -130,8 +130,8 @@ async def _record_raise(call: Call, exc: BaseException) -> None:
     a cancellation it propagates as it is, else the new cancellation does."""
     try:
         await _finish(_recording(call, call.raised(exc)))
-    except REFUSALS as refusal:
-        raise call.refused(refusal, exc)
+    except REFUSALS as refused:
+        raise call.refused(refused, exc)
     except asyncio.CancelledError:
         if isinstance(exc, asyncio.CancelledError):
             return  # the outcome write goes on in its thread; the cancellation propagates

@@ -14,7 +14,6 @@ import contextvars
 import hashlib
 import logging
 import os
-import time
 from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple, Union
 
 from datetime import timedelta
@@ -32,7 +31,6 @@ from .errors import (
     NotExecuted,
     StoreError,
     StoreUnresolved,
-    StoreWriteFailed,
 )
 
 log = logging.getLogger("ctrlrun")
@@ -42,9 +40,8 @@ current: contextvars.ContextVar[Optional["Call"]] = contextvars.ContextVar(
     "ctrlruncurrent_effect", default=None
 )
 
-# Outcome writes are compare-and-sets, so re-issuing them is safe: this many tries, these pauses.
+# Outcome writes are compare-and-sets, so re-issuing them is safe: the pauses between tries.
 OUTCOME_PAUSES = (0.05, 0.25, 1.0)
-_TRIES = (*OUTCOME_PAUSES, None)  # the pause after each try; None: the last one
 
 # What a failed outcome write raises in place of the executor's exception (chained onto it):
 # the store's refusal, or the write that could not be recorded. Anything else (an interrupt)
@@ -202,7 +199,8 @@ class Call:
         spec = self.spec
         assert spec is not None and spec.approval_ttl is not None
         fp = spec.fingerprint()
-        return ask(self.store, spec.action, self.key, fp.digest, fp.arguments, spec.approval_ttl)
+        return ask(self.store, spec.action, self.key, fp.digest, fp.arguments, spec.approval_ttl,
+                   fp.not_bound)
 
     def granted(self, record: ApprovalRecord) -> None:
         """Go on only with a grant in force: a pending or denied request raises
@@ -254,8 +252,14 @@ class Call:
 
     def refused(self, refusal: BaseException, exc: BaseException) -> BaseException:
         """What the caller gets when recording the outcome of ``exc`` raised one of
-        ``REFUSALS``: the refusal, caused by the executor's exception."""
-        refusal.__cause__ = exc
+        ``REFUSALS``: the refusal, caused by the executor's exception (put at the end of
+        the refusal's own chain of causes, which is kept)."""
+        tail, seen = refusal, {id(refusal)}
+        while tail.__cause__ is not None and id(tail.__cause__) not in seen and \
+                tail.__cause__ is not exc:
+            tail = tail.__cause__
+            seen.add(id(tail))
+        tail.__cause__ = exc
         return refusal
 
     def record_request(self, outcome: Tuple[str, Optional[str]]) -> Tuple[Any, ...]:
@@ -266,25 +270,12 @@ class Call:
 
     def record(self, outcome: Tuple[str, Optional[str]]) -> None:
         """Record the executor's outcome, ``(kind, payload)`` as :meth:`returned` or
-        :meth:`raised` gave it (store I/O), re-issuing the compare-and-set on store failures
-        (the async path's core threads re-issue it the same way: ``OUTCOME_PAUSES``)."""
-        kind = outcome[0]
-        core = self.store.core
-        last: Optional[Exception] = None
-        for pause in _TRIES:
-            try:
-                core.transition_unread(*self.record_request(outcome))
-                return
-            except (StoreWriteFailed, StoreUnresolved) as exc:
-                last = exc
-                log.warning("ctrlrun: recording %s for %r failed (%s); retrying", kind, self.key,
-                            exc)
-                if pause is not None:
-                    time.sleep(pause)
-            except Exception as exc:
-                raise self.not_recorded(kind, exc)
-        assert last is not None
-        raise self.not_recorded(kind, last)
+        :meth:`raised` gave it (store I/O). The core re-issues the compare-and-set on store
+        failures after each of ``OUTCOME_PAUSES``, as the async path's core threads do."""
+        try:
+            self.store.core.record_outcome(list(OUTCOME_PAUSES), *self.record_request(outcome))
+        except Exception as exc:
+            raise self.not_recorded(outcome[0], exc)
 
     def not_recorded(self, kind: str, exc: Exception) -> Exception:
         """What recording the outcome ``kind`` raises when its last try raised ``exc``."""
@@ -298,7 +289,20 @@ class Call:
                 "recorded: %s", kind, self.key, self.attempt, self.action_id, exc,
             )
             return exc
-        # A write that kept failing, a closed store, a broken clock: the executor has run.
+        if isinstance(exc, StoreUnresolved):
+            # A try may have landed: say so, whatever the later tries met (an error never
+            # claims less than what may have been written).
+            unknown = StoreUnresolved(
+                f"the executor for effect '{self.key}' has already run (attempt "
+                f"{self.attempt}, action {self.action_id}), and whether its outcome ({kind}) "
+                f"was recorded is unknown: the outcome may have been recorded; the body has "
+                f"run. {exc}. Read the effect once the store is reachable (`ctrlrun effects "
+                f"show`) to see what it holds; do not retry it blindly",
+                effect_key=self.key, action_id=self.action_id)
+            unknown.__cause__ = exc
+            return unknown
+        # A write that kept failing, a closed store, a broken clock: the executor has run, and
+        # every try is known not to have landed.
         failed = StoreError(
             f"the executor for effect '{self.key}' has already run (attempt {self.attempt}, "
             f"action {self.action_id}), but recording its outcome ({kind}) failed: {exc}. The "

@@ -378,12 +378,15 @@ def _no_store_in_environment() -> bool:
 _unset_default: Optional[Callable[[], Store]] = None
 
 
-def use_when_default_is_unset(factory: Optional[Callable[[], Store]]) -> None:
+def use_when_default_is_unset(factory: Optional[Callable[[], Store]]
+                              ) -> Optional[Callable[[], Store]]:
     """While ``factory`` is set, a protected call with no store given and no
     ``CTRLRUN_STORE``/``CTRLRUN_STATE`` uses ``factory()`` instead of ``.ctrlrun/state.db``
-    (the pytest plugin sets a per-test temporary store); ``None`` ends it."""
+    (the pytest plugin sets a temporary store per test, and per fixture scope); ``None`` ends
+    it. Returns the factory it replaces."""
     global _unset_default
-    _unset_default = factory
+    previous, _unset_default = _unset_default, factory
+    return previous
 
 
 def store_at_hand(url: Optional[str]) -> Optional[Store]:

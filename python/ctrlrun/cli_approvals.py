@@ -27,6 +27,7 @@ def approval_dict(r: ApprovalRecord) -> Dict[str, Any]:
         "action": r.action,
         "effect_key": r.effect_key,
         "arguments": r.arguments,
+        "not_bound": list(r.not_bound),
         "requested_at": _iso(r.requested_at),
         "expires_at": _iso(r.expires_at),
         "decided_by": r.decided_by,
@@ -37,9 +38,15 @@ def approval_dict(r: ApprovalRecord) -> Dict[str, Any]:
     }
 
 
-def _arguments_text(arguments: Dict[str, Any], width: int = 60) -> str:
-    text = printable(json.dumps(arguments, sort_keys=True, ensure_ascii=False))
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _arguments_text(r: ApprovalRecord, width: int = 60) -> str:
+    """Every argument of the request; those the approval is not bound to are named after
+    them, and that mark is never cut off."""
+    text = printable(json.dumps(r.arguments, sort_keys=True, ensure_ascii=False))
+    mark = ""
+    if r.not_bound:
+        mark = f" (not bound: {', '.join(printable(n) for n in r.not_bound)})"
+    room = max(width - len(mark), 8)
+    return (text if len(text) <= room else text[: room - 1] + "…") + mark
 
 
 def register(cli: click.Group, store_option: Any, open_store: Any, die: Any) -> None:
@@ -70,7 +77,7 @@ def register(cli: click.Group, store_option: Any, open_store: Any, die: Any) -> 
             return
         head = ("REQUEST", "STATE", "ACTION", "EFFECT KEY", "ARGUMENTS", "DECIDED BY")
         rows = [(r.request_id, r.state.value, printable(r.action), printable(r.effect_key),
-                 _arguments_text(r.arguments), printable(r.decided_by or "")) for r in records]
+                 _arguments_text(r), printable(r.decided_by or "")) for r in records]
         widths = [max(len(str(row[i])) for row in [head, *rows]) for i in range(len(head))]
         for row in [head, *rows]:
             click.echo("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip())
@@ -85,7 +92,7 @@ def register(cli: click.Group, store_option: Any, open_store: Any, die: Any) -> 
         who, action = printable(r.decided_by or ""), printable(r.action)
         if grant:
             click.echo(f"{r.request_id}: granted by {who} for {action} "
-                       f"{_arguments_text(r.arguments, 200)}; the agent's next call with these "
+                       f"{_arguments_text(r, 200)}; the agent's next call with these "
                        f"arguments runs once, until {_iso(r.expires_at)}")
         else:
             click.echo(f"{r.request_id}: denied by {who} for {action}; calls with these "

@@ -142,8 +142,10 @@ class ApprovalRequired(CTRLRunError):
         request_id: the pending request (``apr_`` + 32 hex digits).
         action: the action name.
         effect_key: the key the call would reserve.
-        arguments: what the approver is shown: the canonical arguments by name.
+        arguments: what the approver is shown: every canonical argument by name.
         expires_at: when the request lapses without a decision (aware UTC datetime).
+        not_bound: the names in ``arguments`` the approval is not bound to
+            (``fingerprint_exclude``).
     """
 
     def __init__(
@@ -155,6 +157,7 @@ class ApprovalRequired(CTRLRunError):
         effect_key: Optional[str] = None,
         arguments: Optional[Dict[str, Any]] = None,
         expires_at: Any = None,
+        not_bound: Tuple[str, ...] = (),
     ) -> None:
         super().__init__(message)
         self.request_id = request_id
@@ -162,6 +165,7 @@ class ApprovalRequired(CTRLRunError):
         self.effect_key = effect_key
         self.arguments = arguments
         self.expires_at = expires_at
+        self.not_bound = tuple(not_bound)
 
 
 class ApprovalNeeded(CTRLRunError):

@@ -13,9 +13,11 @@
   (``ctrlrun_assert.committed_once(key)``, ``.state(key, "failed")``, ``.no_effect(key)``).
 
 In every test, a protected call with no store of its own and no ``CTRLRUN_STORE`` /
-``CTRLRUN_STATE`` goes to a temporary SQLite store of that test (created on first use, in the
-test's temp folder), never to ``.ctrlrun/state.db`` in the working directory: a test that
-forgets the fixture cannot write into your real store.
+``CTRLRUN_STATE`` goes to a temporary SQLite store of that test (created on first use, in a
+temp folder), never to ``.ctrlrun/state.db`` in the working directory: a test that forgets the
+fixture cannot write into your real store. The same holds for fixtures of every scope: while a
+session-, package-, module- or class-scoped fixture is set up or torn down, such a call goes to
+a temporary store of that scope.
 """
 
 from __future__ import annotations
@@ -99,21 +101,54 @@ def ctrlrun_assert(request: pytest.FixtureRequest) -> EffectAssertions:
     return EffectAssertions(request.getfixturevalue(name))
 
 
-@pytest.fixture(autouse=True)
-def _ctrlrun_no_real_default_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """An unset default store is a temporary one for each test (made on first use)."""
+def _temporary_default(tmp_path_factory: pytest.TempPathFactory, scope: str
+                       ) -> Iterator[None]:
+    """While it runs, an unset default store is a temporary one of this ``scope`` (made on
+    first use); the one it covered is put back afterwards."""
     opened: list = []
 
     def temporary() -> Store:
         if not opened:
-            folder = tmp_path_factory.mktemp("ctrlrun-default")
+            folder = tmp_path_factory.mktemp(f"ctrlrun-default-{scope}")
             opened.append(open_store("sqlite:///" + str(folder / "state.db")))
         return opened[0]
 
-    use_when_default_is_unset(temporary)
+    previous = use_when_default_is_unset(temporary)
     try:
         yield
     finally:
-        use_when_default_is_unset(None)
+        use_when_default_is_unset(previous)
         for store in opened:
             store.close()
+
+
+# One autouse fixture per scope: pytest sets up autouse fixtures first within their scope, so a
+# user's fixture of any scope already finds its temporary default when it is set up.
+@pytest.fixture(scope="session", autouse=True)
+def _ctrlrun_no_real_default_store_session(tmp_path_factory: pytest.TempPathFactory
+                                           ) -> Iterator[None]:
+    yield from _temporary_default(tmp_path_factory, "session")
+
+
+@pytest.fixture(scope="package", autouse=True)
+def _ctrlrun_no_real_default_store_package(tmp_path_factory: pytest.TempPathFactory
+                                           ) -> Iterator[None]:
+    yield from _temporary_default(tmp_path_factory, "package")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ctrlrun_no_real_default_store_module(tmp_path_factory: pytest.TempPathFactory
+                                          ) -> Iterator[None]:
+    yield from _temporary_default(tmp_path_factory, "module")
+
+
+@pytest.fixture(scope="class", autouse=True)
+def _ctrlrun_no_real_default_store_class(tmp_path_factory: pytest.TempPathFactory
+                                         ) -> Iterator[None]:
+    yield from _temporary_default(tmp_path_factory, "class")
+
+
+@pytest.fixture(autouse=True)
+def _ctrlrun_no_real_default_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """An unset default store is a temporary one for each test (made on first use)."""
+    yield from _temporary_default(tmp_path_factory, "test")

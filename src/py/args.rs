@@ -1,4 +1,7 @@
-//! The texts Python passes for a transition or a state, as the core's values.
+//! The texts and numbers Python passes for a transition, a state or the pauses of an outcome
+//! write, as the core's values.
+
+use std::time::Duration;
 
 use crate::error::Error;
 use crate::planner::Transition;
@@ -29,4 +32,13 @@ pub(super) fn parse_state(state: &str) -> Result<EffectState, Error> {
              failed, ambiguous"
         ))
     })
+}
+
+/// The pauses (seconds) between the tries of an outcome write; a pause that is no duration
+/// (negative, NaN) is none.
+pub(super) fn parse_pauses(pauses: Vec<f64>) -> Vec<Duration> {
+    pauses
+        .into_iter()
+        .map(|s| Duration::try_from_secs_f64(s).unwrap_or(Duration::ZERO))
+        .collect()
 }

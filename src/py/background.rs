@@ -26,16 +26,16 @@ use std::os::unix::net::UnixStream;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 
-use super::args::parse_transition;
+use super::args::{parse_pauses, parse_transition};
 use super::errors::{record_tuple, to_py, IntoPyResult};
 use super::store::PyStore;
 use crate::error::Error;
 use crate::planner::Proposal;
 use crate::record::{EffectRecord, Micros};
+use crate::store::outcome::record_retrying;
 use crate::store::{fork, Store};
 
 /// The most core threads running store steps at once; more steps wait in the queue.
@@ -353,11 +353,10 @@ pub fn reserve_in_background(
     .py_err(py)
 }
 
-/// `Store.transition_unread` on a core thread, re-issued after each of `pauses` (seconds) while
-/// it fails as a write that did not land or whose end is unknown (a compare-and-set: re-issuing
-/// it is safe), as `Call.record` does on the sync path, each retry logged; its clock moves on
-/// by the time spent. `None`, or the last exception, comes back through `completions` under
-/// `token`: the retries never depend on the event loop still running.
+/// `Store.transition_unread` on a core thread, re-issued after each of `pauses` (seconds) as
+/// `Store.record_outcome` does on the sync path (`crate::store::outcome`). `None`, or the
+/// exception that ends it, comes back through `completions` under `token`: the retries never
+/// depend on the event loop still running.
 #[pyfunction]
 #[pyo3(signature = (store, completions, token, pauses, key, action_id, attempt, kind, payload=None, now_us=None))]
 #[allow(clippy::too_many_arguments)]
@@ -375,31 +374,15 @@ pub fn transition_in_background(
     now_us: Option<Micros>,
 ) -> PyResult<()> {
     let t = parse_transition(&kind, payload).py_err(py)?;
-    let pauses = pauses
-        .into_iter()
-        .map(|s| Duration::try_from_secs_f64(s).unwrap_or(Duration::ZERO))
-        .collect::<Vec<_>>();
+    let pauses = parse_pauses(pauses);
     let store = store.get().py_err(py)?;
     let send = completions.sender();
     submit(Box::new(move || {
-        let started = Instant::now();
-        let mut pauses = pauses.into_iter();
-        let done = loop {
-            let now = now_us.map(|n| {
-                n.saturating_add(i64::try_from(started.elapsed().as_micros()).unwrap_or(0))
-            });
-            let tried = step(Arc::clone(&store), |s| {
+        let done = record_retrying(&kind, &key, now_us, &pauses, |now| {
+            step(Arc::clone(&store), |s| {
                 s.transition_unread(&key, &action_id, attempt, &t, now)
-            });
-            let Err(e @ (Error::StoreWriteFailed(_) | Error::StoreUnresolved(_))) = tried else {
-                break tried;
-            };
-            let Some(pause) = pauses.next() else {
-                break Err(e);
-            };
-            log::warn!(target: "ctrlrun", "ctrlrun: recording {kind} for '{key}' failed ({e}); retrying");
-            std::thread::sleep(pause);
-        };
+            })
+        });
         release(store);
         send(token, Done::Unit(done));
     }))

@@ -2,7 +2,7 @@ use std::sync::{Arc, RwLock};
 
 use pyo3::prelude::*;
 
-use super::args::{parse_state, parse_transition};
+use super::args::{parse_pauses, parse_state, parse_transition};
 use super::errors::{
     approval_tuple, receipt_tuple, record_tuple, ApprovalTuple, IntoPyResult, ReceiptTuple,
     RecordTuple,
@@ -11,6 +11,7 @@ use crate::approval::{ApprovalAsk, ApprovalState};
 use crate::error::Error;
 use crate::planner::Proposal;
 use crate::record::Micros;
+use crate::store::outcome::record_retrying;
 use crate::store::retention::{self, EffectFilter, Prune};
 use crate::store::{fork, Store};
 
@@ -290,6 +291,34 @@ impl PyStore {
         self.call(py, |s| {
             s.transition_unread(key, action_id, attempt, &t, now_us)
         })
+    }
+
+    /// The decorator's outcome write: `transition_unread`, re-issued after each of `pauses`
+    /// (seconds) while it fails as a write that did not land or whose end is unknown; after
+    /// an unknown try, the error is that unknown (`crate::store::outcome`).
+    #[pyo3(signature = (pauses, key, action_id, attempt, kind, payload=None, now_us=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn record_outcome(
+        &self,
+        py: Python<'_>,
+        pauses: Vec<f64>,
+        key: &str,
+        action_id: &str,
+        attempt: Option<i64>,
+        kind: &str,
+        payload: Option<String>,
+        now_us: Option<Micros>,
+    ) -> PyResult<()> {
+        let t = parse_transition(kind, payload).py_err(py)?;
+        let pauses = parse_pauses(pauses);
+        let store = self.get().py_err(py)?;
+        py.detach(|| {
+            record_retrying(kind, key, now_us, &pauses, |now| {
+                let _pass = store.fork_sensitive().then(fork::pass);
+                store.transition_unread(key, action_id, attempt, &t, now)
+            })
+        })
+        .py_err(py)
     }
 
     #[pyo3(signature = (key, action_id, attempt, until_us, now_us=None))]

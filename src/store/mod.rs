@@ -2,6 +2,7 @@
 //! from [`crate::planner`].
 
 pub mod fork;
+pub mod outcome;
 pub mod pool;
 pub mod postgres;
 mod recovery;

@@ -4,7 +4,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-use super::{open_connection, SqliteStore};
+use super::SqliteStore;
 use crate::approval::{new_request_id, ApprovalAsk, ApprovalRecord, ApprovalState};
 use crate::error::{Error, Result};
 use crate::planner::{self, RequestPlan};
@@ -171,12 +171,9 @@ impl SqliteStore {
         match self.txn(&mut conn, what, id, body)? {
             Commit::Landed(r) => Ok(r),
             Commit::Unknown(r, why) => {
-                let again = self
-                    .check_identity()
-                    .and_then(|_| open_connection(&self.opts))
-                    .and_then(|c| {
-                        by_id(&c, &r.request_id).map_err(|e| Error::Store(e.to_string()))
-                    });
+                let again = self.fresh_conn().and_then(|c| {
+                    by_id(&c, &r.request_id).map_err(|e| Error::Store(e.to_string()))
+                });
                 match again {
                     Ok(Some(found)) if landed(&found, &r) => Ok(r),
                     Ok(_) => Err(self.failed(what, id, format!("its COMMIT failed ({why})"))),

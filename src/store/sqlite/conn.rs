@@ -5,14 +5,17 @@ use std::sync::Arc;
 
 use rusqlite::{Connection, OpenFlags};
 
+use super::identity::{path_id, FileId};
 use super::sql::{MIGRATIONS, SCHEMA, SCHEMA_VERSION};
 use crate::error::{Error, Result};
 use crate::url::{SqliteOptions, Synchronous};
 
-/// One pooled connection; `broken` after an unknown `COMMIT` so the pool drops it.
+/// One pooled connection; `broken` after an unknown `COMMIT` so the pool drops it; `file`:
+/// the database file it has open (`None`: unknown, so it never writes; see `identity`).
 pub struct Conn {
     pub(super) conn: Connection,
     pub(super) broken: bool,
+    pub(super) file: Option<FileId>,
 }
 
 /// Runs on every pooled connection after it is set up (see [`SqliteStore::open_with`]).
@@ -28,13 +31,14 @@ impl crate::store::pool::Manage for Manager {
     type Error = Error;
 
     fn connect(&self) -> Result<Conn> {
-        let mut conn = open_connection(&self.opts)?;
+        let (mut conn, file) = open_pinned(&self.opts)?;
         if let Some(init) = &self.init {
             init(&mut conn).map_err(|e| open_error(&self.opts.path, e))?;
         }
         Ok(Conn {
             conn,
             broken: false,
+            file,
         })
     }
 
@@ -48,6 +52,16 @@ pub(super) fn open_error(path: &Path, e: impl std::fmt::Display) -> Error {
         "cannot open the SQLite store at {}: {e}",
         path.display()
     ))
+}
+
+/// A new connection (see `identity`) to the store file, and the file it has open: the one the path named just
+/// before and just after the open, or `None` when they differ (the file changed meanwhile).
+pub(super) fn open_pinned(opts: &SqliteOptions) -> Result<(Connection, Option<FileId>)> {
+    let before = path_id(&opts.path).ok();
+    let conn = open_connection(opts)?;
+    let after = path_id(&opts.path).ok();
+    let file = before.filter(|_| before == after);
+    Ok((conn, file))
 }
 
 pub(super) fn open_connection(opts: &SqliteOptions) -> Result<Connection> {

@@ -7,6 +7,7 @@
 
 mod approvals;
 mod conn;
+mod identity;
 mod receipts;
 mod retention;
 mod sql;
@@ -26,22 +27,16 @@ use crate::store::recovery::{reread_failed, Commit, Reread, Step, TransitionCall
 use crate::store::Store;
 use crate::url::SqliteOptions;
 pub use conn::ConnectionInit;
-use conn::{init_schema, open_connection, open_error, Conn, Manager};
+use conn::{init_schema, open_connection, open_error, open_pinned, Conn, Manager};
+use identity::{FileId, Held};
 use sql::select;
 pub use sql::SCHEMA_VERSION;
 
 pub struct SqliteStore {
     opts: SqliteOptions,
     pool: Arc<Pool<Manager>>,
-    /// The file's (device, inode) when the store opened it.
-    identity: (u64, u64),
-}
-
-/// The (device, inode) the path names now.
-fn file_identity(path: &std::path::Path) -> std::io::Result<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path)?;
-    Ok((meta.dev(), meta.ino()))
+    /// The database file as the store opened it, held open (see [`identity`]).
+    held: Held,
 }
 
 impl SqliteStore {
@@ -69,9 +64,12 @@ impl SqliteStore {
                 )
             })?;
         }
-        let first = open_connection(&opts)?;
+        let made = open_connection(&opts)?; // creates the file if there is none
+        let held = Held::open(&opts.path)?;
+        let (first, file) = open_pinned(&opts)?;
+        drop(made);
+        held.check(&opts.path, file)?; // the file the first connection sets up is the one held
         init_schema(&first, &opts.path)?;
-        let identity = file_identity(&opts.path).map_err(|e| open_error(&opts.path, e))?;
         drop(first);
         let pool = Arc::new(Pool::new(
             Manager {
@@ -84,11 +82,7 @@ impl SqliteStore {
         // No SQLite connection may stay open across a fork (see `store::fork`).
         let weak = Arc::downgrade(&pool);
         super::fork::register(weak);
-        Ok(SqliteStore {
-            opts,
-            pool,
-            identity,
-        })
+        Ok(SqliteStore { opts, pool, held })
     }
 
     fn conn(&self) -> Result<Pooled<'_, Manager>> {
@@ -108,26 +102,19 @@ impl SqliteStore {
         ))
     }
 
-    /// The path still names the file this store opened. A file deleted or replaced under a
-    /// running process (a deploy that recreates the state folder, a cleanup job) would let this
-    /// process write into the old file while new processes reserve in the new one: the same key
-    /// would run twice. So every write transaction checks, under the write lock, and refuses.
-    fn check_identity(&self) -> Result<()> {
-        let now = file_identity(&self.opts.path);
-        if now.as_ref().ok() == Some(&self.identity) {
-            return Ok(());
-        }
-        let what = match now {
-            Ok(_) => "replaced by another file".to_owned(),
-            Err(e) => format!("deleted ({e})"),
-        };
-        Err(Error::Store(format!(
-            "the SQLite store file at {} was {what} since this store opened it; refusing to \
-             write, since other processes may now reserve in a different file. Nothing was \
-             written. Open the store again (or restart the process) once the file is where it \
-             belongs",
-            self.opts.path.display()
-        )))
+    /// The path still names the file this store opened, and `conn` (the file a connection
+    /// opened) is it: checked by every write transaction under the write lock (see
+    /// [`identity`]).
+    fn check_identity(&self, conn: Option<FileId>) -> Result<()> {
+        self.held.check(&self.opts.path, conn)
+    }
+
+    /// A fresh connection (not pooled) for a re-read, refused unless it has the store's file
+    /// open: never re-read (or create) another file at the path.
+    fn fresh_conn(&self) -> Result<Connection> {
+        let (conn, file) = open_pinned(&self.opts)?;
+        self.check_identity(file)?;
+        Ok(conn)
     }
 
     /// `BEGIN IMMEDIATE`, the file's identity check, `body`, `COMMIT`. Errors before `COMMIT`
@@ -149,7 +136,10 @@ impl SqliteStore {
             }
             return Err(self.failed(what, key, e));
         }
-        let value = match self.check_identity().and_then(|_| body(&conn.conn)) {
+        let value = match self
+            .check_identity(conn.file)
+            .and_then(|_| body(&conn.conn))
+        {
             Ok(v) => v,
             Err(e) => {
                 if conn.conn.execute_batch("ROLLBACK").is_err() {
@@ -198,10 +188,8 @@ impl SqliteStore {
 impl Reread for SqliteStore {
     /// The row and this host's clock: SQLite has no other.
     fn reread(&self, what: &str, key: &str, why: &str) -> Result<(Option<EffectRecord>, Micros)> {
-        // Never re-read (or create) another file at the path.
         let fresh = self
-            .check_identity()
-            .and_then(|_| open_connection(&self.opts))
+            .fresh_conn()
             .and_then(|c| select(&c, key).map_err(|e| Error::Store(e.to_string())));
         let found =
             fresh.map_err(|e| reread_failed(&self.store_name(), what, key, why, &e.to_string()))?;
