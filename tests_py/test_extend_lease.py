@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from datetime import timedelta
 
 import pytest
 
@@ -116,3 +117,21 @@ def test_the_heartbeat_dies_with_its_process_and_the_key_lapses(store_url, store
 def test_heartbeat_must_be_a_bool():
     with pytest.raises(InvalidArgument, match="heartbeat must be True or False"):
         ctrlrun.protect("a.b", effect="k:{x}", heartbeat=1)  # type: ignore[arg-type]
+
+
+def test_extending_a_row_this_action_has_only_reserved_is_a_wiring_error(store):
+    """Not ``DuplicateEffect`` (as ctrlrun 0.12 raised): no second execution is proposed, the
+    caller extends what it does not run yet (docs/api.md says why). Another action's live row
+    is refused as in progress, as there. The row is left as it was."""
+    aid, other = "act_" + "1" * 32, "act_" + "2" * 32
+    store.reserve_effect("lease:r1", aid, 60)
+    before = store.get_effect("lease:r1")
+    with pytest.raises(InvalidArgument, match="requires executing") as info:
+        store.extend_lease("lease:r1", aid, timedelta(seconds=600))
+    assert not isinstance(info.value, DuplicateEffect)
+    with pytest.raises(DuplicateEffect) as held:
+        store.extend_lease("lease:r1", other, timedelta(seconds=600))
+    assert held.value.state == "in_progress"
+    assert store.get_effect("lease:r1") == before
+    store.begin_execution("lease:r1", aid)
+    assert store.extend_lease("lease:r1", aid, timedelta(seconds=600)).state.value == "executing"

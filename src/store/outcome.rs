@@ -61,3 +61,56 @@ fn refuses(e: &Error) -> bool {
         Error::Duplicate { .. } | Error::Conflict { .. } | Error::Ambiguous { .. }
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(tries: Vec<Result<()>>) -> (Result<()>, usize) {
+        let mut tries = tries.into_iter();
+        let mut made = 0;
+        let pauses = [Duration::ZERO; 3];
+        let done = record_retrying("commit", "k", Some(0), &pauses, |_| {
+            made += 1;
+            tries.next().expect("no more tries than pauses + 1")
+        });
+        (done, made)
+    }
+
+    fn unknown() -> Result<()> {
+        Err(Error::StoreUnresolved(
+            "the first try may have landed".into(),
+        ))
+    }
+
+    fn unsent() -> Result<()> {
+        Err(Error::StoreWriteFailed("nothing was written".into()))
+    }
+
+    #[test]
+    fn an_unknown_try_is_the_answer_whatever_the_later_tries_met() {
+        let (done, made) = run(vec![unknown(), unsent(), unsent(), unsent()]);
+        assert_eq!(made, 4);
+        assert!(matches!(done, Err(Error::StoreUnresolved(m)) if m.contains("may have landed")));
+        let closed = Err(Error::InvalidArgument("the store is closed".into()));
+        let (done, made) = run(vec![unsent(), unknown(), closed]);
+        assert_eq!(made, 3);
+        assert!(matches!(done, Err(Error::StoreUnresolved(_))));
+    }
+
+    #[test]
+    fn tries_that_never_reached_the_store_end_in_the_last_failure() {
+        let (done, made) = run(vec![unsent(), unsent(), unsent(), unsent()]);
+        assert_eq!(made, 4);
+        assert!(matches!(done, Err(Error::StoreWriteFailed(_))));
+    }
+
+    #[test]
+    fn a_later_success_or_a_refusal_by_the_row_is_the_answer() {
+        let (done, made) = run(vec![unknown(), Ok(())]);
+        assert!(done.is_ok() && made == 2);
+        let refused = Err(Error::Store("not a refusal by the row".into()));
+        let (done, _) = run(vec![unsent(), refused]);
+        assert!(matches!(done, Err(Error::Store(_))));
+    }
+}
