@@ -148,15 +148,6 @@ class Store:
         payload: Optional[str] = None,
         now_us: Optional[int] = None,
     ) -> _RecordTuple: ...
-    def transition_unread(
-        self,
-        key: str,
-        action_id: str,
-        attempt: Optional[int],
-        kind: str,
-        payload: Optional[str] = None,
-        now_us: Optional[int] = None,
-    ) -> None: ...
     def record_outcome(
         self,
         pauses: List[float],

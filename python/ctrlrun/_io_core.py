@@ -85,9 +85,9 @@ def reserve(store: Any, args: Tuple[Any, ...]) -> "Optional[asyncio.Future[Any]]
 
 def transition(store: Any, pauses: Tuple[float, ...], args: Tuple[Any, ...]
                ) -> "Optional[asyncio.Future[Any]]":
-    """``store.core.transition_unread(*args)`` on a core thread, re-issued after each of
-    ``pauses`` while the write fails or its end is unknown: a future of ``None``, or ``None``
-    where this loop has no inbox."""
+    """``store.core.record_outcome(pauses, *args)`` on a core thread (the same retries and
+    the same rule for an unknown try): a future of ``None``, or ``None`` where this loop has
+    no inbox."""
     inbox = _inboxes.of(asyncio.get_running_loop())
     return None if inbox is None else inbox.submit(
         _core.transition_in_background, store, (list(pauses), *args))

@@ -263,8 +263,8 @@ class Call:
         return refusal
 
     def record_request(self, outcome: Tuple[str, Optional[str]]) -> Tuple[Any, ...]:
-        """The arguments of the core's ``transition_unread`` for ``outcome`` (the clock read
-        now)."""
+        """The arguments of the core's ``record_outcome`` after its pauses, for ``outcome``
+        (the clock read now)."""
         kind, payload = outcome
         return (self.key, self.action_id, self.attempt, kind, payload, self.store.now_us())
 
@@ -273,7 +273,7 @@ class Call:
         :meth:`raised` gave it (store I/O). The core re-issues the compare-and-set on store
         failures after each of ``OUTCOME_PAUSES``, as the async path's core threads do."""
         try:
-            self.store.core.record_outcome(list(OUTCOME_PAUSES), *self.record_request(outcome))
+            self.store.core.record_outcome(OUTCOME_PAUSES, *self.record_request(outcome))
         except Exception as exc:
             raise self.not_recorded(outcome[0], exc)
 

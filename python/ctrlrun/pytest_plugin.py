@@ -17,7 +17,7 @@ In every test, a protected call with no store of its own and no ``CTRLRUN_STORE`
 temp folder), never to ``.ctrlrun/state.db`` in the working directory: a test that forgets the
 fixture cannot write into your real store. The same holds for fixtures of every scope: while a
 session-, package-, module- or class-scoped fixture is set up or torn down, such a call goes to
-a temporary store of that scope.
+a temporary store kept for the session, package, module or class running then.
 """
 
 from __future__ import annotations

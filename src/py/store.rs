@@ -274,25 +274,6 @@ impl PyStore {
             .map(record_tuple)
     }
 
-    /// `transition` without reading the row back (the decorator's outcome write).
-    #[pyo3(signature = (key, action_id, attempt, kind, payload=None, now_us=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn transition_unread(
-        &self,
-        py: Python<'_>,
-        key: &str,
-        action_id: &str,
-        attempt: Option<i64>,
-        kind: &str,
-        payload: Option<String>,
-        now_us: Option<Micros>,
-    ) -> PyResult<()> {
-        let t = parse_transition(kind, payload).py_err(py)?;
-        self.call(py, |s| {
-            s.transition_unread(key, action_id, attempt, &t, now_us)
-        })
-    }
-
     /// The decorator's outcome write: `transition_unread`, re-issued after each of `pauses`
     /// (seconds) while it fails as a write that did not land or whose end is unknown; after
     /// an unknown try, the error is that unknown (`crate::store::outcome`).

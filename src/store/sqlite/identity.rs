@@ -71,8 +71,10 @@ impl Held {
         let named = path_id(path);
         let what = match &named {
             Ok(id) if *id == self.id && linked && conn == Some(self.id) => return Ok(()),
+            // The path names the file again, but this connection opened another one
+            // (the path named something else while it opened).
             Ok(id) if *id == self.id && linked => {
-                "replaced by another file while a connection had it open".to_owned()
+                "replaced by another file while this store opened a connection".to_owned()
             }
             Ok(_) => "replaced by another file".to_owned(),
             Err(e) => format!("deleted ({e})"),
