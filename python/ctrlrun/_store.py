@@ -380,10 +380,9 @@ _unset_default: Optional[Callable[[], Store]] = None
 
 def use_when_default_is_unset(factory: Optional[Callable[[], Store]]
                               ) -> Optional[Callable[[], Store]]:
-    """While ``factory`` is set, a protected call with no store given and no
-    ``CTRLRUN_STORE``/``CTRLRUN_STATE`` uses ``factory()`` instead of ``.ctrlrun/state.db``
-    (the pytest plugin sets a temporary store per test, and per fixture scope); ``None`` ends
-    it. Returns the factory it replaces."""
+    """While ``factory`` is set, a protected call with no store given and no env store uses
+    ``factory()``, not ``.ctrlrun/state.db`` (the pytest plugin's temporary stores, one per
+    scope); ``None`` ends it. Returns the factory it replaces."""
     global _unset_default
     previous, _unset_default = _unset_default, factory
     return previous
