@@ -18,7 +18,7 @@ import pytest
 
 import ctrlrun
 from ctrlrun import ApprovalRequired, EffectState, NotExecuted
-from ctrlrun._approvals import ApprovalState
+from ctrlrun.store.approvals import ApprovalState
 from ctrlrun.testing import MovableClock
 
 TTL = 600

@@ -531,8 +531,7 @@ def test_a_write_that_must_settle_is_waited_for_without_spinning_under_anyio():
     every turn of the event loop (measured as the CPU the wait burns)."""
     import anyio
 
-    from ctrlrun import _runner_async
-
+    from ctrlrun.call import runner_async as _runner_async
     settled: list = []
     cpu: list = []
 

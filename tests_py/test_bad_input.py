@@ -377,7 +377,7 @@ def test_ctrlrun_state_path_is_the_default(tmp_path, monkeypatch):
 def test_without_env_the_default_is_dot_ctrlrun_state_db_under_cwd(tmp_path, monkeypatch):
     monkeypatch.delenv("CTRLRUN_STATE", raising=False)
     monkeypatch.delenv("CTRLRUN_STORE", raising=False)
-    from ctrlrun._store import use_when_default_is_unset
+    from ctrlrun.store.api import use_when_default_is_unset
 
     use_when_default_is_unset(None)  # outside pytest's plugin: the working directory's file
     monkeypatch.chdir(tmp_path)

@@ -221,29 +221,38 @@ def test_attributes_survive_pickling_of_constructed_instances():
     assert (back.effect_key, back.action_id, back.record) == ("k2", "act_" + "0" * 32, None)
 
 
-def test_every_core_error_kind_maps_to_its_exception_and_an_unknown_kind_is_loud():
-    """The kinds src/py/errors.rs (`to_py`) sends for each core `Error` variant."""
-    from ctrlrun.errors import _from_core
-
-    record = ("pay:o1", "committed", "act_1", 1, 0, 0, None, None, None, None)
-    simple = {
-        "InvalidArgument": ctrlrun.InvalidArgument,
-        "EffectKeyError": ctrlrun.EffectKeyError,
-        "StoreWriteFailed": ctrlrun.StoreWriteFailed,
-        "StoreUnresolved": ctrlrun.StoreUnresolved,
-        "StoreError": ctrlrun.StoreError,
-    }
-    for kind, cls in simple.items():
-        exc = _from_core(kind, "why", None)
-        assert type(exc) is cls and str(exc) == "why"
-    for state in ("committed", "in_progress"):
-        exc = _from_core(state, "dup", record)
-        assert type(exc) is ctrlrun.DuplicateEffect
-        assert exc.state == state and exc.effect_key == "pay:o1"
-    exc = _from_core("AmbiguousEffect", "amb", record)
-    assert type(exc) is ctrlrun.AmbiguousEffect and exc.action_id == "act_1"
-    with pytest.raises(RuntimeError, match="unknown kind 'NoSuchKind'"):
-        _from_core("NoSuchKind", "x", None)
+def test_every_core_error_kind_maps_to_its_exception_with_its_typed_fields(store):
+    """src/py/errors.rs builds each core `Error` variant's class with its fields (no kind
+    names sent as text): each raised here by the real core."""
+    from ctrlrun import _core
+    with pytest.raises(ctrlrun.InvalidArgument) as bad:
+        _core.Template("pay:{")
+    assert type(bad.value) is ctrlrun.InvalidArgument and str(bad.value)
+    with pytest.raises(ctrlrun.EffectKeyError):
+        _core.Template("pay:{order}").render([""])
+    with pytest.raises(ctrlrun.StoreError) as unopened:
+        ctrlrun.open_store("postgresql://nobody@127.0.0.1:1/none?connect_timeout=1")
+    assert type(unopened.value) is ctrlrun.StoreError
+    now = store.now_us() if store.now_us() is not None else None
+    store.core.reserve("pay:o1", "act_" + "1" * 32, 60_000_000, now, True)
+    with pytest.raises(ctrlrun.DuplicateEffect) as held:
+        store.core.reserve("pay:o1", "act_" + "2" * 32, 60_000_000, now)
+    assert type(held.value) is ctrlrun.DuplicateEffect
+    assert (held.value.state, held.value.effect_key) == ("in_progress", "pay:o1")
+    assert held.value.record is not None and held.value.record.action_id == "act_" + "1" * 32
+    store.core.transition("pay:o1", "act_" + "1" * 32, 1, _core.Step.COMMIT, "1", now)
+    with pytest.raises(ctrlrun.DuplicateEffect) as done:
+        store.core.reserve("pay:o1", "act_" + "2" * 32, 60_000_000, now)
+    assert (done.value.state, done.value.record.result) == ("committed", 1)
+    store.core.reserve("pay:o2", "act_" + "3" * 32, 60_000_000, now, True)
+    store.core.transition("pay:o2", "act_" + "3" * 32, 1, _core.Step.AMBIGUOUS, "lost", now)
+    with pytest.raises(ctrlrun.AmbiguousEffect) as amb:
+        store.core.reserve("pay:o2", "act_" + "4" * 32, 60_000_000, now)
+    assert type(amb.value) is ctrlrun.AmbiguousEffect
+    assert (amb.value.effect_key, amb.value.action_id) == ("pay:o2", "act_" + "3" * 32)
+    assert amb.value.record.state is ctrlrun.EffectState.AMBIGUOUS
+    back = roundtrip(amb.value)  # pickled with the record converted
+    assert back.record == amb.value.record and back.action_id == amb.value.action_id
 
 
 def test_effect_conflict_and_approval_errors_pickle_with_attributes(store):

@@ -1,4 +1,4 @@
-"""The canonical form of a protected call's arguments and their digests (``ctrlrun._fingerprint``):
+"""The canonical form of a protected call's arguments and their digests (``ctrlrun.call.fingerprint``):
 every supported type's form, equal and different values, unsupported values left out, and
 hostile values (cycles, deep nesting, raising properties) refused without escaping."""
 
@@ -15,7 +15,7 @@ from typing import Any, Dict
 
 import pytest
 
-from ctrlrun._fingerprint import (
+from ctrlrun.call.fingerprint import (
     Fingerprint,
     Unfingerprintable,
     canonical,

@@ -439,7 +439,7 @@ def test_sigterm_ends_a_gateway_serving_over_http_cleanly(tmp_path, store_url, s
 
 
 def test_no_secret_of_an_upstream_url_is_shown():
-    from ctrlrun._gateway_upstream import redacted
+    from ctrlrun.gateway.upstream import redacted
 
     assert redacted("cannot reach http://alice:s3cret@h:8/mcp?token=t0k&x=1#top now") == \
         "cannot reach http://***@h:8/mcp?***#top now"

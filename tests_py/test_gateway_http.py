@@ -187,7 +187,7 @@ def test_only_the_call_whose_own_post_got_no_connection_is_proven_unsent():
     a real server and a port nobody listens on)."""
     import httpx2
 
-    from ctrlrun._gateway_http import http_client, watching
+    from ctrlrun.gateway.http import http_client, watching
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowAnswer)
     threading.Thread(target=server.serve_forever, daemon=True).start()

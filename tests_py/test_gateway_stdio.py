@@ -143,7 +143,7 @@ def test_stdout_shared_with_stderr_is_served(tmp_path):
     assert not any(b"Traceback" in line for line in lines)
 
 
-WATCHABLE = ("import asyncio; from ctrlrun._gateway_stdio import _watchable\n"
+WATCHABLE = ("import asyncio; from ctrlrun.gateway.stdio import _watchable\n"
              "async def main(): return _watchable()\n"
              "import sys; sys.stderr.write(str(asyncio.run(main())))")
 

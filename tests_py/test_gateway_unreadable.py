@@ -131,7 +131,7 @@ def test_the_sdk_log_is_one_line_while_serving_and_as_it_was_after(capsys):
     as it was (two gateways served at once in one process share one handler)."""
     import logging
 
-    from ctrlrun._gateway_serve import _quiet_sdk_log
+    from ctrlrun.gateway.serve import _quiet_sdk_log
 
     sdk = logging.getLogger("mcp")
     before = (list(sdk.handlers), sdk.propagate)

@@ -105,7 +105,7 @@ def test_keyboard_interrupt_right_after_the_reservation_fails_it(store_url):
     row is failed and a retry runs."""
     import inspect
 
-    from ctrlrun._steps import Call
+    from ctrlrun.call.steps import Call
 
     code = Call.reserve.__code__
     lines, first = inspect.getsourcelines(Call.reserve)

@@ -16,8 +16,10 @@ import time
 import pytest
 
 import ctrlrun
-from ctrlrun import _core, _io_core
-from ctrlrun._steps import Call
+from ctrlrun import _core
+from ctrlrun.call import io_core as _io_core
+from ctrlrun.call.outcome import Outcome
+from ctrlrun.call.steps import Call
 
 from sqlite_lock import locked
 
@@ -95,8 +97,9 @@ def test_a_step_that_ends_after_its_loop_closed_keeps_nothing_open(tmp_path):
 EXIT = """
 import asyncio, sys
 import ctrlrun
-from ctrlrun import _io_core
-from ctrlrun._steps import Call
+from ctrlrun.call import io_core as _io_core
+from ctrlrun.call.outcome import Outcome
+from ctrlrun.call.steps import Call
 
 store = ctrlrun.open_store(f"sqlite:///{sys.argv[1]}")
 
@@ -177,10 +180,10 @@ def test_an_outcome_write_is_reissued_after_its_loop_closed(tmp_path):
     call = Call(store, "t:b", 60_000_000)
 
     async def reserve():
-        call.attempt = (await _io_core.reserve(store, call.reserve_request()))[3]
+        call.attempt = (await _io_core.reserve(store, call.reserve_request())).attempt
 
     async def leave_the_outcome():
-        _io_core.transition(store, (0.05, 0.25, 1.0), call.record_request(("commit", "1")))
+        _io_core.transition(store, (0.05, 0.25, 1.0), call.record_request(Outcome(_core.Step.COMMIT, "1")))
 
     asyncio.run(reserve())
     holder = locked(path, 0.5)

@@ -16,9 +16,7 @@ import time
 import pytest
 
 import ctrlrun
-from ctrlrun import _io_threads
-
-
+from ctrlrun.call import io_threads as _io_threads
 def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
@@ -98,8 +96,7 @@ def test_a_job_that_ends_after_its_loop_closed_keeps_nothing_alive():
 
 EXIT = """
 import asyncio, sys, time
-from ctrlrun import _io_threads
-
+from ctrlrun.call import io_threads as _io_threads
 def slow_write(path):
     time.sleep(0.5)
     with open(path, "w") as f:

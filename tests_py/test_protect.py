@@ -400,7 +400,7 @@ class _ExitingRepr:
     def __repr__(self):
         # Raises for ctrlrun's result encoding only: asyncio's task repr and pytest's reports
         # call repr too, and they are not what this case is about.
-        if sys._getframe(1).f_globals.get("__name__") == "ctrlrun._records":
+        if sys._getframe(1).f_globals.get("__name__") == "ctrlrun.store.records":
             raise SystemExit("repr exits")
         return "_ExitingRepr()"
 

@@ -339,7 +339,7 @@ def test_the_fast_binding_agrees_with_signature_bind_on_every_call_shape():
     import itertools
 
     from ctrlrun import _core
-    from ctrlrun._binding import KeyBinder
+    from ctrlrun.call.binding import KeyBinder
 
     def f1(a, b, /, c, d=4, *, e, g=7): ...
     def f2(a, b=2): ...

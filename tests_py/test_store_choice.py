@@ -105,8 +105,7 @@ def test_the_store_chosen_is_logged_once_per_process(tmp_path):
 
 
 def test_the_logged_postgres_store_shows_no_password(pg, caplog):
-    from ctrlrun import _store
-
+    from ctrlrun.store import api as _store
     schema = pg.new_schema()
     url = pg.url(schema)
     try:

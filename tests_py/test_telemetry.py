@@ -119,8 +119,8 @@ def test_each_gateway_call_is_one_span(store, spans, tmp_path, monkeypatch):
     from mcp.client.session import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
-    from ctrlrun._gateway import Gateway, upstream_tools
-    from ctrlrun._gateway_upstream import Upstream, WatchedStream
+    from ctrlrun.gateway.forward import Gateway, upstream_tools
+    from ctrlrun.gateway.upstream import Upstream, WatchedStream
 
     policy = tmp_path / "ctrlrun.yaml"
     policy.write_text("schema: ctrlrun.policy/v2\nactions:\n  mcp.acme.refund:\n"

@@ -22,8 +22,8 @@ import pytest
 
 import ctrlrun
 from ctrlrun import _core
-from ctrlrun import _verify
-from ctrlrun._verify import Row, Verdict, WorkerOutcome, judge_g3, judge_g4
+from ctrlrun.cli import verify as _verify
+from ctrlrun.cli.verify import Row, Verdict, WorkerOutcome, judge_g3, judge_g4
 
 PASS_G3 = re.compile(r"^G3 duplicate effect refused( \[[^\]]+\])?: PASS - ")
 PASS_G4 = re.compile(r"^G4 one winner under concurrency( \[[^\]]+\])?: PASS - ")
@@ -372,11 +372,11 @@ SITECUSTOMIZE = textwrap.dedent("""\
     import os
     with open("/proc/self/cmdline", "rb") as _f:
         _cmd = _f.read()
-    if b"ctrlrun._verify_worker" in _cmd:
+    if b"ctrlrun.cli.verify_worker" in _cmd:
         _mode = os.environ.get("CTRLRUN_TEST_BREAK")
         if _mode == "crash":
             os._exit(3)
-        import ctrlrun._runner as _p
+        import ctrlrun.call.runner as _p
         _orig = _p.run
         if _mode == "twice":
             def _run(store, key, lease_us, fn, args, kwargs, spec=None, heartbeat=False):
@@ -636,7 +636,7 @@ def test_verify_workers_get_the_store_url_off_their_command_lines(pg, pg_schema)
                     cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if "ctrlrun._verify_worker" in cmdline:
+            if "ctrlrun.cli.verify_worker" in cmdline:
                 workers.add(pid)
             if pg.password in cmdline:
                 seen.append(cmdline)

@@ -11,12 +11,12 @@ The key ``refund:pi_1`` is reserved in one atomic write before ``refund`` runs; 
 second agent or a second host proposing the same consequence is refused.
 """
 
-from ._core import __version__
-from ._protect import DEFAULT_LEASE, PolicyWarning, extend_lease, idempotency_token, protect
-from ._receipts import Receipt, ReceiptCheck
-from ._records import EffectRecord, EffectState, Reservation
-from ._store import Store, default_store, open_store, set_default_store
-from .errors import (
+from ctrlrun._core import __version__
+from ctrlrun.call.protect import DEFAULT_LEASE, PolicyWarning, extend_lease, idempotency_token, protect
+from ctrlrun.store.receipts import Receipt, ReceiptCheck
+from ctrlrun.store.records import EffectRecord, EffectState, Reservation
+from ctrlrun.store.api import Store, default_store, open_store, set_default_store
+from ctrlrun.errors import (
     ActionDenied,
     ApprovalRequired,
     EffectConflict,

@@ -1,6 +1,6 @@
 """``python -m ctrlrun``: the same command as the ``ctrlrun`` console script."""
 
-from .cli import main
+from ctrlrun.cli.main import main
 
 if __name__ == "__main__":
     main()

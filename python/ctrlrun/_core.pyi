@@ -1,12 +1,8 @@
 """Type stub of ``ctrlrun._core``, the Rust extension (checked with ``mypy.stubtest``).
 
-Timestamps are integer microseconds since the Unix epoch (UTC). A record is the tuple
-``(effect_key, state, action_id, attempt, created_at_us, updated_at_us, lease_expires_at_us,
-result_json, error, resolved_by, (action, holder, args_digest, arg_digests, approval_id))``.
-An approval request is ``(request_id, action, args_digest, effect_key, arguments_json, state,
-(requested_at_us, ttl_us, expires_at_us, decided_at_us, decided_by, note, used_at_us,
-used_by))``. A receipt is ``(id, chain, effect_key, request_id, seq, prev_hash, hash, at_us,
-kind, state, (action, action_id, attempt, args_digest, approval_id, actor, writer))``.
+Timestamps are integer microseconds since the Unix epoch (UTC). Rows come back as frozen
+objects with named fields (``EffectRow``, ``ApprovalRow``, ``ReceiptRow``, ``ReceiptCheckRow``),
+read by one converter each in ``ctrlrun.store``.
 """
 
 from pathlib import Path
@@ -14,6 +10,11 @@ from typing import Any, Callable, List, Optional, Tuple, final
 
 __all__ = [
     "Template",
+    "EffectRow",
+    "ApprovalRow",
+    "ReceiptRow",
+    "ReceiptCheckRow",
+    "Step",
     "Store",
     "open_store",
     "drop_scratch_schema",
@@ -31,51 +32,128 @@ __all__ = [
     "finish_background",
 ]
 
-_ReceiptTuple = Tuple[
-    int,
-    str,
-    str,
-    Optional[str],
-    int,
-    Optional[str],
-    str,
-    int,
-    str,
-    str,
-    Tuple[
-        Optional[str],
-        Optional[str],
-        Optional[int],
-        Optional[str],
-        Optional[str],
-        Optional[str],
-        Optional[str],
-    ],
-]
-_RecordTuple = Tuple[
-    str,
-    str,
-    str,
-    int,
-    int,
-    int,
-    Optional[int],
-    Optional[str],
-    Optional[str],
-    Optional[str],
-    Tuple[Optional[str], Optional[str], Optional[str], Optional[str], Optional[str]],
-]
-_ApprovalTuple = Tuple[
-    str,
-    str,
-    str,
-    str,
-    str,
-    str,
-    Tuple[
-        int, int, int, Optional[int], Optional[str], Optional[str], Optional[int], Optional[str]
-    ],
-]
+@final
+class EffectRow:
+    @property
+    def effect_key(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def action_id(self) -> str: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def created_at(self) -> int: ...
+    @property
+    def updated_at(self) -> int: ...
+    @property
+    def lease_expires_at(self) -> Optional[int]: ...
+    @property
+    def result(self) -> Optional[str]: ...
+    @property
+    def error(self) -> Optional[str]: ...
+    @property
+    def resolved_by(self) -> Optional[str]: ...
+    @property
+    def action(self) -> Optional[str]: ...
+    @property
+    def holder(self) -> Optional[str]: ...
+    @property
+    def args_digest(self) -> Optional[str]: ...
+    @property
+    def arg_digests(self) -> Optional[str]: ...
+    @property
+    def approval_id(self) -> Optional[str]: ...
+
+@final
+class ApprovalRow:
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def action(self) -> str: ...
+    @property
+    def args_digest(self) -> str: ...
+    @property
+    def effect_key(self) -> str: ...
+    @property
+    def arguments(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def requested_at(self) -> int: ...
+    @property
+    def ttl(self) -> int: ...
+    @property
+    def expires_at(self) -> int: ...
+    @property
+    def decided_at(self) -> Optional[int]: ...
+    @property
+    def decided_by(self) -> Optional[str]: ...
+    @property
+    def note(self) -> Optional[str]: ...
+    @property
+    def used_at(self) -> Optional[int]: ...
+    @property
+    def used_by(self) -> Optional[str]: ...
+
+@final
+class ReceiptRow:
+    @property
+    def id(self) -> int: ...
+    @property
+    def chain(self) -> str: ...
+    @property
+    def effect_key(self) -> str: ...
+    @property
+    def request_id(self) -> Optional[str]: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def prev_hash(self) -> Optional[str]: ...
+    @property
+    def hash(self) -> str: ...
+    @property
+    def at(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def action(self) -> Optional[str]: ...
+    @property
+    def action_id(self) -> Optional[str]: ...
+    @property
+    def attempt(self) -> Optional[int]: ...
+    @property
+    def args_digest(self) -> Optional[str]: ...
+    @property
+    def approval_id(self) -> Optional[str]: ...
+    @property
+    def actor(self) -> Optional[str]: ...
+    @property
+    def writer(self) -> Optional[str]: ...
+
+@final
+class ReceiptCheckRow:
+    @property
+    def receipts(self) -> int: ...
+    @property
+    def chains(self) -> int: ...
+    @property
+    def broken_id(self) -> Optional[int]: ...
+    @property
+    def broken_key(self) -> Optional[str]: ...
+    @property
+    def broken_why(self) -> Optional[str]: ...
+
+@final
+class Step:
+    """The transition an attempt records; its payload is passed beside it."""
+
+    BEGIN: Step
+    COMMIT: Step
+    FAIL: Step
+    AMBIGUOUS: Step
 
 __version__: str
 SCRATCH_SCHEMA_PREFIX: str
@@ -109,7 +187,7 @@ class Store:
         action: Optional[str] = None,
         args: Optional[List[Tuple[str, str]]] = None,
         approval: bool = False,
-    ) -> _RecordTuple: ...
+    ) -> EffectRow: ...
     def request_approval(
         self,
         action: str,
@@ -118,7 +196,7 @@ class Store:
         arguments: str,
         ttl_us: int,
         now_us: Optional[int] = None,
-    ) -> _ApprovalTuple: ...
+    ) -> ApprovalRow: ...
     def decide_approval(
         self,
         request_id: str,
@@ -126,35 +204,33 @@ class Store:
         by: str,
         note: Optional[str] = None,
         now_us: Optional[int] = None,
-    ) -> _ApprovalTuple: ...
+    ) -> ApprovalRow: ...
     def get_approval(
         self, request_id: str, now_us: Optional[int] = None
-    ) -> Optional[_ApprovalTuple]: ...
+    ) -> Optional[ApprovalRow]: ...
     def list_approvals(
         self, state: Optional[str] = None, now_us: Optional[int] = None
-    ) -> List[_ApprovalTuple]: ...
+    ) -> List[ApprovalRow]: ...
     def list_receipts(
         self, key: Optional[str] = None, limit: Optional[int] = None
-    ) -> List[_ReceiptTuple]: ...
-    def verify_receipts(
-        self,
-    ) -> Tuple[int, int, Optional[Tuple[Optional[int], str, str]]]: ...
+    ) -> List[ReceiptRow]: ...
+    def verify_receipts(self) -> ReceiptCheckRow: ...
     def transition(
         self,
         key: str,
         action_id: str,
         attempt: Optional[int],
-        kind: str,
+        step: Step,
         payload: Optional[str] = None,
         now_us: Optional[int] = None,
-    ) -> _RecordTuple: ...
+    ) -> EffectRow: ...
     def record_outcome(
         self,
         pauses: List[float],
         key: str,
         action_id: str,
         attempt: Optional[int],
-        kind: str,
+        step: Step,
         payload: Optional[str] = None,
         now_us: Optional[int] = None,
     ) -> None: ...
@@ -165,18 +241,18 @@ class Store:
         attempt: Optional[int],
         until_us: int,
         now_us: Optional[int] = None,
-    ) -> _RecordTuple: ...
+    ) -> EffectRow: ...
     def resolve(
         self, key: str, state: str, resolver: str, now_us: Optional[int] = None
-    ) -> _RecordTuple: ...
-    def get_effect(self, key: str) -> Optional[_RecordTuple]: ...
+    ) -> EffectRow: ...
+    def get_effect(self, key: str) -> Optional[EffectRow]: ...
     def list_effects(
         self,
         state: Optional[str] = None,
         prefix: Optional[str] = None,
         action: Optional[str] = None,
         limit: Optional[int] = None,
-    ) -> List[_RecordTuple]: ...
+    ) -> List[EffectRow]: ...
     def prune(
         self,
         older_than_us: int,
@@ -230,7 +306,7 @@ def transition_in_background(
     key: str,
     action_id: str,
     attempt: Optional[int],
-    kind: str,
+    outcome: Step,
     payload: Optional[str] = None,
     now_us: Optional[int] = None,
 ) -> None: ...

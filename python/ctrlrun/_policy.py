@@ -29,8 +29,8 @@ from typing import Dict, List, Optional, Tuple
 
 import yaml
 
-from . import _core
-from .errors import InvalidArgument, PolicyError
+from ctrlrun import _core
+from ctrlrun.errors import InvalidArgument, PolicyError
 
 __all__ = ["Policy", "ActionPolicy", "load_policy", "current_policy", "SCHEMA", "DEFAULT_FILE"]
 

@@ -22,13 +22,13 @@ import time
 from types import TracebackType
 from typing import Any, Optional, Type
 
-from .errors import (
+from ctrlrun.call.outcome import state_after
+from ctrlrun.errors import (
     ActionDenied,
     AmbiguousEffect,
     ApprovalRequired,
     DuplicateEffect,
     EffectConflict,
-    NotExecuted,
 )
 
 log = logging.getLogger("ctrlrun")
@@ -45,7 +45,7 @@ except ImportError:
     _metrics_internal = None  # type: ignore[assignment]
 
 if _trace is not None and _metrics is not None:
-    from . import _core
+    from ctrlrun import _core
 
     _tracer: Any = _trace.get_tracer("ctrlrun", _core.__version__)
     _meter: Any = _metrics.get_meter("ctrlrun", _core.__version__)
@@ -91,7 +91,7 @@ def _outcome(obs: "Observation", exc: Optional[BaseException]) -> str:
     if exc is None:
         return "refused_committed" if obs.replayed else "committed"
     if obs.ran:  # the body ran: what it raised decided the record
-        return "failed" if isinstance(exc, NotExecuted) else "ambiguous"
+        return state_after(exc)
     if isinstance(exc, EffectConflict):
         return "conflict"
     if isinstance(exc, DuplicateEffect):

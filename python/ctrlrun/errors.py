@@ -21,10 +21,9 @@ Exceptions pickle with their attributes (they cross process boundaries in worker
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
-if TYPE_CHECKING:
-    from ._records import EffectRecord
+from ctrlrun.store.records import EffectRecord
 
 __all__ = [
     "CTRLRunError",
@@ -68,20 +67,26 @@ class NotExecuted(CTRLRunError):
     """
 
 
-class _FoundRecord:
-    """``.record``: the row that caused a refusal, converted from the core's tuple on first
-    access (refusals are a hot path; most callers never look at the record)."""
+class _FoundRecord(Exception):
+    """``.record``: the row that caused a refusal. A refusal raised by the store carries the
+    core's row (``_row``) and the converter that reads it (``_decode``, set by the binding),
+    and converts it on first access: refusals are a hot path and most callers never look."""
 
-    _record: Optional[EffectRecord]
-    _raw: Any
+    _record: Optional[EffectRecord] = None
+    _row: Any = None
+    _decode: Optional[Callable[[Any], EffectRecord]] = None
 
     @property
     def record(self) -> Optional[EffectRecord]:
-        if self._record is None and self._raw is not None:
-            from ._records import record_from_core
-
-            self._record = record_from_core(self._raw)
+        if self._record is None and self._row is not None and self._decode is not None:
+            self._record = self._decode(self._row)
         return self._record
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        # Pickled with the record converted (the core's row does not cross processes).
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_row", "_decode")}
+        state["_record"] = self.record
+        return (type(self), self.args, state)
 
 
 class DuplicateEffect(_FoundRecord, CTRLRunError):
@@ -105,7 +110,6 @@ class DuplicateEffect(_FoundRecord, CTRLRunError):
         self.state = state
         self.effect_key = effect_key
         self._record = record
-        self._raw: Any = None
 
 
 
@@ -194,7 +198,6 @@ class AmbiguousEffect(_FoundRecord, CTRLRunError):
         self.effect_key = effect_key
         self.action_id = action_id
         self._record = record
-        self._raw: Any = None
 
 
 
@@ -270,35 +273,3 @@ class StoreUnresolved(StoreError):
         super().__init__(message)
         self.effect_key = effect_key
         self.action_id = action_id
-
-
-_SIMPLE = {
-    "InvalidArgument": InvalidArgument,
-    "EffectKeyError": EffectKeyError,
-    "StoreError": StoreError,
-    "StoreWriteFailed": StoreWriteFailed,
-    "StoreUnresolved": StoreUnresolved,
-    "ApprovalNeeded": ApprovalNeeded,
-}
-
-
-def _from_core(kind: str, message: str, record: Any, extra: Any = None) -> CTRLRunError:
-    """Build the exception for a core error (called by the Rust binding only). ``extra``:
-    (fields, other_action) of a conflict."""
-    if record is not None:
-        # record: the core's tuple (key, state, action_id, ...); converted on first access.
-        exc: CTRLRunError
-        if extra is not None:
-            fields, other_action = extra
-            exc = EffectConflict(message, state=kind, effect_key=record[0], fields=fields,
-                                 other_action=other_action)
-        elif kind == "AmbiguousEffect":
-            exc = AmbiguousEffect(message, effect_key=record[0], action_id=record[2])
-        else:
-            exc = DuplicateEffect(message, state=kind, effect_key=record[0])
-        exc._raw = record  # type: ignore[union-attr]
-        return exc
-    cls = _SIMPLE.get(kind)
-    if cls is None:  # the binding and this table disagree: say so, never guess a class
-        raise RuntimeError(f"ctrlrun: the core raised an error of unknown kind {kind!r}: {message}")
-    return cls(message)

@@ -28,10 +28,10 @@ from typing import Iterator
 
 import pytest
 
-from . import _core
-from ._records import EffectRecord, EffectState
-from ._store import Store, open_store, set_default_store, use_when_default_is_unset
-from .testing import MovableClock, assert_committed_once, assert_effect_state, assert_no_effect
+from ctrlrun import _core
+from ctrlrun.store.records import EffectRecord, EffectState
+from ctrlrun.store.api import Store, open_store, set_default_store, use_when_default_is_unset
+from ctrlrun.testing import MovableClock, assert_committed_once, assert_effect_state, assert_no_effect
 
 POSTGRES_ENV = "CTRLRUN_TEST_POSTGRES_URL"
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Optional, Union
 
-from ._records import EffectRecord, EffectState
-from ._store import Store
+from ctrlrun.store.records import EffectRecord, EffectState
+from ctrlrun.store.api import Store
 
 __all__ = [
     "MovableClock",

@@ -29,8 +29,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use pyo3::prelude::*;
 
-use super::args::{parse_pauses, parse_transition};
-use super::errors::{record_tuple, to_py, IntoPyResult};
+use super::args::parse_pauses;
+use super::errors::{to_py, IntoPyResult};
+use super::records::{EffectRow, Step};
 use super::store::PyStore;
 use crate::error::Error;
 use crate::planner::Proposal;
@@ -118,9 +119,7 @@ impl Completions {
         let mut out = Vec::with_capacity(done.len());
         for (token, step) in done {
             let value = match step {
-                Done::Record(Ok(r)) => record_tuple(*r)
-                    .into_pyobject(py)
-                    .map(|t| t.into_any().unbind()),
+                Done::Record(Ok(r)) => Py::new(py, EffectRow::from(*r)).map(Py::into_any),
                 Done::Record(Err(e)) | Done::Unit(Err(e)) => Err(to_py(py, e)),
                 Done::Unit(Ok(())) => Ok(py.None()),
             };
@@ -358,7 +357,7 @@ pub fn reserve_in_background(
 /// exception that ends it, comes back through `completions` under `token`: the retries never
 /// depend on the event loop still running.
 #[pyfunction]
-#[pyo3(signature = (store, completions, token, pauses, key, action_id, attempt, kind, payload=None, now_us=None))]
+#[pyo3(signature = (store, completions, token, pauses, key, action_id, attempt, outcome, payload=None, now_us=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn transition_in_background(
     py: Python<'_>,
@@ -369,16 +368,16 @@ pub fn transition_in_background(
     key: String,
     action_id: String,
     attempt: Option<i64>,
-    kind: String,
+    outcome: Step,
     payload: Option<String>,
     now_us: Option<Micros>,
 ) -> PyResult<()> {
-    let t = parse_transition(&kind, payload).py_err(py)?;
+    let t = outcome.with(payload);
     let pauses = parse_pauses(pauses);
     let store = store.get().py_err(py)?;
     let send = completions.sender();
     submit(Box::new(move || {
-        let done = record_retrying(&kind, &key, now_us, &pauses, |now| {
+        let done = record_retrying(outcome.as_str(), &key, now_us, &pauses, |now| {
             step(Arc::clone(&store), |s| {
                 s.transition_unread(&key, &action_id, attempt, &t, now)
             })

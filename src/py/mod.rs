@@ -7,6 +7,7 @@ mod background;
 mod errors;
 mod fork;
 mod logging;
+mod records;
 mod store;
 mod template;
 
@@ -17,6 +18,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     logging::install();
     m.add_class::<template::PyTemplate>()?;
     m.add_class::<store::PyStore>()?;
+    m.add_class::<records::EffectRow>()?;
+    m.add_class::<records::ApprovalRow>()?;
+    m.add_class::<records::ReceiptRow>()?;
+    m.add_class::<records::ReceiptCheckRow>()?;
+    m.add_class::<records::Step>()?;
     m.add_function(wrap_pyfunction!(store::open_store, m)?)?;
     m.add_function(wrap_pyfunction!(store::drop_scratch_schema, m)?)?;
     m.add_function(wrap_pyfunction!(store::sqlite_path, m)?)?;

@@ -2,11 +2,9 @@ use std::sync::{Arc, RwLock};
 
 use pyo3::prelude::*;
 
-use super::args::{parse_pauses, parse_state, parse_transition};
-use super::errors::{
-    approval_tuple, receipt_tuple, record_tuple, ApprovalTuple, IntoPyResult, ReceiptTuple,
-    RecordTuple,
-};
+use super::args::{parse_pauses, parse_state};
+use super::errors::IntoPyResult;
+use super::records::{ApprovalRow, EffectRow, ReceiptCheckRow, ReceiptRow, Step};
 use crate::approval::{ApprovalAsk, ApprovalState};
 use crate::error::Error;
 use crate::planner::Proposal;
@@ -145,7 +143,7 @@ impl PyStore {
         action: Option<&str>,
         args: Option<Vec<(String, String)>>,
         approval: bool,
-    ) -> PyResult<RecordTuple> {
+    ) -> PyResult<EffectRow> {
         let digests = args.map(|mut parts| crate::fingerprint::digests(&mut parts));
         let args = digests.as_ref().map(|(d, f)| (d.as_str(), f.as_str()));
         let proposal = Proposal {
@@ -155,7 +153,7 @@ impl PyStore {
             ..Proposal::new(key, action_id, lease_us, begin)
         };
         self.call(py, |s| s.propose(proposal, now_us))
-            .map(record_tuple)
+            .map(EffectRow::from)
     }
 
     /// Ask for an approval (see `Store.request_approval` in Rust): the request that stands, or
@@ -171,7 +169,7 @@ impl PyStore {
         arguments: &str,
         ttl_us: Micros,
         now_us: Option<Micros>,
-    ) -> PyResult<ApprovalTuple> {
+    ) -> PyResult<ApprovalRow> {
         let ask = ApprovalAsk {
             action,
             args_digest,
@@ -180,7 +178,7 @@ impl PyStore {
             ttl: ttl_us,
         };
         self.call(py, |s| s.request_approval(&ask, now_us))
-            .map(approval_tuple)
+            .map(ApprovalRow::from)
     }
 
     #[pyo3(signature = (request_id, grant, by, note=None, now_us=None))]
@@ -192,11 +190,11 @@ impl PyStore {
         by: &str,
         note: Option<&str>,
         now_us: Option<Micros>,
-    ) -> PyResult<ApprovalTuple> {
+    ) -> PyResult<ApprovalRow> {
         self.call(py, |s| {
             s.decide_approval(request_id, grant, by, note, now_us)
         })
-        .map(approval_tuple)
+        .map(ApprovalRow::from)
     }
 
     #[pyo3(signature = (request_id, now_us=None))]
@@ -205,9 +203,9 @@ impl PyStore {
         py: Python<'_>,
         request_id: &str,
         now_us: Option<Micros>,
-    ) -> PyResult<Option<ApprovalTuple>> {
+    ) -> PyResult<Option<ApprovalRow>> {
         self.call(py, |s| s.get_approval(request_id, now_us))
-            .map(|r| r.map(approval_tuple))
+            .map(|r| r.map(ApprovalRow::from))
     }
 
     #[pyo3(signature = (state=None, now_us=None))]
@@ -216,7 +214,7 @@ impl PyStore {
         py: Python<'_>,
         state: Option<&str>,
         now_us: Option<Micros>,
-    ) -> PyResult<Vec<ApprovalTuple>> {
+    ) -> PyResult<Vec<ApprovalRow>> {
         let state = state
             .map(|st| {
                 ApprovalState::parse(st).ok_or_else(|| {
@@ -229,7 +227,7 @@ impl PyStore {
             .transpose()
             .py_err(py)?;
         self.call(py, |s| s.list_approvals(state, now_us))
-            .map(|v| v.into_iter().map(approval_tuple).collect())
+            .map(|v| v.into_iter().map(ApprovalRow::from).collect())
     }
 
     /// The receipts of `key` (or of every key), oldest first; with `limit`, the latest that many.
@@ -239,25 +237,20 @@ impl PyStore {
         py: Python<'_>,
         key: Option<&str>,
         limit: Option<u64>,
-    ) -> PyResult<Vec<ReceiptTuple>> {
+    ) -> PyResult<Vec<ReceiptRow>> {
         self.call(py, |s| s.list_receipts(key, limit))
-            .map(|v| v.into_iter().map(receipt_tuple).collect())
+            .map(|v| v.into_iter().map(ReceiptRow::from).collect())
     }
 
-    /// `(receipts, chains, None)`, or with the first broken receipt `(id or None, key, why)`.
-    #[allow(clippy::type_complexity)]
-    fn verify_receipts(
-        &self,
-        py: Python<'_>,
-    ) -> PyResult<(u64, u64, Option<(Option<i64>, String, String)>)> {
-        let v = self.call(py, |s| s.verify_receipts())?;
-        let broken = v.broken.map(|b| (b.receipt_id, b.effect_key, b.why));
-        Ok((v.receipts, v.chains, broken))
+    /// What a check of every receipt chain found.
+    fn verify_receipts(&self, py: Python<'_>) -> PyResult<ReceiptCheckRow> {
+        self.call(py, |s| s.verify_receipts())
+            .map(ReceiptCheckRow::from)
     }
 
-    /// `kind` is one of `begin`, `commit` (payload: result JSON), `fail` and `ambiguous`
-    /// (payload: error text).
-    #[pyo3(signature = (key, action_id, attempt, kind, payload=None, now_us=None))]
+    /// `step` with its payload: the result JSON of `COMMIT`, the error text of `FAIL` and
+    /// `AMBIGUOUS`.
+    #[pyo3(signature = (key, action_id, attempt, step, payload=None, now_us=None))]
     #[allow(clippy::too_many_arguments)]
     fn transition(
         &self,
@@ -265,19 +258,19 @@ impl PyStore {
         key: &str,
         action_id: &str,
         attempt: Option<i64>,
-        kind: &str,
+        step: Step,
         payload: Option<String>,
         now_us: Option<Micros>,
-    ) -> PyResult<RecordTuple> {
-        let t = parse_transition(kind, payload).py_err(py)?;
+    ) -> PyResult<EffectRow> {
+        let t = step.with(payload);
         self.call(py, |s| s.transition(key, action_id, attempt, &t, now_us))
-            .map(record_tuple)
+            .map(EffectRow::from)
     }
 
     /// The decorator's outcome write: `transition_unread`, re-issued after each of `pauses`
     /// (seconds) while it fails as a write that did not land or whose end is unknown; after
     /// an unknown try, the error is that unknown (`crate::store::outcome`).
-    #[pyo3(signature = (pauses, key, action_id, attempt, kind, payload=None, now_us=None))]
+    #[pyo3(signature = (pauses, key, action_id, attempt, step, payload=None, now_us=None))]
     #[allow(clippy::too_many_arguments)]
     fn record_outcome(
         &self,
@@ -286,15 +279,15 @@ impl PyStore {
         key: &str,
         action_id: &str,
         attempt: Option<i64>,
-        kind: &str,
+        step: Step,
         payload: Option<String>,
         now_us: Option<Micros>,
     ) -> PyResult<()> {
-        let t = parse_transition(kind, payload).py_err(py)?;
+        let t = step.with(payload);
         let pauses = parse_pauses(pauses);
         let store = self.get().py_err(py)?;
         py.detach(|| {
-            record_retrying(kind, key, now_us, &pauses, |now| {
+            record_retrying(step.as_str(), key, now_us, &pauses, |now| {
                 let _pass = store.fork_sensitive().then(fork::pass);
                 store.transition_unread(key, action_id, attempt, &t, now)
             })
@@ -311,11 +304,11 @@ impl PyStore {
         attempt: Option<i64>,
         until_us: Micros,
         now_us: Option<Micros>,
-    ) -> PyResult<RecordTuple> {
+    ) -> PyResult<EffectRow> {
         self.call(py, |s| {
             s.extend_lease(key, action_id, attempt, until_us, now_us)
         })
-        .map(record_tuple)
+        .map(EffectRow::from)
     }
 
     #[pyo3(signature = (key, state, resolver, now_us=None))]
@@ -326,14 +319,14 @@ impl PyStore {
         state: &str,
         resolver: &str,
         now_us: Option<Micros>,
-    ) -> PyResult<RecordTuple> {
+    ) -> PyResult<EffectRow> {
         let target = parse_state(state).py_err(py)?;
         self.call(py, |s| s.resolve(key, target, resolver, now_us))
-            .map(record_tuple)
+            .map(EffectRow::from)
     }
 
-    fn get_effect(&self, py: Python<'_>, key: &str) -> PyResult<Option<RecordTuple>> {
-        self.call(py, |s| s.get(key)).map(|r| r.map(record_tuple))
+    fn get_effect(&self, py: Python<'_>, key: &str) -> PyResult<Option<EffectRow>> {
+        self.call(py, |s| s.get(key)).map(|r| r.map(EffectRow::from))
     }
 
     /// The records the filters select, oldest first; with `limit`, the first that many.
@@ -345,7 +338,7 @@ impl PyStore {
         prefix: Option<&str>,
         action: Option<&str>,
         limit: Option<u64>,
-    ) -> PyResult<Vec<RecordTuple>> {
+    ) -> PyResult<Vec<EffectRow>> {
         let state = state.map(parse_state).transpose().py_err(py)?;
         let filter = EffectFilter {
             state,
@@ -354,7 +347,7 @@ impl PyStore {
             limit,
         };
         self.call(py, |s| s.list(&filter))
-            .map(|v| v.into_iter().map(record_tuple).collect())
+            .map(|v| v.into_iter().map(EffectRow::from).collect())
     }
 
     /// Remove settled rows created and last written more than `older_than_us` ago (see

@@ -1,0 +1,108 @@
+"""The two store steps every ``async def`` protected call makes (the reservation and the
+outcome write), run on the core's own threads (``_core.reserve_in_background`` and
+``_core.transition_in_background``, src/py/background.rs): the database work starts without
+waiting for the GIL, and the event loop is woken once for the steps that finished meanwhile.
+Every other store call of an async caller goes through ``_io_threads``.
+
+Each event loop has an inbox (``_core.Completions``): a socket the loop watches, and the steps
+finished for it. A step is known by a token; its future lives here, on the loop. Where the core
+has no background threads (Windows), or the loop cannot watch a descriptor, the functions
+return ``None`` and the caller uses ``_io_threads``. A forked child makes new inboxes (and the
+core a new pool); at exit the core's threads finish the steps queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import threading
+import weakref
+from typing import Any, Dict, Optional, Tuple
+
+from ctrlrun import _core
+from ctrlrun.call.io_threads import PerLoop
+
+_AVAILABLE = hasattr(_core, "Completions")
+
+
+class _Inbox:
+    """One event loop's finished steps and the futures waiting for them."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.completions = _core.Completions()
+        self.waiting: Dict[int, "asyncio.Future[Any]"] = {}
+        self.tokens = itertools.count(1)
+        try:
+            loop.add_reader(self.completions.fileno(), self.drain)
+        except BaseException:
+            self.completions.close()
+            raise
+        weakref.finalize(loop, self.completions.close)
+
+    def drain(self) -> None:
+        """On the loop: settle the futures whose steps finished."""
+        for token, ok, value in self.completions.take():
+            future = self.waiting.pop(token, None)
+            if future is None or future.done():
+                continue  # the caller stopped waiting; the step ran to its end anyway
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+
+    def submit(self, start: Any, store: Any, args: Tuple[Any, ...]) -> "asyncio.Future[Any]":
+        future = asyncio.get_running_loop().create_future()
+        token = next(self.tokens)
+        self.waiting[token] = future
+        try:
+            start(store.core, self.completions, token, *args)
+        except BaseException:
+            del self.waiting[token]
+            raise
+        return future
+
+
+def _inbox_of(loop: asyncio.AbstractEventLoop) -> Optional[_Inbox]:
+    return _Inbox(loop) if _AVAILABLE else None
+
+
+def _registry() -> "PerLoop[_Inbox]":
+    """Every loop's inbox; made anew in a forked child (a parent's thread may have held its
+    lock at the instant of the fork)."""
+    return PerLoop(_inbox_of, lambda inbox: inbox.completions.close())
+
+
+_inboxes = _registry()
+
+
+def reserve(store: Any, args: Tuple[Any, ...]) -> "Optional[asyncio.Future[Any]]":
+    """``store.core.reserve(*args)`` on a core thread: a future of its record tuple, or
+    ``None`` where this loop has no inbox."""
+    inbox = _inboxes.of(asyncio.get_running_loop())
+    return None if inbox is None else inbox.submit(_core.reserve_in_background, store, args)
+
+
+def transition(store: Any, pauses: Tuple[float, ...], args: Tuple[Any, ...]
+               ) -> "Optional[asyncio.Future[Any]]":
+    """``store.core.record_outcome(pauses, *args)`` on a core thread (the same retries and
+    the same rule for an unknown try): a future of ``None``, or ``None`` where this loop has
+    no inbox."""
+    inbox = _inboxes.of(asyncio.get_running_loop())
+    return None if inbox is None else inbox.submit(
+        _core.transition_in_background, store, (list(pauses), *args))
+
+
+def _after_fork_in_child() -> None:
+    # The parent's loops and inboxes are not this process's to use.
+    global _inboxes
+    _inboxes = _registry()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+if _AVAILABLE:
+    # Run when the interpreter exits, before it finalizes: the core's threads finish the steps
+    # queued (an outcome write is never cut off), as ``_io_threads``' workers do.
+    threading._register_atexit(_core.finish_background)  # type: ignore[attr-defined]

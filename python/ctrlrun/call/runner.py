@@ -1,0 +1,61 @@
+"""The synchronous driver of a protected call: the steps of :class:`._steps.Call`, in line
+(reserve, run the executor in its context, record the outcome)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Tuple
+
+from ctrlrun.call.approval import refusal, wait_for_decision
+from ctrlrun.call.heartbeat import Heartbeat
+from ctrlrun.call.steps import REFUSALS, Call, Spec
+from ctrlrun.store.api import Store
+from ctrlrun.errors import ApprovalNeeded
+
+
+def run(
+    store: Store,
+    key: str,
+    lease_us: int,
+    fn: Callable[..., Any],
+    args: Tuple[Any, ...],
+    kwargs: dict,
+    spec: Optional[Spec] = None,
+    heartbeat: bool = False,
+) -> Any:
+    call = Call(store, key, lease_us, spec)
+    try:
+        call.reserve()
+        needed = False
+    except ApprovalNeeded:
+        needed = True
+    if needed:
+        # No grant in force: ask (or find the request that stands), wait if told to, and
+        # reserve again once granted. (Outside the except block: the caller's traceback shows
+        # the refusal alone.)
+        assert spec is not None
+        record = call.ask()
+        if record.state.value == "pending" and spec.approval_timeout > 0:
+            record = wait_for_decision(store, record.request_id, spec.approval_timeout)
+        call.granted(record)
+        try:
+            call.reserve()
+        except ApprovalNeeded:  # used by another call meanwhile
+            raise refusal(call.ask()) from None
+    call.enter()
+    beat = Heartbeat(call).start() if heartbeat else None
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException as exc:
+        if beat is not None:
+            beat.stop()
+        try:
+            call.record(call.raised(exc))
+        except REFUSALS as refused:
+            raise call.refused(refused, exc)
+        raise
+    finally:
+        call.leave()
+    if beat is not None:
+        beat.stop()
+    call.record(call.returned(result))
+    return result

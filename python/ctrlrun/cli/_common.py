@@ -1,0 +1,47 @@
+"""What every ``ctrlrun`` command shares: the ``--store`` option, opening an existing store,
+the one-line error exit, and times as ISO text."""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import datetime
+from typing import NoReturn, Optional
+
+import click
+
+from ctrlrun import _core
+from ctrlrun.errors import CTRLRunError, InvalidArgument
+from ctrlrun.store.api import Store, default_store, default_url, open_store
+
+store_option = click.option(
+    "--store", "store_url", metavar="URL", default=None,
+    help="Store URL (default: CTRLRUN_STORE, else CTRLRUN_STATE, else .ctrlrun/state.db).",
+)
+
+
+def die(message: str, code: int = 2) -> NoReturn:
+    """One line on stderr (``ctrlrun: …``) and exit ``code``: never a traceback."""
+    click.echo(f"ctrlrun: {message}", err=True)
+    sys.exit(code)
+
+
+def open_existing(url: Optional[str]) -> Store:
+    """Open an existing store; a SQLite file that does not exist is an error, not created."""
+    try:
+        if url is not None and not url.strip():
+            raise InvalidArgument(
+                "--store is empty; give the store's URL or SQLite path, or leave --store out "
+                "to use CTRLRUN_STORE / CTRLRUN_STATE / .ctrlrun/state.db"
+            )
+        path = _core.sqlite_path(url if url is not None else default_url())
+        if path is not None and not os.path.exists(path):
+            die(f"no store at {path} (nothing has been reserved there yet)")
+        return open_store(url) if url is not None else default_store()
+    except CTRLRunError as exc:
+        die(str(exc))
+
+
+def iso(dt: Optional[datetime]) -> Optional[str]:
+    """An aware UTC datetime as ISO text ending in ``Z``, or ``None``."""
+    return None if dt is None else dt.isoformat().replace("+00:00", "Z")

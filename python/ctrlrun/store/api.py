@@ -1,0 +1,441 @@
+"""Opening stores, the store API, and the default store."""
+
+from __future__ import annotations
+
+import logging  # imported before our fork hooks: see register_at_fork below
+import functools
+import os
+import threading
+import traceback
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
+
+from ctrlrun import _core
+from ctrlrun.store.decode import record_from_core
+from ctrlrun.store.records import EffectRecord, EffectState, Reservation, result_to_json
+from ctrlrun.store.approvals import ApprovalRecord, approval_from_core
+from ctrlrun.store.durations import to_micros
+from ctrlrun.store.receipts import ReceiptMethods
+from ctrlrun.store.retention import RetentionMethods
+from ctrlrun.errors import InvalidArgument, StoreUnresolved
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+__all__ = ["Store", "open_store", "default_store", "set_default_store", "DEFAULT_STATE_PATH"]
+
+Clock = Callable[[], datetime]
+
+#: The default SQLite file, relative to the working directory.
+DEFAULT_STATE_PATH = os.path.join(".ctrlrun", "state.db")
+_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+# The longest lease accepted: ten years, far past any real call, and far from int64 overflow
+# when added to a timestamp in the store.
+_MAX_LEASE_US = 10 * 366 * 86_400 * 1_000_000
+
+
+def datetime_to_micros(dt: datetime, what: str = "datetime") -> int:
+    if not isinstance(dt, datetime):
+        raise InvalidArgument(f"{what} must be an aware datetime, got {type(dt).__name__}")
+    if dt.tzinfo is None or dt.utcoffset() is None:
+        raise InvalidArgument(f"{what} must be timezone-aware (UTC), got naive {dt!r}")
+    return (dt - _UNIX_EPOCH) // timedelta(microseconds=1)
+
+
+def _api(method: F) -> F:
+    """A Store API method: text arguments (key, action id, error, resolver) must be valid
+    Unicode (a lone surrogate, which no store can keep as text, is ``InvalidArgument`` before
+    anything is written, not the ``UnicodeEncodeError`` of the conversion), and a
+    ``StoreUnresolved`` names the call's key and action id."""
+
+    @functools.wraps(method)
+    def checked(self: "Store", key: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, key, *args, **kwargs)
+        except UnicodeEncodeError as exc:
+            raise InvalidArgument(
+                f"{method.__name__}: {exc.object!r} holds a lone surrogate at position "
+                f"{exc.start}, which no store can keep as text; nothing was written"
+            ) from None
+        except (TypeError, OverflowError) as exc:
+            if not _raised_by_a_call_in(exc, 2):
+                raise  # from deeper down (a clock, a conversion): not the caller's arguments
+            raise InvalidArgument(f"{method.__name__}: {exc}") from None
+        except StoreUnresolved as exc:
+            exc.effect_key = key
+            action_id = args[0] if args else kwargs.get("action_id")
+            if method.__name__ not in ("resolve_effect", "get_effect"):
+                exc.action_id = action_id
+            raise
+
+    return checked  # type: ignore[return-value]
+
+
+def _raised_by_a_call_in(exc: BaseException, frames: int) -> bool:
+    """Whether ``exc`` was raised by a built-in call (the core's, refusing an argument it
+    cannot take) made in the innermost of the ``frames`` Python frames it passed through."""
+    return sum(1 for _ in traceback.walk_tb(exc.__traceback__)) <= frames
+
+
+def lease_to_micros(lease: Union[timedelta, int, float], what: str = "lease") -> int:
+    """A lease as whole microseconds: a ``timedelta`` or a number of seconds, > 0 and finite."""
+    return to_micros(lease, what, _MAX_LEASE_US, "ten years")
+
+
+class Store(ReceiptMethods, RetentionMethods):
+    """A durable table of effect records (SQLite file or PostgreSQL database).
+
+    Safe to share across threads; every call releases the GIL while it waits on the database.
+    Open one with :func:`open_store`. Timestamps are aware UTC datetimes.
+
+    ``clock``, when given, is a callable returning an aware datetime that replaces the
+    backend's clock for every lease decision (tests move time with it, without sleeping).
+
+    The transition methods accept ``attempt=`` to narrow the compare-and-set to one attempt;
+    without it, the action id alone is matched.
+    """
+
+    __slots__ = ("core", "_clock", "__weakref__")
+
+    def __init__(self, core: _core.Store, clock: Optional[Clock] = None) -> None:
+        if clock is not None and not callable(clock):
+            raise InvalidArgument(f"clock must be a callable returning a datetime, got {clock!r}")
+        self.core = core
+        self._clock = clock
+
+    # -- for ctrlrun's own modules (the decorator's hot path), not part of the API ----------
+    # ``core`` is the Rust store this handle wraps (set in __init__).
+
+    def now_us(self) -> Optional[int]:
+        """The store clock's time in microseconds, or None: the backend's own clock."""
+        clock = self._clock
+        if clock is None:
+            return None
+        return datetime_to_micros(clock(), "the store clock's value")
+
+    @property
+    def url(self) -> str:
+        """Where the store lives (``sqlite:////abs/path.db``; never a password)."""
+        return self.core.url
+
+    @property
+    def clock(self) -> Optional[Clock]:
+        return self._clock
+
+    def with_clock(self, clock: Optional[Clock]) -> "Store":
+        """A handle on the same database whose lease decisions use ``clock``."""
+        return Store(self.core, clock)
+
+    # -- the reference's API -------------------------------------------------------------
+    @_api
+    def reserve_effect(
+        self, key: str, action_id: str, lease: Union[timedelta, int, float]
+    ) -> Reservation:
+        """Reserve ``key`` for the attempt ``action_id`` for ``lease`` (timedelta or seconds).
+
+        Raises:
+            DuplicateEffect: the key is committed, or held under a live lease.
+            AmbiguousEffect: the key is ambiguous (or just became so: its lease lapsed).
+            StoreWriteFailed / StoreUnresolved: see SPEC §6.
+        """
+        t = self.core.reserve(key, action_id, lease_to_micros(lease), self.now_us())
+        rec = record_from_core(t)
+        assert rec.lease_expires_at is not None
+        return Reservation(rec.effect_key, rec.action_id, rec.attempt, rec.lease_expires_at, rec)
+
+    @_api
+    def begin_execution(
+        self, key: str, action_id: str, *, attempt: Optional[int] = None
+    ) -> EffectRecord:
+        """``reserved`` -> ``executing``, just before the executor's body starts."""
+        return record_from_core(
+            self.core.transition(key, action_id, attempt, _core.Step.BEGIN, None, self.now_us())
+        )
+
+    @_api
+    def commit_effect(
+        self, key: str, action_id: str, result: object = None, *, attempt: Optional[int] = None
+    ) -> EffectRecord:
+        """``executing`` -> ``committed``; ``result`` is stored as JSON (or its repr)."""
+        return record_from_core(
+            self.core.transition(
+                key, action_id, attempt, _core.Step.COMMIT, result_to_json(result), self.now_us()
+            )
+        )
+
+    @_api
+    def fail_effect(
+        self, key: str, action_id: str, error: str, *, attempt: Optional[int] = None
+    ) -> EffectRecord:
+        """``executing`` (or ``reserved``: the body never started) -> ``failed``."""
+        return record_from_core(
+            self.core.transition(key, action_id, attempt, _core.Step.FAIL, str(error), self.now_us())
+        )
+
+    @_api
+    def mark_ambiguous(
+        self, key: str, action_id: str, error: str, *, attempt: Optional[int] = None
+    ) -> EffectRecord:
+        """``reserved``/``executing``/``ambiguous`` -> ``ambiguous`` (outcome unknown)."""
+        return record_from_core(
+            self.core.transition(key, action_id, attempt, _core.Step.AMBIGUOUS, str(error), self.now_us())
+        )
+
+    @_api
+    def extend_lease(
+        self,
+        key: str,
+        action_id: str,
+        until: Union[datetime, timedelta],
+        *,
+        attempt: Optional[int] = None,
+    ) -> EffectRecord:
+        """Move the live lease of an ``executing`` attempt to ``until``.
+
+        ``until`` is an aware datetime, or a timedelta counted from now. It must not be earlier
+        than the current expiry; a lapsed lease cannot be revived (``InvalidArgument``).
+        """
+        now = self.now_us()
+        if isinstance(until, timedelta):
+            base = now if now is not None else datetime_to_micros(_utcnow())
+            until_us = base + lease_to_micros(until, "extension")
+        else:
+            until_us = datetime_to_micros(until, "until")
+        return record_from_core(self.core.extend_lease(key, action_id, attempt, until_us, now))
+
+    @_api
+    def resolve_effect(
+        self, key: str, state: Union[EffectState, str], resolver: str
+    ) -> EffectRecord:
+        """A person settles an ``ambiguous`` effect as ``committed`` or ``failed``.
+
+        A held effect (``reserved``/``executing``) whose lease has lapsed, its holder gone, is
+        settled the same way: the lapse and the resolution are written together. ``resolver``
+        names who decided, one printable line (``"ops:alice"``). Anything else (a live lease,
+        ``committed``, ``failed``) is refused with ``InvalidArgument`` naming the state found.
+        """
+        return record_from_core(
+            self.core.resolve(key, _state_text(state), resolver, self.now_us())
+        )
+
+    @_api
+    def get_effect(self, key: str) -> Optional[EffectRecord]:
+        """The record for ``key``, or ``None``."""
+        t = self.core.get_effect(key)
+        return None if t is None else record_from_core(t)
+
+    # -- approvals ------------------------------------------------------------------------
+    def get_approval(self, request_id: str) -> Optional["ApprovalRecord"]:
+        """The approval request ``request_id`` (its state as of now), or ``None``."""
+
+        try:
+            t = self.core.get_approval(request_id, self.now_us())
+        except (UnicodeEncodeError, TypeError) as exc:
+            if isinstance(exc, TypeError) and not _raised_by_a_call_in(exc, 1):
+                raise
+            raise InvalidArgument(f"{request_id!r} is not an approval request id") from None
+        return None if t is None else approval_from_core(t)
+
+    def list_approvals(self, state: Optional[str] = None) -> List["ApprovalRecord"]:
+        """Every approval request (or those in ``state``: pending, granted, denied, used,
+        expired), oldest first."""
+
+        st = None if state is None else str(getattr(state, "value", state))
+        try:
+            found = self.core.list_approvals(st, self.now_us())
+        except UnicodeEncodeError:
+            raise InvalidArgument(f"unknown approval state {st!r}") from None
+        return [approval_from_core(t) for t in found]
+
+    def grant_approval(self, request_id: str, by: str, note: Optional[str] = None
+                       ) -> "ApprovalRecord":
+        """A person (``by``) approves a pending request: the next call of its action with the
+        same arguments runs, once, within the request's time to live."""
+        return self._decide(request_id, True, by, note)
+
+    def deny_approval(self, request_id: str, by: str, note: Optional[str] = None
+                      ) -> "ApprovalRecord":
+        """A person (``by``) denies a pending request: calls of its action with the same
+        arguments raise ``ActionDenied`` naming them, for the request's time to live."""
+        return self._decide(request_id, False, by, note)
+
+    def _decide(self, request_id: str, grant: bool, by: str, note: Optional[str]
+                ) -> "ApprovalRecord":
+
+        try:
+            t = self.core.decide_approval(request_id, grant, by, note, self.now_us())
+        except UnicodeEncodeError:
+            raise InvalidArgument("a request id, name or note with a lone surrogate cannot be "
+                                  "stored; nothing was written") from None
+        except TypeError as exc:
+            if not _raised_by_a_call_in(exc, 1):
+                raise
+            raise InvalidArgument(f"the request id, name and note must be str: {exc}; "
+                                  f"nothing was written") from None
+        return approval_from_core(t)
+
+    def close(self) -> None:
+        """Release the store's connections; later calls raise ``InvalidArgument``."""
+        self.core.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<ctrlrun.Store {self.url}>"
+
+
+def _utcnow() -> datetime:
+    from datetime import timezone
+
+    return datetime.now(timezone.utc)
+
+
+def _state_text(state: Union[EffectState, str]) -> str:
+    if isinstance(state, EffectState):
+        return state.value
+    if isinstance(state, str):
+        return state
+    raise InvalidArgument(f"state must be an EffectState or str, got {type(state).__name__}")
+
+
+def open_store(url: str, *, clock: Optional[Clock] = None) -> Store:
+    """Open (creating if needed) the store ``url`` names.
+
+    * ``sqlite:///relative/state.db`` (relative to the working directory),
+      ``sqlite:////abs/state.db``, or a bare file path. Options: ``?synchronous=full|normal``
+      (default ``full``: a reservation survives power loss), ``busy_timeout=<seconds>``
+      (default 30). In-memory databases are refused.
+
+    Raises:
+        InvalidArgument: a malformed URL, an unknown scheme or option, ``:memory:``.
+        StoreError: the file cannot be created or opened (names the path), it is not a
+            SQLite database, or its schema is newer than this version understands.
+    """
+    if not isinstance(url, (str, os.PathLike)):
+        raise InvalidArgument(f"store URL must be a str, got {type(url).__name__}")
+    return Store(_core.open_store(os.fspath(url)), clock)
+
+
+# -- the default store -------------------------------------------------------------------
+_lock = threading.Lock()
+_override: Optional[Store] = None
+_opened: Dict[Tuple[str, str], Store] = {}
+
+
+def default_url() -> str:
+    """``CTRLRUN_STORE``, else ``CTRLRUN_STATE``, else ``.ctrlrun/state.db``. A variable that is
+    set but empty is refused: falling back to a local file would quietly split the hosts that
+    were meant to share one store."""
+    for name in ("CTRLRUN_STORE", "CTRLRUN_STATE"):
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        if not value.strip():
+            raise InvalidArgument(
+                f"{name} is set but empty; set it to the store (a URL such as "
+                f"postgresql://user@host/db, or a SQLite path), or unset it to use "
+                f"{DEFAULT_STATE_PATH} in the working directory"
+            )
+        return value
+    return DEFAULT_STATE_PATH
+
+
+def default_store() -> Store:
+    """The store ``protect`` uses when none is given, looked up at call time.
+
+    In order: the store set with :func:`set_default_store`; ``CTRLRUN_STORE`` (a URL);
+    ``CTRLRUN_STATE`` (a SQLite path); ``.ctrlrun/state.db`` under the working directory.
+    """
+    if _override is not None:
+        return _override
+    fallback = _unset_default
+    if fallback is not None and _no_store_in_environment():
+        return fallback()
+    return store_for_url(default_url())
+
+
+def _no_store_in_environment() -> bool:
+    return not any(name in os.environ for name in ("CTRLRUN_STORE", "CTRLRUN_STATE"))
+
+
+# Under pytest (the ctrlrun plugin): what an unset default store becomes for the running test,
+# so a test that forgets the fixture never writes into the working directory's real store.
+_unset_default: Optional[Callable[[], Store]] = None
+
+
+def use_when_default_is_unset(factory: Optional[Callable[[], Store]]
+                              ) -> Optional[Callable[[], Store]]:
+    """While ``factory`` is set, a protected call with no store given and no env store uses
+    ``factory()``, not ``.ctrlrun/state.db`` (the pytest plugin's temporary stores, one per
+    scope); ``None`` ends it. Returns the factory it replaces."""
+    global _unset_default
+    previous, _unset_default = _unset_default, factory
+    return previous
+
+
+def store_at_hand(url: Optional[str]) -> Optional[Store]:
+    """The store :func:`store_for_url` (``url``) or :func:`default_store` (``None``) would
+    give, when that needs no I/O (set, or opened already); else ``None``."""
+    if url is None:
+        if _override is not None:
+            return _override
+        if _unset_default is not None and _no_store_in_environment():
+            return None  # the pytest plugin's store for this test: made on first use
+        url = default_url()
+    return _opened.get((url, os.getcwd()))
+
+
+def store_for_url(url: str) -> Store:
+    """The store for ``url``, opened once per process and working directory and shared by
+    every caller (``protect(store="...")`` and the default store)."""
+    ident = (url, os.getcwd())
+    store = _opened.get(ident)
+    if store is None:
+        with _lock:
+            store = _opened.get(ident)
+            if store is None:
+                store = open_store(ident[0])
+                _opened[ident] = store
+                # Once per store and process: which store the calls go to (never a password).
+                logging.getLogger("ctrlrun").info("ctrlrun: using the store %s", store.url)
+    return store
+
+
+def _forget_after_fork() -> None:
+    # A forked child opens its own connections: the environment's default stores are re-opened
+    # on first use. A store set with set_default_store stays, and refuses use in the child
+    # with a clear error rather than silently switching stores.
+    global _lock
+    _lock = threading.Lock()
+    _opened.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+    # SQLite must not be inside a call, or hold an open connection, at the instant of a fork:
+    # the child would inherit its per-file locks and mutexes. Forks wait for calls in flight.
+    # `before` hooks run in reverse order of registration: logging (imported above) takes its
+    # module lock in its own hook, after ours, so a call in flight can still log while we wait.
+    os.register_at_fork(
+        before=_core.before_fork,
+        after_in_parent=_core.after_fork_in_parent,
+        after_in_child=_core.after_fork_in_child,
+    )
+
+
+def set_default_store(store: Union[Store, str, None]) -> Optional[Store]:
+    """Make ``store`` (a Store or URL) the default for ``protect``; ``None`` restores the
+    environment's. Returns the previous override (or ``None``)."""
+    global _override
+    if isinstance(store, str):
+        store = open_store(store)
+    elif store is not None and not isinstance(store, Store):
+        raise InvalidArgument(f"expected a Store, a URL or None, got {type(store).__name__}")
+    with _lock:
+        previous, _override = _override, store
+    return previous

@@ -1,0 +1,120 @@
+"""Approval requests: the record a person decides on, as read from the store (how a call asks
+for one and waits is ``ctrlrun.call.approval``)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Dict, Optional, Tuple
+
+from ctrlrun import _core
+from ctrlrun.store.decode import micros_to_datetime, stored_json
+
+__all__ = ["ApprovalState", "ApprovalRecord", "DEFAULT_APPROVAL_TTL"]
+
+#: How long a request waits for a decision, and a decision stands (per action in the policy,
+#: or ``approval_ttl=`` on the decorator).
+DEFAULT_APPROVAL_TTL = timedelta(minutes=15)
+
+
+class ApprovalState(str, enum.Enum):
+    """``pending`` -> ``granted`` -> ``used`` (single use), or ``denied``; a pending request or
+    a grant past its time is ``expired``."""
+
+    PENDING = "pending"
+    GRANTED = "granted"
+    DENIED = "denied"
+    USED = "used"
+    EXPIRED = "expired"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class ApprovalRecord:
+    """One approval request, as read from the store.
+
+    Attributes:
+        request_id: ``apr_`` + 32 hex digits.
+        action: the action name.
+        effect_key: the key the call reserves once approved.
+        arguments: every argument of the call, canonical, by name (what the approver is shown).
+        args_digest: the digest the approval is bound to.
+        not_bound: the names in ``arguments`` left out of that digest (``fingerprint_exclude``):
+            a call with other values for them matches this approval too.
+        state: the :class:`ApprovalState` as of the read.
+        requested_at / expires_at: aware UTC datetimes; a pending request, a grant or a denial
+            stands until ``expires_at``.
+        ttl: how long a request waits, and a decision stands.
+        decided_at / decided_by / note: the person's decision, if any.
+        used_at / used_by: when and by which attempt (action id) the grant was used.
+    """
+
+    request_id: str
+    action: str
+    effect_key: str
+    arguments: Dict[str, Any]
+    args_digest: str
+    state: ApprovalState
+    requested_at: datetime
+    expires_at: datetime
+    ttl: timedelta
+    decided_at: Optional[datetime]
+    decided_by: Optional[str]
+    note: Optional[str]
+    used_at: Optional[datetime]
+    used_by: Optional[str]
+    not_bound: Tuple[str, ...] = ()
+
+    def to_json(self) -> Dict[str, Any]:
+        """A JSON-ready dict (times as ISO 8601 text)."""
+        out: Dict[str, Any] = {}
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if isinstance(value, datetime):
+                value = value.isoformat()
+            elif isinstance(value, timedelta):
+                value = value.total_seconds()
+            elif isinstance(value, ApprovalState):
+                value = value.value
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[name] = value
+        return out
+
+
+# Where the stored arguments keep the names the digest leaves out (no parameter is named so).
+NOT_BOUND = "$not_bound"
+
+
+def _when(us: Optional[int]) -> Optional[datetime]:
+    return None if us is None else micros_to_datetime(us)
+
+
+def approval_from_core(row: _core.ApprovalRow) -> ApprovalRecord:
+    """The core's approval row as an :class:`ApprovalRecord`."""
+    request_id = row.request_id
+    shown = stored_json(f"the arguments of approval request {request_id!r}", row.arguments)
+    not_bound: Tuple[str, ...] = ()
+    if isinstance(shown, dict) and NOT_BOUND in shown:
+        names = shown.pop(NOT_BOUND)
+        not_bound = tuple(str(n) for n in names) if isinstance(names, list) else ()
+    return ApprovalRecord(
+        request_id=request_id,
+        action=row.action,
+        effect_key=row.effect_key,
+        arguments=shown,
+        not_bound=not_bound,
+        args_digest=row.args_digest,
+        state=ApprovalState(row.state),
+        requested_at=micros_to_datetime(row.requested_at),
+        expires_at=micros_to_datetime(row.expires_at),
+        ttl=timedelta(microseconds=row.ttl),
+        decided_at=_when(row.decided_at),
+        decided_by=row.decided_by,
+        note=row.note,
+        used_at=_when(row.used_at),
+        used_by=row.used_by,
+    )
