@@ -3,14 +3,15 @@ stdio), giving the upstream's tool calls the decorator's guarantees.
 
 The upstream's tool ``T`` is the action ``mcp.<alias>.T``. A tool whose policy entry has an
 ``effect:`` template is reserved under the rendered key before the call is forwarded, through
-the same steps as ``protect`` (``_runner_async``): fingerprints, approvals, receipts and the
+the same steps as ``protect`` (``ctrlrun.call.runner_async``): fingerprints, approvals, receipts and the
 refusals all come from there. Outcomes follow the rule that only proof of non-execution means
-``failed``: the upstream's result is ``committed``; a call never sent (the upstream is down) is
+``failed`` (``ctrlrun.call.outcome``): the upstream's result is ``committed``; a call never sent (the upstream is down) is
 ``failed``; a call sent with no answer, or answered with a tool error, is ``ambiguous`` unless
 the policy says ``on_tool_error: failed``.
 
 Imports the MCP SDK (the ``gateway`` extra); ``import ctrlrun`` never imports this module.
-Starting the upstream and serving agents is in ``_gateway_serve``.
+Starting the upstream and serving agents is in ``serve.py``; what the agent is answered, in
+``results.py`` (:func:`answer`, from the :class:`Forwarded` value each call ends in).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from ctrlrun import _core
 from ctrlrun.call import runner_async as _runner_async
 from ctrlrun.call.binding import render_value
 from ctrlrun.gateway.relay import Relay
-from ctrlrun.gateway.results import forwarded_error, not_forwarded, refusal_result
+from ctrlrun.call.outcome import state_after
+from ctrlrun.gateway.results import Forwarded, answer
 from ctrlrun.gateway.upstream import NotSent, Upstream, brief, progress_of
 from ctrlrun._policy import ActionPolicy, current_policy
 from ctrlrun.call.protect import DEFAULT_LEASE
@@ -131,27 +133,33 @@ class Gateway:
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams
                         ) -> types.CallToolResult:
+        """The agent's answer for one tool call: what :meth:`forward` says became of it."""
+        return answer(await self.forward(ctx, params))
+
+    async def forward(self, ctx: Any, params: types.CallToolRequestParams) -> Forwarded:
+        """Forward one tool call (reserved first when the policy gives it an effect template),
+        and say what became of it."""
         self.relay.saw(ctx)
         tool, arguments = params.name, dict(params.arguments or {})
         action = f"mcp.{self.alias}.{tool}"
         try:
             entry, path = self._entry(tool)
         except CTRLRunError as exc:  # a broken policy file refuses, never forwards unguarded
-            return not_forwarded(action, None, "policy", str(exc))
+            return Forwarded(action, None, "policy", str(exc))
         timeout = self.call_timeout
         if entry is not None and entry.call_timeout is not None:
             timeout = entry.call_timeout.total_seconds()
         if entry is not None and entry.decision == "deny":
-            return refusal_result(action, None, ActionDenied(
+            return Forwarded(action, None, "refused", refusal=ActionDenied(
                 f"action {action!r} is denied by the policy {path} (line {entry.line}); "
                 f"nothing was sent", action=action, policy=path))
         if entry is None or entry.effect is None:
             if entry is not None and entry.decision == "approve":
-                return not_forwarded(action, None, "invalid", (
+                return Forwarded(action, None, "invalid", (
                     f"action {action!r} needs approval, but the policy gives it no effect "
                     f"template; an approval is used with the reservation of its effect key, so "
                     f"the call is refused; nothing was sent"))
-            return await self._forward_unreserved(ctx, tool, arguments, timeout)
+            return await self._forward_unreserved(ctx, action, tool, arguments, timeout)
         return await self._forward_reserved(ctx, entry, tool, arguments, timeout)
 
     async def _send(self, ctx: Any, tool: str, arguments: Dict[str, Any], timeout: float
@@ -161,29 +169,29 @@ class Gateway:
         with self.relay.calling(ctx):
             return await self.upstream.call(tool, arguments, timeout, progress_of(ctx))
 
-    async def _forward_unreserved(self, ctx: Any, tool: str, arguments: Dict[str, Any],
-                                  timeout: float) -> types.CallToolResult:
+    async def _forward_unreserved(self, ctx: Any, action: str, tool: str,
+                                  arguments: Dict[str, Any], timeout: float) -> Forwarded:
         try:
-            return await self._send(ctx, tool, arguments, timeout)
+            return Forwarded(action, None, "answered",
+                             answer=await self._send(ctx, tool, arguments, timeout))
         except NotSent as exc:
-            return not_forwarded(f"mcp.{self.alias}.{tool}", None, "upstream", str(exc))
+            return Forwarded(action, None, "upstream", str(exc))
         except Exception as exc:  # a tool result, never a protocol error, for the agent
-            return not_forwarded(f"mcp.{self.alias}.{tool}", None, "upstream", (
+            return Forwarded(action, None, "upstream", (
                 f"the unreserved call got no answer from the upstream ({brief(exc)})"))
 
     async def _forward_reserved(self, ctx: Any, entry: ActionPolicy, tool: str,
-                                arguments: Dict[str, Any], timeout: float
-                                ) -> types.CallToolResult:
+                                arguments: Dict[str, Any], timeout: float) -> Forwarded:
         action = entry.name
         try:
             with anyio.fail_after(timeout):
                 offered = await self._has_tool(tool)
         except Exception as exc:  # a tool result, never a protocol error, for the agent
-            return not_forwarded(action, None, "upstream", (
+            return Forwarded(action, None, "upstream", (
                 f"the upstream's tool list could not be read ({brief(exc)}); nothing was "
                 f"reserved or sent"))
         if not offered:
-            return not_forwarded(action, None, "invalid", (
+            return Forwarded(action, None, "invalid", (
                 f"the upstream has no tool {tool!r}; nothing was reserved or sent"))
         template = self.templates.get(entry.effect or "")
         if template is None:
@@ -194,9 +202,9 @@ class Gateway:
                 else None
             spec = Spec(action, arguments, frozenset(), ttl, 0.0)
         except CTRLRunError as exc:
-            return not_forwarded(action, None, "invalid", f"{exc}; nothing was sent")
+            return Forwarded(action, None, "invalid", f"{exc}; nothing was sent")
         if ttl is not None and spec.left_out:
-            return not_forwarded(action, key, "invalid", (
+            return Forwarded(action, key, "invalid", (
                 f"action {action!r} needs approval, but its argument(s) "
                 f"{', '.join(spec.left_out)} have no canonical form; nothing was sent"))
         # The lease outlives the call's own bounds (at most two waits for a reconnection, then
@@ -204,10 +212,10 @@ class Gateway:
         # waits for it.
         lease = max(DEFAULT_LEASE, timedelta(seconds=3 * timeout + 60))
         lease_us = int(lease / timedelta(microseconds=1))
-        answer: List[types.CallToolResult] = []
+        got: List[types.CallToolResult] = []
         sent: List[bool] = []
 
-        async def forward() -> Any:
+        async def send() -> Any:
             await self.upstream.alive(timeout)
             sent.append(True)
             try:
@@ -215,7 +223,7 @@ class Gateway:
             except NotSent:
                 sent.clear()  # proven never written: not sent after all
                 raise
-            answer.append(result)
+            got.append(result)
             if result.is_error:
                 text = _result_text(result)
                 if entry.on_tool_error == "failed":
@@ -226,7 +234,7 @@ class Gateway:
         try:
             with observe(action, key) or UNOBSERVED as seen:
                 try:
-                    await _runner_async.run(self.store, key, lease_us, forward, (), {}, spec)
+                    await _runner_async.run(self.store, key, lease_us, send, (), {}, spec)
                 except DuplicateEffect as exc:
                     if not (not sent and entry.replay and replayable(exc)):
                         raise
@@ -235,34 +243,34 @@ class Gateway:
                     if stored is None:  # not a tool's answer (a decorated function's value)
                         raise
                     seen.replayed = True  # the stored answer of the call that committed it
-                    return stored
+                    return Forwarded(action, key, "answered", answer=stored)
         except (ApprovalRequired, ActionDenied, DuplicateEffect, AmbiguousEffect) as exc:
             if sent:  # the outcome write was refused after the call went out
-                return not_forwarded(action, key, "store", (
+                return Forwarded(action, key, "store", (
                     f"the call was sent to the upstream, but recording its outcome was refused: "
                     f"{exc}; do not retry"))
-            return refusal_result(action, key, exc)
+            return Forwarded(action, key, "refused", refusal=exc)
         except (NotExecuted, UpstreamToolError) as exc:
-            if answer:
-                return forwarded_error(answer[0], action, key,
-                                       "failed" if isinstance(exc, NotExecuted) else "ambiguous")
-            return not_forwarded(action, key, "failed", f"{exc}; recorded failed, a retry may run")
+            if got:  # the upstream's tool error, with what was recorded for it
+                return Forwarded(action, key, state_after(exc), answer=got[0])
+            return Forwarded(action, key, state_after(exc),
+                             f"{exc}; recorded failed, a retry may run")
         except CTRLRunError as exc:
-            if answer:  # the upstream ran it; its outcome could not be recorded
-                return not_forwarded(action, key, "store", (
+            if got:  # the upstream ran it; its outcome could not be recorded
+                return Forwarded(action, key, "store", (
                     f"the upstream ran the call, but recording its outcome failed: {exc}; do "
                     f"not retry"))
             if sent:  # sent, no answer, and that could not be recorded either
-                return not_forwarded(action, key, "store", (
+                return Forwarded(action, key, "store", (
                     f"the call was sent to the upstream and no answer came, and recording its "
                     f"outcome failed: {exc}; whether it happened is unknown: do not retry"))
-            return not_forwarded(action, key, "store", f"{exc}; nothing was sent")
+            return Forwarded(action, key, "store", f"{exc}; nothing was sent")
         except Exception as exc:  # sent, and no answer: nobody knows whether it ran
-            return not_forwarded(action, key, "ambiguous", (
+            return Forwarded(action, key, "ambiguous", (
                 f"the call was sent to the upstream and no answer came ({brief(exc)}); "
                 f"{key} is recorded ambiguous: check whether it happened, then settle it with "
                 f"`ctrlrun resolve {key} --committed` or `--failed`; do not retry"))
-        return answer[0]
+        return Forwarded(action, key, "answered", answer=got[0])
 
 
 async def upstream_tools(session: ClientSession) -> List[types.Tool]:

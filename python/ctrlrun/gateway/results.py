@@ -1,9 +1,11 @@
-"""What the gateway answers an agent when it does not simply pass the upstream's result on: MCP
-tool results with ``isError`` set, one line of text an LLM can act on, and a structured
-``ctrlrun`` payload a program can read."""
+"""What the gateway answers an agent: every forwarded call ends in one :class:`Forwarded` value,
+and :func:`answer` maps it, in one place, to the MCP tool result: the upstream's own answer, or
+a result with ``isError`` set, one line of text an LLM can act on, and a structured ``ctrlrun``
+payload a program can read."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 from mcp import types
@@ -16,6 +18,41 @@ from ctrlrun.errors import (
     DuplicateEffect,
     EffectConflict,
 )
+
+
+@dataclass(frozen=True)
+class Forwarded:
+    """What became of one tool call. ``kind``:
+
+    * ``answered``: the upstream's answer (``answer``), passed on as it is: recorded
+      ``committed``, replayed from the committed key, or an unreserved call's;
+    * ``refused``: nothing was sent; ``refusal`` is the exception (a duplicate, an approval
+      still pending, a denial...);
+    * ``failed``: recorded ``failed`` (proof that it never ran, or the upstream's tool error
+      under ``on_tool_error: failed``, then in ``answer``);
+    * ``ambiguous``: sent, and whether it happened is unknown (the upstream's tool error in
+      ``answer``, or no answer at all, ``why``);
+    * ``store``, ``invalid``, ``policy``, ``upstream``: not forwarded, or its outcome not
+      recorded, for the reason ``why``.
+    """
+
+    action: str
+    key: Optional[str]
+    kind: str
+    why: str = ""
+    answer: Optional[types.CallToolResult] = None
+    refusal: Optional[Exception] = None
+
+
+def answer(f: Forwarded) -> types.CallToolResult:
+    """The agent's tool result for ``f``."""
+    if f.kind == "answered" and f.answer is not None:
+        return f.answer
+    if f.kind == "refused" and f.refusal is not None:
+        return refusal_result(f.action, f.key, f.refusal)
+    if f.answer is not None and f.key is not None:  # the upstream's tool error, recorded
+        return forwarded_error(f.answer, f.action, f.key, f.kind)
+    return not_forwarded(f.action, f.key, f.kind, f.why)
 
 
 def _iso(dt: Any) -> Optional[str]:
