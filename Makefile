@@ -8,8 +8,9 @@ PY     := $(VENV)/bin/python
 $(VENV)/.tools: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "maturin>=1.16,<2" "pytest>=7" "click>=8.1" "PyYAML>=6" "mypy>=1.10" "mcp>=2.3,<3" \
-		"mcp-server-git==2026.10.19" "opentelemetry-sdk>=1.30"
+	$(PY) -m pip install --quiet "maturin>=1.16,<2" "pytest>=7" "click>=8.1" "PyYAML>=6" "mypy==2.4.*" "mcp>=2.3,<3" \
+		"mcp-server-git==2026.10.19" "opentelemetry-sdk>=1.30" \
+		"ruff==0.17.6" "types-PyYAML>=6"
 	touch $@
 
 ## dev: build the extension (incremental) and install the package into .venv, editable
@@ -43,9 +44,15 @@ bench: $(VENV)/.tools
 	$(PYTHON) tests_py/pgserver.py -- $(PY) bench/throughput.py --json bench/throughput.json
 	$(PYTHON) tests_py/pgserver.py -- $(PY) bench/retention.py --json bench/retention.json
 
-lint:
+## lint: Rust (rustfmt, clippy) and Python (ruff check, ruff format, mypy --strict on the
+## package), and no import circles in either
+lint: $(VENV)/.tools
 	cargo fmt --all -- --check
 	cargo clippy --all-targets --features python -- -D warnings
+	$(VENV)/bin/ruff check python tests_py bench
+	$(VENV)/bin/ruff format --check python tests_py bench
+	$(VENV)/bin/mypy
+	$(PY) tools/import_circles.py
 
 clean:
 	rm -rf $(VENV) target

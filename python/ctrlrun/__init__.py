@@ -12,17 +12,20 @@ second agent or a second host proposing the same consequence is refused.
 """
 
 from ctrlrun._core import __version__
-from ctrlrun.call.protect import DEFAULT_LEASE, PolicyWarning, extend_lease, idempotency_token, protect
-from ctrlrun.store.receipts import Receipt, ReceiptCheck
-from ctrlrun.store.records import EffectRecord, EffectState, Reservation
-from ctrlrun.store.api import Store, default_store, open_store, set_default_store
+from ctrlrun.call.protect import (
+    DEFAULT_LEASE,
+    PolicyWarning,
+    extend_lease,
+    idempotency_token,
+    protect,
+)
 from ctrlrun.errors import (
     ActionDenied,
-    ApprovalRequired,
-    EffectConflict,
     AmbiguousEffect,
+    ApprovalRequired,
     CTRLRunError,
     DuplicateEffect,
+    EffectConflict,
     EffectKeyError,
     InvalidArgument,
     NotExecuted,
@@ -31,6 +34,9 @@ from ctrlrun.errors import (
     StoreUnresolved,
     StoreWriteFailed,
 )
+from ctrlrun.store.api import Store, default_store, open_store, set_default_store
+from ctrlrun.store.receipts import Receipt, ReceiptCheck
+from ctrlrun.store.records import EffectRecord, EffectState, Reservation
 
 __all__ = [
     "__version__",

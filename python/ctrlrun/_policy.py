@@ -23,8 +23,8 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from datetime import timedelta
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Dict, List, Optional, Tuple
 
 import yaml
@@ -79,7 +79,9 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 def _duration(path: str, node: yaml.Node, fieldname: str) -> timedelta:
     """``90``, ``90s``, ``15m``, ``2h`` or ``1d``: from 1 second to 30 days."""
     numeric = isinstance(node, yaml.ScalarNode) and node.tag in (
-        "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+        "tag:yaml.org,2002:int",
+        "tag:yaml.org,2002:float",
+    )
     text = (str(node.value) if numeric else _scalar(path, node, fieldname)).strip()
     number, unit = (text[:-1], text[-1]) if text[-1:] in _UNITS else (text, "s")
     try:
@@ -87,9 +89,13 @@ def _duration(path: str, node: yaml.Node, fieldname: str) -> timedelta:
     except ValueError:
         seconds = float("nan")
     if not (1 <= seconds <= 30 * 86400):
-        raise _fail(path, node, fieldname,
-                    f"is {text!r}; expected a duration such as 90s, 15m, 2h or 1d (from 1 "
-                    f"second to 30 days)")
+        raise _fail(
+            path,
+            node,
+            fieldname,
+            f"is {text!r}; expected a duration such as 90s, 15m, 2h or 1d (from 1 "
+            f"second to 30 days)",
+        )
     return timedelta(seconds=seconds)
 
 
@@ -113,7 +119,9 @@ def _mapping(path: str, node: yaml.Node, fieldname: str) -> List[Tuple[yaml.Node
         name = _scalar(path, k, f"{fieldname} key")
         if name in seen:
             raise _fail(
-                path, k, f"{fieldname}.{name}",
+                path,
+                k,
+                f"{fieldname}.{name}",
                 f"appears twice (first on line {seen[name].start_mark.line + 1})",
             )
         seen[name] = k
@@ -129,7 +137,9 @@ def parse_policy(text: str, path: str) -> Policy:
         line = mark.line + 1 if mark is not None else None
         raise PolicyError(
             f"{path}:{line}: not valid YAML: {getattr(exc, 'problem', exc)}",
-            file=path, line=line, field=None,
+            file=path,
+            line=line,
+            field=None,
         ) from None
     if root is None:
         raise PolicyError(f"{path}: the policy file is empty", file=path, line=None, field=None)
@@ -141,12 +151,15 @@ def parse_policy(text: str, path: str) -> Policy:
         raise _fail(path, root, "schema", f"missing; write `schema: {SCHEMA}`")
     schema_node = top["schema"][1]
     if _scalar(path, schema_node, "schema") != SCHEMA:
-        raise _fail(path, schema_node, "schema",
-                    f"is {schema_node.value!r}; this version reads {SCHEMA!r}")
+        raise _fail(
+            path, schema_node, "schema", f"is {schema_node.value!r}; this version reads {SCHEMA!r}"
+        )
     actions: Dict[str, ActionPolicy] = {}
     if "actions" in top:
         actions_node = top["actions"][1]
-        if not (isinstance(actions_node, yaml.ScalarNode) and actions_node.value in ("", "~", "null")):
+        if not (
+            isinstance(actions_node, yaml.ScalarNode) and actions_node.value in ("", "~", "null")
+        ):
             for k, v in _mapping(path, actions_node, "actions"):
                 name = str(k.value)
                 fieldname = f"actions.{name}"
@@ -172,34 +185,58 @@ def parse_policy(text: str, path: str) -> Policy:
                         decided = True
                         decision = _scalar(path, ev, f"{fieldname}.decision")
                         if decision not in DECISIONS:
-                            raise _fail(path, ev, f"{fieldname}.decision",
-                                        f"is {decision!r}; expected allow, approve or deny")
+                            raise _fail(
+                                path,
+                                ev,
+                                f"{fieldname}.decision",
+                                f"is {decision!r}; expected allow, approve or deny",
+                            )
                     elif key == "approval_ttl":
                         ttl_node = ev
                         approval_ttl = _duration(path, ev, f"{fieldname}.approval_ttl")
                     elif key == "on_tool_error":
                         on_tool_error = _scalar(path, ev, f"{fieldname}.on_tool_error")
                         if on_tool_error not in ("ambiguous", "failed"):
-                            raise _fail(path, ev, f"{fieldname}.on_tool_error",
-                                        f"is {on_tool_error!r}; expected ambiguous or failed")
+                            raise _fail(
+                                path,
+                                ev,
+                                f"{fieldname}.on_tool_error",
+                                f"is {on_tool_error!r}; expected ambiguous or failed",
+                            )
                     elif key == "call_timeout":
                         call_timeout = _duration(path, ev, f"{fieldname}.call_timeout")
                     elif key == "replay":
-                        if not (isinstance(ev, yaml.ScalarNode)
-                                and ev.tag == "tag:yaml.org,2002:bool"):
-                            raise _fail(path, ev, f"{fieldname}.replay",
-                                        "must be true or false")
+                        if not (
+                            isinstance(ev, yaml.ScalarNode) and ev.tag == "tag:yaml.org,2002:bool"
+                        ):
+                            raise _fail(path, ev, f"{fieldname}.replay", "must be true or false")
                         replay = str(ev.value).lower() in ("true", "yes", "on")
                     else:
-                        raise _fail(path, ek, f"{fieldname}.{key}",
-                                    "unknown key (expected effect, decision, approval_ttl, "
-                                    "on_tool_error, call_timeout and replay)")
+                        raise _fail(
+                            path,
+                            ek,
+                            f"{fieldname}.{key}",
+                            "unknown key (expected effect, decision, approval_ttl, "
+                            "on_tool_error, call_timeout and replay)",
+                        )
                 if approval_ttl is not None and decision != "approve":
-                    raise _fail(path, ttl_node, f"{fieldname}.approval_ttl",
-                                "applies to decision: approve only")
-                actions[name] = ActionPolicy(name, effect, decision, k.start_mark.line + 1,
-                                             approval_ttl, decided, on_tool_error, call_timeout,
-                                             replay)
+                    raise _fail(
+                        path,
+                        ttl_node,
+                        f"{fieldname}.approval_ttl",
+                        "applies to decision: approve only",
+                    )
+                actions[name] = ActionPolicy(
+                    name,
+                    effect,
+                    decision,
+                    k.start_mark.line + 1,
+                    approval_ttl,
+                    decided,
+                    on_tool_error,
+                    call_timeout,
+                    replay,
+                )
     return Policy(path, actions)
 
 
@@ -209,11 +246,16 @@ def load_policy(path: str) -> Policy:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except OSError as exc:
-        raise PolicyError(f"{path}: cannot read the policy file: {exc.strerror or exc}",
-                          file=path, line=None, field=None) from None
+        raise PolicyError(
+            f"{path}: cannot read the policy file: {exc.strerror or exc}",
+            file=path,
+            line=None,
+            field=None,
+        ) from None
     except UnicodeDecodeError as exc:
-        raise PolicyError(f"{path}: the policy file is not UTF-8 text: {exc}",
-                          file=path, line=None, field=None) from None
+        raise PolicyError(
+            f"{path}: the policy file is not UTF-8 text: {exc}", file=path, line=None, field=None
+        ) from None
     return parse_policy(text, path)
 
 
@@ -235,7 +277,7 @@ def policy_path() -> Tuple[str, bool]:
 # ``os.environ`` is that mapping (a test may replace it with another, which is then asked).
 _ENVIRON = getattr(os, "_Environ", None)
 try:
-    _CONFIG_KEY: object = os.environ.encodekey("CTRLRUN_CONFIG")  # type: ignore[attr-defined]
+    _CONFIG_KEY: object = os.environ.encodekey("CTRLRUN_CONFIG")
 except AttributeError:  # pragma: no cover - another interpreter's os.environ
     _CONFIG_KEY = None
 if not isinstance(_CONFIG_KEY, (bytes, str)):  # pragma: no cover - imported under a mock
@@ -274,11 +316,19 @@ def current_policy() -> Optional[Policy]:
         if not named:  # as os.path.isfile: ./ctrlrun.yaml that cannot be looked at is none
             return None
         if isinstance(exc, FileNotFoundError):
-            raise PolicyError(f"{path}: CTRLRUN_CONFIG names a policy file that does not exist",
-                              file=path, line=None, field=None) from None
-        raise PolicyError(f"{path}: cannot read the policy file CTRLRUN_CONFIG names "
-                          f"({getattr(exc, 'strerror', None) or exc})", file=path, line=None,
-                          field=None) from None
+            raise PolicyError(
+                f"{path}: CTRLRUN_CONFIG names a policy file that does not exist",
+                file=path,
+                line=None,
+                field=None,
+            ) from None
+        raise PolicyError(
+            f"{path}: cannot read the policy file CTRLRUN_CONFIG names "
+            f"({getattr(exc, 'strerror', None) or exc})",
+            file=path,
+            line=None,
+            field=None,
+        ) from None
     if not named and not stat.S_ISREG(st.st_mode):  # ./ctrlrun.yaml that is not a file
         return None
     # The change time too: a same-size edit that restores the modification time (cp -p,

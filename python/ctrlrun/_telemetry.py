@@ -50,13 +50,17 @@ if _trace is not None and _metrics is not None:
     _tracer: Any = _trace.get_tracer("ctrlrun", _core.__version__)
     _meter: Any = _metrics.get_meter("ctrlrun", _core.__version__)
     _calls: Any = _meter.create_counter(
-        "ctrlrun.calls", unit="{call}", description="Protected and gateway calls, by outcome")
+        "ctrlrun.calls", unit="{call}", description="Protected and gateway calls, by outcome"
+    )
     _duration: Any = _meter.create_histogram(
-        "ctrlrun.call.duration", unit="s",
-        description="Time of a protected or gateway call, from reservation to outcome")
+        "ctrlrun.call.duration",
+        unit="s",
+        description="Time of a protected or gateway call, from reservation to outcome",
+    )
     _INTERNAL: Any = _trace.SpanKind.INTERNAL
 else:
     _tracer = None
+
 
 def _configured() -> bool:
     """Whether an SDK is in place (a tracer or meter provider set): without one, the call
@@ -67,16 +71,19 @@ def _configured() -> bool:
     meter_set = getattr(_metrics_internal, "_METER_PROVIDER", _UNKNOWN)
     if tracer_set is not _UNKNOWN and meter_set is not _UNKNOWN:
         return tracer_set is not None or meter_set is not None
-    return not (isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider)
-                and type(_metrics.get_meter_provider()).__name__ == "_ProxyMeterProvider")
+    return not (
+        isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider)
+        and type(_metrics.get_meter_provider()).__name__ == "_ProxyMeterProvider"
+    )
 
 
 _UNKNOWN = object()
 
 
 # The call being observed in this context (the runner marks when its body starts).
-_current: contextvars.ContextVar[Optional["Observation"]] = contextvars.ContextVar(
-    "ctrlrun_observation", default=None)
+_current: contextvars.ContextVar[Optional[Observation]] = contextvars.ContextVar(
+    "ctrlrun_observation", default=None
+)
 
 
 def body_started(attempt: int) -> None:
@@ -87,7 +94,7 @@ def body_started(attempt: int) -> None:
         obs.ran = True
 
 
-def _outcome(obs: "Observation", exc: Optional[BaseException]) -> str:
+def _outcome(obs: Observation, exc: Optional[BaseException]) -> str:
     if exc is None:
         return "refused_committed" if obs.replayed else "committed"
     if obs.ran:  # the body ran: what it raised decided the record
@@ -109,7 +116,7 @@ class Observation:
     """One observed call: ``with observe(action, key) as obs:`` around it; the caller sets
     ``obs.replayed`` when a refusal was answered with the stored result."""
 
-    __slots__ = ("action", "key", "attempt", "ran", "replayed", "span", "token", "started")
+    __slots__ = ("action", "attempt", "key", "ran", "replayed", "span", "started", "token")
 
     def __init__(self, action: str, key: str) -> None:
         self.action = action
@@ -119,24 +126,32 @@ class Observation:
         self.replayed = False
         self.span: Any = None
 
-    def __enter__(self) -> "Observation":
+    def __enter__(self) -> Observation:
         self.started = time.perf_counter()
         if _tracer is not None and _configured():
             self.span = _tracer.start_span(f"execute_tool {self.action}", kind=_INTERNAL)
         self.token = _current.set(self)
         return self
 
-    def __exit__(self, kind: Optional[Type[BaseException]], exc: Optional[BaseException],
-                 tb: Optional[TracebackType]) -> None:
+    def __exit__(
+        self,
+        kind: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
         _current.reset(self.token)
         outcome = _outcome(self, exc)
         if log.isEnabledFor(logging.INFO):
             if outcome.startswith("refused") or outcome in (
-                    "conflict", "denied", "approval_required"):
+                "conflict",
+                "denied",
+                "approval_required",
+            ):
                 log.info("ctrlrun: %s %s: %s", self.action, self.key, outcome)
             else:
-                log.debug("ctrlrun: %s %s: %s (attempt %s)", self.action, self.key, outcome,
-                          self.attempt)
+                log.debug(
+                    "ctrlrun: %s %s: %s (attempt %s)", self.action, self.key, outcome, self.attempt
+                )
         if self.span is None:
             return
         seconds = time.perf_counter() - self.started
@@ -167,7 +182,7 @@ class Unobserved:
     __slots__ = ("replayed",)
     replayed: bool
 
-    def __enter__(self) -> "Unobserved":
+    def __enter__(self) -> Unobserved:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -182,8 +197,11 @@ def observe(action: str, key: str) -> Optional[Observation]:
     ``None`` when there is no SDK and INFO logging is off: then the caller skips it, and the
     protected call's hot path pays about a microsecond for asking."""
     if _FAST:
-        if (_trace._TRACER_PROVIDER is None and _metrics_internal._METER_PROVIDER is None
-                and not log.isEnabledFor(logging.INFO)):
+        if (
+            _trace._TRACER_PROVIDER is None
+            and _metrics_internal._METER_PROVIDER is None
+            and not log.isEnabledFor(logging.INFO)
+        ):
             return None
         return Observation(action, key)
     if (_tracer is not None and _configured()) or log.isEnabledFor(logging.INFO):
@@ -192,5 +210,8 @@ def observe(action: str, key: str) -> Optional[Observation]:
 
 
 # The API's globals can be read directly (see _configured), or there is no API at all.
-_FAST = (_tracer is not None and hasattr(_trace, "_TRACER_PROVIDER")
-         and hasattr(_metrics_internal, "_METER_PROVIDER"))
+_FAST = (
+    _tracer is not None
+    and hasattr(_trace, "_TRACER_PROVIDER")
+    and hasattr(_metrics_internal, "_METER_PROVIDER")
+)

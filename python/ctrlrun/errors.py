@@ -112,7 +112,6 @@ class DuplicateEffect(_FoundRecord, CTRLRunError):
         self._record = record
 
 
-
 class EffectConflict(DuplicateEffect):
     """The key is taken (``committed`` or ``in_progress``) by a call with other arguments, or
     by another action: not a plain retry of the same call.
@@ -200,7 +199,6 @@ class AmbiguousEffect(_FoundRecord, CTRLRunError):
         self._record = record
 
 
-
 class ActionDenied(CTRLRunError):
     """The action may not run: the policy's decision is ``deny``, or a person denied this call
     (its approval request). Nothing was reserved or run.
@@ -268,8 +266,9 @@ class StoreUnresolved(StoreError):
     action id an operator looks for in the logs); either is ``None`` where the write had none.
     """
 
-    def __init__(self, message: str, *, effect_key: Optional[str] = None,
-                 action_id: Optional[str] = None) -> None:
+    def __init__(
+        self, message: str, *, effect_key: Optional[str] = None, action_id: Optional[str] = None
+    ) -> None:
         super().__init__(message)
         self.effect_key = effect_key
         self.action_id = action_id

@@ -24,14 +24,20 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Iterator
+from pathlib import Path
+from typing import Iterator, List
 
 import pytest
 
 from ctrlrun import _core
-from ctrlrun.store.records import EffectRecord, EffectState
 from ctrlrun.store.api import Store, open_store, set_default_store, use_when_default_is_unset
-from ctrlrun.testing import MovableClock, assert_committed_once, assert_effect_state, assert_no_effect
+from ctrlrun.store.records import EffectRecord, EffectState
+from ctrlrun.testing import (
+    MovableClock,
+    assert_committed_once,
+    assert_effect_state,
+    assert_no_effect,
+)
 
 POSTGRES_ENV = "CTRLRUN_TEST_POSTGRES_URL"
 
@@ -45,7 +51,7 @@ class EffectAssertions:
     def committed_once(self, key: str) -> EffectRecord:
         return assert_committed_once(self.store, key)
 
-    def state(self, key: str, state: "EffectState | str") -> EffectRecord:
+    def state(self, key: str, state: EffectState | str) -> EffectRecord:
         return assert_effect_state(self.store, key, state)
 
     def no_effect(self, key: str) -> None:
@@ -68,7 +74,7 @@ def ctrlrun_clock() -> MovableClock:
 
 
 @pytest.fixture
-def ctrlrun_store(tmp_path, ctrlrun_clock: MovableClock) -> Iterator[Store]:
+def ctrlrun_store(tmp_path: Path, ctrlrun_clock: MovableClock) -> Iterator[Store]:
     """A fresh SQLite store in tmp_path, on ``ctrlrun_clock``, the default store for the test."""
     store = open_store("sqlite:///" + str(tmp_path / "ctrlrun-state.db"), clock=ctrlrun_clock)
     yield from _as_default(store)
@@ -84,7 +90,7 @@ def ctrlrun_postgres_store(ctrlrun_clock: MovableClock) -> Iterator[Store]:
     base, _, query = base.partition("?")
     params = [p for p in query.split("&") if p and not p.startswith("schema=")]
     schema = _core.SCRATCH_SCHEMA_PREFIX + uuid.uuid4().hex[:12]
-    url = f"{base}?{'&'.join(params + ['schema=' + schema])}"
+    url = f"{base}?{'&'.join([*params, 'schema=' + schema])}"
     store = open_store(url, clock=ctrlrun_clock)
     try:
         yield from _as_default(store)
@@ -96,16 +102,18 @@ def ctrlrun_postgres_store(ctrlrun_clock: MovableClock) -> Iterator[Store]:
 def ctrlrun_assert(request: pytest.FixtureRequest) -> EffectAssertions:
     """Assertions on the test's store (``ctrlrun_postgres_store`` when the test uses it, else
     ``ctrlrun_store``): ``committed_once(key)``, ``state(key, s)``, ``no_effect(key)``."""
-    name = "ctrlrun_postgres_store" if "ctrlrun_postgres_store" in request.fixturenames \
+    name = (
+        "ctrlrun_postgres_store"
+        if "ctrlrun_postgres_store" in request.fixturenames
         else "ctrlrun_store"
+    )
     return EffectAssertions(request.getfixturevalue(name))
 
 
-def _temporary_default(tmp_path_factory: pytest.TempPathFactory, scope: str
-                       ) -> Iterator[None]:
+def _temporary_default(tmp_path_factory: pytest.TempPathFactory, scope: str) -> Iterator[None]:
     """While it runs, an unset default store is a temporary one of this ``scope`` (made on
     first use); the one it covered is put back afterwards."""
-    opened: list = []
+    opened: List[Store] = []
 
     def temporary() -> Store:
         if not opened:
@@ -125,26 +133,30 @@ def _temporary_default(tmp_path_factory: pytest.TempPathFactory, scope: str
 # One autouse fixture per scope: pytest sets up autouse fixtures first within their scope, so a
 # user's fixture of any scope already finds its temporary default when it is set up.
 @pytest.fixture(scope="session", autouse=True)
-def _ctrlrun_no_real_default_store_session(tmp_path_factory: pytest.TempPathFactory
-                                           ) -> Iterator[None]:
+def _ctrlrun_no_real_default_store_session(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[None]:
     yield from _temporary_default(tmp_path_factory, "session")
 
 
 @pytest.fixture(scope="package", autouse=True)
-def _ctrlrun_no_real_default_store_package(tmp_path_factory: pytest.TempPathFactory
-                                           ) -> Iterator[None]:
+def _ctrlrun_no_real_default_store_package(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[None]:
     yield from _temporary_default(tmp_path_factory, "package")
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _ctrlrun_no_real_default_store_module(tmp_path_factory: pytest.TempPathFactory
-                                          ) -> Iterator[None]:
+def _ctrlrun_no_real_default_store_module(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[None]:
     yield from _temporary_default(tmp_path_factory, "module")
 
 
 @pytest.fixture(scope="class", autouse=True)
-def _ctrlrun_no_real_default_store_class(tmp_path_factory: pytest.TempPathFactory
-                                         ) -> Iterator[None]:
+def _ctrlrun_no_real_default_store_class(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[None]:
     yield from _temporary_default(tmp_path_factory, "class")
 
 

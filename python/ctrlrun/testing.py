@@ -9,8 +9,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Optional, Union
 
-from ctrlrun.store.records import EffectRecord, EffectState
 from ctrlrun.store.api import Store
+from ctrlrun.store.records import EffectRecord, EffectState
 
 __all__ = [
     "MovableClock",
@@ -51,15 +51,19 @@ class MovableClock:
 def _describe(store: Store, key: str, rec: Optional[EffectRecord]) -> str:
     if rec is None:
         return f"no effect is recorded under {key!r} in {store.url}"
-    return (f"effect {key!r} is {rec.state.value} (attempt {rec.attempt}, action "
-            f"{rec.action_id}, error {rec.error!r})")
+    return (
+        f"effect {key!r} is {rec.state.value} (attempt {rec.attempt}, action "
+        f"{rec.action_id}, error {rec.error!r})"
+    )
 
 
 def assert_effect_state(store: Store, key: str, state: Union[EffectState, str]) -> EffectRecord:
     """Assert the effect ``key`` is in ``state``; returns its record."""
     want = EffectState(state)
     rec = store.get_effect(key)
-    assert rec is not None and rec.state is want, f"expected {want.value}: {_describe(store, key, rec)}"
+    assert rec is not None and rec.state is want, (
+        f"expected {want.value}: {_describe(store, key, rec)}"
+    )
     return rec
 
 

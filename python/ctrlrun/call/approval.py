@@ -22,28 +22,41 @@ def refusal(record: ApprovalRecord) -> Exception:
             f"the action '{record.action}' was denied by {who}{note} (approval request "
             f"{record.request_id}); nothing was reserved or run. A new call with the same "
             f"arguments asks again after {record.expires_at.isoformat()}",
-            action=record.action, request_id=record.request_id, denied_by=record.decided_by,
+            action=record.action,
+            request_id=record.request_id,
+            denied_by=record.decided_by,
         )
     return ApprovalRequired(
         f"the action '{record.action}' needs a person's approval for these arguments: "
         f"approval request {record.request_id} is pending; nothing was reserved or run. "
         f"Approve it with `ctrlrun approve {record.request_id} --by NAME` (or "
         f"Store.grant_approval), then call again with the same arguments",
-        request_id=record.request_id, action=record.action, effect_key=record.effect_key,
-        arguments=record.arguments, expires_at=record.expires_at, not_bound=record.not_bound,
+        request_id=record.request_id,
+        action=record.action,
+        effect_key=record.effect_key,
+        arguments=record.arguments,
+        expires_at=record.expires_at,
+        not_bound=record.not_bound,
     )
 
 
-def ask(store: "Store", action: str, effect_key: str, digest: str,
-        arguments: Dict[str, Any], ttl: timedelta, not_bound: Tuple[str, ...] = ()
-        ) -> ApprovalRecord:
+def ask(
+    store: Store,
+    action: str,
+    effect_key: str,
+    digest: str,
+    arguments: Dict[str, Any],
+    ttl: timedelta,
+    not_bound: Tuple[str, ...] = (),
+) -> ApprovalRecord:
     """The request that stands for ``action`` with these arguments, or a new pending one.
     ``not_bound``: the names in ``arguments`` the digest leaves out, kept with them (under a
     key no parameter can have) so that every reader shows them as not bound."""
     shown = {**arguments, NOT_BOUND: list(not_bound)} if not_bound else arguments
     text = json.dumps(shown, sort_keys=True, separators=(",", ":"))
-    t = store.core.request_approval(action, digest, effect_key, text,
-                                    int(ttl / timedelta(microseconds=1)), store.now_us())
+    t = store.core.request_approval(
+        action, digest, effect_key, text, int(ttl / timedelta(microseconds=1)), store.now_us()
+    )
     return approval_from_core(t)
 
 
@@ -52,8 +65,9 @@ def poll_interval(waited: float) -> float:
     return min(1.0, 0.05 * (2 ** min(waited, 10.0)))
 
 
-def wait_for_decision(store: "Store", request_id: str, timeout: float,
-                      sleep: Callable[[float], None] = time.sleep) -> ApprovalRecord:
+def wait_for_decision(
+    store: Store, request_id: str, timeout: float, sleep: Callable[[float], None] = time.sleep
+) -> ApprovalRecord:
     """Poll the request (holding no connection between polls) until it is decided or
     ``timeout`` seconds pass; the last record read."""
     deadline = time.monotonic() + timeout
@@ -63,8 +77,11 @@ def wait_for_decision(store: "Store", request_id: str, timeout: float,
         record = store.get_approval(request_id)
         if record is None:  # removed meanwhile (by hand): no grant, so no run
             if last is None:
-                raise ApprovalRequired(f"approval request {request_id} is gone from the store; "
-                                       f"nothing was reserved or run", request_id=request_id)
+                raise ApprovalRequired(
+                    f"approval request {request_id} is gone from the store; "
+                    f"nothing was reserved or run",
+                    request_id=request_id,
+                )
             return last
         last = record
         left = deadline - time.monotonic()

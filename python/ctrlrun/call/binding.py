@@ -24,7 +24,7 @@ def render_value(template: str, name: str, value: Any) -> str:
     t = type(value)
     if t is str:
         if value:
-            return value
+            return str(value)
     elif t is int:
         return str(value)
     elif isinstance(value, enum.Enum):
@@ -60,8 +60,17 @@ def render_value(template: str, name: str, value: Any) -> str:
 class KeyBinder:
     """Binds a call to the function's signature and renders the effect key."""
 
-    __slots__ = ("template", "signature", "names", "defaults", "qualname", "positional",
-                 "by_keyword", "required", "optional")
+    __slots__ = (
+        "by_keyword",
+        "defaults",
+        "names",
+        "optional",
+        "positional",
+        "qualname",
+        "required",
+        "signature",
+        "template",
+    )
 
     def __init__(self, template: _core.Template, fn: Callable[..., Any], action: str) -> None:
         self.template = template
@@ -93,14 +102,20 @@ class KeyBinder:
         # more than the rest of the binding); anything unusual goes to `bind`, which raises
         # the TypeError Python would.
         kinds = inspect.Parameter
-        self.positional = [p.name for p in params.values()
-                           if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)]
-        self.by_keyword = frozenset(p.name for p in params.values()
-                                    if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY))
+        self.positional = [
+            p.name
+            for p in params.values()
+            if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
+        ]
+        self.by_keyword = frozenset(
+            p.name
+            for p in params.values()
+            if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)
+        )
         self.required = frozenset(p.name for p in params.values() if p.default is p.empty)
         self.optional = [(p.name, p.default) for p in params.values() if p.default is not p.empty]
 
-    def _bind(self, args: Tuple[Any, ...], kwargs: dict) -> dict:
+    def _bind(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, Any]:
         """The arguments given, by name (defaults not filled in), as ``Signature.bind`` gives
         them; a call the signature refuses raises its TypeError."""
         positional = self.positional
@@ -116,7 +131,7 @@ class KeyBinder:
                     return bound
         return self.signature.bind(*args, **kwargs).arguments
 
-    def bind(self, args: Tuple[Any, ...], kwargs: dict) -> Tuple[str, Dict[str, Any]]:
+    def bind(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
         """The call's effect key, and every parameter's value with defaults filled in (what
         its fingerprint is made of). A call the signature refuses raises TypeError here,
         before anything is reserved."""
@@ -127,10 +142,10 @@ class KeyBinder:
                 arguments[name] = default
         return key, arguments
 
-    def key(self, args: Tuple[Any, ...], kwargs: dict) -> str:
+    def key(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> str:
         return self._render(self._bind(args, kwargs))
 
-    def _render(self, arguments: dict) -> str:
+    def _render(self, arguments: Dict[str, Any]) -> str:
         src = self.template.source
         values = []
         for name in self.names:
@@ -169,19 +184,34 @@ class Gate:
     time to live with the binder. ``replay``: the policy's, where it states one, else the
     decorator's."""
 
-    __slots__ = ("name", "fn", "own", "decision", "approval_ttl", "replay", "from_policy",
-                 "warned", "warned_decision")
+    __slots__ = (
+        "approval_ttl",
+        "decision",
+        "fn",
+        "from_policy",
+        "name",
+        "own",
+        "replay",
+        "warned",
+        "warned_decision",
+    )
 
-    def __init__(self, name: str, fn: Callable[..., Any], template: Optional[_core.Template],
-                 decision: str = "allow", approval_ttl: Optional[timedelta] = None,
-                 replay: bool = False):
+    def __init__(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        template: Optional[_core.Template],
+        decision: str = "allow",
+        approval_ttl: Optional[timedelta] = None,
+        replay: bool = False,
+    ):
         self.name = name
         self.fn = fn
         self.own = None if template is None else KeyBinder(template, fn, name)
         self.decision = decision
         self.approval_ttl = approval_ttl
         self.replay = replay
-        self.from_policy: dict = {}
+        self.from_policy: Dict[str, KeyBinder] = {}
         self.warned = False
         self.warned_decision = False
 
@@ -190,8 +220,11 @@ class Gate:
         return None if route is None else route[0]
 
     def _deny(self, where: str, policy: Optional[str]) -> ActionDenied:
-        return ActionDenied(f"action {self.name!r} is denied by {where}; nothing was reserved "
-                            f"or run", action=self.name, policy=policy)
+        return ActionDenied(
+            f"action {self.name!r} is denied by {where}; nothing was reserved or run",
+            action=self.name,
+            policy=policy,
+        )
 
     def route(self) -> Optional[Route]:
         """The binder for this call, for an ``approve`` action the approval's time to live, and
@@ -203,7 +236,8 @@ class Gate:
             if self.decision == "deny":
                 raise self._deny("its decorator (decision='deny')", None)
             if self.own is None:
-                return self._unreserved(self.decision)
+                self._unreserved(self.decision)
+                return None
             ttl = self._ttl(None) if self.decision == "approve" else None
             return self.own, ttl, self.replay
         assert policy is not None
@@ -211,16 +245,26 @@ class Gate:
         # leaves the decorator's decision in force.
         decision = entry.decision if entry.decided else self.decision
         if decision == "deny":
-            where = (f"the policy {policy.path} (line {entry.line})" if entry.decided
-                     else "its decorator (decision='deny')")
+            where = (
+                f"the policy {policy.path} (line {entry.line})"
+                if entry.decided
+                else "its decorator (decision='deny')"
+            )
             raise self._deny(where, policy.path if entry.decided else None)
-        if entry.decided and entry.decision != self.decision and not self.warned_decision and (
-                self.decision != "allow"):
+        if (
+            entry.decided
+            and entry.decision != self.decision
+            and not self.warned_decision
+            and (self.decision != "allow")
+        ):
             self.warned_decision = True
             warnings.warn(
                 f"protect({self.name!r}): the decorator's decision {self.decision!r} differs "
                 f"from the policy's {entry.decision!r} ({policy.path}, line {entry.line}); the "
-                f"policy's is used", PolicyWarning, stacklevel=3)
+                f"policy's is used",
+                PolicyWarning,
+                stacklevel=3,
+            )
         ttl = self._ttl(entry.approval_ttl) if decision == "approve" else None
         replay = self.replay if entry.replay is None else entry.replay
         if self.own is not None:
@@ -237,7 +281,8 @@ class Gate:
                     )
             return self.own, ttl, replay
         if entry.effect is None:
-            return self._unreserved(decision)
+            self._unreserved(decision)
+            return None
         binder = self.from_policy.get(entry.effect)
         if binder is None:
             binder = KeyBinder(_core.Template(entry.effect), self.fn, self.name)
@@ -251,7 +296,8 @@ class Gate:
             raise InvalidArgument(
                 f"action {self.name!r} needs approval, but no effect template is given (on the "
                 f"decorator or in the policy): an approval is used with the reservation of its "
-                f"effect key, so the call is refused; nothing was reserved or run")
+                f"effect key, so the call is refused; nothing was reserved or run"
+            )
         return None
 
     def _ttl(self, from_policy: Optional[timedelta]) -> timedelta:

@@ -20,8 +20,15 @@ import re
 import uuid
 from typing import Any, Collection, Dict, List, Mapping, NamedTuple, Set, Tuple
 
-__all__ = ["Fingerprint", "Unfingerprintable", "canonical", "canonical_json", "differing_fields",
-           "digest_text", "fingerprint"]
+__all__ = [
+    "Fingerprint",
+    "Unfingerprintable",
+    "canonical",
+    "canonical_json",
+    "differing_fields",
+    "digest_text",
+    "fingerprint",
+]
 
 _MAX_DEPTH = 100  # nesting deeper than this is refused (also bounds the Python stack)
 _MAX_NODES = 1_000_000  # values visited per call; bounds shared-reference (DAG) blow-up
@@ -127,7 +134,10 @@ class _Walker:
             fields = {f.name: self.walk(getattr(v, f.name), depth) for f in dataclasses.fields(v)}
             return {"$dataclass": _qualname(tp), "fields": fields}
         if hasattr(tp, "model_fields") and callable(getattr(v, "model_dump", None)):
-            return {"$model": _qualname(tp), "fields": self.walk(v.model_dump(mode="python"), depth)}
+            return {
+                "$model": _qualname(tp),
+                "fields": self.walk(v.model_dump(mode="python"), depth),
+            }
         raise Unfingerprintable(f"a value of type {_qualname(tp)}")
 
 
@@ -156,8 +166,9 @@ def canonical(value: Any) -> object:
 
 def _dumps(canon: object) -> str:
     try:
-        return json.dumps(canon, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False)
+        return json.dumps(
+            canon, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
     except Exception as exc:  # e.g. an int longer than the interpreter's int-to-text limit
         raise Unfingerprintable(f"writing the value raised {_qualname(type(exc))}") from None
 
@@ -235,8 +246,9 @@ def _text(value: Any) -> str:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def texts(arguments: Mapping[str, Any], exclude: Collection[str] = ()
-          ) -> Tuple[List[Tuple[str, str]], List[str]]:
+def texts(
+    arguments: Mapping[str, Any], exclude: Collection[str] = ()
+) -> Tuple[List[Tuple[str, str]], List[str]]:
     """``[(name, canonical JSON text)]`` of the fingerprintable arguments in name order, and the
     names left out (unfingerprintable). Names in ``exclude`` are ignored. (Runs on every
     protected call; the core hashes the texts: :func:`ctrlrun._core.arg_digests`.)"""

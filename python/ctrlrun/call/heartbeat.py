@@ -32,9 +32,8 @@ class Heartbeat:
         self.stopped = threading.Event()
         self.thread: Optional[threading.Thread] = None
 
-    def start(self) -> "Heartbeat":
-        self.thread = threading.Thread(target=self._beat, name="ctrlrun-heartbeat",
-                                       daemon=True)
+    def start(self) -> Heartbeat:
+        self.thread = threading.Thread(target=self._beat, name="ctrlrun-heartbeat", daemon=True)
         self.thread.start()
         return self
 
@@ -53,10 +52,18 @@ class Heartbeat:
                 call.store.extend_lease(call.key, call.action_id, lease, attempt=call.attempt)
             except InvalidArgument as exc:  # lapsed, or the key moved on: nothing to keep
                 if not self.stopped.is_set():
-                    log.warning("ctrlrun: the heartbeat of %r (attempt %d) stopped: %s",
-                                call.key, call.attempt, exc)
+                    log.warning(
+                        "ctrlrun: the heartbeat of %r (attempt %d) stopped: %s",
+                        call.key,
+                        call.attempt,
+                        exc,
+                    )
                 return
             except CTRLRunError as exc:  # the store failed this time: try at the next beat
                 if not self.stopped.is_set():
-                    log.warning("ctrlrun: a heartbeat of %r (attempt %d) failed: %s",
-                                call.key, call.attempt, exc)
+                    log.warning(
+                        "ctrlrun: a heartbeat of %r (attempt %d) failed: %s",
+                        call.key,
+                        call.attempt,
+                        exc,
+                    )

@@ -31,7 +31,7 @@ class _Inbox:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.completions = _core.Completions()
-        self.waiting: Dict[int, "asyncio.Future[Any]"] = {}
+        self.waiting: Dict[int, asyncio.Future[Any]] = {}
         self.tokens = itertools.count(1)
         try:
             loop.add_reader(self.completions.fileno(), self.drain)
@@ -51,7 +51,7 @@ class _Inbox:
             else:
                 future.set_exception(value)
 
-    def submit(self, start: Any, store: Any, args: Tuple[Any, ...]) -> "asyncio.Future[Any]":
+    def submit(self, start: Any, store: Any, args: Tuple[Any, ...]) -> asyncio.Future[Any]:
         future = asyncio.get_running_loop().create_future()
         token = next(self.tokens)
         self.waiting[token] = future
@@ -67,7 +67,7 @@ def _inbox_of(loop: asyncio.AbstractEventLoop) -> Optional[_Inbox]:
     return _Inbox(loop) if _AVAILABLE else None
 
 
-def _registry() -> "PerLoop[_Inbox]":
+def _registry() -> PerLoop[_Inbox]:
     """Every loop's inbox; made anew in a forked child (a parent's thread may have held its
     lock at the instant of the fork)."""
     return PerLoop(_inbox_of, lambda inbox: inbox.completions.close())
@@ -76,21 +76,25 @@ def _registry() -> "PerLoop[_Inbox]":
 _inboxes = _registry()
 
 
-def reserve(store: Any, args: Tuple[Any, ...]) -> "Optional[asyncio.Future[Any]]":
+def reserve(store: Any, args: Tuple[Any, ...]) -> Optional[asyncio.Future[Any]]:
     """``store.core.reserve(*args)`` on a core thread: a future of its record tuple, or
     ``None`` where this loop has no inbox."""
     inbox = _inboxes.of(asyncio.get_running_loop())
     return None if inbox is None else inbox.submit(_core.reserve_in_background, store, args)
 
 
-def transition(store: Any, pauses: Tuple[float, ...], args: Tuple[Any, ...]
-               ) -> "Optional[asyncio.Future[Any]]":
+def transition(
+    store: Any, pauses: Tuple[float, ...], args: Tuple[Any, ...]
+) -> Optional[asyncio.Future[Any]]:
     """``store.core.record_outcome(pauses, *args)`` on a core thread (the same retries and
     the same rule for an unknown try): a future of ``None``, or ``None`` where this loop has
     no inbox."""
     inbox = _inboxes.of(asyncio.get_running_loop())
-    return None if inbox is None else inbox.submit(
-        _core.transition_in_background, store, (list(pauses), *args))
+    return (
+        None
+        if inbox is None
+        else inbox.submit(_core.transition_in_background, store, (list(pauses), *args))
+    )
 
 
 def _after_fork_in_child() -> None:

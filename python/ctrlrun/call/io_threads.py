@@ -37,7 +37,7 @@ class _Wakeup:
     """One event loop's side: the outcomes waiting for it, and the pipe that wakes it."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.done: Deque[Tuple["asyncio.Future[Any]", bool, Any]] = collections.deque()
+        self.done: Deque[Tuple[asyncio.Future[Any], bool, Any]] = collections.deque()
         self.read_fd, self.write_fd = os.pipe()
         # Held to write the wake-up byte and to close the pipe: once closed, its numbers may
         # name another file, which a late worker must never write to.
@@ -52,7 +52,7 @@ class _Wakeup:
             raise
         weakref.finalize(loop, self.close)
 
-    def finished(self, future: "asyncio.Future[Any]", ok: bool, value: Any) -> None:
+    def finished(self, future: asyncio.Future[Any], ok: bool, value: Any) -> None:
         """On a worker: hand the outcome to the loop and wake it (unless the loop is closed:
         nobody waits, and a queued outcome would keep the loop alive)."""
         with self.lock:
@@ -106,12 +106,14 @@ class PerLoop(Generic[T]):
     ones of closed loops are let go (``close``): their waiting futures refer to their loops,
     which would otherwise never be collected. Shared by ``_io_threads`` and ``_io_core``."""
 
-    def __init__(self, make: Callable[[asyncio.AbstractEventLoop], Optional[T]],
-                 close: Callable[[T], None]) -> None:
+    def __init__(
+        self, make: Callable[[asyncio.AbstractEventLoop], Optional[T]], close: Callable[[T], None]
+    ) -> None:
         self.make, self.close = make, close
         self.lock = threading.Lock()
-        self.by_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Optional[T]]" = (
-            weakref.WeakKeyDictionary())
+        self.by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Optional[T]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def of(self, loop: asyncio.AbstractEventLoop) -> Optional[T]:
         try:
@@ -141,7 +143,7 @@ def _wakeup_of(loop: asyncio.AbstractEventLoop) -> Optional[_Wakeup]:
 
 class _Workers:
     def __init__(self) -> None:
-        self.jobs: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self.jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.lock = threading.Lock()
         self.threads: List[threading.Thread] = []
         self.idle = 0
@@ -150,12 +152,18 @@ class _Workers:
     def wakeup(self, loop: asyncio.AbstractEventLoop) -> Optional[_Wakeup]:
         return self.loops.of(loop)
 
-    def submit(self, wake: _Wakeup, future: "asyncio.Future[Any]", fn: Callable[..., Any],
-               args: Tuple[Any, ...]) -> None:
+    def submit(
+        self,
+        wake: _Wakeup,
+        future: asyncio.Future[Any],
+        fn: Callable[..., Any],
+        args: Tuple[Any, ...],
+    ) -> None:
         with self.lock:
             if self.idle == 0 and len(self.threads) < MAX_WORKERS:
-                thread = threading.Thread(target=self.work,
-                                          name=f"ctrlrun-io-{len(self.threads) + 1}")
+                thread = threading.Thread(
+                    target=self.work, name=f"ctrlrun-io-{len(self.threads) + 1}"
+                )
                 thread.start()  # not a daemon: at exit, the queued jobs are done first
                 self.threads.append(thread)
             elif self.idle:
@@ -218,7 +226,7 @@ threading._register_atexit(_at_exit)  # type: ignore[attr-defined]
 _fallback: Optional[concurrent.futures.ThreadPoolExecutor] = None
 
 
-def run(fn: Callable[..., Any], *args: Any) -> "asyncio.Future[Any]":
+def run(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
     """``fn(*args)`` on a worker thread; a future of the running loop for its outcome."""
     global _fallback
     loop = asyncio.get_running_loop()

@@ -73,5 +73,6 @@ def raised(exc: BaseException) -> Outcome:
     text = exc_text(exc)
     if proves_not_executed(exc):
         return Outcome(_core.Step.FAIL, text)
-    return Outcome(_core.Step.AMBIGUOUS,
-                   f"the executor raised {text}; whether the effect happened is unknown")
+    return Outcome(
+        _core.Step.AMBIGUOUS, f"the executor raised {text}; whether the effect happened is unknown"
+    )

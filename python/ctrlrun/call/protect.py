@@ -14,17 +14,14 @@ from datetime import timedelta
 from typing import Any, Callable, Iterable, Optional, Tuple, TypeVar, Union
 
 from ctrlrun import _core
-
+from ctrlrun._telemetry import UNOBSERVED, observe
 from ctrlrun.call import io_threads as _io_threads
-
 from ctrlrun.call import runner as _runner
-
 from ctrlrun.call import runner_async as _runner_async
 from ctrlrun.call.binding import Gate, PolicyWarning, Route
 from ctrlrun.call.steps import Spec, after_refusal, extend_lease, idempotency_token
-from ctrlrun.store.api import Store, default_store, lease_to_micros, store_at_hand, store_for_url
-from ctrlrun._telemetry import UNOBSERVED, observe
 from ctrlrun.errors import DuplicateEffect, InvalidArgument
+from ctrlrun.store.api import Store, default_store, lease_to_micros, store_at_hand, store_for_url
 
 __all__ = ["protect", "idempotency_token", "extend_lease", "DEFAULT_LEASE", "PolicyWarning"]
 
@@ -154,8 +151,9 @@ def protect(
     if not isinstance(name, str) or not name.strip() or not name.isprintable():
         raise InvalidArgument(f"protect(): the action name must be a printable str, got {name!r}")
     if len(name) > 1000:
-        raise InvalidArgument(f"protect(): the action name must be at most 1000 characters, got "
-                              f"{len(name)}")
+        raise InvalidArgument(
+            f"protect(): the action name must be at most 1000 characters, got {len(name)}"
+        )
     lease_us = lease_to_micros(DEFAULT_LEASE if lease is None else lease)
     if effect is not None and not isinstance(effect, str):
         raise InvalidArgument(
@@ -165,13 +163,22 @@ def protect(
     store_ref = _StoreRef(store)
     if decision not in ("allow", "approve", "deny"):
         raise InvalidArgument(
-            f"protect({name!r}): decision must be 'allow', 'approve' or 'deny', got {decision!r}")
-    ttl = None if approval_ttl is None else timedelta(
-        microseconds=lease_to_micros(approval_ttl, "approval_ttl"))
-    if (isinstance(approval_timeout, bool) or not isinstance(approval_timeout, (int, float))
-            or not 0 <= approval_timeout <= 86400):
-        raise InvalidArgument(f"protect({name!r}): approval_timeout must be seconds from 0 to "
-                              f"86400, got {approval_timeout!r}")
+            f"protect({name!r}): decision must be 'allow', 'approve' or 'deny', got {decision!r}"
+        )
+    ttl = (
+        None
+        if approval_ttl is None
+        else timedelta(microseconds=lease_to_micros(approval_ttl, "approval_ttl"))
+    )
+    if (
+        isinstance(approval_timeout, bool)
+        or not isinstance(approval_timeout, (int, float))
+        or not 0 <= approval_timeout <= 86400
+    ):
+        raise InvalidArgument(
+            f"protect({name!r}): approval_timeout must be seconds from 0 to "
+            f"86400, got {approval_timeout!r}"
+        )
     try:
         if isinstance(fingerprint_exclude, str):
             raise TypeError
@@ -179,25 +186,28 @@ def protect(
         if not all(isinstance(n, str) for n in exclude):
             raise TypeError
     except TypeError:
-        raise InvalidArgument(f"protect({name!r}): fingerprint_exclude takes argument names "
-                              f"(a tuple of str), got {fingerprint_exclude!r}") from None
+        raise InvalidArgument(
+            f"protect({name!r}): fingerprint_exclude takes argument names "
+            f"(a tuple of str), got {fingerprint_exclude!r}"
+        ) from None
     timeout = float(approval_timeout)
     if not isinstance(replay, bool):
         raise InvalidArgument(f"protect({name!r}): replay must be True or False, got {replay!r}")
-    if (isinstance(wait, bool) or not isinstance(wait, (int, float))
-            or not 0 <= wait <= 86400):
-        raise InvalidArgument(f"protect({name!r}): wait must be seconds from 0 to 86400, got "
-                              f"{wait!r}")
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 86400:
+        raise InvalidArgument(
+            f"protect({name!r}): wait must be seconds from 0 to 86400, got {wait!r}"
+        )
     wait_s = float(wait)
     if result_encoder is not None and not callable(result_encoder):
-        raise InvalidArgument(f"protect({name!r}): result_encoder must be callable, got "
-                              f"{result_encoder!r}")
+        raise InvalidArgument(
+            f"protect({name!r}): result_encoder must be callable, got {result_encoder!r}"
+        )
     if not isinstance(heartbeat, bool):
-        raise InvalidArgument(f"protect({name!r}): heartbeat must be True or False, got "
-                              f"{heartbeat!r}")
+        raise InvalidArgument(
+            f"protect({name!r}): heartbeat must be True or False, got {heartbeat!r}"
+        )
 
-    def bound(route: Route, args: Any, kwargs: Any
-              ) -> Tuple[str, Spec]:
+    def bound(route: Route, args: Any, kwargs: Any) -> Tuple[str, Spec]:
         """The call's key, and what it says about itself (its fingerprint, its approval)."""
         key, arguments = route[0].bind(args, kwargs)
         spec = Spec(name, arguments, exclude, route[1], timeout, result_encoder)
@@ -207,7 +217,8 @@ def protect(
                 f"action {name!r} needs approval, but its argument(s) "
                 f"{', '.join(spec.left_out)} have no canonical form, so an approval could not "
                 f"be bound to them; pass plain values, or leave them out with "
-                f"fingerprint_exclude. Nothing was reserved or run")
+                f"fingerprint_exclude. Nothing was reserved or run"
+            )
         return key, spec
 
     def decorate(fn: F) -> F:
@@ -222,17 +233,23 @@ def protect(
         try:
             params = inspect.signature(fn).parameters if exclude else {}
         except (TypeError, ValueError) as exc:
-            raise InvalidArgument(f"protect({name!r}): cannot read the signature of {fn!r} to "
-                                  f"check fingerprint_exclude: {exc}") from None
+            raise InvalidArgument(
+                f"protect({name!r}): cannot read the signature of {fn!r} to "
+                f"check fingerprint_exclude: {exc}"
+            ) from None
         unknown = sorted(n for n in exclude if n not in params)
         if unknown:
-            raise InvalidArgument(f"protect({name!r}): fingerprint_exclude names no parameter "
-                                  f"of {fn.__qualname__}: {', '.join(unknown)}")
+            raise InvalidArgument(
+                f"protect({name!r}): fingerprint_exclude names no parameter "
+                f"of {fn.__qualname__}: {', '.join(unknown)}"
+            )
         in_key = sorted(exclude & set(template.placeholders)) if template is not None else []
         if in_key:
-            raise InvalidArgument(f"protect({name!r}): fingerprint_exclude names the key's own "
-                                  f"placeholder(s) {', '.join(in_key)}; they are always part of "
-                                  f"the call's identity")
+            raise InvalidArgument(
+                f"protect({name!r}): fingerprint_exclude names the key's own "
+                f"placeholder(s) {', '.join(in_key)}; they are always part of "
+                f"the call's identity"
+            )
 
         if inspect.iscoroutinefunction(fn):
 
@@ -245,20 +262,31 @@ def protect(
                 watched = observe(name, key)
                 if not (route[2] or wait_s):  # no replay, no wait: a refusal is raised as it is
                     if watched is None:
-                        return await _runner_async.run(await store_ref.aget(), key, lease_us, fn,
-                                                       args, kwargs, spec, heartbeat)
+                        return await _runner_async.run(
+                            await store_ref.aget(), key, lease_us, fn, args, kwargs, spec, heartbeat
+                        )
                     with watched:
-                        return await _runner_async.run(await store_ref.aget(), key, lease_us, fn,
-                                                       args, kwargs, spec, heartbeat)
+                        return await _runner_async.run(
+                            await store_ref.aget(), key, lease_us, fn, args, kwargs, spec, heartbeat
+                        )
                 started = time.monotonic()
                 with watched or UNOBSERVED as seen:
                     while True:
                         try:
-                            return await _runner_async.run(await store_ref.aget(), key, lease_us, fn,
-                                                           args, kwargs, spec, heartbeat)
+                            return await _runner_async.run(
+                                await store_ref.aget(),
+                                key,
+                                lease_us,
+                                fn,
+                                args,
+                                kwargs,
+                                spec,
+                                heartbeat,
+                            )
                         except DuplicateEffect as dup:
-                            then, value = after_refusal(dup, route[2], wait_s,
-                                                        time.monotonic() - started)
+                            then, value = after_refusal(
+                                dup, route[2], wait_s, time.monotonic() - started
+                            )
                             if then == "replay":
                                 seen.replayed = True
                                 return value
@@ -278,20 +306,24 @@ def protect(
             watched = observe(name, key)
             if not (route[2] or wait_s):  # no replay, no wait: a refusal is raised as it is
                 if watched is None:
-                    return _runner.run(store_ref.get(), key, lease_us, fn, args, kwargs, spec,
-                                       heartbeat)
+                    return _runner.run(
+                        store_ref.get(), key, lease_us, fn, args, kwargs, spec, heartbeat
+                    )
                 with watched:
-                    return _runner.run(store_ref.get(), key, lease_us, fn, args, kwargs, spec,
-                                       heartbeat)
+                    return _runner.run(
+                        store_ref.get(), key, lease_us, fn, args, kwargs, spec, heartbeat
+                    )
             started = time.monotonic()
             with watched or UNOBSERVED as seen:
                 while True:
                     try:
-                        return _runner.run(store_ref.get(), key, lease_us, fn, args, kwargs,
-                                           spec, heartbeat)
+                        return _runner.run(
+                            store_ref.get(), key, lease_us, fn, args, kwargs, spec, heartbeat
+                        )
                     except DuplicateEffect as dup:
-                        then, value = after_refusal(dup, route[2], wait_s,
-                                                    time.monotonic() - started)
+                        then, value = after_refusal(
+                            dup, route[2], wait_s, time.monotonic() - started
+                        )
                         if then == "replay":
                             seen.replayed = True
                             return value

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from ctrlrun.call.approval import refusal, wait_for_decision
 from ctrlrun.call.heartbeat import Heartbeat
 from ctrlrun.call.steps import REFUSALS, Call, Spec
-from ctrlrun.store.api import Store
 from ctrlrun.errors import ApprovalNeeded
+from ctrlrun.store.api import Store
 
 
 def run(
@@ -18,7 +18,7 @@ def run(
     lease_us: int,
     fn: Callable[..., Any],
     args: Tuple[Any, ...],
-    kwargs: dict,
+    kwargs: Dict[str, Any],
     spec: Optional[Spec] = None,
     heartbeat: bool = False,
 ) -> Any:
@@ -51,7 +51,7 @@ def run(
         try:
             call.record(call.raised(exc))
         except REFUSALS as refused:
-            raise call.refused(refused, exc)
+            raise call.refused(refused, exc)  # noqa: B904 - refused() sets the cause chain itself
         raise
     finally:
         call.leave()

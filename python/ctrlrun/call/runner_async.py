@@ -14,34 +14,33 @@ import sys
 from typing import Any, Awaitable, Callable, Dict, Optional, Set, Tuple
 
 from ctrlrun.call import io_core as _io_core
-
 from ctrlrun.call import io_threads as _io_threads
 from ctrlrun.call.approval import poll_interval, refusal
-from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
 from ctrlrun.call.heartbeat import Heartbeat
 from ctrlrun.call.outcome import Outcome
 from ctrlrun.call.steps import OUTCOME_PAUSES, REFUSALS, Call, Spec
-from ctrlrun.store.api import Store
 from ctrlrun.errors import ApprovalNeeded, StoreUnresolved
+from ctrlrun.store.api import Store
+from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
 
-_background: Set["asyncio.Future[Any]"] = set()
+_background: Set[asyncio.Future[Any]] = set()
 
 
-def _in_thread(fn: Callable[..., Any], *args: Any) -> "asyncio.Future[Any]":
+def _in_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
     """Store calls are synchronous and release the GIL; coroutines run them on worker
     threads (``_io_threads``), so the event loop never waits on the database."""
     return _io_threads.run(fn, *args)
 
 
-def _reserving(call: Call) -> "asyncio.Future[int]":
+def _reserving(call: Call) -> asyncio.Future[int]:
     """``call.reserve()`` off the event loop: on a core thread (``_io_core``) where it can be,
     else on a worker thread; a future of the attempt (set on ``call`` as the write lands)."""
     landed = _io_core.reserve(call.store, call.reserve_request())
     if landed is None:
         return _in_thread(call.reserve)
-    out: "asyncio.Future[int]" = asyncio.get_running_loop().create_future()
+    out: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
-    def settle(done: "asyncio.Future[Any]") -> None:
+    def settle(done: asyncio.Future[Any]) -> None:
         if out.done():
             return
         exc = done.exception()
@@ -57,7 +56,7 @@ def _reserving(call: Call) -> "asyncio.Future[int]":
     return out
 
 
-def _recording(call: Call, outcome: Outcome) -> "asyncio.Future[None]":
+def _recording(call: Call, outcome: Outcome) -> asyncio.Future[None]:
     """``call.record(outcome)`` off the event loop: on a core thread where it can be (which
     re-issues a failed write as ``call.record`` does, whether or not this loop still runs),
     else on a worker thread."""
@@ -67,15 +66,16 @@ def _recording(call: Call, outcome: Outcome) -> "asyncio.Future[None]":
         landed = None
     if landed is None:
         return _in_thread(call.record, outcome)
-    out: "asyncio.Future[None]" = asyncio.get_running_loop().create_future()
+    out: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    def settle(done: "asyncio.Future[Any]") -> None:
+    def settle(done: asyncio.Future[Any]) -> None:
         exc = done.exception()
         if exc is None:
             out.set_result(None)
         else:
-            out.set_exception(call.not_recorded(outcome, exc)
-                              if isinstance(exc, Exception) else exc)
+            out.set_exception(
+                call.not_recorded(outcome, exc) if isinstance(exc, Exception) else exc
+            )
 
     landed.add_done_callback(settle)
     return out
@@ -118,7 +118,7 @@ def _shielded() -> Any:
     return anyio.CancelScope(shield=True)
 
 
-async def _fail_if_granted(started: "asyncio.Future[int]", call: Call, why: BaseException) -> None:
+async def _fail_if_granted(started: asyncio.Future[int], call: Call, why: BaseException) -> None:
     """The caller was cancelled while the reservation was being written: once that write
     ends, a granted reservation whose body never started is recorded as failed."""
     try:
@@ -135,7 +135,7 @@ async def _record_raise(call: Call, exc: BaseException) -> None:
     try:
         await _finish(_recording(call, call.raised(exc)))
     except REFUSALS as refused:
-        raise call.refused(refused, exc)
+        raise call.refused(refused, exc)  # noqa: B904 - refused() sets the cause chain itself
     except asyncio.CancelledError:
         if isinstance(exc, asyncio.CancelledError):
             return  # the outcome write goes on in its thread; the cancellation propagates

@@ -14,33 +14,31 @@ import contextvars
 import hashlib
 import logging
 import os
+from datetime import timedelta
 from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple, Union
 
-from datetime import timedelta
-
-from ctrlrun.call.approval import ask, poll_interval, refusal
-from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
-from ctrlrun.call.fingerprint import Fingerprint, fingerprint, texts
 from ctrlrun import _core
-from ctrlrun.call import outcome
-from ctrlrun.call.outcome import Outcome, exc_text
-from ctrlrun.store.records import UNSERIALIZABLE_MARKER, EffectRecord
-from ctrlrun.store.api import Store, lease_to_micros
 from ctrlrun._telemetry import body_started
+from ctrlrun.call import outcome
+from ctrlrun.call.approval import ask, poll_interval, refusal
+from ctrlrun.call.fingerprint import Fingerprint, fingerprint, texts
+from ctrlrun.call.outcome import Outcome, exc_text
 from ctrlrun.errors import (
     AmbiguousEffect,
     DuplicateEffect,
     EffectConflict,
     InvalidArgument,
-    NotExecuted,
     StoreError,
     StoreUnresolved,
 )
+from ctrlrun.store.api import Store, lease_to_micros
+from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
+from ctrlrun.store.records import UNSERIALIZABLE_MARKER, EffectRecord
 
 log = logging.getLogger("ctrlrun")
 
 # The call whose executor is running in this context (its effect key and attempt).
-current: contextvars.ContextVar[Optional["Call"]] = contextvars.ContextVar(
+current: contextvars.ContextVar[Optional[Call]] = contextvars.ContextVar(
     "ctrlruncurrent_effect", default=None
 )
 
@@ -93,8 +91,9 @@ def replayable(dup: DuplicateEffect) -> bool:
     return not (isinstance(result, dict) and UNSERIALIZABLE_MARKER in result)
 
 
-def after_refusal(dup: DuplicateEffect, replay: bool, wait: float, waited: float
-                  ) -> Tuple[str, Any]:
+def after_refusal(
+    dup: DuplicateEffect, replay: bool, wait: float, waited: float
+) -> Tuple[str, Any]:
     """What a protected call does when refused with ``dup``, having waited ``waited`` seconds
     so far: ``("replay", result)`` (``replay``, and the key is committed by a call with the
     same arguments), ``("wait", seconds)`` (another attempt holds the key, and ``wait``
@@ -115,12 +114,26 @@ class Spec:
     and for an ``approve`` action the approval's time to live and how long to wait for a
     decision."""
 
-    __slots__ = ("action", "arguments", "exclude", "parts", "left_out", "approval_ttl",
-                 "approval_timeout", "encoder")
+    __slots__ = (
+        "action",
+        "approval_timeout",
+        "approval_ttl",
+        "arguments",
+        "encoder",
+        "exclude",
+        "left_out",
+        "parts",
+    )
 
-    def __init__(self, action: str, arguments: Dict[str, Any], exclude: FrozenSet[str],
-                 approval_ttl: Optional[timedelta], approval_timeout: float,
-                 encoder: Optional[Callable[[Any], Any]] = None) -> None:
+    def __init__(
+        self,
+        action: str,
+        arguments: Dict[str, Any],
+        exclude: FrozenSet[str],
+        approval_ttl: Optional[timedelta],
+        approval_timeout: float,
+        encoder: Optional[Callable[[Any], Any]] = None,
+    ) -> None:
         self.encoder = encoder
         self.action = action
         self.arguments = arguments
@@ -141,7 +154,7 @@ class Call:
     context; run the body; :meth:`leave`; :meth:`record` what :meth:`returned` or
     :meth:`raised` says, raising :meth:`refused` if that write is refused after a raise."""
 
-    __slots__ = ("store", "key", "lease_us", "spec", "action_id", "attempt", "token")
+    __slots__ = ("action_id", "attempt", "key", "lease_us", "spec", "store", "token")
 
     attempt: int
     token: contextvars.Token[Optional[Call]]
@@ -192,8 +205,15 @@ class Call:
         spec = self.spec
         assert spec is not None and spec.approval_ttl is not None
         fp = spec.fingerprint()
-        return ask(self.store, spec.action, self.key, fp.digest, fp.arguments, spec.approval_ttl,
-                   fp.not_bound)
+        return ask(
+            self.store,
+            spec.action,
+            self.key,
+            fp.digest,
+            fp.arguments,
+            spec.approval_ttl,
+            fp.not_bound,
+        )
 
     def granted(self, record: ApprovalRecord) -> None:
         """Go on only with a grant in force: a pending or denied request raises
@@ -243,8 +263,11 @@ class Call:
         ``REFUSALS``: the refusal, caused by the executor's exception (put at the end of
         the refusal's own chain of causes, which is kept)."""
         tail, seen = refusal, {id(refusal)}
-        while tail.__cause__ is not None and id(tail.__cause__) not in seen and \
-                tail.__cause__ is not exc:
+        while (
+            tail.__cause__ is not None
+            and id(tail.__cause__) not in seen
+            and tail.__cause__ is not exc
+        ):
             tail = tail.__cause__
             seen.add(id(tail))
         tail.__cause__ = exc
@@ -253,8 +276,14 @@ class Call:
     def record_request(self, ending: Outcome) -> Tuple[Any, ...]:
         """The arguments of the core's ``record_outcome`` after its pauses, for ``ending``
         (the clock read now)."""
-        return (self.key, self.action_id, self.attempt, ending.step, ending.payload,
-                self.store.now_us())
+        return (
+            self.key,
+            self.action_id,
+            self.attempt,
+            ending.step,
+            ending.payload,
+            self.store.now_us(),
+        )
 
     def record(self, ending: Outcome) -> None:
         """Record the executor's outcome as :meth:`returned` or :meth:`raised` gave it (store
@@ -263,18 +292,24 @@ class Call:
         try:
             self.store.core.record_outcome(OUTCOME_PAUSES, *self.record_request(ending))
         except Exception as exc:
-            raise self.not_recorded(ending, exc)
+            raise self.not_recorded(ending, exc)  # noqa: B904 - not_recorded() sets the cause itself
 
     def not_recorded(self, ending: Outcome, exc: Exception) -> Exception:
         """What recording the outcome ``ending`` raises when its last try raised ``exc``."""
         if isinstance(exc, (DuplicateEffect, AmbiguousEffect, InvalidArgument)) and not (
-                isinstance(exc, InvalidArgument) and self.store.core.closed):
+            isinstance(exc, InvalidArgument) and self.store.core.closed
+        ):
             # The row is no longer this attempt's to write (a newer attempt holds it, or a
             # person settled it in a way the outcome cannot change): the store's refusal is
             # the answer, and the outcome that came too late is on record in the log.
             log.error(
                 "ctrlrun: the outcome (%s) of effect %r, attempt %d (action %s), was not "
-                "recorded: %s", ending.word, self.key, self.attempt, self.action_id, exc,
+                "recorded: %s",
+                ending.word,
+                self.key,
+                self.attempt,
+                self.action_id,
+                exc,
             )
             return exc
         if isinstance(exc, StoreUnresolved):
@@ -286,7 +321,9 @@ class Call:
                 f"was recorded is unknown: the outcome may have been recorded; the body has "
                 f"run. {exc}. Read the effect once the store is reachable (`ctrlrun effects "
                 f"show`) to see what it holds; do not retry it blindly",
-                effect_key=self.key, action_id=self.action_id)
+                effect_key=self.key,
+                action_id=self.action_id,
+            )
             unknown.__cause__ = exc
             return unknown
         # A write that kept failing, a closed store, a broken clock: the executor has run, and
@@ -295,6 +332,7 @@ class Call:
             f"the executor for effect '{self.key}' has already run (attempt {self.attempt}, "
             f"action {self.action_id}), but recording its outcome ({ending.word}) failed: {exc}. The "
             f"row keeps what the store last recorded (executing, until a contender finds its "
-            f"lease lapsed and marks it ambiguous); do not retry it blindly")
+            f"lease lapsed and marks it ambiguous); do not retry it blindly"
+        )
         failed.__cause__ = exc
         return failed

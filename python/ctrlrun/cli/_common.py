@@ -15,7 +15,10 @@ from ctrlrun.errors import CTRLRunError, InvalidArgument
 from ctrlrun.store.api import Store, default_store, default_url, open_store
 
 store_option = click.option(
-    "--store", "store_url", metavar="URL", default=None,
+    "--store",
+    "store_url",
+    metavar="URL",
+    default=None,
     help="Store URL (default: CTRLRUN_STORE, else CTRLRUN_STATE, else .ctrlrun/state.db).",
 )
 

@@ -9,10 +9,9 @@ from typing import Any, Dict, Optional
 import click
 
 from ctrlrun.cli._common import die, iso, open_existing, store_option
-
-from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
 from ctrlrun.cli.table import printable
 from ctrlrun.errors import CTRLRunError
+from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
 
 APPROVAL_STATES = [s.value for s in ApprovalState]
 
@@ -46,14 +45,15 @@ def _arguments_text(r: ApprovalRecord, width: int = 60) -> str:
     return (text if len(text) <= room else text[: room - 1] + "…") + mark
 
 
-
 @click.group()
 def approvals() -> None:
     """Approval requests: what agents asked a person to approve."""
 
+
 @approvals.command("list")
-@click.option("--state", type=click.Choice(APPROVAL_STATES), default=None,
-              help="Only requests in this state.")
+@click.option(
+    "--state", type=click.Choice(APPROVAL_STATES), default=None, help="Only requests in this state."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @store_option
 def approvals_list(state: Optional[str], as_json: bool, store_url: Optional[str]) -> None:
@@ -67,18 +67,28 @@ def approvals_list(state: Optional[str], as_json: bool, store_url: Optional[str]
         click.echo(json.dumps([approval_dict(r) for r in records], indent=2))
         return
     if not records:
-        click.echo(f"no approval requests{' in state ' + state if state else ''} in "
-                   f"{store.url}")
+        click.echo(f"no approval requests{' in state ' + state if state else ''} in {store.url}")
         return
     head = ("REQUEST", "STATE", "ACTION", "EFFECT KEY", "ARGUMENTS", "DECIDED BY")
-    rows = [(r.request_id, r.state.value, printable(r.action), printable(r.effect_key),
-             _arguments_text(r), printable(r.decided_by or "")) for r in records]
+    rows = [
+        (
+            r.request_id,
+            r.state.value,
+            printable(r.action),
+            printable(r.effect_key),
+            _arguments_text(r),
+            printable(r.decided_by or ""),
+        )
+        for r in records
+    ]
     widths = [max(len(str(row[i])) for row in [head, *rows]) for i in range(len(head))]
     for row in [head, *rows]:
         click.echo("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip())
 
-def decide(grant: bool, request_id: str, by: str, note: Optional[str],
-           store_url: Optional[str]) -> None:
+
+def decide(
+    grant: bool, request_id: str, by: str, note: Optional[str], store_url: Optional[str]
+) -> None:
     store = open_existing(store_url)
     try:
         r = (store.grant_approval if grant else store.deny_approval)(request_id, by, note)
@@ -86,12 +96,17 @@ def decide(grant: bool, request_id: str, by: str, note: Optional[str],
         die(str(exc))
     who, action = printable(r.decided_by or ""), printable(r.action)
     if grant:
-        click.echo(f"{r.request_id}: granted by {who} for {action} "
-                   f"{_arguments_text(r, 200)}; the agent's next call with these "
-                   f"arguments runs once, until {iso(r.expires_at)}")
+        click.echo(
+            f"{r.request_id}: granted by {who} for {action} "
+            f"{_arguments_text(r, 200)}; the agent's next call with these "
+            f"arguments runs once, until {iso(r.expires_at)}"
+        )
     else:
-        click.echo(f"{r.request_id}: denied by {who} for {action}; calls with these "
-                   f"arguments raise ActionDenied until {iso(r.expires_at)}")
+        click.echo(
+            f"{r.request_id}: denied by {who} for {action}; calls with these "
+            f"arguments raise ActionDenied until {iso(r.expires_at)}"
+        )
+
 
 @click.command()
 @click.argument("request_id")
@@ -101,6 +116,7 @@ def decide(grant: bool, request_id: str, by: str, note: Optional[str],
 def approve(request_id: str, by: str, note: Optional[str], store_url: Optional[str]) -> None:
     """Grant a pending approval request (single use: one run of its call)."""
     decide(True, request_id, by, note, store_url)
+
 
 @click.command()
 @click.argument("request_id")

@@ -7,9 +7,9 @@ import tempfile
 from typing import Callable, Dict, Optional
 
 from ctrlrun.call.protect import protect
-from ctrlrun.store.api import Store, open_store
 from ctrlrun.cli.table import table
 from ctrlrun.errors import AmbiguousEffect, DuplicateEffect, NotExecuted
+from ctrlrun.store.api import Store, open_store
 
 
 class FakeProvider:

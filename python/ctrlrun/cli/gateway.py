@@ -10,31 +10,59 @@ from typing import Any, Optional, Tuple
 import click
 
 from ctrlrun.cli._common import die, store_option
-
 from ctrlrun.errors import CTRLRunError
 
 _ALIAS = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
-
 @click.command(context_settings={"allow_interspersed_args": False})
-@click.option("--name", "alias", required=True, metavar="ALIAS",
-              help="The upstream's name: its tool T is the action mcp.ALIAS.T.")
-@click.option("--policy", "policy", metavar="FILE", default=None,
-              help="The policy file (default: CTRLRUN_CONFIG, else ./ctrlrun.yaml).")
-@click.option("--call-timeout", type=click.FloatRange(min=0.1, max=86400), default=60.0,
-              metavar="SECONDS", show_default=True,
-              help="How long a forwarded call may take (per action: call_timeout).")
-@click.option("--upstream-url", metavar="URL", default=None,
-              help="Reach the upstream over streamable HTTP instead of starting a command.")
-@click.option("--listen", metavar="HOST:PORT", default=None,
-              help="Serve agents over streamable HTTP (at /mcp) instead of stdio.")
+@click.option(
+    "--name",
+    "alias",
+    required=True,
+    metavar="ALIAS",
+    help="The upstream's name: its tool T is the action mcp.ALIAS.T.",
+)
+@click.option(
+    "--policy",
+    "policy",
+    metavar="FILE",
+    default=None,
+    help="The policy file (default: CTRLRUN_CONFIG, else ./ctrlrun.yaml).",
+)
+@click.option(
+    "--call-timeout",
+    type=click.FloatRange(min=0.1, max=86400),
+    default=60.0,
+    metavar="SECONDS",
+    show_default=True,
+    help="How long a forwarded call may take (per action: call_timeout).",
+)
+@click.option(
+    "--upstream-url",
+    metavar="URL",
+    default=None,
+    help="Reach the upstream over streamable HTTP instead of starting a command.",
+)
+@click.option(
+    "--listen",
+    metavar="HOST:PORT",
+    default=None,
+    help="Serve agents over streamable HTTP (at /mcp) instead of stdio.",
+)
 @store_option
-@click.argument("upstream", nargs=-1, type=click.UNPROCESSED,
-                metavar="-- UPSTREAM_COMMAND [ARGS]...")
-def gateway(alias: str, policy: Optional[str], call_timeout: float,
-            upstream_url: Optional[str], listen: Optional[str], store_url: Optional[str],
-            upstream: Tuple[str, ...]) -> None:
+@click.argument(
+    "upstream", nargs=-1, type=click.UNPROCESSED, metavar="-- UPSTREAM_COMMAND [ARGS]..."
+)
+def gateway(
+    alias: str,
+    policy: Optional[str],
+    call_timeout: float,
+    upstream_url: Optional[str],
+    listen: Optional[str],
+    store_url: Optional[str],
+    upstream: Tuple[str, ...],
+) -> None:
     """Serve MCP on stdio in front of UPSTREAM_COMMAND (an MCP server on stdio).
 
     Each tool call whose action has an effect template in the policy is reserved before it
@@ -76,8 +104,7 @@ def gateway(alias: str, policy: Optional[str], call_timeout: float,
     shown = redacted(upstream_url) if upstream_url is not None else None
     what = shown or (command[0] if command else "")
     try:
-        anyio.run(_gateway_serve.serve, alias, store, command, upstream_url, address,
-                  call_timeout)
+        anyio.run(_gateway_serve.serve, alias, store, command, upstream_url, address, call_timeout)
     except KeyboardInterrupt:
         pass
     except BaseException as exc:  # the task groups wrap what failed in exception groups
@@ -100,9 +127,11 @@ def _address(listen: str) -> Tuple[str, int]:
     if host not in ("127.0.0.1", "localhost", "::1"):
         # The gateway's HTTP endpoint has no authentication of its own: anyone who reaches it
         # can call the upstream's tools. Refused rather than served to a network.
-        die(f"--listen {listen!r}: the gateway serves HTTP without authentication, so it "
+        die(
+            f"--listen {listen!r}: the gateway serves HTTP without authentication, so it "
             f"listens on a loopback address only (127.0.0.1, ::1 or localhost); put an "
-            f"authenticating proxy in front of it to serve others")
+            f"authenticating proxy in front of it to serve others"
+        )
     return host, int(port)
 
 

@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import getpass
 import json
-import os
 import sys
 from datetime import datetime, timezone
-from typing import Any, Dict, List, NoReturn, Optional
+from typing import Any, Dict, List, Optional
 
 import click
 
 from ctrlrun.cli import approvals, gateway, receipts, retention
 from ctrlrun.cli._common import die, iso, open_existing, store_option
-from ctrlrun.store.records import EffectRecord, EffectState
 from ctrlrun.cli.table import lease_text, printable, table
-from ctrlrun.store.api import Store, default_store, open_store
-from ctrlrun.errors import CTRLRunError, InvalidArgument
+from ctrlrun.errors import CTRLRunError
+from ctrlrun.store.records import EffectRecord, EffectState
 
 STATES = [s.value for s in EffectState]
 
@@ -56,16 +54,33 @@ def effects() -> None:
 
 
 @effects.command("list")
-@click.option("--state", type=click.Choice(STATES), default=None, help="Only effects in this state.")
-@click.option("--prefix", metavar="TEXT", default=None,
-              help="Only keys that start with TEXT (plain text, not a pattern).")
+@click.option(
+    "--state", type=click.Choice(STATES), default=None, help="Only effects in this state."
+)
+@click.option(
+    "--prefix",
+    metavar="TEXT",
+    default=None,
+    help="Only keys that start with TEXT (plain text, not a pattern).",
+)
 @click.option("--action", metavar="NAME", default=None, help="Only effects of this action.")
-@click.option("--limit", metavar="N", type=click.IntRange(min=1, max=2**63 - 1), default=None,
-              help="At most N effects (the oldest).")
+@click.option(
+    "--limit",
+    metavar="N",
+    type=click.IntRange(min=1, max=2**63 - 1),
+    default=None,
+    help="At most N effects (the oldest).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @store_option
-def effects_list(state: Optional[str], prefix: Optional[str], action: Optional[str],
-                 limit: Optional[int], as_json: bool, store_url: Optional[str]) -> None:
+def effects_list(
+    state: Optional[str],
+    prefix: Optional[str],
+    action: Optional[str],
+    limit: Optional[int],
+    as_json: bool,
+    store_url: Optional[str],
+) -> None:
     """List effects, oldest first. A live lease shows its remaining time. --state and
     --prefix are served by an index: a large store is never read whole for them."""
     store = open_existing(store_url)
@@ -76,11 +91,13 @@ def effects_list(state: Optional[str], prefix: Optional[str], action: Optional[s
     if as_json:
         click.echo(json.dumps([record_dict(r) for r in records], indent=2))
     elif not records:
-        which = "".join([
-            f" in state {state}" if state else "",
-            f" with key prefix {prefix!r}" if prefix is not None else "",
-            f" of action {action!r}" if action is not None else "",
-        ])
+        which = "".join(
+            [
+                f" in state {state}" if state else "",
+                f" with key prefix {prefix!r}" if prefix is not None else "",
+                f" of action {action!r}" if action is not None else "",
+            ]
+        )
         click.echo(printable(f"no effects{which} in {store.url}"))
     else:
         click.echo(table(records))
@@ -113,8 +130,9 @@ def effects_show(key: str, as_json: bool, store_url: Optional[str]) -> None:
 @click.argument("key")
 @click.option("--committed", is_flag=True, help="It happened.")
 @click.option("--failed", is_flag=True, help="It provably did not happen (a retry may run).")
-@click.option("--by", "resolver", metavar="NAME", default=None,
-              help="Who decided (default cli:<OS user>).")
+@click.option(
+    "--by", "resolver", metavar="NAME", default=None, help="Who decided (default cli:<OS user>)."
+)
 @store_option
 def resolve(
     key: str, committed: bool, failed: bool, resolver: Optional[str], store_url: Optional[str]
@@ -139,9 +157,14 @@ def resolve(
 
 @cli.command()
 @store_option
-@click.option("--policy", "policy_file", metavar="FILE", default=None,
-              type=click.Path(dir_okay=False),
-              help="Verify every action of this policy file that has an effect template.")
+@click.option(
+    "--policy",
+    "policy_file",
+    metavar="FILE",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Verify every action of this policy file that has an effect template.",
+)
 def verify(store_url: Optional[str], policy_file: Optional[str]) -> None:
     """Prove G3 (duplicate refused) and G4 (one winner, 8 processes) on your backend, in a
     scratch store of its own; your data is never opened."""
@@ -180,15 +203,22 @@ def policy_check(file: Optional[str]) -> None:
         click.echo(f"  unreserved: {a.name} (line {a.line}) has no effect template")
     for a in pol.actions.values():
         if a.decision == "approve" and a.effect is None:
-            click.echo(f"  approve: {a.name} (line {a.line}) has no effect template here; its "
-                       f"decorator must give one, else its calls are refused")
+            click.echo(
+                f"  approve: {a.name} (line {a.line}) has no effect template here; its "
+                f"decorator must give one, else its calls are refused"
+            )
     if not unreserved:
         click.echo("  every allowed action has an effect template")
 
 
 @cli.command()
-@click.option("--store", "store_url", metavar="URL", default=None,
-              help="Store to run the demo in (default: a new SQLite file in a temporary folder).")
+@click.option(
+    "--store",
+    "store_url",
+    metavar="URL",
+    default=None,
+    help="Store to run the demo in (default: a new SQLite file in a temporary folder).",
+)
 def demo(store_url: Optional[str]) -> None:
     """Run a small refund agent and show what reservation prevents."""
     from ctrlrun.cli import demo as _demo
@@ -203,8 +233,13 @@ def demo(store_url: Optional[str]) -> None:
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
-for command in (approvals.approvals, approvals.approve, approvals.deny, gateway.gateway,
-                receipts.receipts):
+for command in (
+    approvals.approvals,
+    approvals.approve,
+    approvals.deny,
+    gateway.gateway,
+    receipts.receipts,
+):
     cli.add_command(command)
 effects.add_command(retention.effects_prune)
 

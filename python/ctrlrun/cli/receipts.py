@@ -4,16 +4,14 @@ whether the record of it is intact."""
 from __future__ import annotations
 
 import json
-from typing import Any, List, Optional
+from typing import List, Optional, Tuple
 
 import click
 
 from ctrlrun.cli._common import die, open_existing, store_option
-
-from ctrlrun.store.receipts import Receipt
 from ctrlrun.cli.table import printable
 from ctrlrun.errors import CTRLRunError
-
+from ctrlrun.store.receipts import Receipt
 
 #: Options that take a value (the next argument, unless given as ``--opt=value``).
 _VALUED = ("--limit", "--store")
@@ -34,19 +32,25 @@ class _ListByDefault(click.Group):
                 break
             if not arg.startswith("-"):
                 if arg in self.commands:  # the subcommand, wherever the options put it
-                    return super().parse_args(ctx, [arg, *args[:i], *args[i + 1:]])
+                    return super().parse_args(ctx, [arg, *args[:i], *args[i + 1 :]])
                 break
             i += 2 if arg in _VALUED else 1
         return super().parse_args(ctx, ["list", *args])
 
 
-def _row(r: Receipt) -> tuple:
+def _row(r: Receipt) -> Tuple[str, ...]:
     attempt = "" if r.attempt is None else str(r.attempt)
     by = r.actor or r.writer or ""
-    return (str(r.id), r.at.isoformat().replace("+00:00", "Z"), printable(r.effect_key),
-            printable(r.kind), printable(r.state), printable(r.action or ""), attempt,
-            printable(by))
-
+    return (
+        str(r.id),
+        r.at.isoformat().replace("+00:00", "Z"),
+        printable(r.effect_key),
+        printable(r.kind),
+        printable(r.state),
+        printable(r.action or ""),
+        attempt,
+        printable(by),
+    )
 
 
 @click.group(cls=_ListByDefault)
@@ -55,14 +59,21 @@ def receipts() -> None:
 
     `ctrlrun receipts [KEY]` lists them; `ctrlrun receipts verify` checks every chain."""
 
+
 @receipts.command("list")
 @click.argument("key", required=False)
-@click.option("--limit", type=click.IntRange(min=1, max=2**63 - 1), default=None,
-              metavar="N", help="Only the latest N receipts.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1, max=2**63 - 1),
+    default=None,
+    metavar="N",
+    help="Only the latest N receipts.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @store_option
-def receipts_list(key: Optional[str], limit: Optional[int], as_json: bool,
-                  store_url: Optional[str]) -> None:
+def receipts_list(
+    key: Optional[str], limit: Optional[int], as_json: bool, store_url: Optional[str]
+) -> None:
     """List receipts (of KEY, or of every key), oldest first."""
     store = open_existing(store_url)
     try:
@@ -70,8 +81,7 @@ def receipts_list(key: Optional[str], limit: Optional[int], as_json: bool,
     except CTRLRunError as exc:
         die(str(exc))
     if as_json:
-        click.echo(json.dumps([r.to_json() for r in found], indent=2,
-                              ensure_ascii=False))
+        click.echo(json.dumps([r.to_json() for r in found], indent=2, ensure_ascii=False))
         return
     if not found:
         what = f" for '{printable(key)}'" if key is not None else ""
@@ -82,6 +92,7 @@ def receipts_list(key: Optional[str], limit: Optional[int], as_json: bool,
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     for row in rows:
         click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+
 
 @receipts.command("verify")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -97,10 +108,10 @@ def receipts_verify(as_json: bool, store_url: Optional[str]) -> None:
         click.echo(json.dumps(check.to_json(), indent=2, ensure_ascii=False))
     elif check.ok:
         chains = "chain" if check.chains == 1 else "chains"
-        click.echo(f"receipts intact: {check.receipts} receipts in {check.chains} {chains} "
-                   f"in {store.url}")
+        click.echo(
+            f"receipts intact: {check.receipts} receipts in {check.chains} {chains} in {store.url}"
+        )
     if not check.ok:
         if not as_json:
-            click.echo(f"ctrlrun: receipts broken: {printable(check.reason or '')}",
-                       err=True)
+            click.echo(f"ctrlrun: receipts broken: {printable(check.reason or '')}", err=True)
         raise SystemExit(1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from ctrlrun.store.records import EffectRecord, EffectState
 
@@ -42,12 +42,27 @@ def _short(text: str, width: int) -> str:
 def table(records: List[EffectRecord], now: Optional[datetime] = None) -> str:
     """Records as a text table, in the order given (the store lists oldest first)."""
     now = now or datetime.now(timezone.utc)
-    head = ("EFFECT KEY", "STATE", "ATTEMPT", "LEASE", "UPDATED", "ACTION", "ACTION ID",
-            "RESOLVED BY", "RESULT / ERROR", "HOLDER")
+    head = (
+        "EFFECT KEY",
+        "STATE",
+        "ATTEMPT",
+        "LEASE",
+        "UPDATED",
+        "ACTION",
+        "ACTION ID",
+        "RESOLVED BY",
+        "RESULT / ERROR",
+        "HOLDER",
+    )
     rows = [
         (
-            _short(r.effect_key, 40), r.state.value, str(r.attempt), lease_text(r, now),
-            r.updated_at.strftime("%Y-%m-%d %H:%M:%S"), printable(r.action or "-"), r.action_id,
+            _short(r.effect_key, 40),
+            r.state.value,
+            str(r.attempt),
+            lease_text(r, now),
+            r.updated_at.strftime("%Y-%m-%d %H:%M:%S"),
+            printable(r.action or "-"),
+            r.action_id,
             printable(r.resolved_by or "-"),
             _short(json.dumps(r.result) if r.result is not None else (r.error or ""), 50),
             printable(r.holder or "-"),
@@ -55,5 +70,8 @@ def table(records: List[EffectRecord], now: Optional[datetime] = None) -> str:
         for r in records
     ]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
-    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+
+    def fmt(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+
     return "\n".join([fmt(head), *map(fmt, rows)])

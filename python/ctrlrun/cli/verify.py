@@ -22,11 +22,11 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ctrlrun import _core
 from ctrlrun._policy import Policy, load_policy
-from ctrlrun.store.api import default_url, open_store
+from ctrlrun.store.api import Store, default_url, open_store
 
 __all__ = ["WorkerOutcome", "Row", "Verdict", "judge_g3", "judge_g4", "run_verify"]
 
@@ -67,11 +67,15 @@ class Verdict:
     def line(self) -> str:
         who = f" [{self.action}]" if self.action else ""
         title = {"G3": "duplicate effect refused", "G4": "one winner under concurrency"}
-        return f"{self.guarantee} {title[self.guarantee]}{who}: {self.status.upper()} - {self.reason}"
+        return (
+            f"{self.guarantee} {title[self.guarantee]}{who}: {self.status.upper()} - {self.reason}"
+        )
 
 
 def _bad(w: WorkerOutcome) -> str:
-    return f"worker {w.worker} on {w.key!r}: {w.outcome}{(' (' + w.detail + ')') if w.detail else ''}"
+    return (
+        f"worker {w.worker} on {w.key!r}: {w.outcome}{(' (' + w.detail + ')') if w.detail else ''}"
+    )
 
 
 def judge_g3(
@@ -82,7 +86,10 @@ def judge_g3(
     action: str = "",
 ) -> Verdict:
     """G3 from the two attempts' reports, the executions counted, and the row afterwards."""
-    fail = lambda why: Verdict("G3", "fail", why, action)  # noqa: E731
+
+    def fail(why: str) -> Verdict:
+        return Verdict("G3", "fail", why, action)
+
     if first.outcome != "committed":
         return fail(f"control failed: the first attempt did not commit ({_bad(first)})")
     if second.outcome != "duplicate:committed":
@@ -97,7 +104,8 @@ def judge_g3(
             f"(expected committed, attempt 1, action {first.action_id})"
         )
     return Verdict(
-        "G3", "pass",
+        "G3",
+        "pass",
         "the second attempt got DuplicateEffect(committed); the executor ran once; the row kept "
         "attempt 1 and the first action id",
         action,
@@ -114,21 +122,30 @@ def judge_g4(
     action: str = "",
 ) -> Verdict:
     """G4 from both legs' reports, executions counted per key, and the rows afterwards."""
-    fail = lambda why: Verdict("G4", "fail", why, action)  # noqa: E731
+
+    def fail(why: str) -> Verdict:
+        return Verdict("G4", "fail", why, action)
+
     if len(control) != WORKERS or len({w.key for w in control}) != WORKERS:
-        return fail(f"control failed: expected {WORKERS} workers on {WORKERS} keys, "
-                    f"got {len(control)} on {len({w.key for w in control})}")
+        return fail(
+            f"control failed: expected {WORKERS} workers on {WORKERS} keys, "
+            f"got {len(control)} on {len({w.key for w in control})}"
+        )
     for w in control:
         if w.outcome != "committed":
             return fail(f"control failed: {_bad(w)}")
         if control_executions.get(w.key, 0) != 1:
-            return fail(f"control failed: key {w.key!r} ran {control_executions.get(w.key, 0)} times")
+            return fail(
+                f"control failed: key {w.key!r} ran {control_executions.get(w.key, 0)} times"
+            )
         row = control_rows.get(w.key)
         if row is None or row.state != "committed":
             return fail(f"control failed: key {w.key!r} is {row.state if row else 'missing'}")
     if len(contended) != WORKERS:
         return fail(f"expected {WORKERS} contending workers, got {len(contended)}")
-    broken = [w for w in contended if not (w.outcome == "committed" or w.outcome.startswith("duplicate:"))]
+    broken = [
+        w for w in contended if not (w.outcome == "committed" or w.outcome.startswith("duplicate:"))
+    ]
     if broken:
         return fail(f"a contender neither won nor was refused: {_bad(broken[0])}")
     winners = [w for w in contended if w.outcome == "committed"]
@@ -137,12 +154,15 @@ def judge_g4(
     if contended_executions != 1:
         return fail(f"the executor ran {contended_executions} times for one key")
     if contended_row is None or contended_row.state != "committed":
-        return fail(f"the contended key is {contended_row.state if contended_row else 'missing'}, "
-                    f"not committed")
+        return fail(
+            f"the contended key is {contended_row.state if contended_row else 'missing'}, "
+            f"not committed"
+        )
     if contended_row.action_id != winners[0].action_id:
         return fail("the contended row names another action than the winner's")
     return Verdict(
-        "G4", "pass",
+        "G4",
+        "pass",
         f"control: {WORKERS} processes on {WORKERS} keys all committed; contended: {WORKERS} "
         f"processes on one key, one committed, {WORKERS - 1} refused, the executor ran once",
         action,
@@ -158,11 +178,13 @@ def scratch_store(user_url: str) -> Tuple[str, Callable[[], None]]:
         base, _, query = user_url.partition("?")
         params = [p for p in query.split("&") if p and not p.startswith("schema=")]
         schema = _core.SCRATCH_SCHEMA_PREFIX + uuid.uuid4().hex[:12]
-        url = f"{base}?{'&'.join(params + ['schema=' + schema])}"
+        url = f"{base}?{'&'.join([*params, 'schema=' + schema])}"
         return url, lambda: _core.drop_scratch_schema(url)
     query = user_url.partition("?")[2] if "://" in user_url else ""
     parent = os.path.dirname(str(sqlite_file))
-    folder = tempfile.mkdtemp(prefix="ctrlrun-verify-", dir=parent if os.path.isdir(parent) else None)
+    folder = tempfile.mkdtemp(
+        prefix="ctrlrun-verify-", dir=parent if os.path.isdir(parent) else None
+    )
     url = "sqlite:///" + os.path.join(folder, "verify.db") + (f"?{query}" if query else "")
     return url, lambda: shutil.rmtree(folder, ignore_errors=True)
 
@@ -202,7 +224,7 @@ def _placeholders(template: str) -> List[str]:
     return list(_core.Template(template).placeholders)
 
 
-def _run_workers(configs: List[dict]) -> List[WorkerOutcome]:
+def _run_workers(configs: List[Dict[str, Any]]) -> List[WorkerOutcome]:
     # Workers run in the scratch marks folder with no policy of the user's in sight: the
     # action's template is passed to them explicitly.
     env = {k: v for k, v in os.environ.items() if k not in ("CTRLRUN_CONFIG", "CTRLRUN_STORE")}
@@ -219,8 +241,12 @@ def _run_workers(configs: List[dict]) -> List[WorkerOutcome]:
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "ctrlrun.cli.verify_worker"],
-                stdin=read_end, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                cwd=cfg["marks"], env=env,
+                stdin=read_end,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=cfg["marks"],
+                env=env,
             )
         finally:
             os.close(read_end)
@@ -233,8 +259,14 @@ def _run_workers(configs: List[dict]) -> List[WorkerOutcome]:
         except subprocess.TimeoutExpired:
             p.kill()
             p.communicate()
-            outcomes.append(WorkerOutcome(cfg["worker"], cfg["key"], "timeout",
-                                          detail=f"no report within {WORKER_TIMEOUT:.0f} s"))
+            outcomes.append(
+                WorkerOutcome(
+                    cfg["worker"],
+                    cfg["key"],
+                    "timeout",
+                    detail=f"no report within {WORKER_TIMEOUT:.0f} s",
+                )
+            )
             continue
         lines = out.strip().splitlines()
         try:
@@ -242,12 +274,15 @@ def _run_workers(configs: List[dict]) -> List[WorkerOutcome]:
             outcomes.append(WorkerOutcome(**report))
         except (IndexError, ValueError, TypeError):
             tail = (err.strip().splitlines() or ["no output"])[-1]
-            outcomes.append(WorkerOutcome(cfg["worker"], cfg["key"], "crashed",
-                                          detail=f"exit {p.returncode}: {tail}"))
+            outcomes.append(
+                WorkerOutcome(
+                    cfg["worker"], cfg["key"], "crashed", detail=f"exit {p.returncode}: {tail}"
+                )
+            )
     return outcomes
 
 
-def _row(store, key: str) -> Optional[Row]:
+def _row(store: Store, key: str) -> Optional[Row]:
     rec = store.get_effect(key)
     return None if rec is None else Row(rec.state.value, rec.attempt, rec.action_id)
 
@@ -262,16 +297,41 @@ def _executions(marks: str, key_ids: Dict[str, str]) -> Dict[str, int]:
     return counts
 
 
-def _cfg(url: str, action: str, template: str, names: List[str], marks: str, worker: int,
-         tag: str, sleep: float, approve: bool = False) -> dict:
+def _cfg(
+    url: str,
+    action: str,
+    template: str,
+    names: List[str],
+    marks: str,
+    worker: int,
+    tag: str,
+    sleep: float,
+    approve: bool = False,
+) -> Dict[str, Any]:
     values = {n: f"verify-{tag}" for n in names}
     key = _core.Template(template).render([values[n] for n in names])
-    return {"url": url, "action": action, "template": template, "values": values, "key": key,
-            "marks": marks, "worker": worker, "sleep": sleep, "mark": tag, "approve": approve}
+    return {
+        "url": url,
+        "action": action,
+        "template": template,
+        "values": values,
+        "key": key,
+        "marks": marks,
+        "worker": worker,
+        "sleep": sleep,
+        "mark": tag,
+        "approve": approve,
+    }
 
 
-def _check_g3(user_url: str, action: str, template: str, run: str,
-              progress: Callable[[str], None], approve: bool = False) -> Verdict:
+def _check_g3(
+    user_url: str,
+    action: str,
+    template: str,
+    run: str,
+    progress: Callable[[str], None],
+    approve: bool = False,
+) -> Verdict:
     names = _placeholders(template)
     marks = tempfile.mkdtemp(prefix="ctrlrun-verify-marks-")
     try:
@@ -283,14 +343,21 @@ def _check_g3(user_url: str, action: str, template: str, run: str,
             key = first_cfg["key"]
             with open_store(url) as store:
                 row = _row(store, key)
-            return judge_g3(first, second, _executions(marks, {key: first_cfg["mark"]})[key],
-                            row, action)
+            return judge_g3(
+                first, second, _executions(marks, {key: first_cfg["mark"]})[key], row, action
+            )
     finally:
         shutil.rmtree(marks, ignore_errors=True)
 
 
-def _check_g4(user_url: str, action: str, template: str, run: str, approve: bool,
-              progress: Callable[[str], None]) -> Verdict:
+def _check_g4(
+    user_url: str,
+    action: str,
+    template: str,
+    run: str,
+    approve: bool,
+    progress: Callable[[str], None],
+) -> Verdict:
     names = _placeholders(template)
     # The control leg needs 8 different keys: a literal template names one consequence, so its
     # control runs the built-in template (the contended leg still uses the action's own key).
@@ -300,23 +367,41 @@ def _check_g4(user_url: str, action: str, template: str, run: str, approve: bool
     try:
         with _Scratch(user_url, progress) as url:
             progress(f"G4 [{action}]: control leg, {WORKERS} processes on {WORKERS} different keys")
-            control_cfgs = [_cfg(url, c_action, c_template, c_names, marks, i, f"{run}-c{i}", 0.2,
-                                 approve and c_action == action)
-                            for i in range(WORKERS)]
+            control_cfgs = [
+                _cfg(
+                    url,
+                    c_action,
+                    c_template,
+                    c_names,
+                    marks,
+                    i,
+                    f"{run}-c{i}",
+                    0.2,
+                    approve and c_action == action,
+                )
+                for i in range(WORKERS)
+            ]
             control = _run_workers(control_cfgs)
             control_exec = _executions(marks, {c["key"]: c["mark"] for c in control_cfgs})
             progress(f"G4 [{action}]: contended leg, {WORKERS} processes on one key")
-            contended_cfgs = [_cfg(url, action, template, names, marks, i, f"{run}-x", 0.2,
-                                   approve)
-                              for i in range(WORKERS)]
+            contended_cfgs = [
+                _cfg(url, action, template, names, marks, i, f"{run}-x", 0.2, approve)
+                for i in range(WORKERS)
+            ]
             contended = _run_workers(contended_cfgs)
             key = contended_cfgs[0]["key"]
             with open_store(url) as store:
                 control_rows = {c["key"]: _row(store, c["key"]) for c in control_cfgs}
                 row = _row(store, key)
-            return judge_g4(control, control_exec, control_rows, contended,
-                            _executions(marks, {key: contended_cfgs[0]["mark"]})[key], row,
-                            action)
+            return judge_g4(
+                control,
+                control_exec,
+                control_rows,
+                contended,
+                _executions(marks, {key: contended_cfgs[0]["mark"]})[key],
+                row,
+                action,
+            )
     finally:
         shutil.rmtree(marks, ignore_errors=True)
 
@@ -341,8 +426,11 @@ def run_verify(
                 if a.decision == "approve":
                     approving.add(a.name)
             else:
-                why = ("denied by the policy: it never runs" if a.decision == "deny"
-                       else "no effect template: it runs unreserved")
+                why = (
+                    "denied by the policy: it never runs"
+                    if a.decision == "deny"
+                    else "no effect template: it runs unreserved"
+                )
                 skipped += [Verdict("G3", "n/a", why, a.name), Verdict("G4", "n/a", why, a.name)]
         if not targets and not skipped:
             why = f"the policy {policy} declares no actions"

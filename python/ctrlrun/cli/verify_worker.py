@@ -30,8 +30,12 @@ def main() -> int:
         [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY) for n in cfg["values"]]
     )
     approve = bool(cfg.get("approve"))
-    protected = ctrlrun.protect(cfg["action"], effect=cfg["template"], store=store,
-                                decision="approve" if approve else "allow")(executor)
+    protected = ctrlrun.protect(
+        cfg["action"],
+        effect=cfg["template"],
+        store=store,
+        decision="approve" if approve else "allow",
+    )(executor)
 
     def call() -> None:
         """One call; an ``approve`` action's request is granted here, in the scratch store (as
@@ -39,9 +43,13 @@ def main() -> int:
         try:
             protected(**cfg["values"])
         except ctrlrun.ApprovalRequired as exc:
+            assert exc.request_id is not None  # the store's refusal always names its request
             try:
-                store.grant_approval(exc.request_id, by="ctrlrun verify",
-                                     note="granted by verify in its scratch store")
+                store.grant_approval(
+                    exc.request_id,
+                    by="ctrlrun verify",
+                    note="granted by verify in its scratch store",
+                )
             except ctrlrun.InvalidArgument:
                 pass  # a sibling worker granted it first
             protected(**cfg["values"])
@@ -49,8 +57,13 @@ def main() -> int:
     delay = float(cfg["start_at"]) - time.time()
     if delay > 0:
         time.sleep(delay)
-    report = {"worker": cfg["worker"], "key": cfg["key"], "outcome": "", "action_id": None,
-              "detail": ""}
+    report = {
+        "worker": cfg["worker"],
+        "key": cfg["key"],
+        "outcome": "",
+        "action_id": None,
+        "detail": "",
+    }
     try:
         call()
         report["outcome"] = "committed"

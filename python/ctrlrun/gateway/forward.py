@@ -26,18 +26,13 @@ from mcp.client.session import ClientSession
 from pydantic import ValidationError
 
 from ctrlrun import _core
-
+from ctrlrun._policy import ActionPolicy, current_policy
+from ctrlrun._telemetry import UNOBSERVED, observe
 from ctrlrun.call import runner_async as _runner_async
 from ctrlrun.call.binding import render_value
-from ctrlrun.gateway.relay import Relay
 from ctrlrun.call.outcome import state_after
-from ctrlrun.gateway.results import Forwarded, answer
-from ctrlrun.gateway.upstream import NotSent, Upstream, brief, progress_of
-from ctrlrun._policy import ActionPolicy, current_policy
 from ctrlrun.call.protect import DEFAULT_LEASE
 from ctrlrun.call.steps import Spec, replayable
-from ctrlrun.store.api import Store
-from ctrlrun._telemetry import UNOBSERVED, observe
 from ctrlrun.errors import (
     ActionDenied,
     AmbiguousEffect,
@@ -47,6 +42,10 @@ from ctrlrun.errors import (
     EffectKeyError,
     NotExecuted,
 )
+from ctrlrun.gateway.relay import Relay
+from ctrlrun.gateway.results import Forwarded, answer
+from ctrlrun.gateway.upstream import NotSent, Upstream, brief, progress_of
+from ctrlrun.store.api import Store
 
 #: The seconds a forwarded call may take unless ``--call-timeout`` or the policy says.
 DEFAULT_CALL_TIMEOUT = 60.0
@@ -63,20 +62,30 @@ def render_key(template: _core.Template, arguments: Dict[str, Any]) -> str:
         if name not in arguments:
             raise EffectKeyError(
                 f"effect template {template.source!r}: no value for placeholder '{name}'; "
-                f"the call's arguments are {', '.join(sorted(arguments)) or '(none)'}")
+                f"the call's arguments are {', '.join(sorted(arguments)) or '(none)'}"
+            )
         values.append(render_value(template.source, name, arguments[name]))
     try:
         return template.render(values)
     except UnicodeEncodeError:
-        raise EffectKeyError(f"effect template {template.source!r}: a value holds a lone "
-                             f"surrogate, which no store can keep as text") from None
+        raise EffectKeyError(
+            f"effect template {template.source!r}: a value holds a lone "
+            f"surrogate, which no store can keep as text"
+        ) from None
 
 
 class Gateway:
     """What the gateway's MCP server does with each request."""
 
-    def __init__(self, alias: str, store: Store, upstream: Upstream, call_timeout: float,
-                 tools: List[types.Tool], relay: Optional[Relay] = None) -> None:
+    def __init__(
+        self,
+        alias: str,
+        store: Store,
+        upstream: Upstream,
+        call_timeout: float,
+        tools: List[types.Tool],
+        relay: Optional[Relay] = None,
+    ) -> None:
         self.alias = alias
         self.relay = relay or Relay()
         self.relay.tools_changed = self.forget_tools
@@ -100,8 +109,9 @@ class Gateway:
             self.known = {t.name for t in await upstream_tools(self.upstream.session)}
         return tool in self.known
 
-    async def list_tools(self, ctx: Any, params: Optional[types.PaginatedRequestParams]
-                         ) -> types.ListToolsResult:
+    async def list_tools(
+        self, ctx: Any, params: Optional[types.PaginatedRequestParams]
+    ) -> types.ListToolsResult:
         """The upstream's tools; a reserved one says so in its description."""
         self.relay.saw(ctx)
         if self.upstream.session is None:
@@ -115,8 +125,10 @@ class Gateway:
         for tool in result.tools:
             entry = None if policy is None else policy.actions.get(f"mcp.{self.alias}.{tool.name}")
             if entry is not None and entry.effect is not None and entry.decision != "deny":
-                note = (f"[ctrlrun] Runs at most once per effect key {entry.effect!r}; a repeated "
-                        f"call is refused with the reason.")
+                note = (
+                    f"[ctrlrun] Runs at most once per effect key {entry.effect!r}; a repeated "
+                    f"call is refused with the reason."
+                )
                 if entry.decision == "approve":
                     note += " Each call's arguments need a person's approval."
                 text = f"{tool.description}\n\n{note}" if tool.description else note
@@ -131,8 +143,9 @@ class Gateway:
             return None, None
         return policy.actions.get(f"mcp.{self.alias}.{tool}"), policy.path
 
-    async def call_tool(self, ctx: Any, params: types.CallToolRequestParams
-                        ) -> types.CallToolResult:
+    async def call_tool(
+        self, ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
         """The agent's answer for one tool call: what :meth:`forward` says became of it."""
         return answer(await self.forward(ctx, params))
 
@@ -150,63 +163,104 @@ class Gateway:
         if entry is not None and entry.call_timeout is not None:
             timeout = entry.call_timeout.total_seconds()
         if entry is not None and entry.decision == "deny":
-            return Forwarded(action, None, "refused", refusal=ActionDenied(
-                f"action {action!r} is denied by the policy {path} (line {entry.line}); "
-                f"nothing was sent", action=action, policy=path))
+            return Forwarded(
+                action,
+                None,
+                "refused",
+                refusal=ActionDenied(
+                    f"action {action!r} is denied by the policy {path} (line {entry.line}); "
+                    f"nothing was sent",
+                    action=action,
+                    policy=path,
+                ),
+            )
         if entry is None or entry.effect is None:
             if entry is not None and entry.decision == "approve":
-                return Forwarded(action, None, "invalid", (
-                    f"action {action!r} needs approval, but the policy gives it no effect "
-                    f"template; an approval is used with the reservation of its effect key, so "
-                    f"the call is refused; nothing was sent"))
+                return Forwarded(
+                    action,
+                    None,
+                    "invalid",
+                    (
+                        f"action {action!r} needs approval, but the policy gives it no effect "
+                        f"template; an approval is used with the reservation of its effect key, so "
+                        f"the call is refused; nothing was sent"
+                    ),
+                )
             return await self._forward_unreserved(ctx, action, tool, arguments, timeout)
         return await self._forward_reserved(ctx, entry, tool, arguments, timeout)
 
-    async def _send(self, ctx: Any, tool: str, arguments: Dict[str, Any], timeout: float
-                    ) -> types.CallToolResult:
+    async def _send(
+        self, ctx: Any, tool: str, arguments: Dict[str, Any], timeout: float
+    ) -> types.CallToolResult:
         """The call to the upstream, on behalf of the agent behind ``ctx`` (what the upstream
         asks meanwhile goes to that agent, its progress too when the agent asked for it)."""
         with self.relay.calling(ctx):
             return await self.upstream.call(tool, arguments, timeout, progress_of(ctx))
 
-    async def _forward_unreserved(self, ctx: Any, action: str, tool: str,
-                                  arguments: Dict[str, Any], timeout: float) -> Forwarded:
+    async def _forward_unreserved(
+        self, ctx: Any, action: str, tool: str, arguments: Dict[str, Any], timeout: float
+    ) -> Forwarded:
         try:
-            return Forwarded(action, None, "answered",
-                             answer=await self._send(ctx, tool, arguments, timeout))
+            return Forwarded(
+                action, None, "answered", answer=await self._send(ctx, tool, arguments, timeout)
+            )
         except NotSent as exc:
             return Forwarded(action, None, "upstream", str(exc))
         except Exception as exc:  # a tool result, never a protocol error, for the agent
-            return Forwarded(action, None, "upstream", (
-                f"the unreserved call got no answer from the upstream ({brief(exc)})"))
+            return Forwarded(
+                action,
+                None,
+                "upstream",
+                (f"the unreserved call got no answer from the upstream ({brief(exc)})"),
+            )
 
-    async def _forward_reserved(self, ctx: Any, entry: ActionPolicy, tool: str,
-                                arguments: Dict[str, Any], timeout: float) -> Forwarded:
+    async def _forward_reserved(
+        self, ctx: Any, entry: ActionPolicy, tool: str, arguments: Dict[str, Any], timeout: float
+    ) -> Forwarded:
         action = entry.name
         try:
             with anyio.fail_after(timeout):
                 offered = await self._has_tool(tool)
         except Exception as exc:  # a tool result, never a protocol error, for the agent
-            return Forwarded(action, None, "upstream", (
-                f"the upstream's tool list could not be read ({brief(exc)}); nothing was "
-                f"reserved or sent"))
+            return Forwarded(
+                action,
+                None,
+                "upstream",
+                (
+                    f"the upstream's tool list could not be read ({brief(exc)}); nothing was "
+                    f"reserved or sent"
+                ),
+            )
         if not offered:
-            return Forwarded(action, None, "invalid", (
-                f"the upstream has no tool {tool!r}; nothing was reserved or sent"))
+            return Forwarded(
+                action,
+                None,
+                "invalid",
+                (f"the upstream has no tool {tool!r}; nothing was reserved or sent"),
+            )
         template = self.templates.get(entry.effect or "")
         if template is None:
             template = self.templates[entry.effect or ""] = _core.Template(entry.effect or "")
         try:
             key = render_key(template, arguments)
-            ttl = (entry.approval_ttl or timedelta(minutes=15)) if entry.decision == "approve" \
+            ttl = (
+                (entry.approval_ttl or timedelta(minutes=15))
+                if entry.decision == "approve"
                 else None
+            )
             spec = Spec(action, arguments, frozenset(), ttl, 0.0)
         except CTRLRunError as exc:
             return Forwarded(action, None, "invalid", f"{exc}; nothing was sent")
         if ttl is not None and spec.left_out:
-            return Forwarded(action, key, "invalid", (
-                f"action {action!r} needs approval, but its argument(s) "
-                f"{', '.join(spec.left_out)} have no canonical form; nothing was sent"))
+            return Forwarded(
+                action,
+                key,
+                "invalid",
+                (
+                    f"action {action!r} needs approval, but its argument(s) "
+                    f"{', '.join(spec.left_out)} have no canonical form; nothing was sent"
+                ),
+            )
         # The lease outlives the call's own bounds (at most two waits for a reconnection, then
         # the call), so a slow answer is never lapsed by another caller while this one still
         # waits for it.
@@ -246,30 +300,55 @@ class Gateway:
                     return Forwarded(action, key, "answered", answer=stored)
         except (ApprovalRequired, ActionDenied, DuplicateEffect, AmbiguousEffect) as exc:
             if sent:  # the outcome write was refused after the call went out
-                return Forwarded(action, key, "store", (
-                    f"the call was sent to the upstream, but recording its outcome was refused: "
-                    f"{exc}; do not retry"))
+                return Forwarded(
+                    action,
+                    key,
+                    "store",
+                    (
+                        f"the call was sent to the upstream, but recording its outcome was refused: "
+                        f"{exc}; do not retry"
+                    ),
+                )
             return Forwarded(action, key, "refused", refusal=exc)
         except (NotExecuted, UpstreamToolError) as exc:
             if got:  # the upstream's tool error, with what was recorded for it
                 return Forwarded(action, key, state_after(exc), answer=got[0])
-            return Forwarded(action, key, state_after(exc),
-                             f"{exc}; recorded failed, a retry may run")
+            return Forwarded(
+                action, key, state_after(exc), f"{exc}; recorded failed, a retry may run"
+            )
         except CTRLRunError as exc:
             if got:  # the upstream ran it; its outcome could not be recorded
-                return Forwarded(action, key, "store", (
-                    f"the upstream ran the call, but recording its outcome failed: {exc}; do "
-                    f"not retry"))
+                return Forwarded(
+                    action,
+                    key,
+                    "store",
+                    (
+                        f"the upstream ran the call, but recording its outcome failed: {exc}; do "
+                        f"not retry"
+                    ),
+                )
             if sent:  # sent, no answer, and that could not be recorded either
-                return Forwarded(action, key, "store", (
-                    f"the call was sent to the upstream and no answer came, and recording its "
-                    f"outcome failed: {exc}; whether it happened is unknown: do not retry"))
+                return Forwarded(
+                    action,
+                    key,
+                    "store",
+                    (
+                        f"the call was sent to the upstream and no answer came, and recording its "
+                        f"outcome failed: {exc}; whether it happened is unknown: do not retry"
+                    ),
+                )
             return Forwarded(action, key, "store", f"{exc}; nothing was sent")
         except Exception as exc:  # sent, and no answer: nobody knows whether it ran
-            return Forwarded(action, key, "ambiguous", (
-                f"the call was sent to the upstream and no answer came ({brief(exc)}); "
-                f"{key} is recorded ambiguous: check whether it happened, then settle it with "
-                f"`ctrlrun resolve {key} --committed` or `--failed`; do not retry"))
+            return Forwarded(
+                action,
+                key,
+                "ambiguous",
+                (
+                    f"the call was sent to the upstream and no answer came ({brief(exc)}); "
+                    f"{key} is recorded ambiguous: check whether it happened, then settle it with "
+                    f"`ctrlrun resolve {key} --committed` or `--failed`; do not retry"
+                ),
+            )
         return Forwarded(action, key, "answered", answer=got[0])
 
 
@@ -279,7 +358,8 @@ async def upstream_tools(session: ClientSession) -> List[types.Tool]:
     cursor: Optional[str] = None
     while True:
         page = await session.list_tools(
-            params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
+            params=types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        )
         tools.extend(page.tools)
         cursor = page.next_cursor
         if not cursor:

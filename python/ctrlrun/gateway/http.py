@@ -84,8 +84,12 @@ class UnsentWatch(httpx2.AsyncBaseTransport):
             if first and call is not None and not call.over:
                 call.scope.cancel()
             raise
-        if (call is not None and not call.over and response.status_code == 404
-                and "mcp-session-id" in request.headers):
+        if (
+            call is not None
+            and not call.over
+            and response.status_code == 404
+            and "mcp-session-id" in request.headers
+        ):
             # The MCP transport's rule: a server answers 404 to a request for a session it
             # has ended (it restarted). The connection is over; whether the call ran is not
             # proven by it (a proxy may have retried the POST elsewhere), so it is not
@@ -123,6 +127,7 @@ def http_client() -> httpx2.AsyncClient:
         client._transport = UnsentWatch(client._transport)
     mounts = getattr(client, "_mounts", None)
     if isinstance(mounts, dict):
-        client._mounts = {pattern: UnsentWatch(t) if t is not None else None
-                          for pattern, t in mounts.items()}
+        client._mounts = {
+            pattern: UnsentWatch(t) if t is not None else None for pattern, t in mounts.items()
+        }
     return client

@@ -29,8 +29,12 @@ from mcp.shared.message import ServerMessageMetadata
 log = logging.getLogger("ctrlrun.gateway")
 
 #: The upstream's notifications every agent is told of (the gateway's view changed too).
-BROADCAST = (types.ToolListChangedNotification, types.ResourceListChangedNotification,
-             types.PromptListChangedNotification, types.ResourceUpdatedNotification)
+BROADCAST = (
+    types.ToolListChangedNotification,
+    types.ResourceListChangedNotification,
+    types.PromptListChangedNotification,
+    types.ResourceUpdatedNotification,
+)
 
 
 @contextmanager
@@ -110,72 +114,103 @@ class Relay:
         calls = list(self.calls.values())
         if calls:
             if len({id(_connection(s)) for s, _ in calls}) > 1:
-                raise MCPError(types.INTERNAL_ERROR, (
-                    "ctrlrun gateway: requests of several agents are in flight, so it cannot "
-                    "tell which agent this request is for"))
+                raise MCPError(
+                    types.INTERNAL_ERROR,
+                    (
+                        "ctrlrun gateway: requests of several agents are in flight, so it cannot "
+                        "tell which agent this request is for"
+                    ),
+                )
             return calls[-1]
         if len(self.agents) == 1:
             return next(iter(self.agents.values())), None
-        raise MCPError(types.INTERNAL_ERROR, (
-            "ctrlrun gateway: no agent is connected" if not self.agents else
-            "ctrlrun gateway: several agents are connected and none has a request in flight, "
-            "so it cannot tell which agent this request is for"))
+        raise MCPError(
+            types.INTERNAL_ERROR,
+            (
+                "ctrlrun gateway: no agent is connected"
+                if not self.agents
+                else "ctrlrun gateway: several agents are connected and none has a request in flight, "
+                "so it cannot tell which agent this request is for"
+            ),
+        )
 
-    async def _ask(self, request: Any, result_type: Any, capability: types.ClientCapabilities,
-                   what: str) -> Any:
+    async def _ask(
+        self, request: Any, result_type: Any, capability: types.ClientCapabilities, what: str
+    ) -> Any:
         """Send the upstream's ``request`` to the agent it belongs to; its answer, or the
         error to give the upstream."""
         try:
             session, request_id = self._target()
             if not session.check_client_capability(capability):
-                return types.ErrorData(code=types.INVALID_REQUEST, message=(
-                    f"ctrlrun gateway: the agent does not support {what}"))
-            metadata = (ServerMessageMetadata(related_request_id=request_id)
-                        if request_id is not None else None)
-            return await session.send_request(request, result_type,
-                                              request_read_timeout_seconds=self.timeout,
-                                              metadata=metadata)
+                return types.ErrorData(
+                    code=types.INVALID_REQUEST,
+                    message=(f"ctrlrun gateway: the agent does not support {what}"),
+                )
+            metadata = (
+                ServerMessageMetadata(related_request_id=request_id)
+                if request_id is not None
+                else None
+            )
+            return await session.send_request(
+                request, result_type, request_read_timeout_seconds=self.timeout, metadata=metadata
+            )
         except MCPError as exc:
             return exc.error
         except Exception as exc:  # the agent went away, or answered with something invalid
-            return types.ErrorData(code=types.INTERNAL_ERROR, message=(
-                f"ctrlrun gateway: the agent did not answer the {what} request ({exc})"[:500]))
+            return types.ErrorData(
+                code=types.INTERNAL_ERROR,
+                message=(
+                    f"ctrlrun gateway: the agent did not answer the {what} request ({exc})"[:500]
+                ),
+            )
 
     # the upstream asks the agent ---------------------------------------------------------------
     async def sampling(self, context: Any, params: types.CreateMessageRequestParams) -> Any:
         with_tools = params.tools is not None or params.tool_choice is not None
-        needs = types.SamplingCapability(tools=types.SamplingToolsCapability()) if with_tools \
+        needs = (
+            types.SamplingCapability(tools=types.SamplingToolsCapability())
+            if with_tools
             else types.SamplingCapability()
+        )
         return await self._ask(
             types.CreateMessageRequest(params=params),
             types.CreateMessageResultWithTools if with_tools else types.CreateMessageResult,
             types.ClientCapabilities(sampling=needs),
-            "sampling with tools" if with_tools else "sampling")
+            "sampling with tools" if with_tools else "sampling",
+        )
 
     async def elicitation(self, context: Any, params: types.ElicitRequestParams) -> Any:
-        return await self._ask(types.ElicitRequest(params=params), types.ElicitResult,
-                               types.ClientCapabilities(
-                                   elicitation=types.ElicitationCapability()), "elicitation")
+        return await self._ask(
+            types.ElicitRequest(params=params),
+            types.ElicitResult,
+            types.ClientCapabilities(elicitation=types.ElicitationCapability()),
+            "elicitation",
+        )
 
     async def list_roots(self, context: Any) -> Any:
-        return await self._ask(types.ListRootsRequest(), types.ListRootsResult,
-                               types.ClientCapabilities(roots=types.RootsCapability()),
-                               "roots")
+        return await self._ask(
+            types.ListRootsRequest(),
+            types.ListRootsResult,
+            types.ClientCapabilities(roots=types.RootsCapability()),
+            "roots",
+        )
 
     # the upstream's notifications -------------------------------------------------------------
     async def logged(self, params: types.LoggingMessageNotificationParams) -> None:
         """A log message of the upstream's: to the agent whose call is in flight, else to
         every agent."""
         try:
-            targets: List[Tuple[Any, Any]] = [self._target()] if self.calls else [
-                (s, None) for s in self.agents.values()]
+            targets: List[Tuple[Any, Any]] = (
+                [self._target()] if self.calls else [(s, None) for s in self.agents.values()]
+            )
         except MCPError as exc:
             log.debug("upstream log message not relayed: %s", exc.error.message)
             return
         for session, request_id in targets:
             with handshake_era():  # at 2026-07-28 the SDK gates it by the request's opt-in
-                sending = session.send_log_message(params.level, params.data, params.logger,
-                                                   related_request_id=request_id)
+                sending = session.send_log_message(
+                    params.level, params.data, params.logger, related_request_id=request_id
+                )
             await self._deliver(session, sending)
 
     async def notified(self, message: Any) -> None:
@@ -188,8 +223,9 @@ class Relay:
             except MCPError as exc:
                 log.debug("elicitation completion not relayed: %s", exc.error.message)
                 return
-            await self._deliver(session, session.send_notification(
-                message, related_request_id=request_id))
+            await self._deliver(
+                session, session.send_notification(message, related_request_id=request_id)
+            )
             return
         if not isinstance(message, BROADCAST):
             return  # log messages, progress and cancellation have their own paths
@@ -213,8 +249,9 @@ class Relay:
     async def set_level(self, ctx: Any, params: types.SetLevelRequestParams) -> Any:
         """The upstream has one session: the level set last holds for every agent."""
         self.saw(ctx)
-        result = await self.upstream.ask(lambda s: s.send_request(
-            types.SetLevelRequest(params=params), types.EmptyResult))
+        result = await self.upstream.ask(
+            lambda s: s.send_request(types.SetLevelRequest(params=params), types.EmptyResult)
+        )
         self.level = params  # set again on a new connection
         return result
 
@@ -225,8 +262,11 @@ class Relay:
         who = self.subscribers.setdefault(uri, set())
         if not who:
             with self.calling(ctx):
-                await self.upstream.ask(lambda s: s.send_request(
-                    types.SubscribeRequest(params=params), types.EmptyResult))
+                await self.upstream.ask(
+                    lambda s: s.send_request(
+                        types.SubscribeRequest(params=params), types.EmptyResult
+                    )
+                )
         who.add(key)
         return types.EmptyResult()
 
@@ -243,8 +283,12 @@ class Relay:
         who.discard(key)
         if not who:
             del self.subscribers[uri]
-            await self.upstream.ask(lambda s: s.send_request(types.UnsubscribeRequest(
-                params=types.UnsubscribeRequestParams(uri=uri)), types.EmptyResult))
+            await self.upstream.ask(
+                lambda s: s.send_request(
+                    types.UnsubscribeRequest(params=types.UnsubscribeRequestParams(uri=uri)),
+                    types.EmptyResult,
+                )
+            )
 
     async def restore(self) -> List[str]:
         """After a reconnection: set the new upstream session's log level as an agent set it
@@ -254,37 +298,46 @@ class Relay:
         session = self.upstream.session
         if self.level is not None:
             try:
-                await session.send_request(types.SetLevelRequest(params=self.level),
-                                           types.EmptyResult)
+                await session.send_request(
+                    types.SetLevelRequest(params=self.level), types.EmptyResult
+                )
             except Exception:
                 refused.append(f"the log level {self.level.level}")
         for uri in list(self.subscribers):
             try:
-                await session.send_request(types.SubscribeRequest(
-                    params=types.SubscribeRequestParams(uri=uri)), types.EmptyResult)
+                await session.send_request(
+                    types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri)),
+                    types.EmptyResult,
+                )
             except Exception:
                 refused.append(uri)
         return refused
 
     async def complete(self, ctx: Any, params: types.CompleteRequestParams) -> Any:
         with self.calling(ctx):
-            return await self.upstream.ask(lambda s: s.send_request(
-                types.CompleteRequest(params=params), types.CompleteResult))
+            return await self.upstream.ask(
+                lambda s: s.send_request(types.CompleteRequest(params=params), types.CompleteResult)
+            )
 
     async def roots_changed(self, ctx: Any, params: Any) -> None:
         self.saw(ctx)
         try:
-            await self.upstream.ask(lambda s: s.send_notification(
-                types.RootsListChangedNotification()))
+            await self.upstream.ask(
+                lambda s: s.send_notification(types.RootsListChangedNotification())
+            )
         except MCPError as exc:  # a notification has nobody to answer to
             log.debug("roots change not relayed: %s", exc.error.message)
 
     # wiring ---------------------------------------------------------------------------------
     def client_callbacks(self) -> Dict[str, Any]:
         """For the upstream's ``ClientSession``."""
-        return dict(sampling_callback=self.sampling, elicitation_callback=self.elicitation,
-                    list_roots_callback=self.list_roots, logging_callback=self.logged,
-                    message_handler=self.notified)
+        return dict(
+            sampling_callback=self.sampling,
+            elicitation_callback=self.elicitation,
+            list_roots_callback=self.list_roots,
+            logging_callback=self.logged,
+            message_handler=self.notified,
+        )
 
     def server_handlers(self, capabilities: types.ServerCapabilities) -> Dict[str, Any]:
         """The gateway server's handlers for what the upstream offers."""
@@ -292,8 +345,9 @@ class Relay:
         if capabilities.logging is not None:
             out["on_set_logging_level"] = self.set_level
         if capabilities.resources is not None and capabilities.resources.subscribe:
-            out.update(on_subscribe_resource=self.subscribe,
-                       on_unsubscribe_resource=self.unsubscribe)
+            out.update(
+                on_subscribe_resource=self.subscribe, on_unsubscribe_resource=self.unsubscribe
+            )
         if capabilities.completions is not None:
             out["on_completion"] = self.complete
         return out
@@ -310,12 +364,19 @@ class PassThrough:
 
     async def list_resources(self, ctx: Any, params: Any) -> types.ListResourcesResult:
         with self.relay.calling(ctx):
-            return await self.upstream.ask(lambda s: s.list_resources(params=params))
+            found: types.ListResourcesResult = await self.upstream.ask(
+                lambda s: s.list_resources(params=params)
+            )
+            return found
 
-    async def list_resource_templates(self, ctx: Any, params: Any
-                                      ) -> types.ListResourceTemplatesResult:
+    async def list_resource_templates(
+        self, ctx: Any, params: Any
+    ) -> types.ListResourceTemplatesResult:
         with self.relay.calling(ctx):
-            return await self.upstream.ask(lambda s: s.list_resource_templates(params=params))
+            found: types.ListResourceTemplatesResult = await self.upstream.ask(
+                lambda s: s.list_resource_templates(params=params)
+            )
+            return found
 
     async def read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> Any:
         with self.relay.calling(ctx):
@@ -323,7 +384,10 @@ class PassThrough:
 
     async def list_prompts(self, ctx: Any, params: Any) -> types.ListPromptsResult:
         with self.relay.calling(ctx):
-            return await self.upstream.ask(lambda s: s.list_prompts(params=params))
+            found: types.ListPromptsResult = await self.upstream.ask(
+                lambda s: s.list_prompts(params=params)
+            )
+            return found
 
     async def get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> Any:
         with self.relay.calling(ctx):
@@ -332,9 +396,11 @@ class PassThrough:
     def handlers(self, capabilities: types.ServerCapabilities) -> Dict[str, Any]:
         out: Dict[str, Any] = {}
         if capabilities.resources is not None:
-            out.update(on_list_resources=self.list_resources,
-                       on_list_resource_templates=self.list_resource_templates,
-                       on_read_resource=self.read_resource)
+            out.update(
+                on_list_resources=self.list_resources,
+                on_list_resource_templates=self.list_resource_templates,
+                on_read_resource=self.read_resource,
+            )
         if capabilities.prompts is not None:
             out.update(on_list_prompts=self.list_prompts, on_get_prompt=self.get_prompt)
         return out
@@ -342,8 +408,12 @@ class PassThrough:
 
 def notification_options(capabilities: types.ServerCapabilities) -> NotificationOptions:
     """The list-changed notifications the gateway announces: those the upstream does."""
+
     def changed(cap: Any) -> bool:
         return bool(cap is not None and getattr(cap, "list_changed", False))
-    return NotificationOptions(prompts_changed=changed(capabilities.prompts),
-                               resources_changed=changed(capabilities.resources),
-                               tools_changed=changed(capabilities.tools))
+
+    return NotificationOptions(
+        prompts_changed=changed(capabilities.prompts),
+        resources_changed=changed(capabilities.resources),
+        tools_changed=changed(capabilities.tools),
+    )

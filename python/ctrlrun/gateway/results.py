@@ -60,48 +60,76 @@ def _iso(dt: Any) -> Optional[str]:
 
 
 def _result(text: str, payload: Dict[str, Any]) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                structured_content={"ctrlrun": payload}, is_error=True)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        structured_content={"ctrlrun": payload},
+        is_error=True,
+    )
 
 
 def refusal_result(action: str, key: Optional[str], exc: Exception) -> types.CallToolResult:
     """A refusal: nothing was sent to the upstream."""
     payload: Dict[str, Any] = {"action": action, "effect_key": key}
     if isinstance(exc, EffectConflict):
-        payload.update(refused="conflict", fields=list(exc.fields), state=exc.state,
-                       other_action=exc.other_action)
+        payload.update(
+            refused="conflict",
+            fields=list(exc.fields),
+            state=exc.state,
+            other_action=exc.other_action,
+        )
         differ = ", ".join(exc.fields) or "the action"
-        text = (f"conflict: {key} was already used with other arguments ({differ} differ); it is "
-                f"{exc.state}. Do not retry with these arguments")
+        text = (
+            f"conflict: {key} was already used with other arguments ({differ} differ); it is "
+            f"{exc.state}. Do not retry with these arguments"
+        )
     elif isinstance(exc, DuplicateEffect):
         try:
             record = exc.record
         except CTRLRunError as unreadable:  # a row edited by hand into what no record holds
-            return not_forwarded(action, key, "store", (
-                f"{key} is taken ({exc.state}), but its row cannot be read: {unreadable}; "
-                f"nothing was sent. Do not retry"))
+            return not_forwarded(
+                action,
+                key,
+                "store",
+                (
+                    f"{key} is taken ({exc.state}), but its row cannot be read: {unreadable}; "
+                    f"nothing was sent. Do not retry"
+                ),
+            )
         # (a refusal from the store always carries its row; None only for one made by hand)
         if exc.state == "committed":
             at = _iso(record.updated_at) if record is not None else None
-            payload.update(refused="committed", committed_at=at,
-                           attempt=record.attempt if record is not None else None)
+            payload.update(
+                refused="committed",
+                committed_at=at,
+                attempt=record.attempt if record is not None else None,
+            )
             text = f"already done: {key} committed at {at}; do not retry"
         else:
             until = _iso(record.lease_expires_at) if record is not None else None
             payload.update(refused="in_progress", lease_expires_at=until)
-            text = (f"in progress: {key} is being done by another call (its lease runs until "
-                    f"{until}); do not retry now")
+            text = (
+                f"in progress: {key} is being done by another call (its lease runs until "
+                f"{until}); do not retry now"
+            )
     elif isinstance(exc, AmbiguousEffect):
         payload.update(refused="ambiguous")
-        text = (f"unknown outcome: {key} may or may not have happened; a person must check and "
-                f"settle it (`ctrlrun resolve {key} --committed` or `--failed`). Do not retry")
+        text = (
+            f"unknown outcome: {key} may or may not have happened; a person must check and "
+            f"settle it (`ctrlrun resolve {key} --committed` or `--failed`). Do not retry"
+        )
     elif isinstance(exc, ApprovalRequired):
-        payload.update(refused="approval_required", request_id=exc.request_id,
-                       expires_at=_iso(exc.expires_at), arguments=exc.arguments,
-                       not_bound=list(exc.not_bound))
-        text = (f"needs approval: request {exc.request_id} for {action} is pending; a person "
-                f"approves it with `ctrlrun approve {exc.request_id} --by NAME`, then call again "
-                f"with the same arguments")
+        payload.update(
+            refused="approval_required",
+            request_id=exc.request_id,
+            expires_at=_iso(exc.expires_at),
+            arguments=exc.arguments,
+            not_bound=list(exc.not_bound),
+        )
+        text = (
+            f"needs approval: request {exc.request_id} for {action} is pending; a person "
+            f"approves it with `ctrlrun approve {exc.request_id} --by NAME`, then call again "
+            f"with the same arguments"
+        )
     elif isinstance(exc, ActionDenied):
         payload.update(refused="denied", request_id=exc.request_id, denied_by=exc.denied_by)
         who = f" by {exc.denied_by}" if exc.denied_by else ""
@@ -112,20 +140,23 @@ def refusal_result(action: str, key: Optional[str], exc: Exception) -> types.Cal
     return _result(text, payload)
 
 
-def not_forwarded(action: str, key: Optional[str], kind: str, message: str
-                  ) -> types.CallToolResult:
+def not_forwarded(action: str, key: Optional[str], kind: str, message: str) -> types.CallToolResult:
     """A call the gateway refused before sending (``invalid``, ``policy``, ``store``), or one
     whose outcome it recorded without an upstream answer (``failed``, ``ambiguous``)."""
     field = "outcome" if kind in ("failed", "ambiguous") else "refused"
     return _result(f"{kind}: {message}", {"action": action, "effect_key": key, field: kind})
 
 
-def forwarded_error(result: types.CallToolResult, action: str, key: str, outcome: str
-                    ) -> types.CallToolResult:
+def forwarded_error(
+    result: types.CallToolResult, action: str, key: str, outcome: str
+) -> types.CallToolResult:
     """The upstream's tool error, passed on with what ctrlrun recorded for it."""
-    advice = ("a retry may run" if outcome == "failed" else
-              f"nobody knows whether it happened: check, then settle it with `ctrlrun resolve "
-              f"{key} --committed` or `--failed`; do not retry")
+    advice = (
+        "a retry may run"
+        if outcome == "failed"
+        else f"nobody knows whether it happened: check, then settle it with `ctrlrun resolve "
+        f"{key} --committed` or `--failed`; do not retry"
+    )
     note = types.TextContent(type="text", text=f"ctrlrun: {key} recorded {outcome}; {advice}")
     structured = result.structured_content
     info = {"action": action, "effect_key": key, "outcome": outcome}
@@ -133,5 +164,6 @@ def forwarded_error(result: types.CallToolResult, action: str, key: str, outcome
         structured = {**structured, "ctrlrun": info}
     elif structured is None:
         structured = {"ctrlrun": info}
-    return types.CallToolResult(content=[*result.content, note], structured_content=structured,
-                                is_error=True)
+    return types.CallToolResult(
+        content=[*result.content, note], structured_content=structured, is_error=True
+    )

@@ -30,15 +30,13 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from ctrlrun import _core
-
-from ctrlrun.gateway import stdio as _gateway_stdio
-
+from ctrlrun._policy import current_policy
 from ctrlrun.call import io_threads as _io_threads
+from ctrlrun.gateway import stdio as _gateway_stdio
 from ctrlrun.gateway.forward import Gateway, upstream_tools
-from ctrlrun.gateway.upstream import Upstream, WatchedStream, brief, redacted
 from ctrlrun.gateway.http import http_client
 from ctrlrun.gateway.relay import PassThrough, Relay, handshake_era, notification_options
-from ctrlrun._policy import current_policy
+from ctrlrun.gateway.upstream import Upstream, WatchedStream, brief, redacted
 from ctrlrun.store.api import Store
 
 
@@ -48,8 +46,9 @@ def upstream_env() -> Dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
 
 
-def _upstream_transport(command: List[str], url: Optional[str],
-                        http: Optional[httpx2.AsyncClient]) -> Any:
+def _upstream_transport(
+    command: List[str], url: Optional[str], http: Optional[httpx2.AsyncClient]
+) -> Any:
     """The upstream's streams: a subprocess on stdio, or a server over streamable HTTP."""
     if url is not None:
         return streamable_http_client(url, http_client=http)
@@ -61,9 +60,9 @@ class CannotRun(Exception):
     """The upstream command could not be run (its ``OSError`` is the cause)."""
 
 
-async def _start(stack: AsyncExitStack, command: List[str], url: Optional[str],
-                 timeout: float, relay: Relay
-                 ) -> Tuple[Upstream, types.InitializeResult, List[types.Tool]]:
+async def _start(
+    stack: AsyncExitStack, command: List[str], url: Optional[str], timeout: float, relay: Relay
+) -> Tuple[Upstream, types.InitializeResult, List[types.Tool]]:
     """The upstream's session, initialized and its tools listed, within ``timeout``; its
     streams and process belong to ``stack``, its requests and notifications go to ``relay``.
     A command that cannot be run raises :class:`CannotRun`."""
@@ -113,8 +112,15 @@ async def _close_quietly(stack: AsyncExitStack) -> Optional[BaseException]:
     return None
 
 
-async def _hold(alias: str, command: List[str], url: Optional[str], timeout: float,
-                relay: Relay, *, task_status: Any) -> None:
+async def _hold(
+    alias: str,
+    command: List[str],
+    url: Optional[str],
+    timeout: float,
+    relay: Relay,
+    *,
+    task_status: Any,
+) -> None:
     """Start the upstream, report it started, and keep its connection open in this task
     until cancelled. The connection runs in a task of its own because a transport that
     fails (an HTTP upstream that went away) cancels the task that opened it: that must be
@@ -143,11 +149,17 @@ async def _hold(alias: str, command: List[str], url: Optional[str], timeout: flo
             raise  # the gateway is stopping
         if replaced.is_set():
             return  # a new connection took its place; how this one closed does not matter
-        then = ("the next request reconnects (a reserved call that cannot be sent is "
-                "recorded failed)" if url is not None else
-                "no call is sent any more (a reserved call is recorded failed)")
-        print(f"ctrlrun gateway {alias}: the connection to the upstream failed "
-              f"({brief(_first_error(exc))}); {then}", file=sys.stderr, flush=True)
+        then = (
+            "the next request reconnects (a reserved call that cannot be sent is recorded failed)"
+            if url is not None
+            else "no call is sent any more (a reserved call is recorded failed)"
+        )
+        print(
+            f"ctrlrun gateway {alias}: the connection to the upstream failed "
+            f"({brief(_first_error(exc))}); {then}",
+            file=sys.stderr,
+            flush=True,
+        )
     finally:
         if watched is not None:
             watched.ended = True
@@ -243,8 +255,14 @@ def _end_anyway() -> None:
     os._exit(0)
 
 
-async def serve(alias: str, store: Store, command: List[str], url: Optional[str],
-                listen: Optional[Tuple[str, int]], call_timeout: float) -> None:
+async def serve(
+    alias: str,
+    store: Store,
+    command: List[str],
+    url: Optional[str],
+    listen: Optional[Tuple[str, int]],
+    call_timeout: float,
+) -> None:
     """Start the upstream, then serve agents (on this process's stdin and stdout, or over
     streamable HTTP on ``listen``) until they are done."""
     _stop_on_sigterm()
@@ -252,14 +270,19 @@ async def serve(alias: str, store: Store, command: List[str], url: Optional[str]
         await _serve(alias, store, command, url, listen, call_timeout)
 
 
-async def _serve(alias: str, store: Store, command: List[str], url: Optional[str],
-                 listen: Optional[Tuple[str, int]], call_timeout: float) -> None:
+async def _serve(
+    alias: str,
+    store: Store,
+    command: List[str],
+    url: Optional[str],
+    listen: Optional[Tuple[str, int]],
+    call_timeout: float,
+) -> None:
     shown = redacted(url) if url else command[0]
     relay = Relay(call_timeout)
     async with anyio.create_task_group() as tg:
         try:
-            upstream, init, tools = await tg.start(_hold, alias, command, url, call_timeout,
-                                                   relay)
+            upstream, init, tools = await tg.start(_hold, alias, command, url, call_timeout, relay)
             relay.upstream = upstream
         except BaseException as exc:
             # A command that cannot be run, or a URL: the caller reports it and exits.
@@ -268,13 +291,23 @@ async def _serve(alias: str, store: Store, command: List[str], url: Optional[str
             if url is not None or not isinstance(exc, Exception):
                 raise
             why = brief(exc)
-            print(f"ctrlrun gateway {alias}: the upstream {shown} did not start ({why}); "
-                  f"serving anyway: no tools are listed and no call is sent (a reserved call "
-                  f"is recorded failed)", file=sys.stderr, flush=True)
+            print(
+                f"ctrlrun gateway {alias}: the upstream {shown} did not start ({why}); "
+                f"serving anyway: no tools are listed and no call is sent (a reserved call "
+                f"is recorded failed)",
+                file=sys.stderr,
+                flush=True,
+            )
             gateway = Gateway(alias, store, Upstream(None, None, down=why), call_timeout, [])
-            await _run(Server(f"ctrlrun-gateway-{alias}", version=_core.__version__,
-                              on_list_tools=gateway.list_tools, on_call_tool=gateway.call_tool),
-                       listen)
+            await _run(
+                Server(
+                    f"ctrlrun-gateway-{alias}",
+                    version=_core.__version__,
+                    on_list_tools=gateway.list_tools,
+                    on_call_tool=gateway.call_tool,
+                ),
+                listen,
+            )
             return
         assert upstream.session is not None
         announce(alias, store, shown, tools)
@@ -291,23 +324,32 @@ async def _serve(alias: str, store: Store, command: List[str], url: Optional[str
             upstream.stop = again.stop
             replaced()  # the old connection, if its transport still runs (a 404 session)
             gateway.forget_tools()
-            print(f"ctrlrun gateway {alias}: reconnected to the upstream {shown}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"ctrlrun gateway {alias}: reconnected to the upstream {shown}",
+                file=sys.stderr,
+                flush=True,
+            )
             refused = await relay.restore()
             if refused:
-                print(f"ctrlrun gateway {alias}: the new connection refused "
-                      f"{', '.join(refused)}", file=sys.stderr, flush=True)
+                print(
+                    f"ctrlrun gateway {alias}: the new connection refused {', '.join(refused)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
         upstream.timeout = call_timeout
         if url is not None:  # a stdio upstream is a process of ours: it is not started again
             upstream.reconnect = reconnect
         with handshake_era():
             server = GatewayServer(
-                f"ctrlrun-gateway-{alias}", version=_core.__version__,
+                f"ctrlrun-gateway-{alias}",
+                version=_core.__version__,
                 instructions=init.instructions,
-                on_list_tools=gateway.list_tools, on_call_tool=gateway.call_tool,
+                on_list_tools=gateway.list_tools,
+                on_call_tool=gateway.call_tool,
                 **PassThrough(upstream, relay).handlers(init.capabilities),
-                **relay.server_handlers(init.capabilities))
+                **relay.server_handlers(init.capabilities),
+            )
         server.notify = notification_options(init.capabilities)
         try:
             await _run(server, listen)
@@ -321,10 +363,12 @@ class GatewayServer(Server[Any]):
 
     notify: Optional[NotificationOptions] = None
 
-    def create_initialization_options(self, notification_options: Any = None,
-                                      *args: Any, **kwargs: Any) -> Any:
-        return super().create_initialization_options(notification_options or self.notify,
-                                                     *args, **kwargs)
+    def create_initialization_options(
+        self, notification_options: Any = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        return super().create_initialization_options(
+            notification_options or self.notify, *args, **kwargs
+        )
 
 
 class _Answered:
@@ -355,14 +399,22 @@ class _Answered:
         if request_id is None:
             return False
         why = (errors[0].get("msg") or "not valid").splitlines()[0][:200]
-        await self.write.send(SessionMessage(types.JSONRPCError(
-            jsonrpc="2.0", id=request_id, error=types.ErrorData(
-                code=types.PARSE_ERROR,
-                message=f"ctrlrun gateway: the request could not be read ({why}); nothing "
-                        f"was sent"))))
+        await self.write.send(
+            SessionMessage(
+                types.JSONRPCError(
+                    jsonrpc="2.0",
+                    id=request_id,
+                    error=types.ErrorData(
+                        code=types.PARSE_ERROR,
+                        message=f"ctrlrun gateway: the request could not be read ({why}); nothing "
+                        f"was sent",
+                    ),
+                )
+            )
+        )
         return True
 
-    def __aiter__(self) -> "_Answered":
+    def __aiter__(self) -> _Answered:
         return self
 
     async def __anext__(self) -> Any:
@@ -374,7 +426,7 @@ class _Answered:
     async def aclose(self) -> None:
         await self.inner.aclose()
 
-    async def __aenter__(self) -> "_Answered":
+    async def __aenter__(self) -> _Answered:
         await self.inner.__aenter__()
         return self
 
@@ -427,8 +479,11 @@ def unreserved_writes(alias: str, tools: List[types.Tool]) -> List[str]:
     for tool in tools:
         hint = tool.annotations.read_only_hint if tool.annotations is not None else None
         entry = None if policy is None else policy.actions.get(f"mcp.{alias}.{tool.name}")
-        if hint is not True and (entry is None or entry.effect is None) and (
-                entry is None or entry.decision != "deny"):
+        if (
+            hint is not True
+            and (entry is None or entry.effect is None)
+            and (entry is None or entry.decision != "deny")
+        ):
             out.append(tool.name)
     return out
 
@@ -439,7 +494,14 @@ def announce(alias: str, store: Store, command: str, tools: List[types.Tool]) ->
     policy = current_policy()
     where = policy.path if policy is not None else "no policy file"
     loose = unreserved_writes(alias, tools)
-    tail = (f"; writes with no effect template, run unreserved: {', '.join(loose)}" if loose
-            else "; every write has an effect template")
-    print(f"ctrlrun gateway {alias}: {command} ({len(tools)} tools) behind {store.url}, policy "
-          f"{where}{tail}", file=sys.stderr, flush=True)
+    tail = (
+        f"; writes with no effect template, run unreserved: {', '.join(loose)}"
+        if loose
+        else "; every write has an effect template"
+    )
+    print(
+        f"ctrlrun gateway {alias}: {command} ({len(tools)} tools) behind {store.url}, policy "
+        f"{where}{tail}",
+        file=sys.stderr,
+        flush=True,
+    )

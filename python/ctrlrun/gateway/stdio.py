@@ -60,7 +60,7 @@ class _Lines(asyncio.Protocol):
     the SDK."""
 
     def __init__(self) -> None:
-        self.lines: "asyncio.Queue[Optional[str]]" = asyncio.Queue()
+        self.lines: asyncio.Queue[Optional[str]] = asyncio.Queue()
         self.partial = bytearray()
         self.transport: Optional[asyncio.ReadTransport] = None
         self.paused = False
@@ -78,7 +78,7 @@ class _Lines(asyncio.Protocol):
             self.partial += data
             return
         whole = bytes(self.partial + data[:end])
-        self.partial = bytearray(data[end + 1:])
+        self.partial = bytearray(data[end + 1 :])
         for line in whole.split(b"\n"):  # only at \n: JSON may hold a raw U+2028 in a string
             self.lines.put_nowait(line.decode("utf-8", "replace") + "\n")
         if self.lines.qsize() >= READ_AHEAD and self.transport is not None:
@@ -148,7 +148,7 @@ class _Stdin:
     def __init__(self, lines: _Lines) -> None:
         self._lines = lines
 
-    def __aiter__(self) -> "_Stdin":
+    def __aiter__(self) -> _Stdin:
         return self
 
     async def __anext__(self) -> str:
@@ -187,8 +187,10 @@ def _watchable() -> bool:
     except (RuntimeError, OSError):
         return False
     kinds = (stat.S_ISFIFO, stat.S_ISSOCK)
-    return (all(any(k(s.st_mode) for k in kinds) for s in found[:2])
-            and len({(s.st_dev, s.st_ino) for s in found}) == 3)
+    return (
+        all(any(k(s.st_mode) for k in kinds) for s in found[:2])
+        and len({(s.st_dev, s.st_ino) for s in found}) == 3
+    )
 
 
 def _divert() -> Tuple[int, int, Callable[[], None]]:
@@ -210,6 +212,7 @@ def _divert() -> Tuple[int, int, Callable[[], None]]:
                 os.dup2(wire, fd)
             with suppress(OSError):
                 os.close(wire)
+
     return wires[0][0], wires[1][0], back
 
 
@@ -253,7 +256,10 @@ async def _piped() -> AsyncIterator[Tuple[_Stdin, _Stdout]]:
                     sink.gone = True
                     writing.abort()
 
-            lines.on_end = lambda: loop.call_later(FLUSH_AT_END, give_up)
+            def flush_then_give_up() -> None:
+                loop.call_later(FLUSH_AT_END, give_up)
+
+            lines.on_end = flush_then_give_up
             sink.on_lost = lines.end  # the agent is gone: serving ends, as at stdin's end
             try:
                 yield _Stdin(lines), _Stdout(writing, sink)

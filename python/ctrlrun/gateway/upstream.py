@@ -13,9 +13,8 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp.types import INTERNAL_ERROR
 
-from ctrlrun.gateway.http import watching
 from ctrlrun.errors import NotExecuted
-
+from ctrlrun.gateway.http import watching
 
 T = TypeVar("T")
 
@@ -33,14 +32,14 @@ class WatchedStream:
         self.inner = inner
         self.ended = False
 
-    async def __aenter__(self) -> "WatchedStream":
+    async def __aenter__(self) -> WatchedStream:
         await self.inner.__aenter__()
         return self
 
     async def __aexit__(self, *exc: Any) -> Any:
         return await self.inner.__aexit__(*exc)
 
-    def __aiter__(self) -> "WatchedStream":
+    def __aiter__(self) -> WatchedStream:
         return self
 
     async def __anext__(self) -> Any:
@@ -91,8 +90,13 @@ class Upstream:
     needs it (``reconnect``, set by the server, bounded by ``timeout``: a restarted upstream
     needs no restart of the gateway)."""
 
-    def __init__(self, session: Optional[ClientSession], watched: Optional[WatchedStream],
-                 down: Optional[str] = None, http: bool = False) -> None:
+    def __init__(
+        self,
+        session: Optional[ClientSession],
+        watched: Optional[WatchedStream],
+        down: Optional[str] = None,
+        http: bool = False,
+    ) -> None:
         self.session = session
         self.watched = watched
         self.down = down
@@ -113,13 +117,13 @@ class Upstream:
         waited for another's uses the connection it made, or tries again itself in the time
         it has left."""
         if self.down is not None:
-            raise NotSent(f"the upstream MCP server never started ({self.down}); the call was "
-                          f"not sent")
+            raise NotSent(
+                f"the upstream MCP server never started ({self.down}); the call was not sent"
+            )
         if not self._ended():
             return
         if self.reconnect is None:
-            raise NotSent("the upstream MCP server's connection has ended; the call was not "
-                          "sent")
+            raise NotSent("the upstream MCP server's connection has ended; the call was not sent")
         bound = self.timeout if timeout is None else timeout
         try:
             with anyio.fail_after(bound):
@@ -150,21 +154,33 @@ class Upstream:
         except NotSent as exc:
             raise MCPError(INTERNAL_ERROR, f"ctrlrun gateway: {exc}") from None
         except TimeoutError:
-            raise MCPError(INTERNAL_ERROR, (
-                f"ctrlrun gateway: the upstream MCP server did not answer within "
-                f"{self.timeout:g} s")) from None
+            raise MCPError(
+                INTERNAL_ERROR,
+                (
+                    f"ctrlrun gateway: the upstream MCP server did not answer within "
+                    f"{self.timeout:g} s"
+                ),
+            ) from None
         except Exception as exc:
-            raise MCPError(INTERNAL_ERROR, (
-                f"ctrlrun gateway: the upstream MCP server did not answer "
-                f"({brief(exc)})")) from None
+            raise MCPError(
+                INTERNAL_ERROR,
+                (f"ctrlrun gateway: the upstream MCP server did not answer ({brief(exc)})"),
+            ) from None
 
     @staticmethod
     def _unreachable(why: str) -> str:
-        return (f"the upstream MCP server's connection has ended and it could not be reached "
-                f"again ({why}); the call was not sent")
+        return (
+            f"the upstream MCP server's connection has ended and it could not be reached "
+            f"again ({why}); the call was not sent"
+        )
 
-    async def call(self, name: str, arguments: Dict[str, Any], timeout: float,
-                   progress: Optional[Progress] = None) -> types.CallToolResult:
+    async def call(
+        self,
+        name: str,
+        arguments: Dict[str, Any],
+        timeout: float,
+        progress: Optional[Progress] = None,
+    ) -> types.CallToolResult:
         """Forward one tool call; a timeout or a lost connection raises (sent: ``ambiguous``),
         and a POST that never got a connection raises :class:`NotSent`. With ``progress``,
         the upstream's progress notifications for it are passed to it. When the upstream
@@ -175,23 +191,28 @@ class Upstream:
         assert self.session is not None
         watched = self.watched  # this connection's: a reconnection meanwhile swaps the shared one
         request = types.CallToolRequest(
-            params=types.CallToolRequestParams(name=name, arguments=arguments))
+            params=types.CallToolRequestParams(name=name, arguments=arguments)
+        )
         # Sent as a plain request: the client's own checks of a result against the tool's
         # output schema must not turn an answer the upstream gave into a lost one.
         with anyio.fail_after(timeout):
             if not self.http:
-                return await self.session.send_request(request, types.CallToolResult,
-                                                       progress_callback=progress)
+                return await self.session.send_request(
+                    request, types.CallToolResult, progress_callback=progress
+                )
             with watching(name, arguments) as (scope, sent):
                 try:
-                    result = await self.session.send_request(request, types.CallToolResult,
-                                                             progress_callback=progress)
+                    result = await self.session.send_request(
+                        request, types.CallToolResult, progress_callback=progress
+                    )
                 finally:
                     if sent.session_gone and watched is not None:
                         watched.ended = True
             if scope.cancelled_caught:
-                raise NotSent("the upstream MCP server could not be reached (no connection "
-                              "for the request); the call was not sent")
+                raise NotSent(
+                    "the upstream MCP server could not be reached (no connection "
+                    "for the request); the call was not sent"
+                )
             return result
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import logging  # imported before our fork hooks: see register_at_fork below
 import functools
+import logging  # imported before our fork hooks: see register_at_fork below
 import os
 import threading
 import traceback
@@ -11,13 +11,13 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
 from ctrlrun import _core
-from ctrlrun.store.decode import record_from_core
-from ctrlrun.store.records import EffectRecord, EffectState, Reservation, result_to_json
+from ctrlrun.errors import InvalidArgument, StoreUnresolved
 from ctrlrun.store.approvals import ApprovalRecord, approval_from_core
+from ctrlrun.store.decode import record_from_core
 from ctrlrun.store.durations import to_micros
 from ctrlrun.store.receipts import ReceiptMethods
+from ctrlrun.store.records import EffectRecord, EffectState, Reservation, result_to_json
 from ctrlrun.store.retention import RetentionMethods
-from ctrlrun.errors import InvalidArgument, StoreUnresolved
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -50,7 +50,7 @@ def _api(method: F) -> F:
     ``StoreUnresolved`` names the call's key and action id."""
 
     @functools.wraps(method)
-    def checked(self: "Store", key: str, *args: Any, **kwargs: Any) -> Any:
+    def checked(self: Store, key: str, *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, key, *args, **kwargs)
         except UnicodeEncodeError as exc:
@@ -96,7 +96,7 @@ class Store(ReceiptMethods, RetentionMethods):
     without it, the action id alone is matched.
     """
 
-    __slots__ = ("core", "_clock", "__weakref__")
+    __slots__ = ("__weakref__", "_clock", "core")
 
     def __init__(self, core: _core.Store, clock: Optional[Clock] = None) -> None:
         if clock is not None and not callable(clock):
@@ -117,13 +117,14 @@ class Store(ReceiptMethods, RetentionMethods):
     @property
     def url(self) -> str:
         """Where the store lives (``sqlite:////abs/path.db``; never a password)."""
-        return self.core.url
+        url: str = self.core.url
+        return url
 
     @property
     def clock(self) -> Optional[Clock]:
         return self._clock
 
-    def with_clock(self, clock: Optional[Clock]) -> "Store":
+    def with_clock(self, clock: Optional[Clock]) -> Store:
         """A handle on the same database whose lease decisions use ``clock``."""
         return Store(self.core, clock)
 
@@ -170,7 +171,9 @@ class Store(ReceiptMethods, RetentionMethods):
     ) -> EffectRecord:
         """``executing`` (or ``reserved``: the body never started) -> ``failed``."""
         return record_from_core(
-            self.core.transition(key, action_id, attempt, _core.Step.FAIL, str(error), self.now_us())
+            self.core.transition(
+                key, action_id, attempt, _core.Step.FAIL, str(error), self.now_us()
+            )
         )
 
     @_api
@@ -179,7 +182,9 @@ class Store(ReceiptMethods, RetentionMethods):
     ) -> EffectRecord:
         """``reserved``/``executing``/``ambiguous`` -> ``ambiguous`` (outcome unknown)."""
         return record_from_core(
-            self.core.transition(key, action_id, attempt, _core.Step.AMBIGUOUS, str(error), self.now_us())
+            self.core.transition(
+                key, action_id, attempt, _core.Step.AMBIGUOUS, str(error), self.now_us()
+            )
         )
 
     @_api
@@ -215,9 +220,7 @@ class Store(ReceiptMethods, RetentionMethods):
         names who decided, one printable line (``"ops:alice"``). Anything else (a live lease,
         ``committed``, ``failed``) is refused with ``InvalidArgument`` naming the state found.
         """
-        return record_from_core(
-            self.core.resolve(key, _state_text(state), resolver, self.now_us())
-        )
+        return record_from_core(self.core.resolve(key, _state_text(state), resolver, self.now_us()))
 
     @_api
     def get_effect(self, key: str) -> Optional[EffectRecord]:
@@ -226,7 +229,7 @@ class Store(ReceiptMethods, RetentionMethods):
         return None if t is None else record_from_core(t)
 
     # -- approvals ------------------------------------------------------------------------
-    def get_approval(self, request_id: str) -> Optional["ApprovalRecord"]:
+    def get_approval(self, request_id: str) -> Optional[ApprovalRecord]:
         """The approval request ``request_id`` (its state as of now), or ``None``."""
 
         try:
@@ -237,7 +240,7 @@ class Store(ReceiptMethods, RetentionMethods):
             raise InvalidArgument(f"{request_id!r} is not an approval request id") from None
         return None if t is None else approval_from_core(t)
 
-    def list_approvals(self, state: Optional[str] = None) -> List["ApprovalRecord"]:
+    def list_approvals(self, state: Optional[str] = None) -> List[ApprovalRecord]:
         """Every approval request (or those in ``state``: pending, granted, denied, used,
         expired), oldest first."""
 
@@ -248,38 +251,40 @@ class Store(ReceiptMethods, RetentionMethods):
             raise InvalidArgument(f"unknown approval state {st!r}") from None
         return [approval_from_core(t) for t in found]
 
-    def grant_approval(self, request_id: str, by: str, note: Optional[str] = None
-                       ) -> "ApprovalRecord":
+    def grant_approval(
+        self, request_id: str, by: str, note: Optional[str] = None
+    ) -> ApprovalRecord:
         """A person (``by``) approves a pending request: the next call of its action with the
         same arguments runs, once, within the request's time to live."""
         return self._decide(request_id, True, by, note)
 
-    def deny_approval(self, request_id: str, by: str, note: Optional[str] = None
-                      ) -> "ApprovalRecord":
+    def deny_approval(self, request_id: str, by: str, note: Optional[str] = None) -> ApprovalRecord:
         """A person (``by``) denies a pending request: calls of its action with the same
         arguments raise ``ActionDenied`` naming them, for the request's time to live."""
         return self._decide(request_id, False, by, note)
 
-    def _decide(self, request_id: str, grant: bool, by: str, note: Optional[str]
-                ) -> "ApprovalRecord":
+    def _decide(self, request_id: str, grant: bool, by: str, note: Optional[str]) -> ApprovalRecord:
 
         try:
             t = self.core.decide_approval(request_id, grant, by, note, self.now_us())
         except UnicodeEncodeError:
-            raise InvalidArgument("a request id, name or note with a lone surrogate cannot be "
-                                  "stored; nothing was written") from None
+            raise InvalidArgument(
+                "a request id, name or note with a lone surrogate cannot be "
+                "stored; nothing was written"
+            ) from None
         except TypeError as exc:
             if not _raised_by_a_call_in(exc, 1):
                 raise
-            raise InvalidArgument(f"the request id, name and note must be str: {exc}; "
-                                  f"nothing was written") from None
+            raise InvalidArgument(
+                f"the request id, name and note must be str: {exc}; nothing was written"
+            ) from None
         return approval_from_core(t)
 
     def close(self) -> None:
         """Release the store's connections; later calls raise ``InvalidArgument``."""
         self.core.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -368,8 +373,9 @@ def _no_store_in_environment() -> bool:
 _unset_default: Optional[Callable[[], Store]] = None
 
 
-def use_when_default_is_unset(factory: Optional[Callable[[], Store]]
-                              ) -> Optional[Callable[[], Store]]:
+def use_when_default_is_unset(
+    factory: Optional[Callable[[], Store]],
+) -> Optional[Callable[[], Store]]:
     """While ``factory`` is set, a protected call with no store given and no env store uses
     ``factory()``, not ``.ctrlrun/state.db`` (the pytest plugin's temporary stores, one per
     scope); ``None`` ends it. Returns the factory it replaces."""

@@ -21,8 +21,10 @@ def micros_to_datetime(us: int) -> datetime:
     try:
         return _EPOCH + timedelta(microseconds=us)
     except (OverflowError, TypeError) as exc:
-        raise StoreError(f"the store holds a time that is not a date ({us!r} microseconds "
-                         f"since 1970): the row was edited outside ctrlrun") from exc
+        raise StoreError(
+            f"the store holds a time that is not a date ({us!r} microseconds "
+            f"since 1970): the row was edited outside ctrlrun"
+        ) from exc
 
 
 def stored_json(what: str, text: str) -> Any:
@@ -33,12 +35,15 @@ def stored_json(what: str, text: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError:
-        raise StoreError(f"{what} is not JSON: the row was edited outside ctrlrun; put JSON "
-                         f"text back in its place") from None
+        raise StoreError(
+            f"{what} is not JSON: the row was edited outside ctrlrun; put JSON "
+            f"text back in its place"
+        ) from None
     except (ValueError, RecursionError) as exc:
-        raise StoreError(f"{what} cannot be read by this process "
-                         f"({'nested too deeply here' if isinstance(exc, RecursionError) else exc})"
-                         ) from None
+        raise StoreError(
+            f"{what} cannot be read by this process "
+            f"({'nested too deeply here' if isinstance(exc, RecursionError) else exc})"
+        ) from None
 
 
 def stored_result(key: str, text: str) -> Any:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 from ctrlrun import _core
-from ctrlrun.store.decode import micros_to_datetime
 from ctrlrun.errors import InvalidArgument
+from ctrlrun.store.decode import micros_to_datetime
 
 __all__ = ["Receipt", "ReceiptCheck"]
 
@@ -98,11 +98,23 @@ class ReceiptCheck:
 def receipt_from_core(row: _core.ReceiptRow) -> Receipt:
     """The core's receipt row as a :class:`Receipt`."""
     return Receipt(
-        id=row.id, chain=row.chain, effect_key=row.effect_key, request_id=row.request_id,
-        seq=row.seq, prev_hash=row.prev_hash, hash=row.hash, at=micros_to_datetime(row.at),
-        kind=row.kind, state=row.state, action=row.action, action_id=row.action_id,
-        attempt=row.attempt, args_digest=row.args_digest, approval_id=row.approval_id,
-        actor=row.actor, writer=row.writer,
+        id=row.id,
+        chain=row.chain,
+        effect_key=row.effect_key,
+        request_id=row.request_id,
+        seq=row.seq,
+        prev_hash=row.prev_hash,
+        hash=row.hash,
+        at=micros_to_datetime(row.at),
+        kind=row.kind,
+        state=row.state,
+        action=row.action,
+        action_id=row.action_id,
+        attempt=row.attempt,
+        args_digest=row.args_digest,
+        approval_id=row.approval_id,
+        actor=row.actor,
+        writer=row.writer,
     )
 
 
@@ -110,9 +122,14 @@ def check_from_core(row: _core.ReceiptCheckRow) -> ReceiptCheck:
     """What the core's check of every chain found, as a :class:`ReceiptCheck`."""
     if row.broken_key is None:
         return ReceiptCheck(ok=True, receipts=row.receipts, chains=row.chains)
-    return ReceiptCheck(ok=False, receipts=row.receipts, chains=row.chains,
-                        broken_receipt=row.broken_id, broken_key=row.broken_key,
-                        reason=row.broken_why)
+    return ReceiptCheck(
+        ok=False,
+        receipts=row.receipts,
+        chains=row.chains,
+        broken_receipt=row.broken_id,
+        broken_key=row.broken_key,
+        reason=row.broken_why,
+    )
 
 
 class ReceiptMethods:
@@ -121,14 +138,16 @@ class ReceiptMethods:
     __slots__ = ()
     core: Any
 
-    def list_receipts(self, key: Optional[str] = None, *, limit: Optional[int] = None
-                      ) -> List[Receipt]:
+    def list_receipts(
+        self, key: Optional[str] = None, *, limit: Optional[int] = None
+    ) -> List[Receipt]:
         """The receipts of ``key`` (or of every key), oldest first; with ``limit``, the latest
         that many. A refusal writes nothing and so has no receipt."""
         if key is not None and not isinstance(key, str):
             raise InvalidArgument(f"key must be a str, got {type(key).__name__}")
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
-                                  or not 1 <= limit <= 2**63 - 1):
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 2**63 - 1
+        ):
             raise InvalidArgument(f"limit must be a positive integer, got {limit!r}")
         try:
             found = self.core.list_receipts(key, limit)

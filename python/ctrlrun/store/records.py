@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, Optional
 
-
 __all__ = ["EffectState", "EffectRecord", "Reservation"]
 
 UNSERIALIZABLE_MARKER = "__ctrlrun_unserializable__"
@@ -129,7 +128,7 @@ def result_to_json(value: Any, encoder: Optional[Callable[[Any], Any]] = None) -
         text = repr(value)
         if not isinstance(text, str):
             raise TypeError("__repr__ returned a non-string")
-    except BaseException:  # noqa: B036 - a broken __repr__ (even one raising SystemExit) must
+    except BaseException:
         # not turn a done effect into a failure or leave its row executing: the effect happened
         text = f"<unrepresentable {kind.__qualname__}>"
     return json.dumps({UNSERIALIZABLE_MARKER: text})

@@ -12,10 +12,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Callable, Iterable, List, Optional, Union
 
-from ctrlrun.store.decode import record_from_core
-from ctrlrun.store.records import EffectRecord, EffectState
-from ctrlrun.store.durations import to_micros
 from ctrlrun.errors import InvalidArgument
+from ctrlrun.store.decode import record_from_core
+from ctrlrun.store.durations import to_micros
+from ctrlrun.store.records import EffectRecord, EffectState
 
 __all__ = ["RetentionMethods", "PRUNABLE_STATES"]
 
@@ -37,8 +37,9 @@ def _text(value: Any, what: str) -> Optional[str]:
     if not isinstance(value, str):
         raise InvalidArgument(f"{what} must be a str, got {type(value).__name__}")
     if "\0" in value or any(0xD800 <= ord(c) <= 0xDFFF for c in value):
-        raise InvalidArgument(f"{what} {value!r} holds a NUL or a lone surrogate, which no "
-                              "store keeps as text")
+        raise InvalidArgument(
+            f"{what} {value!r} holds a NUL or a lone surrogate, which no store keeps as text"
+        )
     return value
 
 
@@ -81,8 +82,9 @@ class RetentionMethods:
         st = None if state is None else _state(state, [s.value for s in EffectState], "state")
         prefix = _text(prefix, "prefix")
         action = _text(action, "action")
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
-                                  or not 1 <= limit <= 2**63 - 1):
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 2**63 - 1
+        ):
             raise InvalidArgument(f"limit must be a positive integer, got {limit!r}")
         found = self.core.list_effects(st, prefix, action, limit)
         return [record_from_core(t) for t in found]
@@ -129,15 +131,22 @@ class RetentionMethods:
             ) from None
         if not names:
             raise InvalidArgument("states is empty: name committed, failed or both")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not (
-                1 <= batch_size <= _MAX_BATCH):
+        if (
+            isinstance(batch_size, bool)
+            or not isinstance(batch_size, int)
+            or not (1 <= batch_size <= _MAX_BATCH)
+        ):
             raise InvalidArgument(
-                f"batch_size must be an integer from 1 to {_MAX_BATCH}, got {batch_size!r}")
+                f"batch_size must be an integer from 1 to {_MAX_BATCH}, got {batch_size!r}"
+            )
         for flag, value in (("receipts", receipts), ("dry_run", dry_run)):
             if not isinstance(value, bool):
                 raise InvalidArgument(f"{flag} must be True or False, got {value!r}")
         by = _text(by, "by")
         if progress is not None and not callable(progress):
             raise InvalidArgument(f"progress must be callable, got {progress!r}")
-        return int(self.core.prune(older_us, names, receipts, by, batch_size, dry_run,
-                                   progress, self.now_us()))
+        return int(
+            self.core.prune(
+                older_us, names, receipts, by, batch_size, dry_run, progress, self.now_us()
+            )
+        )
