@@ -6,7 +6,7 @@ read by one converter each in ``ctrlrun.store``.
 """
 
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Tuple, final
+from typing import Any, Callable, Final, List, Optional, Tuple, final
 
 __all__ = [
     "Template",
@@ -34,117 +34,66 @@ __all__ = [
 
 @final
 class EffectRow:
-    @property
-    def effect_key(self) -> str: ...
-    @property
-    def state(self) -> str: ...
-    @property
-    def action_id(self) -> str: ...
-    @property
-    def attempt(self) -> int: ...
-    @property
-    def created_at(self) -> int: ...
-    @property
-    def updated_at(self) -> int: ...
-    @property
-    def lease_expires_at(self) -> Optional[int]: ...
-    @property
-    def result(self) -> Optional[str]: ...
-    @property
-    def error(self) -> Optional[str]: ...
-    @property
-    def resolved_by(self) -> Optional[str]: ...
-    @property
-    def action(self) -> Optional[str]: ...
-    @property
-    def holder(self) -> Optional[str]: ...
-    @property
-    def args_digest(self) -> Optional[str]: ...
-    @property
-    def arg_digests(self) -> Optional[str]: ...
-    @property
-    def approval_id(self) -> Optional[str]: ...
+    effect_key: Final[str]
+    state: Final[str]
+    action_id: Final[str]
+    attempt: Final[int]
+    created_at: Final[int]
+    updated_at: Final[int]
+    lease_expires_at: Final[Optional[int]]
+    result: Final[Optional[str]]
+    error: Final[Optional[str]]
+    resolved_by: Final[Optional[str]]
+    action: Final[Optional[str]]
+    holder: Final[Optional[str]]
+    args_digest: Final[Optional[str]]
+    arg_digests: Final[Optional[str]]
+    approval_id: Final[Optional[str]]
 
 @final
 class ApprovalRow:
-    @property
-    def request_id(self) -> str: ...
-    @property
-    def action(self) -> str: ...
-    @property
-    def args_digest(self) -> str: ...
-    @property
-    def effect_key(self) -> str: ...
-    @property
-    def arguments(self) -> str: ...
-    @property
-    def state(self) -> str: ...
-    @property
-    def requested_at(self) -> int: ...
-    @property
-    def ttl(self) -> int: ...
-    @property
-    def expires_at(self) -> int: ...
-    @property
-    def decided_at(self) -> Optional[int]: ...
-    @property
-    def decided_by(self) -> Optional[str]: ...
-    @property
-    def note(self) -> Optional[str]: ...
-    @property
-    def used_at(self) -> Optional[int]: ...
-    @property
-    def used_by(self) -> Optional[str]: ...
+    request_id: Final[str]
+    action: Final[str]
+    args_digest: Final[str]
+    effect_key: Final[str]
+    arguments: Final[str]
+    state: Final[str]
+    requested_at: Final[int]
+    ttl: Final[int]
+    expires_at: Final[int]
+    decided_at: Final[Optional[int]]
+    decided_by: Final[Optional[str]]
+    note: Final[Optional[str]]
+    used_at: Final[Optional[int]]
+    used_by: Final[Optional[str]]
 
 @final
 class ReceiptRow:
-    @property
-    def id(self) -> int: ...
-    @property
-    def chain(self) -> str: ...
-    @property
-    def effect_key(self) -> str: ...
-    @property
-    def request_id(self) -> Optional[str]: ...
-    @property
-    def seq(self) -> int: ...
-    @property
-    def prev_hash(self) -> Optional[str]: ...
-    @property
-    def hash(self) -> str: ...
-    @property
-    def at(self) -> int: ...
-    @property
-    def kind(self) -> str: ...
-    @property
-    def state(self) -> str: ...
-    @property
-    def action(self) -> Optional[str]: ...
-    @property
-    def action_id(self) -> Optional[str]: ...
-    @property
-    def attempt(self) -> Optional[int]: ...
-    @property
-    def args_digest(self) -> Optional[str]: ...
-    @property
-    def approval_id(self) -> Optional[str]: ...
-    @property
-    def actor(self) -> Optional[str]: ...
-    @property
-    def writer(self) -> Optional[str]: ...
+    id: Final[int]
+    chain: Final[str]
+    effect_key: Final[str]
+    request_id: Final[Optional[str]]
+    seq: Final[int]
+    prev_hash: Final[Optional[str]]
+    hash: Final[str]
+    at: Final[int]
+    kind: Final[str]
+    state: Final[str]
+    action: Final[Optional[str]]
+    action_id: Final[Optional[str]]
+    attempt: Final[Optional[int]]
+    args_digest: Final[Optional[str]]
+    approval_id: Final[Optional[str]]
+    actor: Final[Optional[str]]
+    writer: Final[Optional[str]]
 
 @final
 class ReceiptCheckRow:
-    @property
-    def receipts(self) -> int: ...
-    @property
-    def chains(self) -> int: ...
-    @property
-    def broken_id(self) -> Optional[int]: ...
-    @property
-    def broken_key(self) -> Optional[str]: ...
-    @property
-    def broken_why(self) -> Optional[str]: ...
+    receipts: Final[int]
+    chains: Final[int]
+    broken_id: Final[Optional[int]]
+    broken_key: Final[Optional[str]]
+    broken_why: Final[Optional[str]]
 
 @final
 class Step:

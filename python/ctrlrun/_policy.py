@@ -93,8 +93,7 @@ def _duration(path: str, node: yaml.Node, fieldname: str) -> timedelta:
             path,
             node,
             fieldname,
-            f"is {text!r}; expected a duration such as 90s, 15m, 2h or 1d (from 1 "
-            f"second to 30 days)",
+            f"is {text!r}; expected a duration such as 90s, 15m, 2h or 1d (from 1 second to 30 days)",
         )
     return timedelta(seconds=seconds)
 
@@ -323,8 +322,7 @@ def current_policy() -> Optional[Policy]:
                 field=None,
             ) from None
         raise PolicyError(
-            f"{path}: cannot read the policy file CTRLRUN_CONFIG names "
-            f"({getattr(exc, 'strerror', None) or exc})",
+            f"{path}: cannot read the policy file CTRLRUN_CONFIG names ({getattr(exc, 'strerror', None) or exc})",
             file=path,
             line=None,
             field=None,

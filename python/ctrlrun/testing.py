@@ -12,12 +12,7 @@ from typing import Optional, Union
 from ctrlrun.store.api import Store
 from ctrlrun.store.records import EffectRecord, EffectState
 
-__all__ = [
-    "MovableClock",
-    "assert_committed_once",
-    "assert_effect_state",
-    "assert_no_effect",
-]
+__all__ = ["MovableClock", "assert_committed_once", "assert_effect_state", "assert_no_effect"]
 
 
 class MovableClock:
@@ -51,10 +46,7 @@ class MovableClock:
 def _describe(store: Store, key: str, rec: Optional[EffectRecord]) -> str:
     if rec is None:
         return f"no effect is recorded under {key!r} in {store.url}"
-    return (
-        f"effect {key!r} is {rec.state.value} (attempt {rec.attempt}, action "
-        f"{rec.action_id}, error {rec.error!r})"
-    )
+    return f"effect {key!r} is {rec.state.value} (attempt {rec.attempt}, action {rec.action_id}, error {rec.error!r})"
 
 
 def assert_effect_state(store: Store, key: str, state: Union[EffectState, str]) -> EffectRecord:
@@ -75,8 +67,7 @@ def assert_committed_once(store: Store, key: str) -> EffectRecord:
         f"expected one attempt: {_describe(store, key, rec)} (earlier attempts failed first)"
     )
     assert rec.resolved_by is None, (
-        f"expected a committed execution, not a resolution: {key!r} was resolved by "
-        f"{rec.resolved_by}"
+        f"expected a committed execution, not a resolution: {key!r} was resolved by {rec.resolved_by}"
     )
     return rec
 

@@ -78,8 +78,7 @@ def wait_for_decision(
         if record is None:  # removed meanwhile (by hand): no grant, so no run
             if last is None:
                 raise ApprovalRequired(
-                    f"approval request {request_id} is gone from the store; "
-                    f"nothing was reserved or run",
+                    f"approval request {request_id} is gone from the store; nothing was reserved or run",
                     request_id=request_id,
                 )
             return last

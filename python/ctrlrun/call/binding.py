@@ -163,8 +163,7 @@ class KeyBinder:
             return self.template.render(values)
         except UnicodeEncodeError:
             raise EffectKeyError(
-                f"effect template {src!r}: a value holds a lone surrogate, which no store can "
-                f"keep as text"
+                f"effect template {src!r}: a value holds a lone surrogate, which no store can keep as text"
             ) from None
 
 

@@ -176,8 +176,7 @@ def protect(
         or not 0 <= approval_timeout <= 86400
     ):
         raise InvalidArgument(
-            f"protect({name!r}): approval_timeout must be seconds from 0 to "
-            f"86400, got {approval_timeout!r}"
+            f"protect({name!r}): approval_timeout must be seconds from 0 to 86400, got {approval_timeout!r}"
         )
     try:
         if isinstance(fingerprint_exclude, str):
@@ -187,8 +186,7 @@ def protect(
             raise TypeError
     except TypeError:
         raise InvalidArgument(
-            f"protect({name!r}): fingerprint_exclude takes argument names "
-            f"(a tuple of str), got {fingerprint_exclude!r}"
+            f"protect({name!r}): fingerprint_exclude takes argument names (a tuple of str), got {fingerprint_exclude!r}"
         ) from None
     timeout = float(approval_timeout)
     if not isinstance(replay, bool):
@@ -234,14 +232,12 @@ def protect(
             params = inspect.signature(fn).parameters if exclude else {}
         except (TypeError, ValueError) as exc:
             raise InvalidArgument(
-                f"protect({name!r}): cannot read the signature of {fn!r} to "
-                f"check fingerprint_exclude: {exc}"
+                f"protect({name!r}): cannot read the signature of {fn!r} to check fingerprint_exclude: {exc}"
             ) from None
         unknown = sorted(n for n in exclude if n not in params)
         if unknown:
             raise InvalidArgument(
-                f"protect({name!r}): fingerprint_exclude names no parameter "
-                f"of {fn.__qualname__}: {', '.join(unknown)}"
+                f"protect({name!r}): fingerprint_exclude names no parameter of {fn.__qualname__}: {', '.join(unknown)}"
             )
         in_key = sorted(exclude & set(template.placeholders)) if template is not None else []
         if in_key:

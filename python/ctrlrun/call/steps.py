@@ -303,8 +303,7 @@ class Call:
             # person settled it in a way the outcome cannot change): the store's refusal is
             # the answer, and the outcome that came too late is on record in the log.
             log.error(
-                "ctrlrun: the outcome (%s) of effect %r, attempt %d (action %s), was not "
-                "recorded: %s",
+                "ctrlrun: the outcome (%s) of effect %r, attempt %d (action %s), was not recorded: %s",
                 ending.word,
                 self.key,
                 self.attempt,

@@ -73,8 +73,7 @@ def _who() -> str:
 @click.option(
     "--receipts",
     is_flag=True,
-    help="Delete the pruned effects' receipts too (default: they stay, each "
-    "chain ending with a 'pruned' receipt).",
+    help="Delete the pruned effects' receipts too (default: they stay, each chain ending with a 'pruned' receipt).",
 )
 @click.option("--dry-run", is_flag=True, help="Count what would be pruned; delete nothing.")
 @click.option(

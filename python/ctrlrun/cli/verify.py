@@ -155,8 +155,7 @@ def judge_g4(
         return fail(f"the executor ran {contended_executions} times for one key")
     if contended_row is None or contended_row.state != "committed":
         return fail(
-            f"the contended key is {contended_row.state if contended_row else 'missing'}, "
-            f"not committed"
+            f"the contended key is {contended_row.state if contended_row else 'missing'}, not committed"
         )
     if contended_row.action_id != winners[0].action_id:
         return fail("the contended row names another action than the winner's")
@@ -407,9 +406,7 @@ def _check_g4(
 
 
 def run_verify(
-    store_url: Optional[str],
-    policy: Optional[str],
-    progress: Callable[[str], None],
+    store_url: Optional[str], policy: Optional[str], progress: Callable[[str], None]
 ) -> List[Verdict]:
     """Run G3 and G4, each in a scratch store of its own on ``store_url``'s backend (default:
     the default store's); per action with an effect template when a policy is given."""

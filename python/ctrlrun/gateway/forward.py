@@ -69,8 +69,7 @@ def render_key(template: _core.Template, arguments: Dict[str, Any]) -> str:
         return template.render(values)
     except UnicodeEncodeError:
         raise EffectKeyError(
-            f"effect template {template.source!r}: a value holds a lone "
-            f"surrogate, which no store can keep as text"
+            f"effect template {template.source!r}: a value holds a lone surrogate, which no store can keep as text"
         ) from None
 
 
@@ -168,8 +167,7 @@ class Gateway:
                 None,
                 "refused",
                 refusal=ActionDenied(
-                    f"action {action!r} is denied by the policy {path} (line {entry.line}); "
-                    f"nothing was sent",
+                    f"action {action!r} is denied by the policy {path} (line {entry.line}); nothing was sent",
                     action=action,
                     policy=path,
                 ),
@@ -227,8 +225,7 @@ class Gateway:
                 None,
                 "upstream",
                 (
-                    f"the upstream's tool list could not be read ({brief(exc)}); nothing was "
-                    f"reserved or sent"
+                    f"the upstream's tool list could not be read ({brief(exc)}); nothing was reserved or sent"
                 ),
             )
         if not offered:
@@ -305,8 +302,7 @@ class Gateway:
                     key,
                     "store",
                     (
-                        f"the call was sent to the upstream, but recording its outcome was refused: "
-                        f"{exc}; do not retry"
+                        f"the call was sent to the upstream, but recording its outcome was refused: {exc}; do not retry"
                     ),
                 )
             return Forwarded(action, key, "refused", refusal=exc)
@@ -323,8 +319,7 @@ class Gateway:
                     key,
                     "store",
                     (
-                        f"the upstream ran the call, but recording its outcome failed: {exc}; do "
-                        f"not retry"
+                        f"the upstream ran the call, but recording its outcome failed: {exc}; do not retry"
                     ),
                 )
             if sent:  # sent, no answer, and that could not be recorded either

@@ -107,10 +107,7 @@ def refusal_result(action: str, key: Optional[str], exc: Exception) -> types.Cal
         else:
             until = _iso(record.lease_expires_at) if record is not None else None
             payload.update(refused="in_progress", lease_expires_at=until)
-            text = (
-                f"in progress: {key} is being done by another call (its lease runs until "
-                f"{until}); do not retry now"
-            )
+            text = f"in progress: {key} is being done by another call (its lease runs until {until}); do not retry now"
     elif isinstance(exc, AmbiguousEffect):
         payload.update(refused="ambiguous")
         text = (

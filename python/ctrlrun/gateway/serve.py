@@ -155,8 +155,7 @@ async def _hold(
             else "no call is sent any more (a reserved call is recorded failed)"
         )
         print(
-            f"ctrlrun gateway {alias}: the connection to the upstream failed "
-            f"({brief(_first_error(exc))}); {then}",
+            f"ctrlrun gateway {alias}: the connection to the upstream failed ({brief(_first_error(exc))}); {then}",
             file=sys.stderr,
             flush=True,
         )
@@ -406,8 +405,7 @@ class _Answered:
                     id=request_id,
                     error=types.ErrorData(
                         code=types.PARSE_ERROR,
-                        message=f"ctrlrun gateway: the request could not be read ({why}); nothing "
-                        f"was sent",
+                        message=f"ctrlrun gateway: the request could not be read ({why}); nothing was sent",
                     ),
                 )
             )
@@ -500,8 +498,7 @@ def announce(alias: str, store: Store, command: str, tools: List[types.Tool]) ->
         else "; every write has an effect template"
     )
     print(
-        f"ctrlrun gateway {alias}: {command} ({len(tools)} tools) behind {store.url}, policy "
-        f"{where}{tail}",
+        f"ctrlrun gateway {alias}: {command} ({len(tools)} tools) behind {store.url}, policy {where}{tail}",
         file=sys.stderr,
         flush=True,
     )

@@ -157,8 +157,7 @@ class Upstream:
             raise MCPError(
                 INTERNAL_ERROR,
                 (
-                    f"ctrlrun gateway: the upstream MCP server did not answer within "
-                    f"{self.timeout:g} s"
+                    f"ctrlrun gateway: the upstream MCP server did not answer within {self.timeout:g} s"
                 ),
             ) from None
         except Exception as exc:

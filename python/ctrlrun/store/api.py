@@ -269,8 +269,7 @@ class Store(ReceiptMethods, RetentionMethods):
             t = self.core.decide_approval(request_id, grant, by, note, self.now_us())
         except UnicodeEncodeError:
             raise InvalidArgument(
-                "a request id, name or note with a lone surrogate cannot be "
-                "stored; nothing was written"
+                "a request id, name or note with a lone surrogate cannot be stored; nothing was written"
             ) from None
         except TypeError as exc:
             if not _raised_by_a_call_in(exc, 1):

@@ -36,8 +36,7 @@ def stored_json(what: str, text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError:
         raise StoreError(
-            f"{what} is not JSON: the row was edited outside ctrlrun; put JSON "
-            f"text back in its place"
+            f"{what} is not JSON: the row was edited outside ctrlrun; put JSON text back in its place"
         ) from None
     except (ValueError, RecursionError) as exc:
         raise StoreError(
