@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
-from typing import Iterator, List
+from typing import Any, Iterator, List, Literal
 
 import pytest
 
@@ -132,32 +132,19 @@ def _temporary_default(tmp_path_factory: pytest.TempPathFactory, scope: str) -> 
 
 # One autouse fixture per scope: pytest sets up autouse fixtures first within their scope, so a
 # user's fixture of any scope already finds its temporary default when it is set up.
-@pytest.fixture(scope="session", autouse=True)
-def _ctrlrun_no_real_default_store_session(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[None]:
-    yield from _temporary_default(tmp_path_factory, "session")
+def _no_real_default_store(scope: Literal["session", "package", "module", "class"]) -> Any:
+    def fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+        yield from _temporary_default(tmp_path_factory, scope)
+
+    fixture.__name__ = f"_ctrlrun_no_real_default_store_{scope}"
+    fixture.__doc__ = f"An unset default store is a temporary one per {scope} (made on first use)."
+    return pytest.fixture(scope=scope, autouse=True)(fixture)
 
 
-@pytest.fixture(scope="package", autouse=True)
-def _ctrlrun_no_real_default_store_package(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[None]:
-    yield from _temporary_default(tmp_path_factory, "package")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _ctrlrun_no_real_default_store_module(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[None]:
-    yield from _temporary_default(tmp_path_factory, "module")
-
-
-@pytest.fixture(scope="class", autouse=True)
-def _ctrlrun_no_real_default_store_class(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[None]:
-    yield from _temporary_default(tmp_path_factory, "class")
+_ctrlrun_no_real_default_store_session = _no_real_default_store("session")
+_ctrlrun_no_real_default_store_package = _no_real_default_store("package")
+_ctrlrun_no_real_default_store_module = _no_real_default_store("module")
+_ctrlrun_no_real_default_store_class = _no_real_default_store("class")
 
 
 @pytest.fixture(autouse=True)

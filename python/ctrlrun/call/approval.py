@@ -15,24 +15,22 @@ from ctrlrun.store.approvals import NOT_BOUND, ApprovalRecord, ApprovalState, ap
 
 def refusal(record: ApprovalRecord) -> Exception:
     """The exception for a request that does not let the call run (pending or denied)."""
+    action, request_id = record.action, record.request_id
     if record.state is ApprovalState.DENIED:
-        who = record.decided_by or "?"
         note = f" ({record.note})" if record.note else ""
-        return ActionDenied(
-            f"the action '{record.action}' was denied by {who}{note} (approval request "
-            f"{record.request_id}); nothing was reserved or run. A new call with the same "
-            f"arguments asks again after {record.expires_at.isoformat()}",
-            action=record.action,
-            request_id=record.request_id,
-            denied_by=record.decided_by,
+        why = (
+            f"the action '{action}' was denied by {record.decided_by or '?'}{note} (approval "
+            f"request {request_id}); nothing was reserved or run. A new call with the same "
+            f"arguments asks again after {record.expires_at.isoformat()}"
         )
+        return ActionDenied(why, action=action, request_id=request_id, denied_by=record.decided_by)
     return ApprovalRequired(
-        f"the action '{record.action}' needs a person's approval for these arguments: "
-        f"approval request {record.request_id} is pending; nothing was reserved or run. "
-        f"Approve it with `ctrlrun approve {record.request_id} --by NAME` (or "
-        f"Store.grant_approval), then call again with the same arguments",
-        request_id=record.request_id,
-        action=record.action,
+        f"the action '{action}' needs a person's approval for these arguments: approval request "
+        f"{request_id} is pending; nothing was reserved or run. Approve it with `ctrlrun approve "
+        f"{request_id} --by NAME` (or Store.grant_approval), then call again with the same "
+        f"arguments",
+        request_id=request_id,
+        action=action,
         effect_key=record.effect_key,
         arguments=record.arguments,
         expires_at=record.expires_at,

@@ -19,7 +19,7 @@ from ctrlrun.call import io_threads as _io_threads
 from ctrlrun.call import runner as _runner
 from ctrlrun.call import runner_async as _runner_async
 from ctrlrun.call.binding import Gate, PolicyWarning, Route
-from ctrlrun.call.steps import Spec, after_refusal, extend_lease, idempotency_token
+from ctrlrun.call.steps import Call, Spec, after_refusal, extend_lease, idempotency_token
 from ctrlrun.errors import DuplicateEffect, InvalidArgument
 from ctrlrun.store.api import Store, default_store, lease_to_micros, store_at_hand, store_for_url
 
@@ -257,37 +257,21 @@ def protect(
                 key, spec = bound(route, args, kwargs)
                 watched = observe(name, key)
                 if not (route[2] or wait_s):  # no replay, no wait: a refusal is raised as it is
+                    call = Call(await store_ref.aget(), key, lease_us, spec)
                     if watched is None:
-                        return await _runner_async.run(
-                            await store_ref.aget(), key, lease_us, fn, args, kwargs, spec, heartbeat
-                        )
+                        return await _runner_async.run(call, fn, args, kwargs, heartbeat)
                     with watched:
-                        return await _runner_async.run(
-                            await store_ref.aget(), key, lease_us, fn, args, kwargs, spec, heartbeat
-                        )
+                        return await _runner_async.run(call, fn, args, kwargs, heartbeat)
                 started = time.monotonic()
                 with watched or UNOBSERVED as seen:
                     while True:
                         try:
-                            return await _runner_async.run(
-                                await store_ref.aget(),
-                                key,
-                                lease_us,
-                                fn,
-                                args,
-                                kwargs,
-                                spec,
-                                heartbeat,
-                            )
+                            call = Call(await store_ref.aget(), key, lease_us, spec)
+                            return await _runner_async.run(call, fn, args, kwargs, heartbeat)
                         except DuplicateEffect as dup:
-                            then, value = after_refusal(
-                                dup, route[2], wait_s, time.monotonic() - started
-                            )
-                            if then == "replay":
-                                seen.replayed = True
+                            replayed, value = after_refusal(dup, route[2], wait_s, started, seen)
+                            if replayed:
                                 return value
-                            if then == "raise":
-                                raise
                         await asyncio.sleep(value)
 
             async_wrapper.__ctrlrun_action__ = name  # type: ignore[attr-defined]
@@ -301,30 +285,21 @@ def protect(
             key, spec = bound(route, args, kwargs)
             watched = observe(name, key)
             if not (route[2] or wait_s):  # no replay, no wait: a refusal is raised as it is
+                call = Call(store_ref.get(), key, lease_us, spec)
                 if watched is None:
-                    return _runner.run(
-                        store_ref.get(), key, lease_us, fn, args, kwargs, spec, heartbeat
-                    )
+                    return _runner.run(call, fn, args, kwargs, heartbeat)
                 with watched:
-                    return _runner.run(
-                        store_ref.get(), key, lease_us, fn, args, kwargs, spec, heartbeat
-                    )
+                    return _runner.run(call, fn, args, kwargs, heartbeat)
             started = time.monotonic()
             with watched or UNOBSERVED as seen:
                 while True:
                     try:
-                        return _runner.run(
-                            store_ref.get(), key, lease_us, fn, args, kwargs, spec, heartbeat
-                        )
+                        call = Call(store_ref.get(), key, lease_us, spec)
+                        return _runner.run(call, fn, args, kwargs, heartbeat)
                     except DuplicateEffect as dup:
-                        then, value = after_refusal(
-                            dup, route[2], wait_s, time.monotonic() - started
-                        )
-                        if then == "replay":
-                            seen.replayed = True
+                        replayed, value = after_refusal(dup, route[2], wait_s, started, seen)
+                        if replayed:
                             return value
-                        if then == "raise":
-                            raise
                     time.sleep(value)
 
         wrapper.__ctrlrun_action__ = name  # type: ignore[attr-defined]

@@ -3,26 +3,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable
 
 from ctrlrun.call.approval import refusal, wait_for_decision
 from ctrlrun.call.heartbeat import Heartbeat
-from ctrlrun.call.steps import REFUSALS, Call, Spec
+from ctrlrun.call.steps import REFUSALS, Args, Call, Kwargs
 from ctrlrun.errors import ApprovalNeeded
-from ctrlrun.store.api import Store
 
 
-def run(
-    store: Store,
-    key: str,
-    lease_us: int,
-    fn: Callable[..., Any],
-    args: Tuple[Any, ...],
-    kwargs: Dict[str, Any],
-    spec: Optional[Spec] = None,
-    heartbeat: bool = False,
-) -> Any:
-    call = Call(store, key, lease_us, spec)
+def run(call: Call, fn: Callable[..., Any], args: Args, kwargs: Kwargs, hb: bool = False) -> Any:
+    """Reserve ``call``'s key, run ``fn`` (with a heartbeat when ``hb``), record its outcome."""
+    store, spec = call.store, call.spec
     try:
         call.reserve()
         needed = False
@@ -42,7 +33,7 @@ def run(
         except ApprovalNeeded:  # used by another call meanwhile
             raise refusal(call.ask()) from None
     call.enter()
-    beat = Heartbeat(call).start() if heartbeat else None
+    beat = Heartbeat(call).start() if hb else None
     try:
         result = fn(*args, **kwargs)
     except BaseException as exc:

@@ -18,7 +18,7 @@ from ctrlrun.call import io_threads as _io_threads
 from ctrlrun.call.approval import poll_interval, refusal
 from ctrlrun.call.heartbeat import Heartbeat
 from ctrlrun.call.outcome import Outcome
-from ctrlrun.call.steps import OUTCOME_PAUSES, REFUSALS, Call, Spec
+from ctrlrun.call.steps import OUTCOME_PAUSES, REFUSALS, Call
 from ctrlrun.errors import ApprovalNeeded, StoreUnresolved
 from ctrlrun.store.api import Store
 from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
@@ -174,16 +174,15 @@ async def _decision(store: Store, record: ApprovalRecord, timeout: float) -> App
 
 
 async def run(
-    store: Store,
-    key: str,
-    lease_us: int,
+    call: Call,
     fn: Callable[..., Awaitable[Any]],
     args: Tuple[Any, ...],
     kwargs: Dict[str, Any],
-    spec: Optional[Spec] = None,
     heartbeat: bool = False,
 ) -> Any:
-    call = Call(store, key, lease_us, spec)
+    """Run ``fn`` once under ``call``'s reservation: reserve, run the body, record its
+    outcome."""
+    store, spec = call.store, call.spec
     try:
         await _reserve(call)
         needed = False

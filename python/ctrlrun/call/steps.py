@@ -14,6 +14,7 @@ import contextvars
 import hashlib
 import logging
 import os
+import time
 from datetime import timedelta
 from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple, Union
 
@@ -44,6 +45,10 @@ current: contextvars.ContextVar[Optional[Call]] = contextvars.ContextVar(
 
 # Outcome writes are compare-and-sets, so re-issuing them is safe: the pauses between tries.
 OUTCOME_PAUSES = (0.05, 0.25, 1.0)
+
+#: A protected function's positional and keyword arguments, as the wrapper got them.
+Args = Tuple[Any, ...]
+Kwargs = Dict[str, Any]
 
 # What a failed outcome write raises in place of the executor's exception (chained onto it):
 # the store's refusal, or the write that could not be recorded. Anything else (an interrupt)
@@ -92,20 +97,22 @@ def replayable(dup: DuplicateEffect) -> bool:
 
 
 def after_refusal(
-    dup: DuplicateEffect, replay: bool, wait: float, waited: float
-) -> Tuple[str, Any]:
-    """What a protected call does when refused with ``dup``, having waited ``waited`` seconds
-    so far: ``("replay", result)`` (``replay``, and the key is committed by a call with the
-    same arguments), ``("wait", seconds)`` (another attempt holds the key, and ``wait``
-    seconds are not up: reserve again after the pause, holding nothing meanwhile) or
-    ``("raise", None)``."""
+    dup: DuplicateEffect, replay: bool, wait: float, started: float, seen: Any
+) -> Tuple[bool, Any]:
+    """What a protected call does when refused with ``dup``, having started waiting at
+    ``started`` (``time.monotonic()``): ``(True, result)`` to replay (``replay``, and the key is
+    committed by a call with the same arguments; ``seen`` is marked replayed), ``(False,
+    seconds)`` to reserve again after the pause, holding nothing meanwhile (another attempt
+    holds the key, and ``wait`` seconds are not up); otherwise ``dup`` is raised."""
     if replay and replayable(dup):
         assert dup.record is not None
-        return "replay", dup.record.result
+        seen.replayed = True
+        return True, dup.record.result
+    waited = time.monotonic() - started
     left = wait - waited
     if dup.state == "in_progress" and not isinstance(dup, EffectConflict) and left > 0:
-        return "wait", min(left, poll_interval(waited))
-    return "raise", None
+        return False, min(left, poll_interval(waited))
+    raise dup
 
 
 class Spec:

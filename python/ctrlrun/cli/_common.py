@@ -3,10 +3,11 @@ the one-line error exit, and times as ISO text."""
 
 from __future__ import annotations
 
+import enum
 import os
 import sys
 from datetime import datetime
-from typing import NoReturn, Optional
+from typing import Any, Dict, NoReturn, Optional
 
 import click
 
@@ -43,6 +44,22 @@ def open_existing(url: Optional[str]) -> Store:
         return open_store(url) if url is not None else default_store()
     except CTRLRunError as exc:
         die(str(exc))
+
+
+def as_json(record: Any, names: str) -> Dict[str, Any]:
+    """The fields ``names`` (space-separated, in this order) of ``record``, JSON-ready: times
+    as ISO text ending in ``Z``, enums as their values, tuples as lists."""
+    out: Dict[str, Any] = {}
+    for name in names.split():
+        value = getattr(record, name)
+        if isinstance(value, datetime):
+            value = iso(value)
+        elif isinstance(value, enum.Enum):
+            value = value.value
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[name] = value
+    return out
 
 
 def iso(dt: Optional[datetime]) -> Optional[str]:

@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional
 
 import click
 
-from ctrlrun.cli._common import die, iso, open_existing, store_option
+from ctrlrun.cli._common import as_json, die, iso, open_existing, store_option
 from ctrlrun.cli.table import printable
 from ctrlrun.errors import CTRLRunError
 from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
@@ -17,21 +17,11 @@ APPROVAL_STATES = [s.value for s in ApprovalState]
 
 
 def approval_dict(r: ApprovalRecord) -> Dict[str, Any]:
-    return {
-        "request_id": r.request_id,
-        "state": r.state.value,
-        "action": r.action,
-        "effect_key": r.effect_key,
-        "arguments": r.arguments,
-        "not_bound": list(r.not_bound),
-        "requested_at": iso(r.requested_at),
-        "expires_at": iso(r.expires_at),
-        "decided_by": r.decided_by,
-        "decided_at": iso(r.decided_at),
-        "note": r.note,
-        "used_by": r.used_by,
-        "used_at": iso(r.used_at),
-    }
+    return as_json(
+        r,
+        "request_id state action effect_key arguments not_bound requested_at expires_at "
+        "decided_by decided_at note used_by used_at",
+    )
 
 
 def _arguments_text(r: ApprovalRecord, width: int = 60) -> str:
@@ -108,21 +98,21 @@ def decide(
         )
 
 
-@click.command()
-@click.argument("request_id")
-@click.option("--by", "by", metavar="NAME", required=True, help="Who approves.")
-@click.option("--note", metavar="TEXT", default=None, help="Why (kept on the request).")
-@store_option
-def approve(request_id: str, by: str, note: Optional[str], store_url: Optional[str]) -> None:
-    """Grant a pending approval request (single use: one run of its call)."""
-    decide(True, request_id, by, note, store_url)
+def _decision(grant: bool, who: str, doc: str) -> click.Command:
+    """``ctrlrun approve`` (``grant``) or ``ctrlrun deny``."""
+
+    @click.command("approve" if grant else "deny", help=doc)
+    @click.argument("request_id")
+    @click.option("--by", "by", metavar="NAME", required=True, help=who)
+    @click.option("--note", metavar="TEXT", default=None, help="Why (kept on the request).")
+    @store_option
+    def command(request_id: str, by: str, note: Optional[str], store_url: Optional[str]) -> None:
+        decide(grant, request_id, by, note, store_url)
+
+    return command
 
 
-@click.command()
-@click.argument("request_id")
-@click.option("--by", "by", metavar="NAME", required=True, help="Who denies.")
-@click.option("--note", metavar="TEXT", default=None, help="Why (kept on the request).")
-@store_option
-def deny(request_id: str, by: str, note: Optional[str], store_url: Optional[str]) -> None:
-    """Deny a pending approval request."""
-    decide(False, request_id, by, note, store_url)
+approve = _decision(
+    True, "Who approves.", "Grant a pending approval request (single use: one run of its call)."
+)
+deny = _decision(False, "Who denies.", "Deny a pending approval request.")

@@ -67,19 +67,18 @@ def run(store_url: Optional[str] = None, echo: Callable[[str], None] = print) ->
         call(f"call {i}", "pi_1001")
     echo(f"   the provider saw {provider.refunds.get('pi_1001', 0)} refund for pi_1001\n")
 
-    echo("2. The provider is unreachable: the executor raises NotExecuted, then the retry runs.")
-    provider.down = True
-    call("call 1", "pi_1002")
-    provider.down = False
-    call("call 2", "pi_1002")
-    echo(f"   the provider saw {provider.refunds.get('pi_1002', 0)} refund for pi_1002\n")
-
-    echo("3. The provider times out after the request was sent: did the refund happen?")
-    provider.times_out = True
-    call("call 1", "pi_1003")
-    provider.times_out = False
-    call("blind retry", "pi_1003")
-    echo(f"   the provider saw {provider.refunds.get('pi_1003', 0)} refund for pi_1003\n")
+    for title, fault, retry, pid in (
+        ("2. The provider is unreachable: the executor raises NotExecuted, then the retry runs.",
+         "down", "call 2", "pi_1002"),
+        ("3. The provider times out after the request was sent: did the refund happen?",
+         "times_out", "blind retry", "pi_1003"),
+    ):  # fmt: skip
+        echo(title)
+        setattr(provider, fault, True)
+        call("call 1", pid)
+        setattr(provider, fault, False)
+        call(retry, pid)
+        echo(f"   the provider saw {provider.refunds.get(pid, 0)} refund for {pid}\n")
 
     echo("4. A person checks the provider's dashboard, finds the refund, and resolves it.")
     rec = store.resolve_effect("refund:pi_1003", "committed", "ops:alice")

@@ -15,31 +15,20 @@ from typing import Any, Dict, List, Optional
 import click
 
 from ctrlrun.cli import approvals, gateway, receipts, retention
-from ctrlrun.cli._common import die, iso, open_existing, store_option
+from ctrlrun.cli._common import as_json, die, open_existing, store_option
 from ctrlrun.cli.table import lease_text, printable, table
 from ctrlrun.errors import CTRLRunError
 from ctrlrun.store.records import EffectRecord, EffectState
 
 STATES = [s.value for s in EffectState]
+RECORD_FIELDS = (
+    "effect_key state action_id attempt created_at updated_at lease_expires_at result error "
+    "resolved_by action holder args_digest approval_id"
+)
 
 
 def record_dict(r: EffectRecord) -> Dict[str, Any]:
-    return {
-        "effect_key": r.effect_key,
-        "state": r.state.value,
-        "action_id": r.action_id,
-        "attempt": r.attempt,
-        "created_at": iso(r.created_at),
-        "updated_at": iso(r.updated_at),
-        "lease_expires_at": iso(r.lease_expires_at),
-        "result": r.result,
-        "error": r.error,
-        "resolved_by": r.resolved_by,
-        "action": r.action,
-        "holder": r.holder,
-        "args_digest": r.args_digest,
-        "approval_id": r.approval_id,
-    }
+    return as_json(r, RECORD_FIELDS)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -7,7 +7,7 @@ import json
 import re
 import sys
 from datetime import timedelta
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import click
 
@@ -114,6 +114,12 @@ def effects_prune(
     def heard(n: int) -> None:
         done[0] = n
 
+    def prune(progress: Callable[[int], None]) -> int:
+        who = by or _who()
+        return store.prune(
+            older, chosen, receipts=receipts, by=who, batch_size=batch_size, progress=progress
+        )
+
     try:
         if dry_run:
             count = store.prune(older, chosen, dry_run=True)
@@ -125,23 +131,9 @@ def effects_prune(
                     bar.update(n - done[0])
                     heard(n)
 
-                count = store.prune(
-                    older,
-                    chosen,
-                    receipts=receipts,
-                    by=by or _who(),
-                    batch_size=batch_size,
-                    progress=moved,
-                )
+                count = prune(moved)
         else:
-            count = store.prune(
-                older,
-                chosen,
-                receipts=receipts,
-                by=by or _who(),
-                batch_size=batch_size,
-                progress=heard,
-            )
+            count = prune(heard)
     except CTRLRunError as exc:
         kept = f" (after pruning {done[0]})" if done[0] else ""
         die(f"{exc}{kept}")

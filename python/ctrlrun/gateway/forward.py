@@ -32,7 +32,7 @@ from ctrlrun.call import runner_async as _runner_async
 from ctrlrun.call.binding import render_value
 from ctrlrun.call.outcome import state_after
 from ctrlrun.call.protect import DEFAULT_LEASE
-from ctrlrun.call.steps import Spec, replayable
+from ctrlrun.call.steps import Call, Spec, replayable
 from ctrlrun.errors import (
     ActionDenied,
     AmbiguousEffect,
@@ -285,7 +285,7 @@ class Gateway:
         try:
             with observe(action, key) or UNOBSERVED as seen:
                 try:
-                    await _runner_async.run(self.store, key, lease_us, send, (), {}, spec)
+                    await _runner_async.run(Call(self.store, key, lease_us, spec), send, (), {})
                 except DuplicateEffect as exc:
                     if not (not sent and entry.replay and replayable(exc)):
                         raise

@@ -26,6 +26,8 @@ from mcp.server.lowlevel import NotificationOptions
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.message import ServerMessageMetadata
 
+from ctrlrun.gateway.upstream import Upstream
+
 log = logging.getLogger("ctrlrun.gateway")
 
 #: The upstream's notifications every agent is told of (the gateway's view changed too).
@@ -355,28 +357,22 @@ class Relay:
 
 class PassThrough:
     """Resources and prompts, forwarded unchanged (registered when the upstream offers them),
-    on the upstream's current session (``_gateway_upstream.Upstream``: reconnected when it
+    on the upstream's current session (``ctrlrun.gateway.upstream.Upstream``: reconnected when it
     can be)."""
 
-    def __init__(self, upstream: Any, relay: Relay) -> None:
+    def __init__(self, upstream: Upstream, relay: Relay) -> None:
         self.upstream = upstream
         self.relay = relay
 
     async def list_resources(self, ctx: Any, params: Any) -> types.ListResourcesResult:
         with self.relay.calling(ctx):
-            found: types.ListResourcesResult = await self.upstream.ask(
-                lambda s: s.list_resources(params=params)
-            )
-            return found
+            return await self.upstream.ask(lambda s: s.list_resources(params=params))
 
     async def list_resource_templates(
         self, ctx: Any, params: Any
     ) -> types.ListResourceTemplatesResult:
         with self.relay.calling(ctx):
-            found: types.ListResourceTemplatesResult = await self.upstream.ask(
-                lambda s: s.list_resource_templates(params=params)
-            )
-            return found
+            return await self.upstream.ask(lambda s: s.list_resource_templates(params=params))
 
     async def read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> Any:
         with self.relay.calling(ctx):
@@ -384,10 +380,7 @@ class PassThrough:
 
     async def list_prompts(self, ctx: Any, params: Any) -> types.ListPromptsResult:
         with self.relay.calling(ctx):
-            found: types.ListPromptsResult = await self.upstream.ask(
-                lambda s: s.list_prompts(params=params)
-            )
-            return found
+            return await self.upstream.ask(lambda s: s.list_prompts(params=params))
 
     async def get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> Any:
         with self.relay.calling(ctx):

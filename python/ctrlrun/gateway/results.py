@@ -10,14 +10,7 @@ from typing import Any, Dict, Optional
 
 from mcp import types
 
-from ctrlrun.errors import (
-    ActionDenied,
-    AmbiguousEffect,
-    ApprovalRequired,
-    CTRLRunError,
-    DuplicateEffect,
-    EffectConflict,
-)
+from ctrlrun import errors
 
 
 @dataclass(frozen=True)
@@ -70,7 +63,7 @@ def _result(text: str, payload: Dict[str, Any]) -> types.CallToolResult:
 def refusal_result(action: str, key: Optional[str], exc: Exception) -> types.CallToolResult:
     """A refusal: nothing was sent to the upstream."""
     payload: Dict[str, Any] = {"action": action, "effect_key": key}
-    if isinstance(exc, EffectConflict):
+    if isinstance(exc, errors.EffectConflict):
         payload.update(
             refused="conflict",
             fields=list(exc.fields),
@@ -82,10 +75,10 @@ def refusal_result(action: str, key: Optional[str], exc: Exception) -> types.Cal
             f"conflict: {key} was already used with other arguments ({differ} differ); it is "
             f"{exc.state}. Do not retry with these arguments"
         )
-    elif isinstance(exc, DuplicateEffect):
+    elif isinstance(exc, errors.DuplicateEffect):
         try:
             record = exc.record
-        except CTRLRunError as unreadable:  # a row edited by hand into what no record holds
+        except errors.CTRLRunError as unreadable:  # a row edited by hand into what no record holds
             return not_forwarded(
                 action,
                 key,
@@ -108,13 +101,13 @@ def refusal_result(action: str, key: Optional[str], exc: Exception) -> types.Cal
             until = _iso(record.lease_expires_at) if record is not None else None
             payload.update(refused="in_progress", lease_expires_at=until)
             text = f"in progress: {key} is being done by another call (its lease runs until {until}); do not retry now"
-    elif isinstance(exc, AmbiguousEffect):
+    elif isinstance(exc, errors.AmbiguousEffect):
         payload.update(refused="ambiguous")
         text = (
             f"unknown outcome: {key} may or may not have happened; a person must check and "
             f"settle it (`ctrlrun resolve {key} --committed` or `--failed`). Do not retry"
         )
-    elif isinstance(exc, ApprovalRequired):
+    elif isinstance(exc, errors.ApprovalRequired):
         payload.update(
             refused="approval_required",
             request_id=exc.request_id,
@@ -127,7 +120,7 @@ def refusal_result(action: str, key: Optional[str], exc: Exception) -> types.Cal
             f"approves it with `ctrlrun approve {exc.request_id} --by NAME`, then call again "
             f"with the same arguments"
         )
-    elif isinstance(exc, ActionDenied):
+    elif isinstance(exc, errors.ActionDenied):
         payload.update(refused="denied", request_id=exc.request_id, denied_by=exc.denied_by)
         who = f" by {exc.denied_by}" if exc.denied_by else ""
         text = f"denied{who}: {exc}. Do not retry"

@@ -16,15 +16,11 @@ import signal
 import sys
 import threading
 import time
-from contextlib import AsyncExitStack, contextmanager
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from contextlib import contextmanager
+from typing import Any, Iterator, List, Optional, Tuple
 
 import anyio
-import httpx2
 from mcp import types
-from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
@@ -33,135 +29,11 @@ from ctrlrun import _core
 from ctrlrun._policy import current_policy
 from ctrlrun.call import io_threads as _io_threads
 from ctrlrun.gateway import stdio as _gateway_stdio
-from ctrlrun.gateway.forward import Gateway, upstream_tools
-from ctrlrun.gateway.http import http_client
+from ctrlrun.gateway.forward import Gateway
+from ctrlrun.gateway.launch import CannotRun, first_error, hold_upstream, only_errors
 from ctrlrun.gateway.relay import PassThrough, Relay, handshake_era, notification_options
-from ctrlrun.gateway.upstream import Upstream, WatchedStream, brief, redacted
+from ctrlrun.gateway.upstream import Upstream, brief, redacted
 from ctrlrun.store.api import Store
-
-
-def upstream_env() -> Dict[str, str]:
-    """The gateway's environment for the upstream, without ctrlrun's own settings (the store
-    URL may hold a password the upstream has no business seeing)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
-
-
-def _upstream_transport(
-    command: List[str], url: Optional[str], http: Optional[httpx2.AsyncClient]
-) -> Any:
-    """The upstream's streams: a subprocess on stdio, or a server over streamable HTTP."""
-    if url is not None:
-        return streamable_http_client(url, http_client=http)
-    params = StdioServerParameters(command=command[0], args=command[1:], env=upstream_env())
-    return stdio_client(params)
-
-
-class CannotRun(Exception):
-    """The upstream command could not be run (its ``OSError`` is the cause)."""
-
-
-async def _start(
-    stack: AsyncExitStack, command: List[str], url: Optional[str], timeout: float, relay: Relay
-) -> Tuple[Upstream, types.InitializeResult, List[types.Tool]]:
-    """The upstream's session, initialized and its tools listed, within ``timeout``; its
-    streams and process belong to ``stack``, its requests and notifications go to ``relay``.
-    A command that cannot be run raises :class:`CannotRun`."""
-    http = http_client() if url is not None else None
-    if http is not None:
-        await stack.enter_async_context(http)
-    try:
-        read, write = await stack.enter_async_context(_upstream_transport(command, url, http))
-    except OSError as exc:
-        raise CannotRun(exc) from exc
-    watched = WatchedStream(read)
-    with handshake_era():
-        client = ClientSession(watched, write, **relay.client_callbacks())
-    session = await stack.enter_async_context(client)
-    with anyio.fail_after(timeout):
-        init = await session.initialize()
-        tools = await upstream_tools(session)
-    return Upstream(session, watched, http=url is not None), init, tools
-
-
-def _only_errors(exc: BaseException, kinds: Tuple[type, ...] = (Exception,)) -> bool:
-    """``exc`` is an error of ``kinds``, or a group of them (by default: not a cancellation
-    or an exit)."""
-    inner = getattr(exc, "exceptions", None)
-    if inner is None:
-        return isinstance(exc, kinds)
-    return all(_only_errors(e, kinds) for e in inner)
-
-
-def _first_error(exc: BaseException) -> BaseException:
-    """The first error inside a group (what to name in a message)."""
-    while getattr(exc, "exceptions", None):
-        exc = exc.exceptions[0]  # type: ignore[attr-defined]
-    return exc
-
-
-async def _close_quietly(stack: AsyncExitStack) -> Optional[BaseException]:
-    """Close what a failed start left open (the process, its streams), whatever they raise:
-    the reason the start failed is the one to report. Returns what the closing raised (a
-    transport's own failure, which it reports by cancelling the task that opened it)."""
-    try:
-        await stack.aclose()
-    except BaseException as exc:  # a group of what the streams' tasks raised on the way out
-        if not _only_errors(exc):
-            raise
-        return exc
-    return None
-
-
-async def _hold(
-    alias: str,
-    command: List[str],
-    url: Optional[str],
-    timeout: float,
-    relay: Relay,
-    *,
-    task_status: Any,
-) -> None:
-    """Start the upstream, report it started, and keep its connection open in this task
-    until cancelled. The connection runs in a task of its own because a transport that
-    fails (an HTTP upstream that went away) cancels the task that opened it: that must be
-    this one, never the one serving agents. Once it failed, nothing more is sent."""
-    stack = AsyncExitStack()
-    try:
-        started = await _start(stack, command, url, timeout, relay)
-    except BaseException as exc:
-        failed = await _close_quietly(stack)
-        if failed is not None and isinstance(exc, anyio.get_cancelled_exc_class()):
-            # The transport failed (nothing listening) and cancelled this task to say so: its
-            # failure is the reason, and the cancellation was its own. (A cancellation of the
-            # gateway itself is delivered again at the caller's next wait.)
-            raise failed from None
-        raise
-    # Its own stream, not whichever the gateway's shared upstream holds when this ends (a
-    # reconnection swaps it); and a way to close this connection when a new one replaces it.
-    watched, replaced = started[0].watched, anyio.Event()
-    started[0].stop = replaced.set
-    task_status.started(started)
-    try:
-        async with stack:
-            await replaced.wait()
-    except BaseException as exc:
-        if not _only_errors(exc):
-            raise  # the gateway is stopping
-        if replaced.is_set():
-            return  # a new connection took its place; how this one closed does not matter
-        then = (
-            "the next request reconnects (a reserved call that cannot be sent is recorded failed)"
-            if url is not None
-            else "no call is sent any more (a reserved call is recorded failed)"
-        )
-        print(
-            f"ctrlrun gateway {alias}: the connection to the upstream failed ({brief(_first_error(exc))}); {then}",
-            file=sys.stderr,
-            flush=True,
-        )
-    finally:
-        if watched is not None:
-            watched.ended = True
 
 
 class _OneLine(logging.Formatter):
@@ -266,94 +138,87 @@ async def serve(
     streamable HTTP on ``listen``) until they are done."""
     _stop_on_sigterm()
     with _quiet_sdk_log(alias):
-        await _serve(alias, store, command, url, listen, call_timeout)
-
-
-async def _serve(
-    alias: str,
-    store: Store,
-    command: List[str],
-    url: Optional[str],
-    listen: Optional[Tuple[str, int]],
-    call_timeout: float,
-) -> None:
-    shown = redacted(url) if url else command[0]
-    relay = Relay(call_timeout)
-    async with anyio.create_task_group() as tg:
-        try:
-            upstream, init, tools = await tg.start(_hold, alias, command, url, call_timeout, relay)
-            relay.upstream = upstream
-        except BaseException as exc:
-            # A command that cannot be run, or a URL: the caller reports it and exits.
-            if isinstance(exc, CannotRun) and exc.__cause__ is not None:
-                raise exc.__cause__ from None
-            if url is not None or not isinstance(exc, Exception):
-                raise
-            why = brief(exc)
-            print(
-                f"ctrlrun gateway {alias}: the upstream {shown} did not start ({why}); "
-                f"serving anyway: no tools are listed and no call is sent (a reserved call "
-                f"is recorded failed)",
-                file=sys.stderr,
-                flush=True,
-            )
-            gateway = Gateway(alias, store, Upstream(None, None, down=why), call_timeout, [])
-            await _run(
-                Server(
-                    f"ctrlrun-gateway-{alias}",
-                    version=_core.__version__,
-                    on_list_tools=gateway.list_tools,
-                    on_call_tool=gateway.call_tool,
-                ),
-                listen,
-            )
-            return
-        assert upstream.session is not None
-        announce(alias, store, shown, tools)
-        gateway = Gateway(alias, store, upstream, call_timeout, tools, relay)
-
-        async def reconnect() -> None:
-            # A new connection in a task of its own, as the first; bounded as the first.
+        shown = redacted(url) if url else command[0]
+        relay = Relay(call_timeout)
+        async with anyio.create_task_group() as tg:
             try:
-                again, _, _ = await tg.start(_hold, alias, command, url, call_timeout, relay)
-            except Exception as exc:  # name the first failure, not the group around it
-                raise ConnectionError(brief(_first_error(exc))) from None
-            replaced = upstream.stop
-            upstream.session, upstream.watched = again.session, again.watched
-            upstream.stop = again.stop
-            replaced()  # the old connection, if its transport still runs (a 404 session)
-            gateway.forget_tools()
-            print(
-                f"ctrlrun gateway {alias}: reconnected to the upstream {shown}",
-                file=sys.stderr,
-                flush=True,
-            )
-            refused = await relay.restore()
-            if refused:
+                upstream, init, tools = await tg.start(
+                    hold_upstream, alias, command, url, call_timeout, relay
+                )
+                relay.upstream = upstream
+            except BaseException as exc:
+                # A command that cannot be run, or a URL: the caller reports it and exits.
+                if isinstance(exc, CannotRun) and exc.__cause__ is not None:
+                    raise exc.__cause__ from None
+                if url is not None or not isinstance(exc, Exception):
+                    raise
+                why = brief(exc)
                 print(
-                    f"ctrlrun gateway {alias}: the new connection refused {', '.join(refused)}",
+                    f"ctrlrun gateway {alias}: the upstream {shown} did not start ({why}); "
+                    f"serving anyway: no tools are listed and no call is sent (a reserved call "
+                    f"is recorded failed)",
                     file=sys.stderr,
                     flush=True,
                 )
+                gateway = Gateway(alias, store, Upstream(None, None, down=why), call_timeout, [])
+                await _run(
+                    Server(
+                        f"ctrlrun-gateway-{alias}",
+                        version=_core.__version__,
+                        on_list_tools=gateway.list_tools,
+                        on_call_tool=gateway.call_tool,
+                    ),
+                    listen,
+                )
+                return
+            assert upstream.session is not None
+            announce(alias, store, shown, tools)
+            gateway = Gateway(alias, store, upstream, call_timeout, tools, relay)
 
-        upstream.timeout = call_timeout
-        if url is not None:  # a stdio upstream is a process of ours: it is not started again
-            upstream.reconnect = reconnect
-        with handshake_era():
-            server = GatewayServer(
-                f"ctrlrun-gateway-{alias}",
-                version=_core.__version__,
-                instructions=init.instructions,
-                on_list_tools=gateway.list_tools,
-                on_call_tool=gateway.call_tool,
-                **PassThrough(upstream, relay).handlers(init.capabilities),
-                **relay.server_handlers(init.capabilities),
-            )
-        server.notify = notification_options(init.capabilities)
-        try:
-            await _run(server, listen)
-        finally:
-            tg.cancel_scope.cancel()  # close the upstream's connection
+            async def reconnect() -> None:
+                # A new connection in a task of its own, as the first; bounded as the first.
+                try:
+                    again, _, _ = await tg.start(
+                        hold_upstream, alias, command, url, call_timeout, relay
+                    )
+                except Exception as exc:  # name the first failure, not the group around it
+                    raise ConnectionError(brief(first_error(exc))) from None
+                replaced = upstream.stop
+                upstream.session, upstream.watched = again.session, again.watched
+                upstream.stop = again.stop
+                replaced()  # the old connection, if its transport still runs (a 404 session)
+                gateway.forget_tools()
+                print(
+                    f"ctrlrun gateway {alias}: reconnected to the upstream {shown}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                refused = await relay.restore()
+                if refused:
+                    print(
+                        f"ctrlrun gateway {alias}: the new connection refused {', '.join(refused)}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+
+            upstream.timeout = call_timeout
+            if url is not None:  # a stdio upstream is a process of ours: it is not started again
+                upstream.reconnect = reconnect
+            with handshake_era():
+                server = GatewayServer(
+                    f"ctrlrun-gateway-{alias}",
+                    version=_core.__version__,
+                    instructions=init.instructions,
+                    on_list_tools=gateway.list_tools,
+                    on_call_tool=gateway.call_tool,
+                    **PassThrough(upstream, relay).handlers(init.capabilities),
+                    **relay.server_handlers(init.capabilities),
+                )
+            server.notify = notification_options(init.capabilities)
+            try:
+                await _run(server, listen)
+            finally:
+                tg.cancel_scope.cancel()  # close the upstream's connection
 
 
 class GatewayServer(Server[Any]):
@@ -458,7 +323,7 @@ async def _run(server: Server[Any], listen: Optional[Tuple[str, int]]) -> None:
         except BaseException as exc:
             # Ending (a SIGTERM, the agent gone), the SDK's server closes its streams while
             # its stdio tasks still hand on a line the agent sent: serving is over all the same.
-            if not _only_errors(exc, (anyio.BrokenResourceError, anyio.ClosedResourceError)):
+            if not only_errors(exc, (anyio.BrokenResourceError, anyio.ClosedResourceError)):
                 raise
         return
     import uvicorn

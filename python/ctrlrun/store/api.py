@@ -151,7 +151,7 @@ class Store(ReceiptMethods, RetentionMethods):
     ) -> EffectRecord:
         """``reserved`` -> ``executing``, just before the executor's body starts."""
         return record_from_core(
-            self.core.transition(key, action_id, attempt, _core.Step.BEGIN, None, self.now_us())
+            self.core.transition(*self._step(key, action_id, attempt, _core.Step.BEGIN, None))
         )
 
     @_api
@@ -161,7 +161,7 @@ class Store(ReceiptMethods, RetentionMethods):
         """``executing`` -> ``committed``; ``result`` is stored as JSON (or its repr)."""
         return record_from_core(
             self.core.transition(
-                key, action_id, attempt, _core.Step.COMMIT, result_to_json(result), self.now_us()
+                *self._step(key, action_id, attempt, _core.Step.COMMIT, result_to_json(result))
             )
         )
 
@@ -171,9 +171,7 @@ class Store(ReceiptMethods, RetentionMethods):
     ) -> EffectRecord:
         """``executing`` (or ``reserved``: the body never started) -> ``failed``."""
         return record_from_core(
-            self.core.transition(
-                key, action_id, attempt, _core.Step.FAIL, str(error), self.now_us()
-            )
+            self.core.transition(*self._step(key, action_id, attempt, _core.Step.FAIL, str(error)))
         )
 
     @_api
@@ -183,9 +181,16 @@ class Store(ReceiptMethods, RetentionMethods):
         """``reserved``/``executing``/``ambiguous`` -> ``ambiguous`` (outcome unknown)."""
         return record_from_core(
             self.core.transition(
-                key, action_id, attempt, _core.Step.AMBIGUOUS, str(error), self.now_us()
+                *self._step(key, action_id, attempt, _core.Step.AMBIGUOUS, str(error))
             )
         )
+
+    def _step(
+        self, key: str, action_id: str, attempt: Optional[int], step: _core.Step, payload: Any
+    ) -> Tuple[Any, ...]:
+        # The core's transition arguments (the clock read now); the core call itself stays in
+        # the API method's frame, where a TypeError/OverflowError is the caller's argument's.
+        return (key, action_id, attempt, step, payload, self.now_us())
 
     @_api
     def extend_lease(

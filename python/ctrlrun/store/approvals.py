@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any, Dict, Optional, Tuple
 
 from ctrlrun import _core
-from ctrlrun.store.decode import micros_to_datetime, stored_json
+from ctrlrun.store.decode import from_row, stored_json
 
 __all__ = ["ApprovalState", "ApprovalRecord", "DEFAULT_APPROVAL_TTL"]
 
@@ -89,10 +89,6 @@ class ApprovalRecord:
 NOT_BOUND = "$not_bound"
 
 
-def _when(us: Optional[int]) -> Optional[datetime]:
-    return None if us is None else micros_to_datetime(us)
-
-
 def approval_from_core(row: _core.ApprovalRow) -> ApprovalRecord:
     """The core's approval row as an :class:`ApprovalRecord`."""
     request_id = row.request_id
@@ -101,20 +97,4 @@ def approval_from_core(row: _core.ApprovalRow) -> ApprovalRecord:
     if isinstance(shown, dict) and NOT_BOUND in shown:
         names = shown.pop(NOT_BOUND)
         not_bound = tuple(str(n) for n in names) if isinstance(names, list) else ()
-    return ApprovalRecord(
-        request_id=request_id,
-        action=row.action,
-        effect_key=row.effect_key,
-        arguments=shown,
-        not_bound=not_bound,
-        args_digest=row.args_digest,
-        state=ApprovalState(row.state),
-        requested_at=micros_to_datetime(row.requested_at),
-        expires_at=micros_to_datetime(row.expires_at),
-        ttl=timedelta(microseconds=row.ttl),
-        decided_at=_when(row.decided_at),
-        decided_by=row.decided_by,
-        note=row.note,
-        used_at=_when(row.used_at),
-        used_by=row.used_by,
-    )
+    return from_row(ApprovalRecord, row, arguments=shown, not_bound=not_bound)

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional
 
 from ctrlrun import _core
 from ctrlrun.errors import InvalidArgument
-from ctrlrun.store.decode import micros_to_datetime
+from ctrlrun.store.decode import from_row
 
 __all__ = ["Receipt", "ReceiptCheck"]
 
@@ -97,25 +97,7 @@ class ReceiptCheck:
 
 def receipt_from_core(row: _core.ReceiptRow) -> Receipt:
     """The core's receipt row as a :class:`Receipt`."""
-    return Receipt(
-        id=row.id,
-        chain=row.chain,
-        effect_key=row.effect_key,
-        request_id=row.request_id,
-        seq=row.seq,
-        prev_hash=row.prev_hash,
-        hash=row.hash,
-        at=micros_to_datetime(row.at),
-        kind=row.kind,
-        state=row.state,
-        action=row.action,
-        action_id=row.action_id,
-        attempt=row.attempt,
-        args_digest=row.args_digest,
-        approval_id=row.approval_id,
-        actor=row.actor,
-        writer=row.writer,
-    )
+    return from_row(Receipt, row)
 
 
 def check_from_core(row: _core.ReceiptCheckRow) -> ReceiptCheck:
