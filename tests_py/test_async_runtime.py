@@ -1,6 +1,6 @@
 """``async def`` executors at run time: cancellation (mid-body and while the reservation is
 being written), the reservation write cut before it reaches the server, the event loop never
-blocking on the store, and many tasks / threads racing over shared keys (SPEC §3, §5, §8.1).
+blocking on the store, and many tasks / threads racing over shared keys (docs/spec.md §3, §5, §8.1).
 
 pytest-asyncio is not used: each test drives its coroutines with ``asyncio.run``.
 """

@@ -1,4 +1,4 @@
-"""Bad input is refused with the documented exception, never a crash (SPEC §7, §8.1, §8.3)."""
+"""Bad input is refused with the documented exception, never a crash (docs/spec.md §7, §8.1, §8.3)."""
 
 from __future__ import annotations
 
@@ -333,7 +333,7 @@ def test_unicode_identifier_placeholder_is_accepted(store):
 
 
 # --------------------------------------------------------------------------------------------
-# the default store (SPEC §8.3)
+# the default store (docs/spec.md §8.3)
 # --------------------------------------------------------------------------------------------
 
 

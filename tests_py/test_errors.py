@@ -1,4 +1,4 @@
-"""Exceptions: the hierarchy of SPEC §8.2, and every exception pickles with its attributes."""
+"""Exceptions: the hierarchy of docs/spec.md §8.2, and every exception pickles with its attributes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""PostgreSQL under faults, through a real TCP proxy that acts on COMMIT (SPEC §6).
+"""PostgreSQL under faults, through a real TCP proxy that acts on COMMIT (docs/spec.md §6).
 
 The two unknowns that must never be merged: a failure before COMMIT (nothing committed,
 retry the write) and a failure during COMMIT (unknown: re-read on a fresh connection).

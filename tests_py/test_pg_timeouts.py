@@ -68,7 +68,7 @@ def test_answers_that_stop_coming_are_bounded_and_never_run_the_executor(pg, pg_
                                                                          direct):
     """The reservation is one statement that commits by itself: once it is sent, an answer
     that does not come leaves it unknown, and the re-read decides; when the re-read gets no
-    answer either, the call is unresolved within the bounds, and nothing runs (SPEC: an
+    answer either, the call is unresolved within the bounds, and nothing runs (docs/spec.md: an
     unknown commit is never taken for a failed one)."""
     base = pg.url(pg_schema, host=proxy.host, port=proxy.port)
     store = ctrlrun.open_store(f"{base}&timeout=1&connect_timeout=1")

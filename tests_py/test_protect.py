@@ -1,6 +1,6 @@
 """``@ctrlrun.protect`` against a real store, for ``def`` and ``async def`` executors alike (the
 ``mode`` fixture, tests_py/modes.py): reservation, outcomes, refusals, resolution, results,
-the wrapper and ``idempotency_token`` (SPEC §2-§5, §8.1, §8.4). Binding and rendering of the
+the wrapper and ``idempotency_token`` (docs/spec.md §2-§5, §8.1, §8.4). Binding and rendering of the
 effect key are in test_protect_keys.py; what only coroutines do is in test_protect_async.py."""
 
 from __future__ import annotations
@@ -387,7 +387,7 @@ def test_resolve_committed_then_the_retry_is_a_duplicate(mode, store, second_sto
 
 
 # --------------------------------------------------------------------------------------------
-# results (SPEC §8.4)
+# results (docs/spec.md §8.4)
 # --------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""``@ctrlrun.protect`` on ``async def`` executors: what only coroutines do (SPEC §3, §8.1).
+"""``@ctrlrun.protect`` on ``async def`` executors: what only coroutines do (docs/spec.md §3, §8.1).
 Every decorator behaviour both kinds of executor share is in test_protect.py and
 test_protect_keys.py, run in both modes; cancellation and the event loop are in
 test_async_runtime.py.

@@ -1,4 +1,4 @@
-"""``@ctrlrun.protect``: binding the call and rendering the effect key (SPEC §5, §7), for
+"""``@ctrlrun.protect``: binding the call and rendering the effect key (docs/spec.md §5, §7), for
 ``def`` and ``async def`` executors alike (the ``mode`` fixture, tests_py/modes.py)."""
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def test_placeholder_naming_no_parameter_is_refused_at_decoration(mode, store):
 
 
 # --------------------------------------------------------------------------------------------
-# rendering values (SPEC §7)
+# rendering values (docs/spec.md §7)
 # --------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""``ctrlrun verify`` (SPEC §10): end to end on both backends in real subprocesses (it must pass
+"""``ctrlrun verify`` (docs/spec.md §10): end to end on both backends in real subprocesses (it must pass
 on a healthy store, leave the user's data alone and clean its scratch store away), and the
 pure judges fed recorded outcomes (they must fail whenever a guarantee or a control failed)."""
 
@@ -275,7 +275,7 @@ def test_verify_policy_with_no_actions_is_not_applicable(tmp_path):
 
 
 def test_verify_policy_literal_template_is_not_a_false_failure(tmp_path):
-    """SPEC §7: a template with no placeholder is a literal key, so a valid policy entry.
+    """docs/spec.md §7: a template with no placeholder is a literal key, so a valid policy entry.
     On a healthy store verify must not report a failure for it (it cannot put 8 control
     workers on 8 different keys, and the contended key was already committed by G3)."""
     pol = tmp_path / "policy.yaml"

@@ -1,5 +1,5 @@
 """How a protected call gets its effect key: the arguments bound to the signature, the
-template rendered (SPEC §7), and the policy file's say on which template applies."""
+template rendered (docs/spec.md §7), and the policy file's say on which template applies."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class PolicyWarning(UserWarning):
 
 
 def render_value(template: str, name: str, value: Any) -> str:
-    """One placeholder's value as key text (SPEC §7)."""
+    """One placeholder's value as key text (docs/spec.md §7)."""
     t = type(value)
     if t is str:
         if value:

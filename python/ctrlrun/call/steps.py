@@ -6,7 +6,7 @@ return or a raise records, how a refused outcome write is chained onto the execu
 exception. Its store steps (:meth:`Call.reserve`, :meth:`Call.record`,
 :meth:`Call.fail_unstarted`) are plain blocking calls. The drivers only sequence the steps,
 do the I/O and await: ``_runner`` calls them in line, ``_runner_async`` off the event loop
-with the cancellation rules of SPEC §8.1."""
+with the cancellation rules of docs/spec.md §8.1."""
 
 from __future__ import annotations
 

@@ -138,7 +138,7 @@ class Store(ReceiptMethods, RetentionMethods):
         Raises:
             DuplicateEffect: the key is committed, or held under a live lease.
             AmbiguousEffect: the key is ambiguous (or just became so: its lease lapsed).
-            StoreWriteFailed / StoreUnresolved: see SPEC §6.
+            StoreWriteFailed / StoreUnresolved: see docs/spec.md §6.
         """
         t = self.core.reserve(key, action_id, lease_to_micros(lease), self.now_us())
         rec = record_from_core(t)

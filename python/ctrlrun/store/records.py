@@ -110,7 +110,7 @@ def _json_form(encoder: Optional[Callable[[Any], Any]]) -> Callable[[Any], Any]:
 
 
 def result_to_json(value: Any, encoder: Optional[Callable[[Any], Any]] = None) -> str:
-    """The executor's return value as JSON text; never raises (SPEC §8.4). Dataclasses and
+    """The executor's return value as JSON text; never raises (docs/spec.md §8.4). Dataclasses and
     pydantic models are stored as their JSON form; other values go through ``encoder`` when
     given; what is still not JSON is stored as its repr under ``UNSERIALIZABLE_MARKER``."""
     kind = type(value)
