@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ctrlrun's benchmark: protected calls against the original product and the engine floors.
 
-    python bench/run.py [--quick] [--backends sqlite,postgres] [--no-reference]
+    python -m bench.run [--quick] [--backends sqlite,postgres] [--no-reference]
 
 Measures the ctrlrun that the running interpreter imports (``make bench`` builds it with
 ``maturin develop --release`` first) and says which build that is. Every measurement runs in its
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import importlib.util
 import json
 import os
 import platform
@@ -31,6 +30,9 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import unquote, urlsplit
 
+from bench import _report
+from tests_py.support.pgbouncer import PgBouncer
+
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
 REF_VENV = os.path.join(BENCH, ".ref-venv")
@@ -40,8 +42,6 @@ PSYCOPG = "psycopg[binary]==3.3.9"
 CTRLRUN_WORKER = os.path.join(BENCH, "_ctrlrun_worker.py")
 REF_WORKER = os.path.join(BENCH, "_ref_worker.py")
 FLOOR_WORKER = os.path.join(BENCH, "_floor_worker.py")
-sys.path.insert(0, BENCH)
-import _report  # noqa: E402
 
 CONTENTION_PROCS = 8
 CONTENTION_KEYS = 200
@@ -536,23 +536,11 @@ def git_state() -> Dict[str, Any]:
         return {}
 
 
-def load_test_helper(name: str) -> Any:
-    """tests_py/<name>.py, which the tests use to start their servers."""
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "tests_py",
-                                                                     f"{name}.py"))
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def start_bouncer(pg_url: str) -> Any:
     """A throwaway PgBouncer in transaction mode in front of ``pg_url``'s server, with a
     server pool large enough for the contention rows' 8 processes."""
-    load_test_helper("pgserver")  # pgbouncer.py imports it
     parts = urlsplit(pg_url)
-    return load_test_helper("pgbouncer").PgBouncer(
+    return PgBouncer(
         parts.hostname or "127.0.0.1", parts.port or 5432, unquote(parts.username or "postgres"),
         unquote(parts.password) if parts.password else None, "transaction",
         pool_size=CONTENTION_PROCS)

@@ -20,18 +20,12 @@ import pytest
 import ctrlrun
 from ctrlrun.testing import MovableClock  # noqa: F401  (the store clock the tests move)
 
-from modes import Mode
-from pgproxy import PgProxy
-from pgserver import _find_bin, start_cluster
+from tests_py.support.modes import Mode
+from tests_py.support.pgproxy import PgProxy
+from tests_py.support.pgserver import _find_bin, start_cluster
+from tests_py.support.stores import sqlite_url
 
 PG_ENV = "CTRLRUN_TEST_POSTGRES_URL"
-
-
-def sqlite_url(path) -> str:
-    """``sqlite:////abs/path`` for an absolute path."""
-    p = str(path)
-    assert p.startswith("/"), p
-    return f"sqlite:///{p}"
 
 
 class PgServer:
@@ -193,6 +187,6 @@ def proxied(pg, pg_schema, proxy, direct):
 @pytest.fixture
 def raw(backend, store_url, request):
     """Plain SQL on the store's database, outside ctrlrun: ``raw.run(sql)``."""
-    from raw_sql import Raw
+    from tests_py.support.raw_sql import Raw
 
     return Raw(backend, store_url, request)

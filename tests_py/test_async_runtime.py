@@ -20,7 +20,7 @@ import pytest
 
 import ctrlrun
 from ctrlrun import AmbiguousEffect, DuplicateEffect, EffectState
-from pgproxy import PgProxy
+from tests_py.support.pgproxy import PgProxy
 
 LIVE = (EffectState.RESERVED, EffectState.EXECUTING)
 

@@ -21,35 +21,14 @@ import pytest
 import ctrlrun
 from ctrlrun import EffectState
 
+from tests_py.support.cli import assert_one_line_error, run_cli
+
 def sqlite_url(path) -> str:
     return f"sqlite:///{path}"
 
 
 CONSOLE_SCRIPT = Path(sys.executable).parent / "ctrlrun"
 ISO_Z = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$")
-
-
-def run_cli(*args: str, cmd: Optional[List[str]] = None, env: Optional[Dict[str, str]] = None,
-            cwd=None, timeout: float = 120) -> subprocess.CompletedProcess:
-    base = cmd if cmd is not None else [sys.executable, "-m", "ctrlrun"]
-    return subprocess.run(
-        [*base, *args], capture_output=True, text=True, timeout=timeout,
-        env=env if env is not None else dict(os.environ), cwd=cwd,
-    )
-
-
-def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
-    """Exit 2, nothing on stdout, exactly one line on stderr, no traceback."""
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, proc.stderr
-    assert proc.stdout == ""
-    line = lines[0]
-    assert line.startswith("ctrlrun: "), line
-    for n in needles:
-        assert n in line, (n, line)
-    return line
 
 
 def new_id() -> str:

@@ -15,7 +15,7 @@ from collections import Counter
 
 import ctrlrun
 from ctrlrun import DuplicateEffect, EffectState
-from racing import executions, run_workers
+from tests_py.support.racing import executions, run_workers
 
 def test_control_8_processes_on_8_different_keys_all_run(tmp_path, store_url):
     marks = tmp_path / "marks"

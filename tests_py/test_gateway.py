@@ -17,8 +17,8 @@ import pytest
 from mcp.client.session import ClientSession
 
 import ctrlrun
-from gateway_rig import HERE, POLICY, Rig, ctrl, free_port, listening_gateway, wait_for_port
-from sqlite_lock import locked
+from tests_py.support.gateway_rig import HERE, POLICY, Rig, ctrl, free_port, listening_gateway, wait_for_port
+from tests_py.support.sqlite_lock import locked
 
 
 @pytest.fixture

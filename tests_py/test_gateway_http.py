@@ -17,7 +17,7 @@ from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp.types import INTERNAL_ERROR
 
-from gateway_rig import HERE, POLICY, Rig, ctrl, free_port, listening_gateway, wait_for_port
+from tests_py.support.gateway_rig import HERE, POLICY, Rig, ctrl, free_port, listening_gateway, wait_for_port
 
 
 def _http_upstream(tmp_path, port: int) -> subprocess.Popen:

@@ -13,7 +13,7 @@ import anyio
 import pytest
 from mcp import types
 
-from gateway_rig import Rig, listening_gateway
+from tests_py.support.gateway_rig import Rig, listening_gateway
 
 POLICY = """\
 schema: ctrlrun.policy/v2

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import List
 
 import pytest
-from gateway_rig import HERE, POLICY, Rig
+from tests_py.support.gateway_rig import HERE, POLICY, Rig
 
 from ctrlrun import open_store
 

@@ -14,7 +14,7 @@ import sys
 import threading
 
 import pytest
-from gateway_rig import HERE, POLICY, Rig
+from tests_py.support.gateway_rig import HERE, POLICY, Rig
 
 
 def test_a_request_the_sdk_cannot_read_gets_a_parse_error(tmp_path, store_url, store):

@@ -19,7 +19,7 @@ import ctrlrun
 from ctrlrun import _core, _io_core
 from ctrlrun._steps import Call
 
-from sqlite_lock import locked
+from tests_py.support.sqlite_lock import locked
 
 pytestmark = pytest.mark.skipif(not hasattr(_core, "Completions"),
                                 reason="the core runs background steps on POSIX systems only")

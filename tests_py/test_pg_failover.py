@@ -13,7 +13,7 @@ import pytest
 import ctrlrun
 from ctrlrun import StoreError
 
-from pgserver import _find_bin, start_cluster
+from tests_py.support.pgserver import _find_bin, start_cluster
 
 
 @pytest.fixture(scope="module")

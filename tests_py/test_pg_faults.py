@@ -21,10 +21,10 @@ import pytest
 
 import ctrlrun
 from ctrlrun import DuplicateEffect, EffectState, NotExecuted, StoreUnresolved, StoreWriteFailed
-from conftest import MovableClock
-from pgproxy import PgProxy
-from pgserver import _find_bin
-from racing import run_workers
+from tests_py.conftest import MovableClock
+from tests_py.support.pgproxy import PgProxy
+from tests_py.support.pgserver import _find_bin
+from tests_py.support.racing import run_workers
 
 STORE_LOG = "ctrlrun.store"
 

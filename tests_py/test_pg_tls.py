@@ -15,8 +15,8 @@ import pytest
 import ctrlrun
 from ctrlrun import InvalidArgument, StoreError
 
-from certs import make_certs
-from pgserver import start_cluster
+from tests_py.support.certs import make_certs
+from tests_py.support.pgserver import start_cluster
 
 HBA = """\
 local all all trust

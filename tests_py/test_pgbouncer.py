@@ -22,10 +22,10 @@ import pytest
 
 import ctrlrun
 from ctrlrun import DuplicateEffect, EffectState
-from pgbouncer import PgBouncer
-from pgproxy import PgProxy
-from pgserver import _find_bin
-from racing import executions, run_workers
+from tests_py.support.pgbouncer import PgBouncer
+from tests_py.support.pgproxy import PgProxy
+from tests_py.support.pgserver import _find_bin
+from tests_py.support.racing import executions, run_workers
 
 STORE_LOG = "ctrlrun.store"
 MODES = ["transaction", "session"]

@@ -20,8 +20,8 @@ import ctrlrun
 from ctrlrun import InvalidArgument, NotExecuted
 from ctrlrun.testing import MovableClock
 
-from conftest import _find_bin
-from test_cli import run_cli
+from tests_py.support.pgserver import _find_bin
+from tests_py.support.cli import run_cli
 
 DAYS_30 = timedelta(days=30)
 

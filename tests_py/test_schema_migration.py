@@ -18,7 +18,7 @@ import pytest
 
 import ctrlrun
 from ctrlrun import DuplicateEffect, EffectState
-from conftest import sqlite_url
+from tests_py.support.stores import sqlite_url
 
 # the schema version this build writes (PostgreSQL's 5 adds `ctrlrun_durable()`, a function)
 CURRENT = {"sqlite": 5, "postgres": 7}

@@ -16,7 +16,7 @@ import pytest
 import ctrlrun
 from ctrlrun import InvalidArgument
 
-from test_cli import assert_one_line_error, run_cli
+from tests_py.support.cli import assert_one_line_error, run_cli
 
 SECRET = "s3cr3t-pw"
 

@@ -119,6 +119,7 @@ def test_each_gateway_call_is_one_span(store, spans, tmp_path, monkeypatch):
     from mcp.client.session import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
+    from tests_py.support.gateway_rig import HERE
     from ctrlrun._gateway import Gateway, upstream_tools
     from ctrlrun._gateway_upstream import Upstream, WatchedStream
 
@@ -127,7 +128,7 @@ def test_each_gateway_call_is_one_span(store, spans, tmp_path, monkeypatch):
                       "    effect: \"refund:{payment_id}\"\n")
     monkeypatch.setenv("CTRLRUN_CONFIG", str(policy))
     upstream = StdioServerParameters(
-        command=sys.executable, args=[str(Path(__file__).parent / "mcp_upstream.py")],
+        command=sys.executable, args=[str(HERE / "mcp_upstream.py")],
         env={"UPSTREAM_LOG": str(tmp_path / "upstream.log"), "PATH": "/usr/bin:/bin"})
 
     async def main() -> list:

@@ -158,9 +158,9 @@ if __name__ == "__main__":
     import sys
 
     if len(sys.argv) > 2 and sys.argv[1] == "--":
-        # python3 tests_py/pgserver.py -- cargo test: the command, with a server.
+        # python3 tests_py/support/pgserver.py -- cargo test: the command, with a server.
         sys.exit(run_with_cluster(sys.argv[2:]))
-    # python3 tests_py/pgserver.py: start one by hand.
+    # python3 tests_py/support/pgserver.py: start one by hand.
     c = start_cluster()
     print(c.url())
     print(f"stop with: {' '.join(c._as_user)} {c._pg_ctl} -D {c.datadir} stop")

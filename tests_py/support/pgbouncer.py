@@ -19,7 +19,7 @@ import tempfile
 import time
 from typing import List, Optional
 
-from pgserver import free_port
+from .pgserver import free_port
 
 
 def find_pgbouncer() -> str:

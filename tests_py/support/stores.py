@@ -1,0 +1,10 @@
+"""Store URLs the tests build."""
+
+from __future__ import annotations
+
+
+def sqlite_url(path) -> str:
+    """``sqlite:////abs/path`` for an absolute path."""
+    p = str(path)
+    assert p.startswith("/"), p
+    return f"sqlite:///{p}"
