@@ -109,7 +109,7 @@ def store_url(backend, tmp_path, request) -> str:
 
 @pytest.fixture(params=["sync", "async"])
 def mode(request) -> Mode:
-    """The kind of executor a shared decorator case runs against (tests_py/modes.py)."""
+    """The kind of executor a shared decorator case runs against (tests_py/support/modes.py)."""
     return Mode(request.param)
 
 
@@ -162,7 +162,7 @@ def second_store(store_url):
 
 @pytest.fixture
 def proxy(pg):
-    """A COMMIT-aware TCP proxy in front of the session's PostgreSQL (tests_py/pgproxy.py)."""
+    """A COMMIT-aware TCP proxy in front of the session's PostgreSQL (tests_py/support/pgproxy.py)."""
     p = PgProxy(pg.host, pg.port)
     yield p
     p.close()

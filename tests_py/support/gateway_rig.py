@@ -1,6 +1,6 @@
 """The gateway test rig: a real MCP client (the SDK's ``ClientSession`` over stdio) talking to
 ``ctrlrun gateway`` in its own process, which starts the real upstream MCP server
-tests_py/mcp_upstream.py; the upstream logs every execution to a file."""
+tests_py/support/mcp_upstream.py; the upstream logs every execution to a file."""
 
 from __future__ import annotations
 

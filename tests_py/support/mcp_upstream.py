@@ -31,7 +31,7 @@ TOOLS = [
     types.Tool(name="flaky", description="Always a tool error.", input_schema=OBJECT),
     types.Tool(name="slow", description="Takes `seconds`.", input_schema=OBJECT),
     types.Tool(name="die", description="Exits mid-call.", input_schema=OBJECT),
-    # the relay (tests_py/test_gateway_relay.py): requests to the agent, notifications
+    # the relay (tests_py/gateway/test_gateway_relay.py): requests to the agent, notifications
     types.Tool(name="ask", description="Asks the agent's model (sampling).",
                input_schema=OBJECT,
                annotations=READ_ONLY),

@@ -1,4 +1,4 @@
-"""Real OS processes racing on the same keys (tests_py/_race_worker.py), started together.
+"""Real OS processes racing on the same keys (tests_py/support/_race_worker.py), started together.
 
 Executions are counted from the file system: each run of an executor body creates its own file
 with O_CREAT|O_EXCL in a shared directory, so a second execution cannot hide.

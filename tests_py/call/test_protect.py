@@ -1,5 +1,5 @@
 """``@ctrlrun.protect`` against a real store, for ``def`` and ``async def`` executors alike (the
-``mode`` fixture, tests_py/modes.py): reservation, outcomes, refusals, resolution, results,
+``mode`` fixture, tests_py/support/modes.py): reservation, outcomes, refusals, resolution, results,
 the wrapper and ``idempotency_token`` (SPEC §2-§5, §8.1, §8.4). Binding and rendering of the
 effect key are in test_protect_keys.py; what only coroutines do is in test_protect_async.py."""
 

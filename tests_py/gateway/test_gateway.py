@@ -1,6 +1,6 @@
 """The MCP gateway end to end: a real MCP client (the SDK's ``ClientSession`` over stdio)
 talks to ``ctrlrun gateway`` in its own process, which starts a real upstream MCP server
-(tests_py/mcp_upstream.py); the upstream logs every execution to a file. Both backends."""
+(tests_py/support/mcp_upstream.py); the upstream logs every execution to a file. Both backends."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """What the gateway relays besides tool calls, end to end through the real gateway process and
-the real upstream (tests_py/mcp_upstream.py): the upstream's sampling, elicitation and roots
+the real upstream (tests_py/support/mcp_upstream.py): the upstream's sampling, elicitation and roots
 requests reach the agent and its answers go back; the upstream's log messages and changed-list
 and updated-resource notifications reach the agent; the agent's logging level, subscriptions
 and completion requests reach the upstream. Both backends."""

@@ -1,4 +1,4 @@
-"""The PostgreSQL store behind a real PgBouncer (tests_py/pgbouncer.py), in transaction and
+"""The PostgreSQL store behind a real PgBouncer (tests_py/support/pgbouncer.py), in transaction and
 session mode, with the default store URL pointed at the pooler.
 
 A transaction pooler hands each client transaction to whichever server connection is free, so

@@ -1,5 +1,5 @@
 """``@ctrlrun.protect``: binding the call and rendering the effect key (SPEC §5, §7), for
-``def`` and ``async def`` executors alike (the ``mode`` fixture, tests_py/modes.py)."""
+``def`` and ``async def`` executors alike (the ``mode`` fixture, tests_py/support/modes.py)."""
 
 from __future__ import annotations
 
