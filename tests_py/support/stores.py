@@ -8,3 +8,7 @@ def sqlite_url(path) -> str:
     p = str(path)
     assert p.startswith("/"), p
     return f"sqlite:///{p}"
+
+
+def keys(store):
+    return [r.effect_key for r in store.list_effects()]
