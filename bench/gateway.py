@@ -8,9 +8,10 @@ one less that call.
     python -m bench.gateway [--calls N] [--store URL ...] [--json FILE]
 
 Without ``--store``: SQLite (WAL) at synchronous FULL and NORMAL under bench/.work/, plus the
-PostgreSQL server ``CTRLRUN_TEST_POSTGRES_URL`` names when set (``python3 tests_py/support/pgserver.py --
-python -m bench.gateway`` starts a throwaway one). The upstream is tests_py/support/mcp_upstream.py: a
-trivial tool, so what is measured is the protocol hop and the store's work.
+PostgreSQL server ``CTRLRUN_TEST_POSTGRES_URL`` names when set
+(``python3 tests_py/support/pgserver.py -- python -m bench.gateway`` starts a throwaway one). The
+upstream is tests_py/support/mcp_upstream.py: a trivial tool, so what is measured is the protocol
+hop and the store's work.
 """
 
 from __future__ import annotations
