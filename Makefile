@@ -27,7 +27,7 @@ test: test-rs test-py
 # The Rust store contract runs on SQLite and on PostgreSQL: a throwaway cluster is started for
 # it (or the server CTRLRUN_TEST_POSTGRES_URL names).
 test-rs:
-	$(PYTHON) tests_py/pgserver.py -- cargo test --tests --quiet
+	$(PYTHON) tests_py/support/pgserver.py -- cargo test --tests --quiet
 
 test-py: dev
 	$(PY) -m mypy.stubtest ctrlrun._core
@@ -39,10 +39,10 @@ test-py: dev
 ## `effects list --prefix` and prune on a 1,000,000-row store beside their floors
 bench: $(VENV)/.tools
 	$(VENV)/bin/maturin develop --release --quiet
-	$(PY) bench/run.py
-	$(PYTHON) tests_py/pgserver.py -- $(PY) bench/gateway.py
-	$(PYTHON) tests_py/pgserver.py -- $(PY) bench/throughput.py --json bench/throughput.json
-	$(PYTHON) tests_py/pgserver.py -- $(PY) bench/retention.py --json bench/retention.json
+	$(PY) -m bench.run
+	$(PYTHON) tests_py/support/pgserver.py -- $(PY) -m bench.gateway
+	$(PYTHON) tests_py/support/pgserver.py -- $(PY) -m bench.throughput --json bench/throughput.json
+	$(PYTHON) tests_py/support/pgserver.py -- $(PY) -m bench.retention --json bench/retention.json
 
 ## lint: Rust (rustfmt, clippy) and Python (ruff check, ruff format, mypy --strict on the
 ## package), and no import circles in either

@@ -34,10 +34,9 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _common  # noqa: E402
-import _floor_async  # noqa: E402
-import _floor_receipts  # noqa: E402
+import _common
+import _floor_async
+import _floor_receipts
 
 COLUMNS = ("effect_key, state, action_id, attempt, created_at, updated_at, lease_expires_at, "
            "result, error, resolved_by")

@@ -20,8 +20,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _common  # noqa: E402
+import _common
 
 POLICY = """
 schema: ctrlrun.policy/v1

@@ -5,12 +5,13 @@ process on the same store, paced as the gateway's calls are (the store's two wri
 protect's own steps), and what reserving adds beyond it: the reserved row less the unreserved
 one less that call.
 
-    python bench/gateway.py [--calls N] [--store URL ...] [--json FILE]
+    python -m bench.gateway [--calls N] [--store URL ...] [--json FILE]
 
 Without ``--store``: SQLite (WAL) at synchronous FULL and NORMAL under bench/.work/, plus the
-PostgreSQL server ``CTRLRUN_TEST_POSTGRES_URL`` names when set (``python3 tests_py/pgserver.py --
-python bench/gateway.py`` starts a throwaway one). The upstream is tests_py/mcp_upstream.py: a
-trivial tool, so what is measured is the protocol hop and the store's work.
+PostgreSQL server ``CTRLRUN_TEST_POSTGRES_URL`` names when set
+(``python3 tests_py/support/pgserver.py -- python -m bench.gateway`` starts a throwaway one). The
+upstream is tests_py/support/mcp_upstream.py: a trivial tool, so what is measured is the protocol
+hop and the store's work.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 ROOT = Path(__file__).resolve().parent.parent
-UPSTREAM = [sys.executable, str(ROOT / "tests_py" / "mcp_upstream.py")]
+UPSTREAM = [sys.executable, str(ROOT / "tests_py" / "support" / "mcp_upstream.py")]
 POLICY = 'schema: ctrlrun.policy/v2\nactions:\n  mcp.b.refund:\n    effect: "refund:{payment_id}"\n'
 
 

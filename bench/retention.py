@@ -1,13 +1,14 @@
 """Retention and list filters on a large store: ``effects list --prefix`` and ``Store.prune``
 on 1,000,000 rows, each beside its floor in the same run.
 
-    python bench/retention.py [--rows N] [--backends sqlite,postgres] [--json FILE]
+    python -m bench.retention [--rows N] [--backends sqlite,postgres] [--json FILE]
 
 The store is filled by SQL in ctrlrun's own tables (its triggers write a receipt per row, as
 the real writes do): keys ``refund:cus_CCCC:N`` over 1,000 customers (a prefix selects 0.1 %),
 98 % committed, 1 % failed, 1 % ambiguous, created over the last 90 days, ten action names.
-PostgreSQL is the server ``CTRLRUN_TEST_POSTGRES_URL`` names (``python3 tests_py/pgserver.py --
-python bench/retention.py`` starts a throwaway one); it is left out when unset.
+PostgreSQL is the server ``CTRLRUN_TEST_POSTGRES_URL`` names
+(``python3 tests_py/support/pgserver.py -- python -m bench.retention`` starts a throwaway one); it
+is left out when unset.
 
 Floors, same data, same indexes, same durability:
 * list: the same SELECT on the same index, without ctrlrun (SQLite through the ``sqlite3``

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ctrlrun's benchmark: protected calls against the original product and the engine floors.
 
-    python bench/run.py [--quick] [--backends sqlite,postgres] [--no-reference]
+    python -m bench.run [--quick] [--backends sqlite,postgres] [--no-reference]
 
 Measures the ctrlrun that the running interpreter imports (``make bench`` builds it with
 ``maturin develop --release`` first) and says which build that is. Every measurement runs in its
@@ -16,496 +16,33 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import importlib.util
 import json
 import os
 import platform
-import random
-import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List
 from urllib.parse import unquote, urlsplit
 
-BENCH = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(BENCH)
-REF_VENV = os.path.join(BENCH, ".ref-venv")
-FLOOR_VENV = os.path.join(BENCH, ".floor-venv")
-REF_VERSION = "0.12.2"
-PSYCOPG = "psycopg[binary]==3.3.9"
-CTRLRUN_WORKER = os.path.join(BENCH, "_ctrlrun_worker.py")
-REF_WORKER = os.path.join(BENCH, "_ref_worker.py")
-FLOOR_WORKER = os.path.join(BENCH, "_floor_worker.py")
-sys.path.insert(0, BENCH)
-import _report  # noqa: E402
-
-CONTENTION_PROCS = 8
-CONTENTION_KEYS = 200
-WORKER_TIMEOUT = 1800
-
-
-def log(msg: str) -> None:
-    sys.stderr.write(msg + "\n")
-    sys.stderr.flush()
-
-
-# -- venvs ----------------------------------------------------------------------------------
-
-
-def venv_python(venv: str) -> str:
-    return os.path.join(venv, "bin", "python")
-
-
-def ensure_venv(venv: str, packages: List[str], check: str) -> str:
-    """Create ``venv`` (from the base interpreter) with ``packages`` unless ``check`` already
-    runs in it. Returns its python."""
-    py = venv_python(venv)
-    if os.path.exists(py):
-        ok = subprocess.run([py, "-c", check], capture_output=True).returncode == 0
-        if ok:
-            return py
-    log(f"setting up {os.path.relpath(venv, ROOT)}: pip install {' '.join(packages)}")
-    if not os.path.exists(py):
-        base = getattr(sys, "_base_executable", sys.executable)
-        subprocess.run([base, "-m", "venv", venv], check=True)
-    subprocess.run([py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                    *packages], check=True)
-    subprocess.run([py, "-c", check], check=True)
-    return py
-
-
-# -- workers --------------------------------------------------------------------------------
-
-
-class WorkerError(RuntimeError):
-    pass
-
-
-def run_worker(python: str, script: str, cfg: Dict[str, Any],
-               prefix: Optional[List[str]] = None) -> Dict[str, Any]:
-    cmd = [*(prefix or []), python, script, json.dumps(cfg)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=WORKER_TIMEOUT,
-                          cwd=cfg.get("cwd") or None)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
-    if proc.returncode != 0 or not lines:
-        raise WorkerError(
-            f"{os.path.basename(script)} {cfg.get('mode')} failed ({proc.returncode}):\n"
-            f"{proc.stderr[-3000:]}\n{proc.stdout[-1000:]}")
-    return json.loads(lines[-1])
-
-
-def run_contention(python: str, script: str, base_cfg: Dict[str, Any], marks: str,
-                   seed: int) -> Dict[str, Any]:
-    """CONTENTION_PROCS processes over the same CONTENTION_KEYS keys, each in its own shuffled
-    order, released together; total = last finish - common start."""
-    keys = [f"c{i}" for i in range(CONTENTION_KEYS)]
-    procs = []
-    for p in range(CONTENTION_PROCS):
-        order = list(keys)
-        random.Random(seed * 1000 + p).shuffle(order)
-        cfg = dict(base_cfg, keys=order, marks=marks)
-        procs.append(subprocess.Popen([python, script, json.dumps(cfg)], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    try:
-        for pr in procs:
-            line = pr.stdout.readline()
-            if line.strip() != "ready":
-                raise WorkerError(f"contention worker did not start: {line!r} "
-                                  f"{pr.stderr.read()[-2000:]}")
-        start = time.time() + 0.3
-        for pr in procs:
-            pr.stdin.write(f"{start}\n")
-            pr.stdin.flush()
-        outs = []
-        for pr in procs:
-            out, err = pr.communicate(timeout=WORKER_TIMEOUT)
-            lines = [ln for ln in out.splitlines() if ln.strip()]
-            if pr.returncode != 0 or not lines:
-                raise WorkerError(f"contention worker failed ({pr.returncode}): {err[-2000:]}")
-            outs.append(json.loads(lines[-1]))
-    finally:
-        for pr in procs:
-            if pr.poll() is None:
-                pr.kill()
-    runs: Dict[str, int] = {k: 0 for k in keys}
-    for name in os.listdir(marks):
-        runs[name.split(".", 1)[0]] = runs.get(name.split(".", 1)[0], 0) + 1
-    doubles = sorted(k for k, c in runs.items() if c > 1)
-    missing = sorted(k for k, c in runs.items() if c == 0)
-    return {
-        "total_s": max(o["end"] for o in outs) - start,
-        "won": sum(o["won"] for o in outs),
-        "lost": sum(o["lost"] for o in outs),
-        "errors": sum(o["n_errors"] for o in outs),
-        "error_samples": [e for o in outs for e in o["errors"]][:5],
-        "executions": sum(runs.values()),
-        "double_executions": len(doubles),
-        "double_keys": doubles[:10],
-        "never_executed": len(missing),
-        "exactly_once": not doubles and not missing,
-    }
-
-
-# -- the plan -------------------------------------------------------------------------------
-
-
-class Spec:
-    """One row of the table: a workload measured ``repeats`` times."""
-
-    def __init__(self, backend: str, rid: str, who: str, label: str, durability: str,
-                 kind: str, run: Callable[[int], Dict[str, Any]]) -> None:
-        self.backend, self.id, self.who, self.label = backend, rid, who, label
-        self.durability, self.kind, self.run = durability, kind, run
-        self.results: List[Dict[str, Any]] = []
-
-    def median(self) -> Optional[Dict[str, Any]]:
-        if not self.results:
-            return None
-        key = "total_s" if self.kind == "contention" else "p50_us"
-        ordered = sorted(self.results, key=lambda r: r[key])
-        return ordered[(len(ordered) - 1) // 2]
-
-
-class Bench:
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
-        self.quick = args.quick
-        self.repeats = args.repeats
-        self.n_sqlite = 200 if self.quick else 2000
-        self.n_pg = 100 if self.quick else 1000
-        self.reference = not args.no_reference
-        self.specs: List[Spec] = []
-        self.counter = 0
-        self.workdir = ""
-        self.pg_url = ""
-        self.bouncer_url = ""
-        self.pg_schemas: List[str] = []
-        self.floor_py = sys.executable
-        self.ref_py = ""
-        self.meta: Dict[str, Any] = {}
-
-    def fresh(self, tag: str) -> str:
-        self.counter += 1
-        d = os.path.join(self.workdir, f"{self.counter:03d}-{tag}")
-        os.makedirs(d)
-        return d
-
-    def schema(self) -> str:
-        self.counter += 1
-        name = f"ctrlrun_bench_{os.getpid()}_{self.counter}"
-        self.pg_schemas.append(name)
-        return name
-
-    # -- SQLite ---------------------------------------------------------------------------
-
-    def plan_sqlite(self) -> None:
-        n, w = self.n_sqlite, max(10, self.n_sqlite // 20)
-        add = self.specs.append
-
-        def ctrl(sync: str, kind: str, is_async: bool = False) -> Callable[[int], Dict]:
-            def run(r: int) -> Dict[str, Any]:
-                path = os.path.join(self.fresh("ctrlrun"), "state.db")
-                url = f"sqlite:///{path}?synchronous={sync.lower()}"
-                return run_worker(sys.executable, CTRLRUN_WORKER, {
-                    "mode": kind, "url": url, "n": n, "warmup": w, "async": is_async})
-            return run
-
-        def ref(kind: str, is_async: bool = False) -> Callable[[int], Dict]:
-            def run(r: int) -> Dict[str, Any]:
-                path = os.path.join(self.fresh("ref"), "state.db")
-                return run_worker(self.ref_py, REF_WORKER, {
-                    "mode": kind, "path": path, "n": n, "warmup": w, "async": is_async})
-            return run
-
-        def floor(mode: str, sync: str, variant: str = "min",
-                  is_async: bool = False) -> Callable[[int], Dict]:
-            def run(r: int) -> Dict[str, Any]:
-                path = os.path.join(self.fresh("floor"), "state.db")
-                return run_worker(sys.executable, FLOOR_WORKER, {
-                    "mode": mode, "path": path, "synchronous": sync, "variant": variant,
-                    "n": n, "warmup": w, "async": is_async})
-            return run
-
-        b = "sqlite"
-        for sync in ("FULL", "NORMAL"):
-            add(Spec(b, f"ctrlrun.sync.{sync}", "ctrlrun", "ctrlrun, sync", sync, "latency",
-                     ctrl(sync, "latency")))
-            add(Spec(b, f"ctrlrun.async.{sync}", "ctrlrun", "ctrlrun, async", sync, "latency",
-                     ctrl(sync, "latency", True)))
-        if self.reference:
-            add(Spec(b, "ref.sync.NORMAL", "original", f"original {REF_VERSION}, sync", "NORMAL",
-                     "latency", ref("latency")))
-            add(Spec(b, "ref.async.NORMAL", "original",
-                     f"original {REF_VERSION}, async (to_thread)", "NORMAL", "latency",
-                     ref("latency", True)))
-        for sync in ("FULL", "NORMAL"):
-            add(Spec(b, f"floor.min.{sync}", "floor", "floor: 2 txns (minimum)", sync,
-                     "latency", floor("sqlite_latency", sync, "min")))
-            add(Spec(b, f"floor.same.{sync}", "floor", "floor: ctrlrun's statements (2 txns)",
-                     sync, "latency", floor("sqlite_latency", sync, "same")))
-            add(Spec(b, f"floor.receipts.{sync}", "floor",
-                     "floor: 2 txns + receipts, columns, indexes", sync, "latency",
-                     floor("sqlite_latency", sync, "receipts")))
-            add(Spec(b, f"floor.min.async.{sync}", "floor",
-                     "floor: 2 txns (minimum), async (off the loop)", sync, "latency",
-                     floor("sqlite_latency", sync, "min", True)))
-            add(Spec(b, f"floor.receipts.async.{sync}", "floor",
-                     "floor: 2 txns + receipts, columns, indexes, async (off the loop)", sync,
-                     "latency", floor("sqlite_latency", sync, "receipts", True)))
-        add(Spec(b, "dup.ctrlrun", "ctrlrun", "duplicate: ctrlrun (committed key again)", "FULL",
-                 "dup", ctrl("FULL", "dup")))
-        if self.reference:
-            add(Spec(b, "dup.ref", "original", f"duplicate: original {REF_VERSION}", "NORMAL",
-                     "dup", ref("dup")))
-        add(Spec(b, "dup.floor", "floor", "floor: one indexed read", "FULL", "read",
-                 floor("sqlite_read", "FULL")))
-
-        def contend(who: str, sync: str, variant: str = "min") -> Callable[[int], Dict]:
-            def run(r: int) -> Dict[str, Any]:
-                d = self.fresh(f"contend-{who}")
-                marks = os.path.join(d, "marks")
-                os.makedirs(marks)
-                path = os.path.join(d, "state.db")
-                if who == "ctrlrun":
-                    url = f"sqlite:///{path}?synchronous={sync.lower()}"
-                    cfg = {"url": url}
-                    run_worker(sys.executable, CTRLRUN_WORKER, dict(cfg, mode="init"))
-                    return run_contention(sys.executable, CTRLRUN_WORKER,
-                                          dict(cfg, mode="contend"), marks, r)
-                if who == "original":
-                    cfg = {"path": path}
-                    run_worker(self.ref_py, REF_WORKER, dict(cfg, mode="init"))
-                    return run_contention(self.ref_py, REF_WORKER, dict(cfg, mode="contend"),
-                                          marks, r)
-                cfg = {"path": path, "synchronous": sync, "variant": variant}
-                run_worker(sys.executable, FLOOR_WORKER, dict(cfg, mode="sqlite_init"))
-                return run_contention(sys.executable, FLOOR_WORKER,
-                                      dict(cfg, mode="sqlite_contend"), marks, r)
-            return run
-
-        c = f"contention: {CONTENTION_PROCS} procs x {CONTENTION_KEYS} keys"
-        for sync in ("FULL", "NORMAL"):
-            add(Spec(b, f"contend.ctrlrun.{sync}", "ctrlrun", f"{c}, ctrlrun", sync,
-                     "contention", contend("ctrlrun", sync)))
-            add(Spec(b, f"contend.floor.min.{sync}", "floor", f"{c}, floor 2 txns", sync,
-                     "contention", contend("floor", sync, "min")))
-            add(Spec(b, f"contend.floor.same.{sync}", "floor", f"{c}, floor ctrlrun's statements", sync,
-                     "contention", contend("floor", sync, "same")))
-        if self.reference:
-            add(Spec(b, "contend.ref.NORMAL", "original", f"{c}, original {REF_VERSION}",
-                     "NORMAL", "contention", contend("original", "NORMAL")))
-
-    # -- PostgreSQL -------------------------------------------------------------------------
-
-    @staticmethod
-    def with_schema(base: str, schema: str) -> str:
-        sep = "&" if "?" in base else "?"
-        return f"{base}{sep}schema={schema}"
-
-    def pg_stats(self) -> Dict[str, Any]:
-        return run_worker(self.floor_py, FLOOR_WORKER, {"mode": "pg_stats",
-                                                        "pg_url": self.pg_url})
-
-    def with_pg_stats(self, fn: Callable[[], Dict[str, Any]], calls: int) -> Dict[str, Any]:
-        """Run ``fn`` between two reads of the server's counters: commits and WAL flushes per
-        call (the server is otherwise idle; setup and warm-up are counted in, so expect a
-        little over the true figure)."""
-        before = self.pg_stats()
-        result = fn()
-        time.sleep(0.5)  # a backend reports its counters when it exits
-        after = self.pg_stats()
-        result["server_commits_per_call"] = (after["xact_commit"] - before["xact_commit"]) / calls
-        result["wal_syncs_per_call"] = (after["wal_sync"] - before["wal_sync"]) / calls
-        result["wal_writes_per_call"] = (after["wal_write"] - before["wal_write"]) / calls
-        return result
-
-    def plan_postgres(self, b: str = "postgres") -> None:
-        """The PostgreSQL rows, straight to the server (``postgres``) or through PgBouncer in
-        transaction mode (``pgbouncer``: no original, and the floors send every statement
-        unnamed, since a prepared one would not be there on the next server connection)."""
-        n, w = self.n_pg, max(10, self.n_pg // 20)
-        add = self.specs.append
-        via = b == "pgbouncer"
-        base = self.bouncer_url if via else self.pg_url
-        reference = self.reference and not via
-
-        def ctrl(kind: str, is_async: bool = False) -> Callable[[int], Dict]:
-            def run(r: int) -> Dict[str, Any]:
-                cfg = {"mode": kind, "url": self.with_schema(base, self.schema()), "n": n,
-                       "warmup": w, "async": is_async}
-                go = lambda: run_worker(sys.executable, CTRLRUN_WORKER, cfg)  # noqa: E731
-                return self.with_pg_stats(go, n + w) if kind == "latency" else go()
-            return run
-
-        def ref(kind: str, is_async: bool = False) -> Callable[[int], Dict]:
-            def run(r: int) -> Dict[str, Any]:
-                cfg = {"mode": kind, "pg_url": self.pg_url, "schema": self.schema(), "n": n,
-                       "warmup": w, "async": is_async}
-                go = lambda: run_worker(self.ref_py, REF_WORKER, cfg)  # noqa: E731
-                return self.with_pg_stats(go, n + w) if kind == "latency" else go()
-            return run
-
-        def floor(mode: str, variant: str = "min", prepare: bool = not via,
-                  is_async: bool = False) -> Callable[[int], Dict]:
-            def run(r: int) -> Dict[str, Any]:
-                cfg = {"mode": mode, "pg_url": base, "schema": self.schema(),
-                       "variant": variant, "n": n, "warmup": w, "prepare": prepare,
-                       "async": is_async}
-                go = lambda: run_worker(self.floor_py, FLOOR_WORKER, cfg)  # noqa: E731
-                return self.with_pg_stats(go, n + w) if mode == "pg_latency" else go()
-            return run
-
-        dur = "sync_commit=on"
-        psycopg = "psycopg, unprepared" if via else "psycopg"
-        add(Spec(b, "ctrlrun.sync", "ctrlrun", "ctrlrun, sync", dur, "latency", ctrl("latency")))
-        add(Spec(b, "ctrlrun.async", "ctrlrun", "ctrlrun, async", dur, "latency",
-                 ctrl("latency", True)))
-        if reference:
-            add(Spec(b, "ref.sync", "original", f"original {REF_VERSION}, sync", dur, "latency",
-                     ref("latency")))
-            add(Spec(b, "ref.async", "original", f"original {REF_VERSION}, async (to_thread)",
-                     dur, "latency", ref("latency", True)))
-        add(Spec(b, "floor.min", "floor", f"floor: 2 txns (minimum), {psycopg}", dur, "latency",
-                 floor("pg_latency", "min")))
-        add(Spec(b, "floor.auto", "floor", f"floor: 2 autocommit statements, {psycopg}", dur,
-                 "latency", floor("pg_latency", "autocommit")))
-        add(Spec(b, "floor.same", "floor", f"floor: ctrlrun's statements (2 txns), {psycopg}",
-                 dur, "latency", floor("pg_latency", "same")))
-        if not via:  # (the pooler's report compares with the unprepared 2-txn floor only)
-            add(Spec(b, "floor.receipts", "floor",
-                     f"floor: 2 autocommit statements + receipts, columns, indexes, {psycopg}", dur,
-                     "latency", floor("pg_latency", "receipts")))
-            add(Spec(b, "floor.receipts.unprepared", "floor",
-                     "floor: 2 autocommit statements + receipts, columns, indexes, psycopg, "
-                     "unprepared", dur, "latency", floor("pg_latency", "receipts", prepare=False)))
-            add(Spec(b, "floor.auto.async", "floor",
-                     f"floor: 2 autocommit statements, {psycopg} async", dur, "latency",
-                     floor("pg_latency", "autocommit", is_async=True)))
-            add(Spec(b, "floor.receipts.async", "floor",
-                     f"floor: 2 autocommit statements + receipts, columns, indexes, {psycopg} "
-                     f"async", dur, "latency", floor("pg_latency", "receipts", is_async=True)))
-        add(Spec(b, "dup.ctrlrun", "ctrlrun", "duplicate: ctrlrun (committed key again)", dur,
-                 "dup", ctrl("dup")))
-        if reference:
-            add(Spec(b, "dup.ref", "original", f"duplicate: original {REF_VERSION}", dur, "dup",
-                     ref("dup")))
-        add(Spec(b, "dup.floor", "floor", f"floor: one indexed read, {psycopg}", dur, "read",
-                 floor("pg_read")))
-        if not via:  # what a read costs when it is parsed on every call, as ctrlrun's are
-            add(Spec(b, "dup.floor.unprepared", "floor", "one indexed read, psycopg, unprepared",
-                     dur, "read", floor("pg_read", prepare=False)))
-
-        def contend(who: str, variant: str = "min") -> Callable[[int], Dict]:
-            def run(r: int) -> Dict[str, Any]:
-                marks = os.path.join(self.fresh(f"contend-pg-{who}"), "marks")
-                os.makedirs(marks)
-                schema = self.schema()
-                if who == "ctrlrun":
-                    cfg = {"url": self.with_schema(base, schema)}
-                    run_worker(sys.executable, CTRLRUN_WORKER, dict(cfg, mode="init"))
-                    return run_contention(sys.executable, CTRLRUN_WORKER,
-                                          dict(cfg, mode="contend"), marks, r)
-                if who == "original":
-                    cfg = {"pg_url": self.pg_url, "schema": schema}
-                    run_worker(self.ref_py, REF_WORKER, dict(cfg, mode="init"))
-                    return run_contention(self.ref_py, REF_WORKER, dict(cfg, mode="contend"),
-                                          marks, r)
-                cfg = {"pg_url": base, "schema": schema, "variant": variant, "prepare": not via}
-                run_worker(self.floor_py, FLOOR_WORKER, dict(cfg, mode="pg_init"))
-                return run_contention(self.floor_py, FLOOR_WORKER,
-                                      dict(cfg, mode="pg_contend"), marks, r)
-            return run
-
-        c = f"contention: {CONTENTION_PROCS} procs x {CONTENTION_KEYS} keys"
-        add(Spec(b, "contend.ctrlrun", "ctrlrun", f"{c}, ctrlrun", dur, "contention",
-                 contend("ctrlrun")))
-        add(Spec(b, "contend.floor.min", "floor", f"{c}, floor 2 txns", dur, "contention",
-                 contend("floor", "min")))
-        if not via:
-            add(Spec(b, "contend.floor.same", "floor", f"{c}, floor ctrlrun's statements", dur,
-                     "contention", contend("floor", "same")))
-        if reference:
-            add(Spec(b, "contend.ref", "original", f"{c}, original {REF_VERSION}", dur,
-                     "contention", contend("original")))
-
-    # -- syscalls (SQLite): fsyncs per call, from strace, in a separate untimed pass --------
-
-    def sqlite_syscalls(self) -> Dict[str, Dict[str, float]]:
-        strace = shutil.which("strace")
-        if strace is None or self.args.no_syscalls:
-            return {}
-        n = 200
-        out: Dict[str, Dict[str, float]] = {}
-
-        def count(python: str, script: str, cfg: Dict[str, Any]) -> Dict[str, int]:
-            trace = os.path.join(self.fresh("strace"), "trace.txt")
-            run_worker(python, script, cfg,
-                       prefix=[strace, "-f", "-qq", "-c", "-o", trace,
-                               "-e", "trace=fsync,fdatasync,pwrite64,write"])
-            counts: Dict[str, int] = {}
-            with open(trace) as f:
-                for line in f:
-                    m = re.match(r"\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$", line)
-                    if m:
-                        counts[m.group(2)] = int(m.group(1))
-            return counts
-
-        def per_call(rid: str, python: str, script: str, make: Callable[[int], Dict]) -> None:
-            base = count(python, script, make(0))
-            full = count(python, script, make(n))
-            diff = {k: (full.get(k, 0) - base.get(k, 0)) / n for k in set(full) | set(base)}
-            out[rid] = {"fsync_per_call": diff.get("fsync", 0) + diff.get("fdatasync", 0),
-                        "pwrite_per_call": diff.get("pwrite64", 0)}
-
-        for sync in ("FULL", "NORMAL"):
-            def cfg_c(k: int, sync: str = sync) -> Dict[str, Any]:
-                path = os.path.join(self.fresh("sc"), "s.db")
-                return {"mode": "latency", "n": k, "warmup": 0,
-                        "url": f"sqlite:///{path}?synchronous={sync.lower()}"}
-            per_call(f"ctrlrun.sync.{sync}", sys.executable, CTRLRUN_WORKER, cfg_c)
-            for variant in ("min", "same", "receipts"):
-                def cfg_f(k: int, sync: str = sync, variant: str = variant) -> Dict[str, Any]:
-                    return {"mode": "sqlite_latency", "n": k, "warmup": 0, "synchronous": sync,
-                            "variant": variant,
-                            "path": os.path.join(self.fresh("sf"), "s.db")}
-                per_call(f"floor.{variant}.{sync}", sys.executable, FLOOR_WORKER, cfg_f)
-        if self.reference:
-            def cfg_r(k: int) -> Dict[str, Any]:
-                return {"mode": "latency", "n": k, "warmup": 0,
-                        "path": os.path.join(self.fresh("sr"), "s.db")}
-            per_call("ref.sync.NORMAL", self.ref_py, REF_WORKER, cfg_r)
-        return out
-
-    # -- running ----------------------------------------------------------------------------
-
-    def execute(self, backend: str) -> None:
-        specs = [s for s in self.specs if s.backend == backend]
-        for r in range(self.repeats):
-            for s in specs:
-                t0 = time.monotonic()
-                load = loadavg()
-                res = s.run(r)
-                res["loadavg_1m_before"] = load
-                res["elapsed_s"] = time.monotonic() - t0
-                s.results.append(res)
-                if s.kind == "contention":
-                    shown = (f"total {res['total_s']:.3f} s, executions {res['executions']}, "
-                             f"doubles {res['double_executions']}")
-                else:
-                    shown = f"p50 {res['p50_us']:.1f} us, p99 {res['p99_us']:.1f} us"
-                log(f"  [{backend} {r + 1}/{self.repeats}] {s.label} [{s.durability}]: {shown}")
-
-
-def loadavg() -> Optional[float]:
-    try:
-        with open("/proc/loadavg") as f:
-            return float(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
+from bench import _report
+from bench.plan import Bench
+from bench.venvs import FLOOR_VENV, PSYCOPG, REF_VENV, REF_VERSION, ensure_venv
+from bench.workers import (
+    BENCH,
+    CONTENTION_KEYS,
+    CONTENTION_PROCS,
+    CTRLRUN_WORKER,
+    FLOOR_WORKER,
+    REF_WORKER,
+    ROOT,
+    log,
+    run_worker,
+)
+from tests_py.support.pgbouncer import PgBouncer
+from tests_py.support.pgserver import start_cluster
 
 
 # -- reporting ------------------------------------------------------------------------------
@@ -536,23 +73,11 @@ def git_state() -> Dict[str, Any]:
         return {}
 
 
-def load_test_helper(name: str) -> Any:
-    """tests_py/<name>.py, which the tests use to start their servers."""
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "tests_py",
-                                                                     f"{name}.py"))
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def start_bouncer(pg_url: str) -> Any:
     """A throwaway PgBouncer in transaction mode in front of ``pg_url``'s server, with a
     server pool large enough for the contention rows' 8 processes."""
-    load_test_helper("pgserver")  # pgbouncer.py imports it
     parts = urlsplit(pg_url)
-    return load_test_helper("pgbouncer").PgBouncer(
+    return PgBouncer(
         parts.hostname or "127.0.0.1", parts.port or 5432, unquote(parts.username or "postgres"),
         unquote(parts.password) if parts.password else None, "transaction",
         pool_size=CONTENTION_PROCS)
@@ -634,7 +159,7 @@ def main() -> int:
                 bench.pg_url = url
                 bench.meta["postgres_server"] = "CTRLRUN_BENCH_POSTGRES_URL"
             else:
-                cluster = load_test_helper("pgserver").start_cluster()
+                cluster = start_cluster()
                 bench.pg_url = cluster.url()
                 bench.meta["postgres_server"] = f"throwaway cluster in {cluster.datadir}"
             pg_info = run_worker(bench.floor_py, FLOOR_WORKER, {"mode": "pg_info",

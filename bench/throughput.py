@@ -3,7 +3,7 @@
 the same run, pgbench running ctrlrun's own statements (what the server alone costs), and
 pgbench running the receipts floor (what the issues require be written, and no more).
 
-    python3 tests_py/pgserver.py -- python bench/throughput.py [--seconds S] [--repeats N] [--json FILE]
+    python3 tests_py/support/pgserver.py -- python -m bench.throughput [--seconds S] [--repeats N] [--json FILE]
 
 The server is the one ``CTRLRUN_TEST_POSTGRES_URL`` names (``pgserver.py`` starts a throwaway
 one). Every protected call is a fresh key: its reservation and its outcome, two durable commits.
@@ -33,12 +33,11 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List
 from urllib.parse import unquote, urlsplit
 
+from bench._floor_receipts import PgReceipts, pg_schema_sql
+from tests_py.support.pgproxy import PgProxy
+from tests_py.support.pgserver import _find_bin
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests_py"))
-sys.path.insert(0, str(ROOT / "bench"))
-from _floor_receipts import PgReceipts, pg_schema_sql  # noqa: E402
-from pgproxy import PgProxy  # noqa: E402
-from pgserver import _find_bin  # noqa: E402
 
 import ctrlrun  # noqa: E402
 
@@ -233,7 +232,7 @@ def main() -> None:
     pg = os.environ.get("CTRLRUN_TEST_POSTGRES_URL")
     if not pg:
         sys.exit("bench/throughput.py needs a PostgreSQL server: run it as "
-                 "python3 tests_py/pgserver.py -- python bench/throughput.py")
+                 "python3 tests_py/support/pgserver.py -- python -m bench.throughput")
     sep = "&" if "?" in pg else "?"
     rows: Dict[str, Callable[[str], Dict[str, Any]]] = {
         "ctrlrun, 1 thread": lambda u: threads(u, 1, args.seconds),

@@ -20,18 +20,12 @@ import pytest
 import ctrlrun
 from ctrlrun.testing import MovableClock  # noqa: F401  (the store clock the tests move)
 
-from modes import Mode
-from pgproxy import PgProxy
-from pgserver import _find_bin, start_cluster
+from tests_py.support.modes import Mode
+from tests_py.support.pgproxy import PgProxy
+from tests_py.support.pgserver import _find_bin, start_cluster
+from tests_py.support.stores import sqlite_url
 
 PG_ENV = "CTRLRUN_TEST_POSTGRES_URL"
-
-
-def sqlite_url(path) -> str:
-    """``sqlite:////abs/path`` for an absolute path."""
-    p = str(path)
-    assert p.startswith("/"), p
-    return f"sqlite:///{p}"
 
 
 class PgServer:
@@ -115,7 +109,7 @@ def store_url(backend, tmp_path, request) -> str:
 
 @pytest.fixture(params=["sync", "async"])
 def mode(request) -> Mode:
-    """The kind of executor a shared decorator case runs against (tests_py/modes.py)."""
+    """The kind of executor a shared decorator case runs against (tests_py/support/modes.py)."""
     return Mode(request.param)
 
 
@@ -168,7 +162,7 @@ def second_store(store_url):
 
 @pytest.fixture
 def proxy(pg):
-    """A COMMIT-aware TCP proxy in front of the session's PostgreSQL (tests_py/pgproxy.py)."""
+    """A COMMIT-aware TCP proxy in front of the session's PostgreSQL (tests_py/support/pgproxy.py)."""
     p = PgProxy(pg.host, pg.port)
     yield p
     p.close()
@@ -193,6 +187,6 @@ def proxied(pg, pg_schema, proxy, direct):
 @pytest.fixture
 def raw(backend, store_url, request):
     """Plain SQL on the store's database, outside ctrlrun: ``raw.run(sql)``."""
-    from raw_sql import Raw
+    from tests_py.support.raw_sql import Raw
 
     return Raw(backend, store_url, request)

@@ -1,0 +1,1 @@
+"""Approvals bound to a call, used once."""

@@ -1,0 +1,1 @@
+"""The ctrlrun command, verify, the docs' and examples' code, the pytest plugin."""

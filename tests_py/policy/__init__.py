@@ -1,0 +1,1 @@
+"""The policy file and its reload."""

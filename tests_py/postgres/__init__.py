@@ -1,0 +1,1 @@
+"""PostgreSQL: bad input, failover, faults through a proxy, timeouts, TLS, PgBouncer."""

@@ -1,0 +1,1 @@
+"""The stores: races, receipts, retention, schema migration, SQLite files, the store choice."""
