@@ -166,5 +166,10 @@ def contend(call, keys) -> dict:
                 lost += 1
         except Exception as exc:
             errors.append(f"{key}: {type(exc).__name__}: {exc}")
-    return {"won": won, "lost": lost, "errors": errors[:5], "n_errors": len(errors),
-            "end": time.time()}
+    return {
+        "won": won,
+        "lost": lost,
+        "errors": errors[:5],
+        "n_errors": len(errors),
+        "end": time.time(),
+    }

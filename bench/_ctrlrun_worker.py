@@ -67,9 +67,7 @@ def main() -> None:
             return 1
 
         async def run() -> dict:
-            return await _common.time_calls_async(
-                lambda i: effect_async(f"{prefix}{i}"), n, warmup
-            )
+            return await _common.time_calls_async(lambda i: effect_async(f"{prefix}{i}"), n, warmup)
 
         result = asyncio.run(run())
         _common.answer(result)
@@ -115,8 +113,15 @@ def main() -> None:
                 errors.append(f"{key}: {type(exc).__name__}: {exc}")
         import time
 
-        _common.answer({"won": won, "lost": lost, "errors": errors[:5],
-                        "n_errors": len(errors), "end": time.time()})
+        _common.answer(
+            {
+                "won": won,
+                "lost": lost,
+                "errors": errors[:5],
+                "n_errors": len(errors),
+                "end": time.time(),
+            }
+        )
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

@@ -27,6 +27,7 @@ def sqlite_latency(conn, txn, steps_of, n: int, warmup: int) -> dict:
     async def run() -> dict:
         loop = asyncio.get_running_loop()
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="floor-io") as pool:
+
             async def step(body):
                 return await loop.run_in_executor(pool, txn, conn, body)
 
@@ -45,8 +46,10 @@ def pg_latency(url: str, prepare: bool, steps_of, n: int, warmup: int) -> dict:
 
     async def run() -> dict:
         unprepared = {} if prepare else {"prepare_threshold": None}
-        async with await psycopg.AsyncConnection.connect(url, autocommit=True,
-                                                         **unprepared) as conn:
+        async with await psycopg.AsyncConnection.connect(
+            url, autocommit=True, **unprepared
+        ) as conn:
+
             async def step(st):
                 cur = await conn.execute(st[0], st[1], prepare=prepare)
                 return await cur.fetchone() if cur.description is not None else None

@@ -115,11 +115,17 @@ def sqlite_steps(conn, key: str, aid: str, run):
 
     def reserve() -> bool:
         token = os.urandom(16).hex()
-        if conn.execute(_SQ_INSERT, (key, aid, now, now + LEASE_US, token, WRITER, ARGS,
-                                     "key " + ARGS, first)).rowcount != 1:
+        if (
+            conn.execute(
+                _SQ_INSERT,
+                (key, aid, now, now + LEASE_US, token, WRITER, ARGS, "key " + ARGS, first),
+            ).rowcount
+            != 1
+        ):
             return False
-        conn.execute(_SQ_RECEIPT, (key, 1, None, first, now, "reservation", aid, "executing",
-                                   ARGS, WRITER))
+        conn.execute(
+            _SQ_RECEIPT, (key, 1, None, first, now, "reservation", aid, "executing", ARGS, WRITER)
+        )
         return True
 
     if not (yield reserve):
@@ -129,16 +135,19 @@ def sqlite_steps(conn, key: str, aid: str, run):
     def outcome() -> None:
         at = _now()
         second = _hash(key, 2, first, "outcome", "committed", aid, at)
-        assert conn.execute(_SQ_OUTCOME, (at, result, WRITER, first, second, key,
-                                          aid)).rowcount == 1
-        conn.execute(_SQ_RECEIPT, (key, 2, first, second, at, "outcome", aid, "committed",
-                                   ARGS, WRITER))
+        assert (
+            conn.execute(_SQ_OUTCOME, (at, result, WRITER, first, second, key, aid)).rowcount == 1
+        )
+        conn.execute(
+            _SQ_RECEIPT, (key, 2, first, second, at, "outcome", aid, "committed", ARGS, WRITER)
+        )
 
     yield outcome
     return True
 
 
 # -- PostgreSQL -----------------------------------------------------------------------------
+
 
 def pg_schema_sql(schema: str) -> str:
     """ctrlrun's tables: the row's primary key is the SHA-256 of its key (a B-tree entry cannot
@@ -175,11 +184,13 @@ class PgReceipts:
     def __init__(self, schema: str) -> None:
         t, r = f'"{schema}".ctrlrun_effects', f'"{schema}".ctrlrun_receipts'
         digest = "sha256(convert_to(%(key)s::text, 'UTF8'))"
-        receipt = (f"INSERT INTO {r} (key_digest, effect_key, chain, seq, prev_hash, hash, at, "
-                   f"kind, action, action_id, attempt, state, args_digest, writer) SELECT "
-                   f"key_digest, effect_key, 'effect', receipt_seq, receipt_prev, receipt_hash, "
-                   f"updated_at, last_event, action, action_id, attempt, state, args_digest, "
-                   f"written_by FROM w RETURNING 1")
+        receipt = (
+            f"INSERT INTO {r} (key_digest, effect_key, chain, seq, prev_hash, hash, at, "
+            f"kind, action, action_id, attempt, state, args_digest, writer) SELECT "
+            f"key_digest, effect_key, 'effect', receipt_seq, receipt_prev, receipt_hash, "
+            f"updated_at, last_event, action, action_id, attempt, state, args_digest, "
+            f"written_by FROM w RETURNING 1"
+        )
         self.reserve = (
             f"WITH w AS (INSERT INTO {t} (key_digest, effect_key, state, action_id, attempt, "
             f"created_at, updated_at, lease_expires_at, attempt_token, action, holder, "
@@ -203,17 +214,36 @@ def pg_steps(sql: PgReceipts, key: str, aid: str, run):
     ``(sql, params)`` (its first row, or None, sent back); returns False when it was taken."""
     now = _now()
     first = _hash(key, 1, None, "reservation", "executing", aid, now)
-    row = yield sql.reserve, {
-        "key": key, "aid": aid, "now": now, "until": now + LEASE_US,
-        "token": os.urandom(16).hex(), "writer": WRITER, "args": ARGS, "fields": "key " + ARGS,
-        "hash": first}
+    row = yield (
+        sql.reserve,
+        {
+            "key": key,
+            "aid": aid,
+            "now": now,
+            "until": now + LEASE_US,
+            "token": os.urandom(16).hex(),
+            "writer": WRITER,
+            "args": ARGS,
+            "fields": "key " + ARGS,
+            "hash": first,
+        },
+    )
     if row is None:
         return False
     result = str(run())
     at = _now()
     second = _hash(key, 2, first, "outcome", "committed", aid, at)
-    row = yield sql.outcome, {
-        "now": at, "result": result, "writer": WRITER, "prev": first, "hash": second,
-        "key": key, "aid": aid}
+    row = yield (
+        sql.outcome,
+        {
+            "now": at,
+            "result": result,
+            "writer": WRITER,
+            "prev": first,
+            "hash": second,
+            "key": key,
+            "aid": aid,
+        },
+    )
     assert row is not None
     return True

@@ -38,8 +38,10 @@ import _common
 import _floor_async
 import _floor_receipts
 
-COLUMNS = ("effect_key, state, action_id, attempt, created_at, updated_at, lease_expires_at, "
-           "result, error, resolved_by")
+COLUMNS = (
+    "effect_key, state, action_id, attempt, created_at, updated_at, lease_expires_at, "
+    "result, error, resolved_by"
+)
 
 LEASE_US = 5 * 60 * 1_000_000
 
@@ -87,8 +89,9 @@ SQ_OUTCOME_MIN = (
 )
 # ctrlrun's statements (src/store/sqlite/sql.rs: select, insert, transition_cas).
 SQ_SELECT = f"SELECT {COLUMNS} FROM ctrlrun_effects WHERE effect_key = ?1"
-SQ_INSERT = (f"INSERT INTO ctrlrun_effects ({COLUMNS}) "
-             "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)")
+SQ_INSERT = (
+    f"INSERT INTO ctrlrun_effects ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+)
 SQ_TRANSITION = (
     "UPDATE ctrlrun_effects SET state = ?1, updated_at = ?2, "
     "lease_expires_at = CASE WHEN ?3 THEN lease_expires_at ELSE NULL END, "
@@ -101,13 +104,13 @@ SQ_TRANSITION = (
 def sqlite_open(cfg: dict):
     import sqlite3
 
-    conn = sqlite3.connect(cfg["path"], isolation_level=None, timeout=30.0,
-                           check_same_thread=False)
+    conn = sqlite3.connect(cfg["path"], isolation_level=None, timeout=30.0, check_same_thread=False)
     mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
     assert mode.lower() == "wal", mode
     conn.execute(f"PRAGMA synchronous={cfg.get('synchronous', 'FULL')}")
-    conn.executescript(_floor_receipts.SQLITE_SCHEMA if cfg.get("variant") == "receipts"
-                       else SQLITE_SCHEMA)
+    conn.executescript(
+        _floor_receipts.SQLITE_SCHEMA if cfg.get("variant") == "receipts" else SQLITE_SCHEMA
+    )
     return conn
 
 
@@ -132,29 +135,33 @@ def sqlite_steps(conn, variant: str, key: str, marks=None):
 
     def steps():
         now = now_us()
-        won = yield lambda: conn.execute(SQ_INSERT_MIN, (key, aid, now,
-                                                         now + LEASE_US)).rowcount == 1
+        won = (
+            yield lambda: conn.execute(SQ_INSERT_MIN, (key, aid, now, now + LEASE_US)).rowcount == 1
+        )
         if not won:
             return False
         result = executor(marks, key)
         yield lambda: conn.execute(SQ_OUTCOME_MIN, (now_us(), str(result), key, aid))
         return True
+
     return steps()
 
 
 def sqlite_call(conn, variant: str, key: str, marks=None) -> bool:
     """One protected call on ``key``; False when the key was already taken."""
     if variant in ("min", "receipts"):
-        return _floor_receipts.drive(sqlite_steps(conn, variant, key, marks),
-                                     lambda body: sqlite_txn(conn, body))
+        return _floor_receipts.drive(
+            sqlite_steps(conn, variant, key, marks), lambda body: sqlite_txn(conn, body)
+        )
     aid = action_id()
 
     def reserve():
         if conn.execute(SQ_SELECT, (key,)).fetchone() is not None:
             return False
         now = now_us()
-        conn.execute(SQ_INSERT, (key, "executing", aid, 1, now, now, now + LEASE_US,
-                                 None, None, None))
+        conn.execute(
+            SQ_INSERT, (key, "executing", aid, 1, now, now, now + LEASE_US, None, None, None)
+        )
         return True
 
     if not sqlite_txn(conn, reserve):
@@ -162,11 +169,14 @@ def sqlite_call(conn, variant: str, key: str, marks=None) -> bool:
 
     def transition(target, keeps_lease, result, from_states):
         def body():
-            cur = conn.execute(SQ_TRANSITION, (target, now_us(), keeps_lease, result, None, key,
-                                               aid, 1, *from_states))
+            cur = conn.execute(
+                SQ_TRANSITION,
+                (target, now_us(), keeps_lease, result, None, key, aid, 1, *from_states),
+            )
             assert cur.rowcount == 1
             rows = conn.execute(SQ_SELECT, (key,)).fetchall()  # the row written, read back
             assert len(rows) == 1
+
         sqlite_txn(conn, body)
 
     result = executor(marks, key)
@@ -176,11 +186,15 @@ def sqlite_call(conn, variant: str, key: str, marks=None) -> bool:
 
 # -- PostgreSQL -----------------------------------------------------------------------------
 
+
 def pg_schema_sql(schema: str, variant: str) -> str:
     """``min`` and ``autocommit``: the effect key is the primary key. ``same``: ctrlrun's table,
     whose primary key is the SHA-256 of the key (src/store/postgres/schema.rs, init_schema)."""
-    key = ("effect_key       text   NOT NULL PRIMARY KEY," if variant in ("min", "autocommit") else
-           "key_digest       bytea  NOT NULL PRIMARY KEY,\n    effect_key       text   NOT NULL,")
+    key = (
+        "effect_key       text   NOT NULL PRIMARY KEY,"
+        if variant in ("min", "autocommit")
+        else "key_digest       bytea  NOT NULL PRIMARY KEY,\n    effect_key       text   NOT NULL,"
+    )
     return f"""
 CREATE SCHEMA IF NOT EXISTS "{schema}";
 CREATE TABLE IF NOT EXISTS "{schema}".ctrlrun_effects (
@@ -201,8 +215,7 @@ CREATE TABLE IF NOT EXISTS "{schema}".ctrlrun_effects (
 class PgSql:
     def __init__(self, schema: str) -> None:
         t = f'"{schema}".ctrlrun_effects'
-        now = ("COALESCE(%(now)s::int8, "
-               "(extract(epoch FROM clock_timestamp()) * 1000000)::int8)")
+        now = "COALESCE(%(now)s::int8, (extract(epoch FROM clock_timestamp()) * 1000000)::int8)"
         self.insert_min = (
             f"INSERT INTO {t} (effect_key, state, action_id, attempt, created_at, updated_at, "
             f"lease_expires_at) VALUES (%(key)s, 'reserved', %(aid)s, 1, %(now)s, %(now)s, "
@@ -252,9 +265,11 @@ class PgConns:
         self.durable = psycopg.connect(cfg["pg_url"], autocommit=True, **unprepared)
         if create:
             variant = cfg.get("variant", "min")
-            self.durable.execute(_floor_receipts.pg_schema_sql(cfg["schema"])
-                                 if variant == "receipts" else
-                                 pg_schema_sql(cfg["schema"], variant))
+            self.durable.execute(
+                _floor_receipts.pg_schema_sql(cfg["schema"])
+                if variant == "receipts"
+                else pg_schema_sql(cfg["schema"], variant)
+            )
         # ctrlrun keeps every PostgreSQL write durable (the server can crash while the client
         # lives on), so the "same statements" variant uses the one durable connection too.
 
@@ -304,6 +319,7 @@ def pg_steps(sql: PgSql, variant: str, key: str, marks=None):
         result = executor(marks, key)
         yield sql.outcome_min, {"now": now_us(), "result": str(result), "key": key, "aid": aid}
         return True
+
     return steps()
 
 
@@ -312,34 +328,57 @@ def pg_call(conns: PgConns, sql: PgSql, variant: str, key: str, marks=None) -> b
     if variant in ("autocommit", "receipts"):
         return _floor_receipts.drive(
             pg_steps(sql, variant, key, marks),
-            lambda st: first_row(conn.execute(st[0], st[1], prepare=PREPARE)))
+            lambda st: first_row(conn.execute(st[0], st[1], prepare=PREPARE)),
+        )
     aid = action_id()
     if variant == "min":
         now = now_us()
-        row = pg_txn(conn, lambda c: c.execute(
-            sql.insert_min, {"key": key, "aid": aid, "now": now, "until": now + LEASE_US},
-            prepare=PREPARE).fetchone())
+        row = pg_txn(
+            conn,
+            lambda c: c.execute(
+                sql.insert_min,
+                {"key": key, "aid": aid, "now": now, "until": now + LEASE_US},
+                prepare=PREPARE,
+            ).fetchone(),
+        )
         if row is None:
             return False
         result = executor(marks, key)
-        pg_txn(conn, lambda c: c.execute(
-            sql.outcome_min, {"now": now_us(), "result": str(result), "key": key, "aid": aid},
-            prepare=PREPARE))
+        pg_txn(
+            conn,
+            lambda c: c.execute(
+                sql.outcome_min,
+                {"now": now_us(), "result": str(result), "key": key, "aid": aid},
+                prepare=PREPARE,
+            ),
+        )
         return True
 
     found = conn.execute(sql.read, {"key": key, "now": None}, prepare=PREPARE).fetchone()
     if found[0] is not None:
         return False
     n = found[-1]
-    row = pg_txn(conn, lambda c: c.execute(
-        sql.insert, {"key": key, "aid": aid, "n": n, "until": n + LEASE_US},
-        prepare=PREPARE).fetchone())
+    row = pg_txn(
+        conn,
+        lambda c: c.execute(
+            sql.insert, {"key": key, "aid": aid, "n": n, "until": n + LEASE_US}, prepare=PREPARE
+        ).fetchone(),
+    )
     if row is None:
         return False
 
     def transition(on, target, keeps, result, from_states):
-        params = {"target": target, "now": None, "keeps": keeps, "result": result,
-                  "error": None, "key": key, "aid": aid, "attempt": 1, "from": from_states}
+        params = {
+            "target": target,
+            "now": None,
+            "keeps": keeps,
+            "result": result,
+            "error": None,
+            "key": key,
+            "aid": aid,
+            "attempt": 1,
+            "from": from_states,
+        }
         rows = pg_txn(on, lambda c: c.execute(sql.transition, params, prepare=PREPARE).fetchall())
         assert len(rows) == 1
 
@@ -349,6 +388,7 @@ def pg_call(conns: PgConns, sql: PgSql, variant: str, key: str, marks=None) -> b
 
 
 # -- modes ----------------------------------------------------------------------------------
+
 
 def main() -> None:
     global PREPARE
@@ -364,16 +404,19 @@ def main() -> None:
     if mode == "sqlite_info":
         import sqlite3
 
-        _common.answer({"sqlite_version": sqlite3.sqlite_version,
-                        "python": sys.version.split()[0]})
+        _common.answer({"sqlite_version": sqlite3.sqlite_version, "python": sys.version.split()[0]})
     elif mode == "sqlite_latency" and cfg.get("async"):
         conn = sqlite_open(cfg)
-        _common.answer(_floor_async.sqlite_latency(
-            conn, sqlite_txn, lambda i: sqlite_steps(conn, variant, f"{prefix}{i}"), n, warmup))
+        _common.answer(
+            _floor_async.sqlite_latency(
+                conn, sqlite_txn, lambda i: sqlite_steps(conn, variant, f"{prefix}{i}"), n, warmup
+            )
+        )
     elif mode == "sqlite_latency":
         conn = sqlite_open(cfg)
-        _common.answer(_common.time_calls(
-            lambda i: sqlite_call(conn, variant, f"{prefix}{i}"), n, warmup))
+        _common.answer(
+            _common.time_calls(lambda i: sqlite_call(conn, variant, f"{prefix}{i}"), n, warmup)
+        )
     elif mode == "sqlite_read":
         conn = sqlite_open(cfg)
         for i in range(-warmup, n):  # committed rows to read (not timed)
@@ -384,7 +427,7 @@ def main() -> None:
 
         _common.answer(_common.time_calls(read, n, warmup))
     elif mode == "sqlite_init":
-        sqlite_open(cfg).close()  # noqa
+        sqlite_open(cfg).close()
         _common.answer({"ok": True})
     elif mode == "sqlite_contend":
         conn = sqlite_open(cfg)
@@ -394,8 +437,15 @@ def main() -> None:
         import psycopg
 
         show = {}
-        for name in ("server_version", "synchronous_commit", "fsync", "wal_sync_method",
-                     "commit_delay", "shared_buffers", "full_page_writes"):
+        for name in (
+            "server_version",
+            "synchronous_commit",
+            "fsync",
+            "wal_sync_method",
+            "commit_delay",
+            "shared_buffers",
+            "full_page_writes",
+        ):
             show[name] = conn.execute(f"SHOW {name}").fetchone()[0]
         show["psycopg"] = psycopg.__version__
         show["libpq"] = psycopg.pq.version()
@@ -404,12 +454,16 @@ def main() -> None:
     elif mode == "pg_latency" and cfg.get("async"):
         conn, sql = pg_open(cfg)  # makes the schema
         conn.close()
-        _common.answer(_floor_async.pg_latency(
-            cfg["pg_url"], PREPARE, lambda i: pg_steps(sql, variant, f"{prefix}{i}"), n, warmup))
+        _common.answer(
+            _floor_async.pg_latency(
+                cfg["pg_url"], PREPARE, lambda i: pg_steps(sql, variant, f"{prefix}{i}"), n, warmup
+            )
+        )
     elif mode == "pg_latency":
         conn, sql = pg_open(cfg)
-        _common.answer(_common.time_calls(
-            lambda i: pg_call(conn, sql, variant, f"{prefix}{i}"), n, warmup))
+        _common.answer(
+            _common.time_calls(lambda i: pg_call(conn, sql, variant, f"{prefix}{i}"), n, warmup)
+        )
     elif mode == "pg_read":
         conn, sql = pg_open(cfg)
         for i in range(-warmup, n):  # committed rows to read (not timed)
@@ -425,14 +479,18 @@ def main() -> None:
         _common.answer({"ok": True})
     elif mode == "pg_contend":
         conn, sql = pg_open(cfg, create=False)
-        _common.answer(_common.contend(lambda k: pg_call(conn, sql, variant, k, marks), cfg["keys"]))
+        _common.answer(
+            _common.contend(lambda k: pg_call(conn, sql, variant, k, marks), cfg["keys"])
+        )
     elif mode == "pg_stats":
         conn, _ = pg_open(cfg, create=False)
         wal = conn.execute("SELECT wal_records, wal_write, wal_sync FROM pg_stat_wal").fetchone()
-        xact = conn.execute("SELECT xact_commit FROM pg_stat_database "
-                            "WHERE datname = current_database()").fetchone()
-        _common.answer({"wal_records": wal[0], "wal_write": wal[1], "wal_sync": wal[2],
-                        "xact_commit": xact[0]})
+        xact = conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+        _common.answer(
+            {"wal_records": wal[0], "wal_write": wal[1], "wal_sync": wal[2], "xact_commit": xact[0]}
+        )
     elif mode == "pg_drop":
         conn, _ = pg_open(cfg, create=False)
         for schema in cfg["schemas"]:

@@ -38,6 +38,7 @@ def open_control(cfg: dict):
         store = ctrlrun.SQLiteStateStore(cfg["path"])
     else:
         import psycopg
+
         from ctrlrun.postgres import PostgresStateStore
 
         # It creates no schema of its own (it says so and refuses): make it first, untimed.
@@ -55,9 +56,13 @@ def main() -> None:
     if mode == "info":
         from importlib import metadata
 
-        _common.answer({"version": metadata.version("ctrlrun"),
-                        "package": os.path.dirname(ctrlrun.__file__),
-                        "python": sys.version.split()[0]})
+        _common.answer(
+            {
+                "version": metadata.version("ctrlrun"),
+                "package": os.path.dirname(ctrlrun.__file__),
+                "python": sys.version.split()[0],
+            }
+        )
         return
 
     control, store = open_control(cfg)
@@ -116,8 +121,15 @@ def main() -> None:
                     lost += 1
                 except Exception as exc:
                     errors.append(f"{key}: {type(exc).__name__}: {exc}")
-            _common.answer({"won": won, "lost": lost, "errors": errors[:5],
-                            "n_errors": len(errors), "end": time.time()})
+            _common.answer(
+                {
+                    "won": won,
+                    "lost": lost,
+                    "errors": errors[:5],
+                    "n_errors": len(errors),
+                    "end": time.time(),
+                }
+            )
         else:
             raise SystemExit(f"unknown mode {mode!r}")
     store.close()

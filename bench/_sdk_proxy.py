@@ -30,8 +30,7 @@ async def main(command: list) -> None:
         async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
             return types.ListToolsResult(tools=tools)
 
-        async def call_tool(ctx: Any, params: types.CallToolRequestParams
-                            ) -> types.CallToolResult:
+        async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
             return await upstream.call_tool(params.name, params.arguments)
 
         server = Server("sdk-proxy", on_list_tools=list_tools, on_call_tool=call_tool)

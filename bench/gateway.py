@@ -90,20 +90,39 @@ def measure(store: str, n: int, work: Path) -> Dict[str, Any]:
     def gateway(alias: str) -> StdioServerParameters:  # mcp.b.refund is reserved, c.refund not
         return StdioServerParameters(
             command=sys.executable,
-            args=["-m", "ctrlrun", "gateway", "--name", alias, "--policy",
-                  str(work / "ctrlrun.yaml"), "--store", store, "--", *UPSTREAM],
-            env=env, cwd=str(work))
+            args=[
+                "-m",
+                "ctrlrun",
+                "gateway",
+                "--name",
+                alias,
+                "--policy",
+                str(work / "ctrlrun.yaml"),
+                "--store",
+                store,
+                "--",
+                *UPSTREAM,
+            ],
+            env=env,
+            cwd=str(work),
+        )
 
-    bare = StdioServerParameters(command=sys.executable,
-                                 args=[str(ROOT / "bench" / "_sdk_proxy.py"), *UPSTREAM], env=env)
+    bare = StdioServerParameters(
+        command=sys.executable, args=[str(ROOT / "bench" / "_sdk_proxy.py"), *UPSTREAM], env=env
+    )
     rows = {}
-    for name, params, tool in [("direct to the upstream", direct, "refund"),
-                               ("bare SDK proxy", bare, "refund"),
-                               ("gateway, not in the policy", gateway("c"), "refund"),
-                               ("gateway, reserved", gateway("b"), "refund")]:
+    for name, params, tool in [
+        ("direct to the upstream", direct, "refund"),
+        ("bare SDK proxy", bare, "refund"),
+        ("gateway, not in the policy", gateway("c"), "refund"),
+        ("gateway, reserved", gateway("b"), "refund"),
+    ]:
         times, cpu = anyio.run(_timed, params, tool, n)
-        rows[name] = {"p50_us": statistics.median(times),
-                      "p99_us": statistics.quantiles(times, n=100)[98], "cpu_us": cpu}
+        rows[name] = {
+            "p50_us": statistics.median(times),
+            "p99_us": statistics.quantiles(times, n=100)[98],
+            "cpu_us": cpu,
+        }
     # What the decorator's async path costs on the same store (the two writes, and protect's
     # binding, key, fingerprint and result around them): an async protected call in this
     # process, its body idle as long as the upstream's call and the calls as far apart as the
@@ -112,8 +131,11 @@ def measure(store: str, n: int, work: Path) -> Dict[str, Any]:
     direct_us = rows["direct to the upstream"]["p50_us"]
     hop_us = rows["bare SDK proxy"]["p50_us"] - direct_us
     times, cpu = anyio.run(_store_writes, store, n, direct_us / 1e6, max(hop_us, 0) / 1e6)
-    rows[STORE_ROW] = {"p50_us": statistics.median(times),
-                       "p99_us": statistics.quantiles(times, n=100)[98], "cpu_us": cpu}
+    rows[STORE_ROW] = {
+        "p50_us": statistics.median(times),
+        "p99_us": statistics.quantiles(times, n=100)[98],
+        "cpu_us": cpu,
+    }
     return rows
 
 
@@ -121,8 +143,9 @@ STORE_ROW = "async protect, same store"
 BEYOND_ROW = "reserving, beyond protect"
 
 
-async def _store_writes(store: str, n: int, body_s: float,
-                        gap_s: float) -> Tuple[List[float], float]:
+async def _store_writes(
+    store: str, n: int, body_s: float, gap_s: float
+) -> Tuple[List[float], float]:
     """Per call, the time of an async protected call less its body's own time; and this
     process's CPU per call (µs), its core threads' included."""
     import ctrlrun
@@ -160,8 +183,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=500)
     ap.add_argument("--store", action="append", default=[])
-    ap.add_argument("--rounds", type=int, default=3,
-                    help="measure every row this many times; each row shows the median p50")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="measure every row this many times; each row shows the median p50",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     work_root = ROOT / "bench" / ".work"
@@ -175,32 +202,46 @@ def main() -> None:
             sep = "&" if "?" in pg else "?"
             stores.append(f"{pg}{sep}schema=ctrlrun_scratch_gw_{uuid.uuid4().hex[:8]}")
     results = {}
-    print(f"{'store':<16} {'workload':<28} {'p50 us':>9} {'p50 of rounds':>17} {'p99 us':>9} "
-          f"{'vs direct':>9} {'server cpu us':>13}")
+    print(
+        f"{'store':<16} {'workload':<28} {'p50 us':>9} {'p50 of rounds':>17} {'p99 us':>9} "
+        f"{'vs direct':>9} {'server cpu us':>13}"
+    )
     for store in stores:
         rounds = []
         for _ in range(args.rounds):
             with tempfile.TemporaryDirectory(dir=work_root) as tmp:
                 rounds.append(measure(store, args.calls, Path(tmp)))
         label = store.split("?")[0].split("://")[0] + (
-            " " + store.split("synchronous=")[1] if "synchronous=" in store else "")
-        rows = {name: {"p50_us": statistics.median(r[name]["p50_us"] for r in rounds),
-                       "p99_us": statistics.median(r[name]["p99_us"] for r in rounds),
-                       "p50_of_rounds": [r[name]["p50_us"] for r in rounds],
-                       "cpu_us": statistics.median(r[name]["cpu_us"] for r in rounds)}
-                for name in rounds[0]}
+            " " + store.split("synchronous=")[1] if "synchronous=" in store else ""
+        )
+        rows = {
+            name: {
+                "p50_us": statistics.median(r[name]["p50_us"] for r in rounds),
+                "p99_us": statistics.median(r[name]["p99_us"] for r in rounds),
+                "p50_of_rounds": [r[name]["p50_us"] for r in rounds],
+                "cpu_us": statistics.median(r[name]["cpu_us"] for r in rounds),
+            }
+            for name in rounds[0]
+        }
         base = rows["direct to the upstream"]["p50_us"]
         for name, row in rows.items():
             added = "" if name == STORE_ROW else f"{row['p50_us'] - base:>+9.1f}"
             spread = f"{min(row['p50_of_rounds']):,.0f}-{max(row['p50_of_rounds']):,.0f}"
             cpu = f"{row['cpu_us']:,.0f}"
-            print(f"{label:<16} {name:<28} {row['p50_us']:>9.1f} {spread:>17} "
-                  f"{row['p99_us']:>9.1f} {added:>9} {cpu:>13}")
-        beyond = (rows["gateway, reserved"]["p50_us"]
-                  - rows["gateway, not in the policy"]["p50_us"] - rows[STORE_ROW]["p50_us"])
+            print(
+                f"{label:<16} {name:<28} {row['p50_us']:>9.1f} {spread:>17} "
+                f"{row['p99_us']:>9.1f} {added:>9} {cpu:>13}"
+            )
+        beyond = (
+            rows["gateway, reserved"]["p50_us"]
+            - rows["gateway, not in the policy"]["p50_us"]
+            - rows[STORE_ROW]["p50_us"]
+        )
         rows[BEYOND_ROW] = {"p50_us": beyond}
-        print(f"{label:<16} {BEYOND_ROW:<28} {beyond:>9.1f}   (reserved - not in the policy - "
-              f"async protect)")
+        print(
+            f"{label:<16} {BEYOND_ROW:<28} {beyond:>9.1f}   (reserved - not in the policy - "
+            f"async protect)"
+        )
         results[label] = rows
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -30,8 +30,16 @@ Runner = Callable[[int], Dict[str, Any]]
 class Spec:
     """One row of the table: a workload measured ``repeats`` times."""
 
-    def __init__(self, backend: str, rid: str, who: str, label: str, durability: str,
-                 kind: str, run: Callable[[int], Dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        backend: str,
+        rid: str,
+        who: str,
+        label: str,
+        durability: str,
+        kind: str,
+        run: Callable[[int], Dict[str, Any]],
+    ) -> None:
         self.backend, self.id, self.who, self.label = backend, rid, who, label
         self.durability, self.kind, self.run = durability, kind, run
         self.results: List[Dict[str, Any]] = []
@@ -86,8 +94,11 @@ class Bench:
 
     def plan(self, b: str, rows: List[Row]) -> None:
         via = b == "pgbouncer"
-        words = {"ref": REF_VERSION, "psycopg": "psycopg, unprepared" if via else "psycopg",
-                 "c": f"contention: {CONTENTION_PROCS} procs x {CONTENTION_KEYS} keys"}
+        words = {
+            "ref": REF_VERSION,
+            "psycopg": "psycopg, unprepared" if via else "psycopg",
+            "c": f"contention: {CONTENTION_PROCS} procs x {CONTENTION_KEYS} keys",
+        }
         for row in rows:
             if (row.who == "original" and (not self.reference or via)) or (row.direct and via):
                 continue
@@ -95,8 +106,9 @@ class Bench:
                 durability, run = row.sync, self.sqlite_runner(row)
             else:
                 durability, run = PG_DURABILITY, self.pg_runner(row, via)
-            self.specs.append(Spec(b, row.id, row.who, row.label.format(**words), durability,
-                                   row.kind, run))
+            self.specs.append(
+                Spec(b, row.id, row.who, row.label.format(**words), durability, row.kind, run)
+            )
 
     # -- SQLite ---------------------------------------------------------------------------
 
@@ -107,25 +119,46 @@ class Bench:
         if row.kind == "contention":
             return self.sqlite_contend(row.who, sync, row.variant)
         if row.who == "ctrlrun":
+
             def run(r: int) -> Dict[str, Any]:
                 path = os.path.join(self.fresh("ctrlrun"), "state.db")
                 url = f"sqlite:///{path}?synchronous={sync.lower()}"
-                return run_worker(sys.executable, CTRLRUN_WORKER, {
-                    "mode": kind, "url": url, "n": n, "warmup": w, "async": is_async})
+                return run_worker(
+                    sys.executable,
+                    CTRLRUN_WORKER,
+                    {"mode": kind, "url": url, "n": n, "warmup": w, "async": is_async},
+                )
+
             return run
         if row.who == "original":
+
             def run(r: int) -> Dict[str, Any]:
                 path = os.path.join(self.fresh("ref"), "state.db")
-                return run_worker(self.ref_py, REF_WORKER, {
-                    "mode": kind, "path": path, "n": n, "warmup": w, "async": is_async})
+                return run_worker(
+                    self.ref_py,
+                    REF_WORKER,
+                    {"mode": kind, "path": path, "n": n, "warmup": w, "async": is_async},
+                )
+
             return run
         mode, variant = row.mode, row.variant
 
         def run(r: int) -> Dict[str, Any]:
             path = os.path.join(self.fresh("floor"), "state.db")
-            return run_worker(sys.executable, FLOOR_WORKER, {
-                "mode": mode, "path": path, "synchronous": sync, "variant": variant,
-                "n": n, "warmup": w, "async": is_async})
+            return run_worker(
+                sys.executable,
+                FLOOR_WORKER,
+                {
+                    "mode": mode,
+                    "path": path,
+                    "synchronous": sync,
+                    "variant": variant,
+                    "n": n,
+                    "warmup": w,
+                    "async": is_async,
+                },
+            )
+
         return run
 
     def sqlite_contend(self, who: str, sync: str, variant: str = "min") -> Runner:
@@ -138,17 +171,19 @@ class Bench:
                 url = f"sqlite:///{path}?synchronous={sync.lower()}"
                 cfg = {"url": url}
                 run_worker(sys.executable, CTRLRUN_WORKER, dict(cfg, mode="init"))
-                return run_contention(sys.executable, CTRLRUN_WORKER,
-                                      dict(cfg, mode="contend"), marks, r)
+                return run_contention(
+                    sys.executable, CTRLRUN_WORKER, dict(cfg, mode="contend"), marks, r
+                )
             if who == "original":
                 cfg = {"path": path}
                 run_worker(self.ref_py, REF_WORKER, dict(cfg, mode="init"))
-                return run_contention(self.ref_py, REF_WORKER, dict(cfg, mode="contend"),
-                                      marks, r)
+                return run_contention(self.ref_py, REF_WORKER, dict(cfg, mode="contend"), marks, r)
             cfg = {"path": path, "synchronous": sync, "variant": variant}
             run_worker(sys.executable, FLOOR_WORKER, dict(cfg, mode="sqlite_init"))
-            return run_contention(sys.executable, FLOOR_WORKER,
-                                  dict(cfg, mode="sqlite_contend"), marks, r)
+            return run_contention(
+                sys.executable, FLOOR_WORKER, dict(cfg, mode="sqlite_contend"), marks, r
+            )
+
         return run
 
     # -- PostgreSQL -------------------------------------------------------------------------
@@ -159,8 +194,7 @@ class Bench:
         return f"{base}{sep}schema={schema}"
 
     def pg_stats(self) -> Dict[str, Any]:
-        return run_worker(self.floor_py, FLOOR_WORKER, {"mode": "pg_stats",
-                                                        "pg_url": self.pg_url})
+        return run_worker(self.floor_py, FLOOR_WORKER, {"mode": "pg_stats", "pg_url": self.pg_url})
 
     def with_pg_stats(self, fn: Callable[[], Dict[str, Any]], calls: int) -> Dict[str, Any]:
         """Run ``fn`` between two reads of the server's counters: commits and WAL flushes per
@@ -184,28 +218,51 @@ class Bench:
         if row.kind == "contention":
             return self.pg_contend(row.who, base, via, row.variant)
         if row.who == "ctrlrun":
+
             def run(r: int) -> Dict[str, Any]:
-                cfg = {"mode": kind, "url": self.with_schema(base, self.schema()), "n": n,
-                       "warmup": w, "async": is_async}
+                cfg = {
+                    "mode": kind,
+                    "url": self.with_schema(base, self.schema()),
+                    "n": n,
+                    "warmup": w,
+                    "async": is_async,
+                }
                 go = lambda: run_worker(sys.executable, CTRLRUN_WORKER, cfg)  # noqa: E731
                 return self.with_pg_stats(go, n + w) if stats else go()
+
             return run
         if row.who == "original":
+
             def run(r: int) -> Dict[str, Any]:
-                cfg = {"mode": kind, "pg_url": self.pg_url, "schema": self.schema(), "n": n,
-                       "warmup": w, "async": is_async}
+                cfg = {
+                    "mode": kind,
+                    "pg_url": self.pg_url,
+                    "schema": self.schema(),
+                    "n": n,
+                    "warmup": w,
+                    "async": is_async,
+                }
                 go = lambda: run_worker(self.ref_py, REF_WORKER, cfg)  # noqa: E731
                 return self.with_pg_stats(go, n + w) if stats else go()
+
             return run
         mode, variant = row.mode, row.variant
         prepare = (not via) if row.prepare is None else row.prepare
 
         def run(r: int) -> Dict[str, Any]:
-            cfg = {"mode": mode, "pg_url": base, "schema": self.schema(),
-                   "variant": variant, "n": n, "warmup": w, "prepare": prepare,
-                   "async": is_async}
+            cfg = {
+                "mode": mode,
+                "pg_url": base,
+                "schema": self.schema(),
+                "variant": variant,
+                "n": n,
+                "warmup": w,
+                "prepare": prepare,
+                "async": is_async,
+            }
             go = lambda: run_worker(self.floor_py, FLOOR_WORKER, cfg)  # noqa: E731
             return self.with_pg_stats(go, n + w) if stats else go()
+
         return run
 
     def pg_contend(self, who: str, base: str, via: bool, variant: str = "min") -> Runner:
@@ -216,17 +273,19 @@ class Bench:
             if who == "ctrlrun":
                 cfg = {"url": self.with_schema(base, schema)}
                 run_worker(sys.executable, CTRLRUN_WORKER, dict(cfg, mode="init"))
-                return run_contention(sys.executable, CTRLRUN_WORKER,
-                                      dict(cfg, mode="contend"), marks, r)
+                return run_contention(
+                    sys.executable, CTRLRUN_WORKER, dict(cfg, mode="contend"), marks, r
+                )
             if who == "original":
                 cfg = {"pg_url": self.pg_url, "schema": schema}
                 run_worker(self.ref_py, REF_WORKER, dict(cfg, mode="init"))
-                return run_contention(self.ref_py, REF_WORKER, dict(cfg, mode="contend"),
-                                      marks, r)
+                return run_contention(self.ref_py, REF_WORKER, dict(cfg, mode="contend"), marks, r)
             cfg = {"pg_url": base, "schema": schema, "variant": variant, "prepare": not via}
             run_worker(self.floor_py, FLOOR_WORKER, dict(cfg, mode="pg_init"))
-            return run_contention(self.floor_py, FLOOR_WORKER,
-                                  dict(cfg, mode="pg_contend"), marks, r)
+            return run_contention(
+                self.floor_py, FLOOR_WORKER, dict(cfg, mode="pg_contend"), marks, r
+            )
+
         return run
 
     # -- syscalls (SQLite): fsyncs per call, from strace, in a separate untimed pass --------
@@ -240,9 +299,21 @@ class Bench:
 
         def count(python: str, script: str, cfg: Dict[str, Any]) -> Dict[str, int]:
             trace = os.path.join(self.fresh("strace"), "trace.txt")
-            run_worker(python, script, cfg,
-                       prefix=[strace, "-f", "-qq", "-c", "-o", trace,
-                               "-e", "trace=fsync,fdatasync,pwrite64,write"])
+            run_worker(
+                python,
+                script,
+                cfg,
+                prefix=[
+                    strace,
+                    "-f",
+                    "-qq",
+                    "-c",
+                    "-o",
+                    trace,
+                    "-e",
+                    "trace=fsync,fdatasync,pwrite64,write",
+                ],
+            )
             counts: Dict[str, int] = {}
             with open(trace) as f:
                 for line in f:
@@ -255,25 +326,46 @@ class Bench:
             base = count(python, script, make(0))
             full = count(python, script, make(n))
             diff = {k: (full.get(k, 0) - base.get(k, 0)) / n for k in set(full) | set(base)}
-            out[rid] = {"fsync_per_call": diff.get("fsync", 0) + diff.get("fdatasync", 0),
-                        "pwrite_per_call": diff.get("pwrite64", 0)}
+            out[rid] = {
+                "fsync_per_call": diff.get("fsync", 0) + diff.get("fdatasync", 0),
+                "pwrite_per_call": diff.get("pwrite64", 0),
+            }
 
         for sync in ("FULL", "NORMAL"):
+
             def cfg_c(k: int, sync: str = sync) -> Dict[str, Any]:
                 path = os.path.join(self.fresh("sc"), "s.db")
-                return {"mode": "latency", "n": k, "warmup": 0,
-                        "url": f"sqlite:///{path}?synchronous={sync.lower()}"}
+                return {
+                    "mode": "latency",
+                    "n": k,
+                    "warmup": 0,
+                    "url": f"sqlite:///{path}?synchronous={sync.lower()}",
+                }
+
             per_call(f"ctrlrun.sync.{sync}", sys.executable, CTRLRUN_WORKER, cfg_c)
             for variant in ("min", "same", "receipts"):
+
                 def cfg_f(k: int, sync: str = sync, variant: str = variant) -> Dict[str, Any]:
-                    return {"mode": "sqlite_latency", "n": k, "warmup": 0, "synchronous": sync,
-                            "variant": variant,
-                            "path": os.path.join(self.fresh("sf"), "s.db")}
+                    return {
+                        "mode": "sqlite_latency",
+                        "n": k,
+                        "warmup": 0,
+                        "synchronous": sync,
+                        "variant": variant,
+                        "path": os.path.join(self.fresh("sf"), "s.db"),
+                    }
+
                 per_call(f"floor.{variant}.{sync}", sys.executable, FLOOR_WORKER, cfg_f)
         if self.reference:
+
             def cfg_r(k: int) -> Dict[str, Any]:
-                return {"mode": "latency", "n": k, "warmup": 0,
-                        "path": os.path.join(self.fresh("sr"), "s.db")}
+                return {
+                    "mode": "latency",
+                    "n": k,
+                    "warmup": 0,
+                    "path": os.path.join(self.fresh("sr"), "s.db"),
+                }
+
             per_call("ref.sync.NORMAL", self.ref_py, REF_WORKER, cfg_r)
         return out
 
@@ -290,8 +382,10 @@ class Bench:
                 res["elapsed_s"] = time.monotonic() - t0
                 s.results.append(res)
                 if s.kind == "contention":
-                    shown = (f"total {res['total_s']:.3f} s, executions {res['executions']}, "
-                             f"doubles {res['double_executions']}")
+                    shown = (
+                        f"total {res['total_s']:.3f} s, executions {res['executions']}, "
+                        f"doubles {res['double_executions']}"
+                    )
                 else:
                     shown = f"p50 {res['p50_us']:.1f} us, p99 {res['p99_us']:.1f} us"
                 log(f"  [{backend} {r + 1}/{self.repeats}] {s.label} [{s.durability}]: {shown}")

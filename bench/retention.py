@@ -68,6 +68,7 @@ def _row_values(now_us: int) -> str:
 
 # -- SQLite ---------------------------------------------------------------------------------------
 
+
 def sqlite_fill(path: str, rows: int, now_us: int) -> None:
     ctrlrun.open_store(path).close()  # ctrlrun creates its tables and indexes
     db = sqlite3.connect(path)
@@ -88,8 +89,10 @@ def sqlite_fill(path: str, rows: int, now_us: int) -> None:
 def sqlite_list_floor(path: str) -> float:
     db = sqlite3.connect(path)
     end = PREFIX[:-1] + chr(ord(PREFIX[-1]) + 1)
-    q = ("SELECT * FROM ctrlrun_effects WHERE effect_key >= ? AND effect_key < ? "
-         "ORDER BY created_at, effect_key")
+    q = (
+        "SELECT * FROM ctrlrun_effects WHERE effect_key >= ? AND effect_key < ? "
+        "ORDER BY created_at, effect_key"
+    )
     ms = _median_ms(lambda: db.execute(q, (PREFIX, end)).fetchall())
     db.close()
     return ms
@@ -106,7 +109,8 @@ def sqlite_prune_floor(path: str, cut_us: int) -> Dict[str, float]:
             n = db.execute(
                 "DELETE FROM ctrlrun_effects WHERE effect_key IN (SELECT effect_key FROM "
                 "ctrlrun_effects WHERE state = ? AND created_at < ? LIMIT ?)",
-                (state, cut_us, BATCH)).rowcount
+                (state, cut_us, BATCH),
+            ).rowcount
             db.execute("COMMIT")
             removed += n
             if n < BATCH:
@@ -119,27 +123,41 @@ def sqlite_prune_floor(path: str, cut_us: int) -> Dict[str, float]:
 
 # -- PostgreSQL -----------------------------------------------------------------------------------
 
+
 class Psql:
     def __init__(self, url: str) -> None:
         p = urlsplit(url.split("?", 1)[0])
-        self.args = ["psql", "-h", p.hostname or "127.0.0.1", "-p", str(p.port or 5432),
-                     "-U", p.username or "postgres", "-d", p.path.lstrip("/") or "postgres",
-                     "-v", "ON_ERROR_STOP=1", "-Atq"]
+        self.args = [
+            "psql",
+            "-h",
+            p.hostname or "127.0.0.1",
+            "-p",
+            str(p.port or 5432),
+            "-U",
+            p.username or "postgres",
+            "-d",
+            p.path.lstrip("/") or "postgres",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-Atq",
+        ]
         self.env = dict(os.environ)
         if p.password:
             self.env["PGPASSWORD"] = p.password  # never on the command line
 
     def run(self, sql: str) -> str:
-        out = subprocess.run([*self.args, "-c", sql], capture_output=True, text=True,
-                             env=self.env, timeout=3600)
+        out = subprocess.run(
+            [*self.args, "-c", sql], capture_output=True, text=True, env=self.env, timeout=3600
+        )
         if out.returncode != 0:
             raise RuntimeError(f"psql failed: {out.stderr.strip()}")
         return out.stdout.strip()
 
 
 def pg_fill(psql: Psql, schema: str, rows: int, now_us: int) -> None:
-    values = _row_values(now_us).replace("substr('0000' || (i % 1000), -4, 4)",
-                                         "lpad((i % 1000)::text, 4, '0')")
+    values = _row_values(now_us).replace(
+        "substr('0000' || (i % 1000), -4, 4)", "lpad((i % 1000)::text, 4, '0')"
+    )
     psql.run(f"""
         INSERT INTO "{schema}".ctrlrun_effects (key_digest, effect_key, state, action_id,
             attempt, created_at, updated_at, action, last_event, written_by, receipt_seq,
@@ -152,9 +170,11 @@ def pg_fill(psql: Psql, schema: str, rows: int, now_us: int) -> None:
 
 def pg_list_floor(psql: Psql, schema: str) -> float:
     end = PREFIX[:-1] + chr(ord(PREFIX[-1]) + 1)
-    q = (f'EXPLAIN (ANALYZE, FORMAT JSON) SELECT * FROM "{schema}".ctrlrun_effects '
-         f"WHERE left(effect_key, 200) COLLATE \"C\" >= '{PREFIX}' AND left(effect_key, 200) "
-         f"COLLATE \"C\" < '{end}' ORDER BY created_at, effect_key")
+    q = (
+        f'EXPLAIN (ANALYZE, FORMAT JSON) SELECT * FROM "{schema}".ctrlrun_effects '
+        f"WHERE left(effect_key, 200) COLLATE \"C\" >= '{PREFIX}' AND left(effect_key, 200) "
+        f"COLLATE \"C\" < '{end}' ORDER BY created_at, effect_key"
+    )
     times = [json.loads(psql.run(q))[0]["Execution Time"] for _ in range(7)]
     return round(statistics.median(times), 2)
 
@@ -184,8 +204,14 @@ def pg_prune_floor(psql: Psql, schema: str, cut_us: int) -> Dict[str, float]:
 
 # -- ctrlrun --------------------------------------------------------------------------------------
 
-def measure(url: str, fill: Callable[[], None], list_floor: Callable[[], float],
-            prune_floor: Callable[[int], Dict[str, float]], now_us: int) -> Dict[str, Any]:
+
+def measure(
+    url: str,
+    fill: Callable[[], None],
+    list_floor: Callable[[], float],
+    prune_floor: Callable[[int], Dict[str, float]],
+    now_us: int,
+) -> Dict[str, Any]:
     t = time.perf_counter()
     fill()
     out: Dict[str, Any] = {"fill_s": round(time.perf_counter() - t, 1)}
@@ -197,25 +223,32 @@ def measure(url: str, fill: Callable[[], None], list_floor: Callable[[], float],
     cli = [sys.executable, "-m", "ctrlrun", "effects", "list", "--prefix", PREFIX, "--json"]
     env = dict(os.environ, CTRLRUN_STORE=url)  # a URL may hold a password: never an argument
     out["cli_list_prefix_ms"] = _median_ms(
-        lambda: subprocess.run(cli, capture_output=True, check=True, env=env), repeats=3)
+        lambda: subprocess.run(cli, capture_output=True, check=True, env=env), repeats=3
+    )
     out["list_ambiguous_limit_100_ms"] = _median_ms(
-        lambda: store.list_effects("ambiguous", limit=100))
+        lambda: store.list_effects("ambiguous", limit=100)
+    )
     # no index of their own (each index costs every protected call): these read the table
     out["list_action_limit_100_scan_ms"] = _median_ms(
-        lambda: store.list_effects(action="tool.action_3", limit=100), repeats=3)
+        lambda: store.list_effects(action="tool.action_3", limit=100), repeats=3
+    )
     out["list_limit_10_scan_ms"] = _median_ms(lambda: store.list_effects(limit=10), repeats=3)
     cut_us = now_us - 30 * DAY_US
     out["prune_floor"] = prune_floor(cut_us)
     marks: List[float] = []
     t = time.perf_counter()
-    removed = store.prune(timedelta(days=30), batch_size=BATCH,
-                          progress=lambda n: marks.append(time.perf_counter()))
+    removed = store.prune(
+        timedelta(days=30), batch_size=BATCH, progress=lambda n: marks.append(time.perf_counter())
+    )
     elapsed = time.perf_counter() - t
     gaps = [b - a for a, b in zip([t, *marks], marks)]
-    out["prune"] = {"rows": removed, "seconds": round(elapsed, 2),
-                    "rows_per_s": round(removed / elapsed),
-                    "median_batch_ms": round(statistics.median(gaps) * 1000, 1),
-                    "longest_batch_ms": round(max(gaps) * 1000, 1)}
+    out["prune"] = {
+        "rows": removed,
+        "seconds": round(elapsed, 2),
+        "rows_per_s": round(removed / elapsed),
+        "median_batch_ms": round(statistics.median(gaps) * 1000, 1),
+        "longest_batch_ms": round(max(gaps) * 1000, 1),
+    }
     store.close()
     return out
 
@@ -234,8 +267,12 @@ def main() -> int:
         path = os.path.join(tmp, "state.db")
         try:
             results["sqlite"] = measure(
-                f"sqlite:///{path}?synchronous=FULL", lambda: sqlite_fill(path, args.rows, now_us),
-                lambda: sqlite_list_floor(path), lambda cut: sqlite_prune_floor(path, cut), now_us)
+                f"sqlite:///{path}?synchronous=FULL",
+                lambda: sqlite_fill(path, args.rows, now_us),
+                lambda: sqlite_list_floor(path),
+                lambda cut: sqlite_prune_floor(path, cut),
+                now_us,
+            )
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     pg_url = os.environ.get("CTRLRUN_TEST_POSTGRES_URL")
@@ -247,9 +284,12 @@ def main() -> int:
         try:
             ctrlrun.open_store(url).close()
             results["postgres"] = measure(
-                url, lambda: pg_fill(psql, schema, args.rows, now_us),
-                lambda: pg_list_floor(psql, schema), lambda cut: pg_prune_floor(psql, schema, cut),
-                now_us)
+                url,
+                lambda: pg_fill(psql, schema, args.rows, now_us),
+                lambda: pg_list_floor(psql, schema),
+                lambda cut: pg_prune_floor(psql, schema, cut),
+                now_us,
+            )
         finally:
             psql.run(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     print(json.dumps(results, indent=2))

@@ -27,6 +27,9 @@ import tempfile
 from typing import Any, Dict, List
 from urllib.parse import unquote, urlsplit
 
+from tests_py.support.pgbouncer import PgBouncer
+from tests_py.support.pgserver import start_cluster
+
 from bench import _report
 from bench.plan import Bench
 from bench.venvs import FLOOR_VENV, PSYCOPG, REF_VENV, REF_VERSION, ensure_venv
@@ -41,9 +44,6 @@ from bench.workers import (
     log,
     run_worker,
 )
-from tests_py.support.pgbouncer import PgBouncer
-from tests_py.support.pgserver import start_cluster
-
 
 # -- reporting ------------------------------------------------------------------------------
 
@@ -64,10 +64,14 @@ def fs_of(path: str) -> str:
 
 def git_state() -> Dict[str, Any]:
     try:
-        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True,
-                              text=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "src",
-                                "python"], capture_output=True, text=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", ROOT, "status", "--porcelain", "--", "src", "python"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         return {"commit": head, "src_or_python_dirty": bool(dirty)}
     except OSError:
         return {}
@@ -78,26 +82,45 @@ def start_bouncer(pg_url: str) -> Any:
     server pool large enough for the contention rows' 8 processes."""
     parts = urlsplit(pg_url)
     return PgBouncer(
-        parts.hostname or "127.0.0.1", parts.port or 5432, unquote(parts.username or "postgres"),
-        unquote(parts.password) if parts.password else None, "transaction",
-        pool_size=CONTENTION_PROCS)
+        parts.hostname or "127.0.0.1",
+        parts.port or 5432,
+        unquote(parts.username or "postgres"),
+        unquote(parts.password) if parts.password else None,
+        "transaction",
+        pool_size=CONTENTION_PROCS,
+    )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="10x fewer calls per run")
-    ap.add_argument("--backends", default="sqlite,postgres,pgbouncer",
-                    help="comma-separated: sqlite, postgres, pgbouncer (PostgreSQL through "
-                         "PgBouncer in transaction mode); default all three")
-    ap.add_argument("--no-reference", action="store_true",
-                    help="skip the original product (no bench/.ref-venv needed)")
+    ap.add_argument(
+        "--backends",
+        default="sqlite,postgres,pgbouncer",
+        help="comma-separated: sqlite, postgres, pgbouncer (PostgreSQL through "
+        "PgBouncer in transaction mode); default all three",
+    )
+    ap.add_argument(
+        "--no-reference",
+        action="store_true",
+        help="skip the original product (no bench/.ref-venv needed)",
+    )
     ap.add_argument("--repeats", type=int, default=3, help="runs per measurement (default 3)")
-    ap.add_argument("--no-syscalls", action="store_true",
-                    help="skip the strace pass that counts fsyncs per call (SQLite)")
-    ap.add_argument("--workdir", default=os.path.join(BENCH, ".work"),
-                    help="where the SQLite files go (default bench/.work; keep it on a real disk)")
-    ap.add_argument("--json", default=os.path.join(BENCH, "results.json"),
-                    help="where to write the results (default bench/results.json)")
+    ap.add_argument(
+        "--no-syscalls",
+        action="store_true",
+        help="skip the strace pass that counts fsyncs per call (SQLite)",
+    )
+    ap.add_argument(
+        "--workdir",
+        default=os.path.join(BENCH, ".work"),
+        help="where the SQLite files go (default bench/.work; keep it on a real disk)",
+    )
+    ap.add_argument(
+        "--json",
+        default=os.path.join(BENCH, "results.json"),
+        help="where to write the results (default bench/results.json)",
+    )
     args = ap.parse_args()
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     for b in backends:
@@ -108,18 +131,24 @@ def main() -> int:
     started = _dt.datetime.now(_dt.timezone.utc)
 
     info = run_worker(sys.executable, CTRLRUN_WORKER, {"mode": "info"})
-    build_line = (f"Measuring ctrlrun {info['version']} ({info['build']} build) from "
-                  f"{info['extension']} ({info['extension_bytes'] / 1e6:.1f} MB), "
-                  f"Python {info['python']}")
+    build_line = (
+        f"Measuring ctrlrun {info['version']} ({info['build']} build) from "
+        f"{info['extension']} ({info['extension_bytes'] / 1e6:.1f} MB), "
+        f"Python {info['python']}"
+    )
     log(build_line)
     warnings: List[str] = []
     if info["build"] != "release":
-        warnings.append(f"WARNING: the extension is a {info['build']} build: these numbers do not "
-                        f"measure the product. Build it with `maturin develop --release` "
-                        f"(`make bench` does).")
+        warnings.append(
+            f"WARNING: the extension is a {info['build']} build: these numbers do not "
+            f"measure the product. Build it with `maturin develop --release` "
+            f"(`make bench` does)."
+        )
     if info["stale"]:
-        warnings.append("WARNING: src/ has .rs files newer than the extension: the build is "
-                        "stale (rebuild with `maturin develop --release`).")
+        warnings.append(
+            "WARNING: src/ has .rs files newer than the extension: the build is "
+            "stale (rebuild with `maturin develop --release`)."
+        )
     for w in warnings:
         log(w)
 
@@ -127,9 +156,11 @@ def main() -> int:
         log("the original product: skipped (--no-reference)")
     else:
         bench.ref_py = ensure_venv(
-            REF_VENV, [f"ctrlrun=={REF_VERSION}", PSYCOPG],
+            REF_VENV,
+            [f"ctrlrun=={REF_VERSION}", PSYCOPG],
             f"import importlib.metadata as m, psycopg; "
-            f"assert m.version('ctrlrun') == '{REF_VERSION}'")
+            f"assert m.version('ctrlrun') == '{REF_VERSION}'",
+        )
         ref_info = run_worker(bench.ref_py, REF_WORKER, {"mode": "info"})
         log(f"original product: ctrlrun {ref_info['version']} in {REF_VENV}")
         bench.meta["original"] = ref_info
@@ -148,8 +179,10 @@ def main() -> int:
         bench.meta["workdir_fs"] = fs_of(os.path.realpath(bench.workdir))
         if "sqlite" in backends:
             bench.plan_sqlite()
-            log(f"SQLite: files under {bench.workdir} ({bench.meta['workdir_fs']}); floor uses "
-                f"the stdlib sqlite3 ({sqlite_info['sqlite_version']})")
+            log(
+                f"SQLite: files under {bench.workdir} ({bench.meta['workdir_fs']}); floor uses "
+                f"the stdlib sqlite3 ({sqlite_info['sqlite_version']})"
+            )
             bench.execute("sqlite")
             log("SQLite: counting fsyncs per call with strace (separate, untimed pass)")
             syscalls = bench.sqlite_syscalls()
@@ -162,22 +195,27 @@ def main() -> int:
                 cluster = start_cluster()
                 bench.pg_url = cluster.url()
                 bench.meta["postgres_server"] = f"throwaway cluster in {cluster.datadir}"
-            pg_info = run_worker(bench.floor_py, FLOOR_WORKER, {"mode": "pg_info",
-                                                                 "pg_url": bench.pg_url})
+            pg_info = run_worker(
+                bench.floor_py, FLOOR_WORKER, {"mode": "pg_info", "pg_url": bench.pg_url}
+            )
             bench.meta["postgres"] = pg_info
-            bench.meta["postgres_fs"] = (fs_of(cluster.datadir) if cluster else "?")
-            log(f"PostgreSQL {pg_info['server_version']}: synchronous_commit="
+            bench.meta["postgres_fs"] = fs_of(cluster.datadir) if cluster else "?"
+            log(
+                f"PostgreSQL {pg_info['server_version']}: synchronous_commit="
                 f"{pg_info['synchronous_commit']}, fsync={pg_info['fsync']}, "
                 f"wal_sync_method={pg_info['wal_sync_method']}; psycopg {pg_info['psycopg']} "
-                f"({pg_info['psycopg_impl']})")
+                f"({pg_info['psycopg_impl']})"
+            )
             if "postgres" in backends:
                 bench.plan_postgres()
                 bench.execute("postgres")
             if "pgbouncer" in backends:
                 bouncer = start_bouncer(bench.pg_url)
                 bench.bouncer_url = bouncer.url(db=urlsplit(bench.pg_url).path.lstrip("/"))
-                log(f"PgBouncer (transaction mode) on port {bouncer.port}, in front of the same "
-                    f"server")
+                log(
+                    f"PgBouncer (transaction mode) on port {bouncer.port}, in front of the same "
+                    f"server"
+                )
                 bench.plan_postgres("pgbouncer")
                 bench.execute("pgbouncer")
     finally:
@@ -185,9 +223,11 @@ def main() -> int:
             bouncer.stop()
         if bench.pg_schemas and bench.pg_url:
             try:
-                run_worker(bench.floor_py, FLOOR_WORKER, {"mode": "pg_drop",
-                                                          "pg_url": bench.pg_url,
-                                                          "schemas": bench.pg_schemas})
+                run_worker(
+                    bench.floor_py,
+                    FLOOR_WORKER,
+                    {"mode": "pg_drop", "pg_url": bench.pg_url, "schemas": bench.pg_schemas},
+                )
             except Exception as exc:  # the cluster may be gone; a user's server is told
                 log(f"could not drop the bench schemas: {exc}")
         if cluster is not None:
@@ -195,25 +235,46 @@ def main() -> int:
         shutil.rmtree(bench.workdir, ignore_errors=True)
 
     text, summary, all_once = _report.report(bench, syscalls, CONTENTION_KEYS)
-    loads = sorted(r["loadavg_1m_before"] for s in bench.specs for r in s.results
-                   if r.get("loadavg_1m_before") is not None)
+    loads = sorted(
+        r["loadavg_1m_before"]
+        for s in bench.specs
+        for r in s.results
+        if r.get("loadavg_1m_before") is not None
+    )
     load_line = ""
     if loads:
-        load_line = (f"Load average (1 min) before each run: min {loads[0]:.2f}, median "
-                     f"{statistics.median(loads):.2f}, max {loads[-1]:.2f} on {os.cpu_count()} "
-                     f"CPUs" + ("; other work on the machine makes the rows noisy, the fsync-bound "
-                                "ones most" if loads[-1] > 1.0 else ""))
-        bench.meta["loadavg_1m"] = {"min": loads[0], "median": statistics.median(loads),
-                                    "max": loads[-1]}
-    header = [build_line, *warnings, *([load_line] if load_line else []),
-              f"Machine: {platform.platform()}, {os.cpu_count()} CPUs visible; "
-              f"SQLite files on {bench.meta.get('workdir_fs', '?')}"
-              + (f"; PostgreSQL {bench.meta['postgres']['server_version']} "
-                 f"(synchronous_commit={bench.meta['postgres']['synchronous_commit']}, "
-                 f"fsync={bench.meta['postgres']['fsync']}), data on "
-                 f"{bench.meta.get('postgres_fs', '?')}" if "postgres" in bench.meta else ""),
-              "p50/p99: per-call latency (time.perf_counter_ns around each call). calls/s "
-              "(1/p50) = 1e6 / p50 us; calls/s (N/wall) = calls / wall time of the timed loop."]
+        load_line = (
+            f"Load average (1 min) before each run: min {loads[0]:.2f}, median "
+            f"{statistics.median(loads):.2f}, max {loads[-1]:.2f} on {os.cpu_count()} "
+            f"CPUs"
+            + (
+                "; other work on the machine makes the rows noisy, the fsync-bound ones most"
+                if loads[-1] > 1.0
+                else ""
+            )
+        )
+        bench.meta["loadavg_1m"] = {
+            "min": loads[0],
+            "median": statistics.median(loads),
+            "max": loads[-1],
+        }
+    header = [
+        build_line,
+        *warnings,
+        *([load_line] if load_line else []),
+        f"Machine: {platform.platform()}, {os.cpu_count()} CPUs visible; "
+        f"SQLite files on {bench.meta.get('workdir_fs', '?')}"
+        + (
+            f"; PostgreSQL {bench.meta['postgres']['server_version']} "
+            f"(synchronous_commit={bench.meta['postgres']['synchronous_commit']}, "
+            f"fsync={bench.meta['postgres']['fsync']}), data on "
+            f"{bench.meta.get('postgres_fs', '?')}"
+            if "postgres" in bench.meta
+            else ""
+        ),
+        "p50/p99: per-call latency (time.perf_counter_ns around each call). calls/s "
+        "(1/p50) = 1e6 / p50 us; calls/s (N/wall) = calls / wall time of the timed loop.",
+    ]
     print("\n".join(header) + "\n" + text)
 
     results = {
@@ -227,11 +288,20 @@ def main() -> int:
         "warnings": warnings,
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
         "meta": bench.meta,
-        "rows": [{"backend": s.backend, "id": s.id, "who": s.who, "label": s.label,
-                  "durability": s.durability, "kind": s.kind, "median": s.median(),
-                  "runs": s.results,
-                  "syscalls": syscalls.get(s.id) if s.backend == "sqlite" else None}
-                 for s in bench.specs],
+        "rows": [
+            {
+                "backend": s.backend,
+                "id": s.id,
+                "who": s.who,
+                "label": s.label,
+                "durability": s.durability,
+                "kind": s.kind,
+                "median": s.median(),
+                "runs": s.results,
+                "syscalls": syscalls.get(s.id) if s.backend == "sqlite" else None,
+            }
+            for s in bench.specs
+        ],
         "targets": summary["targets"],
         "every_key_exactly_once": all_once,
         "table": text,

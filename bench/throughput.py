@@ -33,9 +33,10 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List
 from urllib.parse import unquote, urlsplit
 
-from bench._floor_receipts import PgReceipts, pg_schema_sql
 from tests_py.support.pgproxy import PgProxy
 from tests_py.support.pgserver import _find_bin
+
+from bench._floor_receipts import PgReceipts, pg_schema_sql
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -99,8 +100,12 @@ def threads(url: str, n: int, seconds: float) -> Dict[str, Any]:
         t.join()
     wall = time.monotonic() - began
     c.store.close()
-    return {"calls": sum(done), "wall_s": wall, "calls_per_s": sum(done) / wall,
-            "doubles": c.doubles()}
+    return {
+        "calls": sum(done),
+        "wall_s": wall,
+        "calls_per_s": sum(done) / wall,
+        "doubles": c.doubles(),
+    }
 
 
 def tasks(url: str, n: int, seconds: float) -> Dict[str, Any]:
@@ -133,12 +138,38 @@ def tasks(url: str, n: int, seconds: float) -> Dict[str, Any]:
 # src/store/postgres/sql.rs (`reserve`, `transition_rows`): keep in step with it.
 KEY = "('tp-k' || CAST(:k AS text))"
 ACT = "'act_0123456789abcdef0123456789abcdef'"
-INSERT_VALUES = [KEY, "'executing'", ACT, "1", "NULL", "30000000", "NULL", "NULL", "NULL",
-                  "'tok_0123456789abcdef0123456789ab'", "'bench.tp'", "'bench-1'",
-                  "'" + "d" * 64 + "'", "'{\"key\": \"x\"}'", "NULL", "'reservation'",
-                  "'bench-1'"]
-OUTCOME_VALUES = ["'committed'", "ARRAY['executing']", "true", "'1'", "NULL", KEY, ACT, "1",
-                  "NULL", "'outcome'", "'bench-1'"]
+INSERT_VALUES = [
+    KEY,
+    "'executing'",
+    ACT,
+    "1",
+    "NULL",
+    "30000000",
+    "NULL",
+    "NULL",
+    "NULL",
+    "'tok_0123456789abcdef0123456789ab'",
+    "'bench.tp'",
+    "'bench-1'",
+    "'" + "d" * 64 + "'",
+    '\'{"key": "x"}\'',
+    "NULL",
+    "'reservation'",
+    "'bench-1'",
+]
+OUTCOME_VALUES = [
+    "'committed'",
+    "ARRAY['executing']",
+    "true",
+    "'1'",
+    "NULL",
+    KEY,
+    ACT,
+    "1",
+    "NULL",
+    "'outcome'",
+    "'bench-1'",
+]
 
 
 def ctrlrun_script(url: str) -> str:
@@ -164,8 +195,13 @@ def ctrlrun_script(url: str) -> str:
     def bind(body: str, values: List[str]) -> str:
         return re.sub(r"\$(\d+)", lambda m: values[int(m.group(1)) - 1], body)
 
-    return ("\\set k random(1, 4000000000000000000)\n" + bind(reserve, INSERT_VALUES) + ";\n"
-            + bind(outcome, OUTCOME_VALUES) + ";\n")
+    return (
+        "\\set k random(1, 4000000000000000000)\n"
+        + bind(reserve, INSERT_VALUES)
+        + ";\n"
+        + bind(outcome, OUTCOME_VALUES)
+        + ";\n"
+    )
 
 
 def receipts_script(url: str) -> str:
@@ -175,45 +211,116 @@ def receipts_script(url: str) -> str:
     schema = f"ctrlrun_scratch_tpr_{uuid.uuid4().hex[:8]}"
     u = urlsplit(url)
     env = dict(os.environ, PGPASSWORD=unquote(u.password or ""))
-    subprocess.run([_find_bin("psql"), "-h", u.hostname or "127.0.0.1", "-p",
-                    str(u.port or 5432), "-U", unquote(u.username or "postgres"), "-d",
-                    (u.path or "/postgres").lstrip("/") or "postgres", "-qAtc",
-                    pg_schema_sql(schema)], env=env, check=True, capture_output=True)
+    subprocess.run(
+        [
+            _find_bin("psql"),
+            "-h",
+            u.hostname or "127.0.0.1",
+            "-p",
+            str(u.port or 5432),
+            "-U",
+            unquote(u.username or "postgres"),
+            "-d",
+            (u.path or "/postgres").lstrip("/") or "postgres",
+            "-qAtc",
+            pg_schema_sql(schema),
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     sql = PgReceipts(schema)
     digest = "'" + "d" * 64 + "'"
-    values = {"key": "'k' || :k", "aid": ACT, "now": "1", "until": "30000000",
-              "token": "'tok_0123456789abcdef0123456789ab'", "writer": "'bench-1'",
-              "args": digest, "fields": "'{\"key\": \"x\"}'", "hash": digest, "prev": digest,
-              "result": "'1'"}
+    values = {
+        "key": "'k' || :k",
+        "aid": ACT,
+        "now": "1",
+        "until": "30000000",
+        "token": "'tok_0123456789abcdef0123456789ab'",
+        "writer": "'bench-1'",
+        "args": digest,
+        "fields": '\'{"key": "x"}\'',
+        "hash": digest,
+        "prev": digest,
+        "result": "'1'",
+    }
 
     def bind(body: str) -> str:
         return re.sub(r"%\((\w+)\)s", lambda m: values[m.group(1)], body)
 
-    return ("\\set k random(1, 4000000000000000000)\n" + bind(sql.reserve) + ";\n"
-            + bind(sql.outcome) + ";\n")
+    return (
+        "\\set k random(1, 4000000000000000000)\n"
+        + bind(sql.reserve)
+        + ";\n"
+        + bind(sql.outcome)
+        + ";\n"
+    )
 
 
-def pgbench(url: str, clients: int, seconds: float, script: str = PGBENCH_SCRIPT,
-            mode: str = "prepared") -> Dict[str, Any]:
+def pgbench(
+    url: str, clients: int, seconds: float, script: str = PGBENCH_SCRIPT, mode: str = "prepared"
+) -> Dict[str, Any]:
     """pgbench with the two statements; the password travels in the environment."""
     u = urlsplit(url)
     env = dict(os.environ, PGPASSWORD=unquote(u.password or ""))
-    base = [_find_bin("pgbench"), "-h", u.hostname or "127.0.0.1", "-p", str(u.port or 5432),
-            "-U", unquote(u.username or "postgres")]
+    base = [
+        _find_bin("pgbench"),
+        "-h",
+        u.hostname or "127.0.0.1",
+        "-p",
+        str(u.port or 5432),
+        "-U",
+        unquote(u.username or "postgres"),
+    ]
     db = (u.path or "/postgres").lstrip("/") or "postgres"
-    psql = [_find_bin("psql"), "-h", u.hostname or "127.0.0.1", "-p", str(u.port or 5432),
-            "-U", unquote(u.username or "postgres"), "-d", db, "-qAtc"]
-    subprocess.run([*psql, "DROP TABLE IF EXISTS bench_tp; CREATE TABLE bench_tp ("
-                    "effect_key text PRIMARY KEY, state text NOT NULL, action_id text NOT NULL, "
-                    "attempt bigint NOT NULL, created_at bigint NOT NULL, updated_at bigint NOT "
-                    "NULL, lease_expires_at bigint, result text, error text, resolved_by text)"],
-                   env=env, check=True, capture_output=True)
+    psql = [
+        _find_bin("psql"),
+        "-h",
+        u.hostname or "127.0.0.1",
+        "-p",
+        str(u.port or 5432),
+        "-U",
+        unquote(u.username or "postgres"),
+        "-d",
+        db,
+        "-qAtc",
+    ]
+    subprocess.run(
+        [
+            *psql,
+            "DROP TABLE IF EXISTS bench_tp; CREATE TABLE bench_tp ("
+            "effect_key text PRIMARY KEY, state text NOT NULL, action_id text NOT NULL, "
+            "attempt bigint NOT NULL, created_at bigint NOT NULL, updated_at bigint NOT "
+            "NULL, lease_expires_at bigint, result text, error text, resolved_by text)",
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
         f.write(script)
     try:
-        run = subprocess.run([*base, "-n", "-M", mode, "-c", str(clients),
-                              "-j", str(min(clients, 2)), "-T", str(int(seconds)), "-f", f.name,
-                              db], env=env, capture_output=True, text=True, check=True)
+        run = subprocess.run(
+            [
+                *base,
+                "-n",
+                "-M",
+                mode,
+                "-c",
+                str(clients),
+                "-j",
+                str(min(clients, 2)),
+                "-T",
+                str(int(seconds)),
+                "-f",
+                f.name,
+                db,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     finally:
         os.unlink(f.name)
     m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", run.stdout)
@@ -226,13 +333,16 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", default=None)
-    ap.add_argument("--no-ctrlrun-sql", action="store_true",
-                    help="skip pgbench on ctrlrun's own statements")
+    ap.add_argument(
+        "--no-ctrlrun-sql", action="store_true", help="skip pgbench on ctrlrun's own statements"
+    )
     args = ap.parse_args()
     pg = os.environ.get("CTRLRUN_TEST_POSTGRES_URL")
     if not pg:
-        sys.exit("bench/throughput.py needs a PostgreSQL server: run it as "
-                 "python3 tests_py/support/pgserver.py -- python -m bench.throughput")
+        sys.exit(
+            "bench/throughput.py needs a PostgreSQL server: run it as "
+            "python3 tests_py/support/pgserver.py -- python -m bench.throughput"
+        )
     sep = "&" if "?" in pg else "?"
     rows: Dict[str, Callable[[str], Dict[str, Any]]] = {
         "ctrlrun, 1 thread": lambda u: threads(u, 1, args.seconds),
@@ -246,54 +356,75 @@ def main() -> None:
     if not args.no_ctrlrun_sql:
         ours = ctrlrun_script(pg)
         # unnamed, as ctrlrun sends them
-        rows["pgbench, 1 client, ctrlrun's SQL"] = lambda u: pgbench(pg, 1, args.seconds, ours,
-                                                                     "extended")
-        rows["pgbench, 8 clients, ctrlrun's SQL"] = lambda u: pgbench(pg, 8, args.seconds, ours,
-                                                                      "extended")
+        rows["pgbench, 1 client, ctrlrun's SQL"] = lambda u: pgbench(
+            pg, 1, args.seconds, ours, "extended"
+        )
+        rows["pgbench, 8 clients, ctrlrun's SQL"] = lambda u: pgbench(
+            pg, 8, args.seconds, ours, "extended"
+        )
     receipts = receipts_script(pg)
-    rows["pgbench, 8 clients, receipts floor"] = lambda u: pgbench(pg, 8, args.seconds,
-                                                                    receipts)
+    rows["pgbench, 8 clients, receipts floor"] = lambda u: pgbench(pg, 8, args.seconds, receipts)
     rows["pgbench, 8 clients, receipts floor, unnamed"] = lambda u: pgbench(
-        pg, 8, args.seconds, receipts, "extended")
+        pg, 8, args.seconds, receipts, "extended"
+    )
     runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name in rows}
     for r in range(args.repeats):
         for name, measure in rows.items():
             url = f"{pg}{sep}schema=ctrlrun_scratch_tp_{uuid.uuid4().hex[:8]}"
             out = measure(url)
             runs[name].append(out)
-            print(f"  [{r + 1}/{args.repeats}] {name}: {out['calls_per_s']:,.0f} calls/s"
-                  + (f", doubles {out['doubles']}" if "doubles" in out else ""), flush=True)
-    median = {name: statistics.median(o["calls_per_s"] for o in outs)
-              for name, outs in runs.items()}
+            print(
+                f"  [{r + 1}/{args.repeats}] {name}: {out['calls_per_s']:,.0f} calls/s"
+                + (f", doubles {out['doubles']}" if "doubles" in out else ""),
+                flush=True,
+            )
+    median = {
+        name: statistics.median(o["calls_per_s"] for o in outs) for name, outs in runs.items()
+    }
     doubles = sum(o.get("doubles", 0) for outs in runs.values() for o in outs)
-    print(f"\n== PostgreSQL throughput: {args.seconds:g} s per run, {args.repeats} runs, "
-          f"medians ==")
+    print(
+        f"\n== PostgreSQL throughput: {args.seconds:g} s per run, {args.repeats} runs, medians =="
+    )
     print(f"{'workload':<44} {'calls/s':>10} {'all runs':>26}")
     for name, outs in runs.items():
         each = ", ".join(f"{o['calls_per_s']:,.0f}" for o in outs)
         print(f"{name:<44} {median[name]:>10,.0f} {each:>26}")
     checks = [
-        ("8 threads vs pgbench 8 clients", median["ctrlrun, 8 threads"]
-         / median["pgbench, 8 clients"]),
-        ("64 tasks vs pgbench 32 clients", median["ctrlrun, 64 concurrent tasks"]
-         / median["pgbench, 32 clients"]),
+        (
+            "8 threads vs pgbench 8 clients",
+            median["ctrlrun, 8 threads"] / median["pgbench, 8 clients"],
+        ),
+        (
+            "64 tasks vs pgbench 32 clients",
+            median["ctrlrun, 64 concurrent tasks"] / median["pgbench, 32 clients"],
+        ),
     ]
     ours_row = median.get("pgbench, 8 clients, ctrlrun's SQL")
-    info = [("1 thread vs pgbench 1 client", median["ctrlrun, 1 thread"]
-             / median["pgbench, 1 client"])]
-    info += [] if ours_row is None else [
-        ("1 thread vs pgbench 1 client on ctrlrun's SQL", median["ctrlrun, 1 thread"]
-         / median["pgbench, 1 client, ctrlrun's SQL"]),
-        ("8 threads vs pgbench on ctrlrun's SQL", median["ctrlrun, 8 threads"] / ours_row),
-        ("pgbench: ctrlrun's SQL vs the two statements", ours_row
-         / median["pgbench, 8 clients"]),
+    info = [
+        ("1 thread vs pgbench 1 client", median["ctrlrun, 1 thread"] / median["pgbench, 1 client"])
     ]
+    info += (
+        []
+        if ours_row is None
+        else [
+            (
+                "1 thread vs pgbench 1 client on ctrlrun's SQL",
+                median["ctrlrun, 1 thread"] / median["pgbench, 1 client, ctrlrun's SQL"],
+            ),
+            ("8 threads vs pgbench on ctrlrun's SQL", median["ctrlrun, 8 threads"] / ours_row),
+            (
+                "pgbench: ctrlrun's SQL vs the two statements",
+                ours_row / median["pgbench, 8 clients"],
+            ),
+        ]
+    )
     floor = median["pgbench, 8 clients, receipts floor"]
     info += [
-        ("receipts floor vs the two statements (8 clients)", floor
-         / median["pgbench, 8 clients"]),
-        ("receipts floor unnamed vs the two statements", median[
-            "pgbench, 8 clients, receipts floor, unnamed"] / median["pgbench, 8 clients"]),
+        ("receipts floor vs the two statements (8 clients)", floor / median["pgbench, 8 clients"]),
+        (
+            "receipts floor unnamed vs the two statements",
+            median["pgbench, 8 clients, receipts floor, unnamed"] / median["pgbench, 8 clients"],
+        ),
         ("8 threads vs pgbench on the receipts floor", median["ctrlrun, 8 threads"] / floor),
     ]
     print(f"\n{'check':<50} {'measured':>8} {'goal':>8} verdict")
@@ -303,10 +434,18 @@ def main() -> None:
         print(f"{name:<50} {ratio:>7.2f}x {'info':>8} n/a")
     print(f"{'doubles, every run':<50} {doubles:>8} {'0':>8} {'MET' if doubles == 0 else 'MISSED'}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"runs": runs, "median": median,
-                                               "checks": dict(checks), "info": dict(info),
-                                               "doubles": doubles},
-                                              indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "runs": runs,
+                    "median": median,
+                    "checks": dict(checks),
+                    "info": dict(info),
+                    "doubles": doubles,
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

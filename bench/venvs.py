@@ -32,7 +32,9 @@ def ensure_venv(venv: str, packages: List[str], check: str) -> str:
     if not os.path.exists(py):
         base = getattr(sys, "_base_executable", sys.executable)
         subprocess.run([base, "-m", "venv", venv], check=True)
-    subprocess.run([py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                    *packages], check=True)
+    subprocess.run(
+        [py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *packages],
+        check=True,
+    )
     subprocess.run([py, "-c", check], check=True)
     return py

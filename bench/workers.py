@@ -31,21 +31,25 @@ class WorkerError(RuntimeError):
     pass
 
 
-def run_worker(python: str, script: str, cfg: Dict[str, Any],
-               prefix: Optional[List[str]] = None) -> Dict[str, Any]:
+def run_worker(
+    python: str, script: str, cfg: Dict[str, Any], prefix: Optional[List[str]] = None
+) -> Dict[str, Any]:
     cmd = [*(prefix or []), python, script, json.dumps(cfg)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=WORKER_TIMEOUT,
-                          cwd=cfg.get("cwd") or None)
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=WORKER_TIMEOUT, cwd=cfg.get("cwd") or None
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     if proc.returncode != 0 or not lines:
         raise WorkerError(
             f"{os.path.basename(script)} {cfg.get('mode')} failed ({proc.returncode}):\n"
-            f"{proc.stderr[-3000:]}\n{proc.stdout[-1000:]}")
+            f"{proc.stderr[-3000:]}\n{proc.stdout[-1000:]}"
+        )
     return json.loads(lines[-1])
 
 
-def run_contention(python: str, script: str, base_cfg: Dict[str, Any], marks: str,
-                   seed: int) -> Dict[str, Any]:
+def run_contention(
+    python: str, script: str, base_cfg: Dict[str, Any], marks: str, seed: int
+) -> Dict[str, Any]:
     """CONTENTION_PROCS processes over the same CONTENTION_KEYS keys, each in its own shuffled
     order, released together; total = last finish - common start."""
     keys = [f"c{i}" for i in range(CONTENTION_KEYS)]
@@ -54,14 +58,22 @@ def run_contention(python: str, script: str, base_cfg: Dict[str, Any], marks: st
         order = list(keys)
         random.Random(seed * 1000 + p).shuffle(order)
         cfg = dict(base_cfg, keys=order, marks=marks)
-        procs.append(subprocess.Popen([python, script, json.dumps(cfg)], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [python, script, json.dumps(cfg)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     try:
         for pr in procs:
             line = pr.stdout.readline()
             if line.strip() != "ready":
-                raise WorkerError(f"contention worker did not start: {line!r} "
-                                  f"{pr.stderr.read()[-2000:]}")
+                raise WorkerError(
+                    f"contention worker did not start: {line!r} {pr.stderr.read()[-2000:]}"
+                )
         start = time.time() + 0.3
         for pr in procs:
             pr.stdin.write(f"{start}\n")

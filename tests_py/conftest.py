@@ -18,8 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 
 import ctrlrun
-from ctrlrun.testing import MovableClock  # noqa: F401  (the store clock the tests move)
-
+from ctrlrun.testing import MovableClock
 from tests_py.support.modes import Mode
 from tests_py.support.pgproxy import PgProxy
 from tests_py.support.pgserver import _find_bin, start_cluster
@@ -40,8 +39,9 @@ class PgServer:
         self.db = parts.path.lstrip("/") or "postgres"
         self.password = parts.password
 
-    def url(self, schema: Optional[str] = None, host: Optional[str] = None,
-            port: Optional[int] = None) -> str:
+    def url(
+        self, schema: Optional[str] = None, host: Optional[str] = None, port: Optional[int] = None
+    ) -> str:
         auth = self.user + (f":{self.password}" if self.password else "")
         url = f"postgresql://{auth}@{host or self.host}:{port or self.port}/{self.db}"
         return url if schema is None else f"{url}?schema={schema}"
@@ -51,9 +51,25 @@ class PgServer:
         if self.password:
             env["PGPASSWORD"] = self.password
         out = subprocess.run(
-            [_find_bin("psql"), "-h", self.host, "-p", str(self.port), "-U", self.user,
-             "-d", self.db, "-v", "ON_ERROR_STOP=1", "-Atqc", sql],
-            capture_output=True, text=True, env=env, timeout=60,
+            [
+                _find_bin("psql"),
+                "-h",
+                self.host,
+                "-p",
+                str(self.port),
+                "-U",
+                self.user,
+                "-d",
+                self.db,
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-Atqc",
+                sql,
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
         )
         if out.returncode != 0:
             raise RuntimeError(f"psql failed: {out.stderr}")

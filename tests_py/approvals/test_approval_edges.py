@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -37,16 +36,21 @@ def test_an_approve_action_without_a_template_is_refused_never_run(store, tmp_pa
     with pytest.raises(InvalidArgument, match="needs approval"):
         void("pi_2")
     assert runs == [] and store.list_approvals() == [] and store.list_effects() == []
-    check = subprocess.run([sys.executable, "-m", "ctrlrun", "policy", "check", str(policy)],
-                           capture_output=True, text=True)
+    check = subprocess.run(
+        [sys.executable, "-m", "ctrlrun", "policy", "check", str(policy)],
+        capture_output=True,
+        text=True,
+    )
     assert check.returncode == 0 and "approve: pay.void" in check.stdout
 
 
-def test_a_policy_entry_with_only_a_template_keeps_the_decorators_approve(store, tmp_path,
-                                                                          monkeypatch):
+def test_a_policy_entry_with_only_a_template_keeps_the_decorators_approve(
+    store, tmp_path, monkeypatch
+):
     policy = tmp_path / "ctrlrun.yaml"
-    policy.write_text('schema: ctrlrun.policy/v2\nactions:\n  pay.refund:\n'
-                      '    effect: "refund:{payment_id}"\n')
+    policy.write_text(
+        'schema: ctrlrun.policy/v2\nactions:\n  pay.refund:\n    effect: "refund:{payment_id}"\n'
+    )
     monkeypatch.setenv("CTRLRUN_CONFIG", str(policy))
     runs: list = []
 
@@ -95,10 +99,13 @@ def test_fingerprint_exclude_is_checked_at_decoration():
 @pytest.mark.parametrize("ttl", ["1e-7", "0.0000001s", "0.5"])
 def test_a_time_to_live_under_a_second_is_refused(tmp_path, ttl):
     path = tmp_path / "p.yaml"
-    path.write_text(f"schema: ctrlrun.policy/v2\nactions:\n  a.b:\n    decision: approve\n"
-                    f"    approval_ttl: {ttl}\n")
+    path.write_text(
+        f"schema: ctrlrun.policy/v2\nactions:\n  a.b:\n    decision: approve\n"
+        f"    approval_ttl: {ttl}\n"
+    )
     with pytest.raises(ctrlrun.PolicyError, match="from 1 second"):
         from ctrlrun._policy import load_policy
+
         load_policy(str(path))
 
 
@@ -128,8 +135,11 @@ def test_what_an_agent_chose_cannot_rewrite_the_approvers_terminal(store_url, st
 
     with pytest.raises(ApprovalRequired):
         refund("pi_\x1b[2K\x1b[1Gpi_9", "\u202eevil\x9b")
-    out = subprocess.run([sys.executable, "-m", "ctrlrun", "approvals", "list", "--store",
-                          store_url], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "ctrlrun", "approvals", "list", "--store", store_url],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     assert "\x1b" not in out.stdout and "\u202e" not in out.stdout and "\x9b" not in out.stdout
     assert "\\u001b[2K" in out.stdout
@@ -142,11 +152,16 @@ def test_a_request_edited_by_hand_is_a_store_error_not_a_traceback(store, store_
 
     with pytest.raises(ApprovalRequired) as asked:
         refund("pi_1", 500)
-    raw.run("UPDATE ctrlrun_approvals SET arguments = '{\"amount\": 5', "
-            "receipt_seq = receipt_seq + 1")
-    with pytest.raises(ctrlrun.StoreError, match="arguments of approval request .* not JSON"):
+    raw.run(
+        "UPDATE ctrlrun_approvals SET arguments = '{\"amount\": 5', receipt_seq = receipt_seq + 1"
+    )
+    with pytest.raises(ctrlrun.StoreError, match=r"arguments of approval request .* not JSON"):
         store.get_approval(asked.value.request_id)
-    shown = subprocess.run([sys.executable, "-m", "ctrlrun", "approvals", "list", "--store",
-                            store_url], capture_output=True, text=True, timeout=120)
+    shown = subprocess.run(
+        [sys.executable, "-m", "ctrlrun", "approvals", "list", "--store", store_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shown.returncode == 2 and "Traceback" not in shown.stderr, shown.stderr
     assert "not JSON" in shown.stderr, shown.stderr

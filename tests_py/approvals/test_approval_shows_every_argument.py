@@ -21,8 +21,13 @@ class Client:  # a value with no canonical form, excluded as clients usually are
 
 
 def refund_tool(store, runs):
-    @ctrlrun.protect("pay.refund", effect="refund:{payment_id}", decision="approve",
-                     fingerprint_exclude=("amount", "client", "request_id"), store=store)
+    @ctrlrun.protect(
+        "pay.refund",
+        effect="refund:{payment_id}",
+        decision="approve",
+        fingerprint_exclude=("amount", "client", "request_id"),
+        store=store,
+    )
     def refund(payment_id: str, amount: int, request_id: str, client: Client) -> str:
         runs.append((payment_id, amount))
         return "refunded"
@@ -31,8 +36,12 @@ def refund_tool(store, runs):
 
 
 def cli(store_url, *args):
-    proc = subprocess.run([sys.executable, "-m", "ctrlrun", *args, "--store", store_url],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ctrlrun", *args, "--store", store_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -42,8 +51,12 @@ def test_an_excluded_argument_is_shown_to_the_approver_and_marked_not_bound(stor
     refund = refund_tool(store, runs)
     with pytest.raises(ApprovalRequired) as info:
         refund("pi_1", 50000, "req_7", Client())
-    shown = {"payment_id": "pi_1", "amount": 50000, "request_id": "req_7",
-             "client": {"$unfingerprinted": f"{__name__}.Client"}}
+    shown = {
+        "payment_id": "pi_1",
+        "amount": 50000,
+        "request_id": "req_7",
+        "client": {"$unfingerprinted": f"{__name__}.Client"},
+    }
     not_bound = ("amount", "client", "request_id")
     assert info.value.arguments == shown and info.value.not_bound == not_bound
     record = store.get_approval(info.value.request_id)

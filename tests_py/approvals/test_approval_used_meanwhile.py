@@ -67,15 +67,26 @@ def test_a_grant_lost_before_the_second_reservation_asks_again(mode, store_url, 
     store = ctrlrun.open_store(store_url, clock=clock)
     other = ctrlrun.open_store(store_url)  # another caller, on its own connection and clock
     try:
-        @mode.protect("pay.refund", effect="refund:{payment_id}", store=store,
-                      decision="approve", approval_ttl=timedelta(seconds=TTL),
-                      approval_timeout=30)
+
+        @mode.protect(
+            "pay.refund",
+            effect="refund:{payment_id}",
+            store=store,
+            decision="approve",
+            approval_ttl=timedelta(seconds=TTL),
+            approval_timeout=30,
+        )
         def refund(payment_id: str, amount: int) -> str:
             runs.append(("waiting call", payment_id))
             return "refunded"
 
-        @ctrlrun.protect("pay.refund", effect="refund:{payment_id}", store=other,
-                         decision="approve", approval_ttl=timedelta(seconds=TTL))
+        @ctrlrun.protect(
+            "pay.refund",
+            effect="refund:{payment_id}",
+            store=other,
+            decision="approve",
+            approval_ttl=timedelta(seconds=TTL),
+        )
         def refund_elsewhere(payment_id: str, amount: int) -> str:
             runs.append(("other call", payment_id))
             # provably not sent: the key stays open for a retry, the grant is used all the same

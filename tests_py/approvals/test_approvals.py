@@ -24,8 +24,9 @@ from ctrlrun import (
 
 
 def refunds(mode, store, runs, **options):
-    @mode.protect("acme.refund", effect="refund:{payment_id}", store=store, decision="approve",
-                  **options)
+    @mode.protect(
+        "acme.refund", effect="refund:{payment_id}", store=store, decision="approve", **options
+    )
     def refund(payment_id: str, amount: int) -> dict:
         runs.append((payment_id, amount))
         return {"refunded": amount}
@@ -55,7 +56,10 @@ def test_an_approve_call_asks_once_then_runs_once_after_a_grant(mode, store):
 
     granted = store.grant_approval(first.request_id, by="alice", note="customer called")
     assert (granted.state.value, granted.decided_by, granted.note) == (
-        "granted", "alice", "customer called")
+        "granted",
+        "alice",
+        "customer called",
+    )
     assert mode.call(refund, "pi_1", 500) == {"refunded": 500}
     assert runs == [("pi_1", 500)]
     row = store.get_effect("refund:pi_1")
@@ -89,13 +93,15 @@ def test_a_denied_request_raises_action_denied_naming_who_denied_it(mode, store)
     with pytest.raises(ActionDenied) as info:
         mode.call(refund, "pi_3", 70)
     assert (info.value.denied_by, info.value.request_id, info.value.action) == (
-        "bob", rid, "acme.refund")
+        "bob",
+        rid,
+        "acme.refund",
+    )
     assert "bob" in str(info.value) and "fraud suspected" in str(info.value)
     assert runs == [] and store.get_effect("refund:pi_3") is None
 
 
-def test_a_grant_expires_after_its_time_to_live_and_the_call_asks_again(mode, clocked_store,
-                                                                       clock):
+def test_a_grant_expires_after_its_time_to_live_and_the_call_asks_again(mode, clocked_store, clock):
     runs: list = []
     refund = refunds(mode, clocked_store, runs, approval_ttl=60)
     rid = asked(mode, refund, "pi_4", 1).request_id
@@ -171,16 +177,20 @@ def test_bad_decisions_are_refused_and_write_nothing(store):
     with pytest.raises(InvalidArgument, match="no approval request"):
         store.grant_approval("apr_" + "0" * 32, by="alice")
 
-    @ctrlrun.protect("acme.refund", effect="refund:{payment_id}", store=store,
-                     decision="approve")
+    @ctrlrun.protect("acme.refund", effect="refund:{payment_id}", store=store, decision="approve")
     def refund(payment_id: str) -> int:
         return 1
 
     with pytest.raises(ApprovalRequired) as info:
         refund("pi_8")
     rid = info.value.request_id
-    for by, note in [("", None), ("ali\nce", None), ("alice", "line\x00break"),
-                     ("alice", "two\nlines"), ("\u2028", None)]:
+    for by, note in [
+        ("", None),
+        ("ali\nce", None),
+        ("alice", "line\x00break"),
+        ("alice", "two\nlines"),
+        ("\u2028", None),
+    ]:
         with pytest.raises(InvalidArgument):
             store.grant_approval(rid, by=by, note=note)
     assert store.get_approval(rid).state.value == "pending"
@@ -194,8 +204,12 @@ def test_bad_decisions_are_refused_and_write_nothing(store):
 
 
 def test_decorator_arguments_are_checked():
-    for bad in [dict(decision="maybe"), dict(decision="approve", approval_timeout=-1),
-                dict(decision="approve", approval_ttl=0), dict(fingerprint_exclude="id")]:
+    for bad in [
+        dict(decision="maybe"),
+        dict(decision="approve", approval_timeout=-1),
+        dict(decision="approve", approval_ttl=0),
+        dict(fingerprint_exclude="id"),
+    ]:
         with pytest.raises(InvalidArgument):
             ctrlrun.protect("x.y", effect="k:{a}", **bad)
 
@@ -223,8 +237,7 @@ WORKER = textwrap.dedent("""
 
 
 def test_eight_processes_retrying_one_approved_call_run_it_once(store_url, store, tmp_path):
-    @ctrlrun.protect("acme.refund", effect="refund:{payment_id}", store=store,
-                     decision="approve")
+    @ctrlrun.protect("acme.refund", effect="refund:{payment_id}", store=store, decision="approve")
     def refund(payment_id: str, amount: int) -> str:
         raise AssertionError("asking runs nothing")
 
@@ -234,9 +247,16 @@ def test_eight_processes_retrying_one_approved_call_run_it_once(store_url, store
     marks = tmp_path / "marks"
     marks.mkdir()
     start = time.time() + 2.0
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, store_url, str(marks), repr(start)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              cwd=str(tmp_path)) for _ in range(8)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, store_url, str(marks), repr(start)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=str(tmp_path),
+        )
+        for _ in range(8)
+    ]
     outs = []
     for p in procs:
         out, err = p.communicate(timeout=120)

@@ -9,21 +9,14 @@ pytest-asyncio is not used: each test drives its coroutines with ``asyncio.run``
 from __future__ import annotations
 
 import asyncio
-import logging
-import random
-import struct
 import sys
-import threading
 import time
-from collections import Counter
 
 import pytest
 
 import ctrlrun
 from ctrlrun import AmbiguousEffect, DuplicateEffect, EffectState
-from tests_py.support.pgproxy import PgProxy
 from tests_py.support.aio import _warm, run
-
 
 LIVE = (EffectState.RESERVED, EffectState.EXECUTING)
 

@@ -11,7 +11,6 @@ import asyncio
 import logging
 import random
 import struct
-import sys
 import threading
 import time
 from collections import Counter
@@ -19,10 +18,8 @@ from collections import Counter
 import pytest
 
 import ctrlrun
-from ctrlrun import AmbiguousEffect, DuplicateEffect, EffectState
-from tests_py.support.pgproxy import PgProxy
+from ctrlrun import DuplicateEffect, EffectState
 from tests_py.support.aio import _warm, run
-
 
 # --------------------------------------------------------------------------------------------
 # the reservation write (straight into executing) is cut before it reaches the server
@@ -37,16 +34,16 @@ def _bind_params(captured: bytes) -> list:
     _stmt, body = body.split(b"\0", 1)
     (nfmt,) = struct.unpack("!h", body[:2])
     pos = 2 + 2 * nfmt
-    (nparams,) = struct.unpack("!h", body[pos:pos + 2])
+    (nparams,) = struct.unpack("!h", body[pos : pos + 2])
     pos += 2
     params = []
     for _ in range(nparams):
-        (n,) = struct.unpack("!i", body[pos:pos + 4])
+        (n,) = struct.unpack("!i", body[pos : pos + 4])
         pos += 4
         if n < 0:
             params.append(None)
         else:
-            params.append(body[pos:pos + n])
+            params.append(body[pos : pos + n])
             pos += n
     return params
 
@@ -213,14 +210,16 @@ def test_100_concurrent_tasks_over_10_keys_execute_each_key_once(store, second_s
     async def main():
         calls = [(f"k{i % 10}", i) for i in range(100)]
         random.Random(7).shuffle(calls)
-        return calls, await asyncio.gather(*(effect(k, i) for k, i in calls),
-                                           return_exceptions=True)
+        return calls, await asyncio.gather(
+            *(effect(k, i) for k, i in calls), return_exceptions=True
+        )
 
     calls, results = run(main())
     dups = [r for r in results if isinstance(r, DuplicateEffect)]
     ok = [r for r in results if not isinstance(r, BaseException)]
-    other = [r for r in results if isinstance(r, BaseException)
-             and not isinstance(r, DuplicateEffect)]
+    other = [
+        r for r in results if isinstance(r, BaseException) and not isinstance(r, DuplicateEffect)
+    ]
     assert other == []
     assert executed == Counter({f"k{j}": 1 for j in range(10)})
     assert len(ok) == 10
@@ -231,8 +230,9 @@ def test_100_concurrent_tasks_over_10_keys_execute_each_key_once(store, second_s
 
     recs = second_store.list_effects()
     assert len(recs) == 10
-    winners = {calls[idx][0]: r for idx, r in enumerate(results)
-               if not isinstance(r, BaseException)}
+    winners = {
+        calls[idx][0]: r for idx, r in enumerate(results) if not isinstance(r, BaseException)
+    }
     for rec in recs:
         assert rec.state == EffectState.COMMITTED
         assert rec.attempt == 1
@@ -269,8 +269,7 @@ def test_16_threads_over_1000_keys_execute_each_key_once(store, second_store):
                 other.append((k, repr(e)))
         reports[idx] = (ran, dup, other)
 
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True)
-               for i in range(n_threads)]
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(n_threads)]
     t0 = time.monotonic()
     for t in threads:
         t.start()

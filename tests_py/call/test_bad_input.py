@@ -10,7 +10,6 @@ import pytest
 import ctrlrun
 from ctrlrun import EffectState, InvalidArgument, StoreError
 
-
 # --------------------------------------------------------------------------------------------
 # leases
 # --------------------------------------------------------------------------------------------
@@ -18,10 +17,38 @@ from ctrlrun import EffectState, InvalidArgument, StoreError
 
 @pytest.mark.parametrize(
     "lease",
-    [0, -1, 0.0, -0.5, float("nan"), float("inf"), float("-inf"), "5", True, False, None.__class__,
-     timedelta(0), timedelta(seconds=-1), [5]],
-    ids=["zero", "minus-one", "zero-float", "negative-float", "nan", "inf", "-inf", "str", "True",
-         "False", "type", "timedelta-0", "timedelta-neg", "list"],
+    [
+        0,
+        -1,
+        0.0,
+        -0.5,
+        float("nan"),
+        float("inf"),
+        float("-inf"),
+        "5",
+        True,
+        False,
+        None.__class__,
+        timedelta(0),
+        timedelta(seconds=-1),
+        [5],
+    ],
+    ids=[
+        "zero",
+        "minus-one",
+        "zero-float",
+        "negative-float",
+        "nan",
+        "inf",
+        "-inf",
+        "str",
+        "True",
+        "False",
+        "type",
+        "timedelta-0",
+        "timedelta-neg",
+        "list",
+    ],
 )
 def test_bad_lease_is_refused_at_decoration(store, lease):
     calls = []
@@ -66,8 +93,11 @@ def test_default_lease_is_five_minutes(clocked_store, clock):
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("resolver", ["ops:alice\nops:bob", "ops\n", "\nops", "a\r\nb", ""],
-                         ids=["newline-mid", "newline-end", "newline-start", "crlf", "empty"])
+@pytest.mark.parametrize(
+    "resolver",
+    ["ops:alice\nops:bob", "ops\n", "\nops", "a\r\nb", ""],
+    ids=["newline-mid", "newline-end", "newline-start", "crlf", "empty"],
+)
 def test_resolver_must_be_one_printable_line(store, second_store, resolver):
     @ctrlrun.protect("r", effect="r:{a}", store=store)
     def f(a):
@@ -109,34 +139,47 @@ def test_line_separators_are_refused_in_action_ids_and_resolvers(store, second_s
     store.mark_ambiguous("sep:2", "act_" + "1" * 32, "lost")
     before = second_store.get_effect("sep:2")
     # line breaks, and the invisible characters that make a name read as another
-    for bad in ("ops:alice\u2028ops:bob", "ops\u2029", "\u202eecila:spo", "ops:\u200balice",
-                "ops:alice\ufeff", "ops:\u2066alice\u2069", "ops:alice\U000e0041"):
+    for bad in (
+        "ops:alice\u2028ops:bob",
+        "ops\u2029",
+        "\u202eecila:spo",
+        "ops:\u200balice",
+        "ops:alice\ufeff",
+        "ops:\u2066alice\u2069",
+        "ops:alice\U000e0041",
+    ):
         with pytest.raises(InvalidArgument, match="resolver"):
             store.resolve_effect("sep:2", "failed", bad)
     assert second_store.get_effect("sep:2") == before
     # the zero-width non-joiner and joiner are letters' business (Persian names, emoji)
-    assert store.resolve_effect("sep:2", "failed", "ops:\u0645\u06cc\u200c\u0631\u0627").state.value \
+    assert (
+        store.resolve_effect("sep:2", "failed", "ops:\u0645\u06cc\u200c\u0631\u0627").state.value
         == "failed"
+    )
     with pytest.raises(InvalidArgument, match="by must be one printable line"):
         store.prune(older_than=60, by="evil\x1b[2J\nsecond line")
 
 
 @pytest.mark.parametrize("attempt", [2**63, -(2**63) - 1, 1.5, "1"])
-def test_an_attempt_the_core_cannot_take_is_invalid_not_a_type_or_overflow_error(store,
-                                                                                 attempt):
+def test_an_attempt_the_core_cannot_take_is_invalid_not_a_type_or_overflow_error(store, attempt):
     store.reserve_effect("att:1", "act_" + "2" * 32, 60)
-    for write in (lambda: store.begin_execution("att:1", "act_" + "2" * 32, attempt=attempt),
-                  lambda: store.commit_effect("att:1", "act_" + "2" * 32, attempt=attempt),
-                  lambda: store.fail_effect("att:1", "act_" + "2" * 32, "x", attempt=attempt),
-                  lambda: store.mark_ambiguous("att:1", "act_" + "2" * 32, "x",
-                                               attempt=attempt),
-                  lambda: store.extend_lease("att:1", "act_" + "2" * 32, timedelta(minutes=9),
-                                             attempt=attempt)):
+    for write in (
+        lambda: store.begin_execution("att:1", "act_" + "2" * 32, attempt=attempt),
+        lambda: store.commit_effect("att:1", "act_" + "2" * 32, attempt=attempt),
+        lambda: store.fail_effect("att:1", "act_" + "2" * 32, "x", attempt=attempt),
+        lambda: store.mark_ambiguous("att:1", "act_" + "2" * 32, "x", attempt=attempt),
+        lambda: store.extend_lease(
+            "att:1", "act_" + "2" * 32, timedelta(minutes=9), attempt=attempt
+        ),
+    ):
         with pytest.raises(InvalidArgument):
             write()
     assert store.get_effect("att:1").state.value == "reserved"
-    for ask in (lambda: store.get_approval(5), lambda: store.get_approval(None),
-                lambda: store.grant_approval(5, "ops:alice")):
+    for ask in (
+        lambda: store.get_approval(5),
+        lambda: store.get_approval(None),
+        lambda: store.grant_approval(5, "ops:alice"),
+    ):
         with pytest.raises(InvalidArgument):
             ask()
 
@@ -187,7 +230,8 @@ def test_a_clock_near_the_year_9999_writes_no_unreadable_row(store_url, store):
         with pytest.raises(InvalidArgument, match="years 1 to 9999"):
             clocked.reserve_effect("y:1", "act_" + "4" * 32, timedelta(days=60))
         f = ctrlrun.protect("y", effect="y:{a}", lease=timedelta(days=60), store=clocked)(
-            lambda a: 1)
+            lambda a: 1
+        )
         with pytest.raises(InvalidArgument, match="years 1 to 9999"):
             f("2")
     assert store.list_effects() == []  # nothing written, and the listing still works
@@ -226,8 +270,9 @@ def test_in_memory_or_pathless_sqlite_is_refused(url, tmp_path, monkeypatch):
         ctrlrun.open_store(url)
     msg = str(ei.value).lower()
     assert "memory" in msg or "path" in msg
-    assert not any(p.name.endswith((".db", "memory:")) or p.name == ":memory:"
-                   for p in tmp_path.iterdir())
+    assert not any(
+        p.name.endswith((".db", "memory:")) or p.name == ":memory:" for p in tmp_path.iterdir()
+    )
 
 
 def _assert_store_error_naming(excinfo_value, path):
@@ -244,7 +289,7 @@ def test_store_path_under_a_regular_file_is_a_store_error_naming_the_path(tmp_pa
     try:
         s = ctrlrun.open_store(f"sqlite:///{path}")
         s.list_effects()
-    except BaseException as e:  # noqa: B902 - a panic must be seen, not swallowed by pytest
+    except BaseException as e:
         _assert_store_error_naming(e, path)
     else:
         pytest.fail("opening a store under a regular file succeeded")
@@ -260,7 +305,7 @@ def test_random_bytes_file_is_a_store_error_naming_the_path(tmp_path):
     try:
         s = ctrlrun.open_store(f"sqlite:///{path}")
         s.list_effects()
-    except BaseException as e:  # noqa: B902
+    except BaseException as e:
         _assert_store_error_naming(e, path)
     else:
         pytest.fail("a file of random bytes opened as a store")
@@ -278,7 +323,7 @@ def test_random_bytes_file_fails_the_protected_call_without_running_it(tmp_path)
 
     try:
         f("1")
-    except BaseException as e:  # noqa: B902
+    except BaseException as e:
         _assert_store_error_naming(e, path)
     else:
         pytest.fail("a protected call on a corrupt store ran")
@@ -368,7 +413,7 @@ def test_ctrlrun_store_url_is_the_default(tmp_path, monkeypatch):
 def test_ctrlrun_state_path_is_the_default(tmp_path, monkeypatch):
     target = tmp_path / "sub" / "state_env.db"
     monkeypatch.setenv("CTRLRUN_STATE", str(target))
-    f, calls = _protected()
+    f, _calls = _protected()
     assert f("2") == "2"
     assert _rows_at(target) == [("d:2", EffectState.COMMITTED)]
     assert not (tmp_path / "default.db").exists()
@@ -381,7 +426,7 @@ def test_without_env_the_default_is_dot_ctrlrun_state_db_under_cwd(tmp_path, mon
 
     use_when_default_is_unset(None)  # outside pytest's plugin: the working directory's file
     monkeypatch.chdir(tmp_path)
-    f, calls = _protected()
+    f, _calls = _protected()
     assert f("3") == "3"
     target = tmp_path / ".ctrlrun" / "state.db"
     assert target.is_file()
@@ -405,7 +450,7 @@ def test_set_default_store_overrides_the_environment(tmp_path, monkeypatch, stor
     env_target = tmp_path / "env.db"
     monkeypatch.setenv("CTRLRUN_STATE", str(env_target))
     ctrlrun.set_default_store(store)
-    f, calls = _protected()
+    f, _calls = _protected()
     f("5")
     assert [(r.effect_key, r.state) for r in second_store.list_effects()] == [
         ("d:5", EffectState.COMMITTED)

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import pytest
 
-import ctrlrun
 from ctrlrun import DuplicateEffect, EffectConflict
 
 
@@ -96,8 +95,7 @@ def test_another_action_on_a_held_key_is_a_conflict_naming_the_holder(mode, stor
         entered.append(env)
         # while this holds the key, another action proposes it
         with pytest.raises(EffectConflict) as info:
-            await mode.awaitable(mode.call(rollback, env) if not mode.is_async
-                                 else rollback(env))
+            await mode.awaitable(mode.call(rollback, env) if not mode.is_async else rollback(env))
         release.append(info.value)
         return "deployed"
 
@@ -108,9 +106,11 @@ def test_another_action_on_a_held_key_is_a_conflict_naming_the_holder(mode, stor
     assert mode.call(deploy, "prod") == "deployed"
     (err,) = release
     assert err.state == "in_progress" and err.other_action == "deploy.app"
-    assert str(err) == ("effect 'deploy:prod' is in progress (attempt 1) under the action "
-                        "'deploy.app', and another action proposes the same key: a conflict; "
-                        "refusing it")
+    assert str(err) == (
+        "effect 'deploy:prod' is in progress (attempt 1) under the action "
+        "'deploy.app', and another action proposes the same key: a conflict; "
+        "refusing it"
+    )
 
 
 def test_the_row_names_its_action_and_holder(mode, store, tmp_path):

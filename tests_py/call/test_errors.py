@@ -42,8 +42,14 @@ def roundtrip(e):
 
 def test_hierarchy_of_spec_8_2():
     assert issubclass(CTRLRunError, Exception)
-    for cls in (InvalidArgument, EffectKeyError, NotExecuted, DuplicateEffect, AmbiguousEffect,
-                StoreError):
+    for cls in (
+        InvalidArgument,
+        EffectKeyError,
+        NotExecuted,
+        DuplicateEffect,
+        AmbiguousEffect,
+        StoreError,
+    ):
         assert issubclass(cls, CTRLRunError), cls
     for cls in (StoreWriteFailed, StoreUnresolved):
         assert issubclass(cls, StoreError), cls
@@ -183,8 +189,12 @@ c.execute("ROLLBACK")
 def test_store_write_failed_pickles(store_path):
     # a real SQLITE_BUSY at BEGIN: another *process* holds the write lock, busy timeout 0
     s = ctrlrun.open_store(f"sqlite:///{store_path}?busy_timeout=0")
-    p = subprocess.Popen([sys.executable, "-c", _LOCKER, str(store_path)],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", _LOCKER, str(store_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert p.stdout.readline().strip() == "locked"
         with pytest.raises(StoreWriteFailed) as ei:
@@ -225,6 +235,7 @@ def test_every_core_error_kind_maps_to_its_exception_with_its_typed_fields(store
     """src/py/errors.rs builds each core `Error` variant's class with its fields (no kind
     names sent as text): each raised here by the real core."""
     from ctrlrun import _core
+
     with pytest.raises(ctrlrun.InvalidArgument) as bad:
         _core.Template("pay:{")
     assert type(bad.value) is ctrlrun.InvalidArgument and str(bad.value)

@@ -18,8 +18,7 @@ import ctrlrun
 from ctrlrun import AmbiguousEffect, DuplicateEffect, InvalidArgument
 
 
-def test_a_body_that_extends_its_lease_outlives_it_and_a_contender_is_told_in_progress(
-        mode, store):
+def test_a_body_that_extends_its_lease_outlives_it_and_a_contender_is_told_in_progress(mode, store):
     seen: list = []
 
     @mode.protect("job.long", effect="long:{n}", store=store, lease=1)

@@ -9,7 +9,6 @@ import dataclasses
 import datetime
 import enum
 import hashlib
-import re
 import uuid
 from decimal import Decimal
 from typing import Any, Dict
@@ -17,15 +16,12 @@ from typing import Any, Dict
 import pytest
 
 from ctrlrun.call.fingerprint import (
-    Fingerprint,
     Unfingerprintable,
     canonical,
     canonical_json,
-    differing_fields,
     digest_text,
     fingerprint,
 )
-
 from tests_py.support.digests import DIGEST
 
 
@@ -251,8 +247,15 @@ def test_different_values_give_different_digests(a: Any, b: Any) -> None:
 
 
 def test_non_finite_numbers_are_unfingerprintable() -> None:
-    for value in (float("nan"), float("inf"), float("-inf"), Decimal("NaN"), Decimal("sNaN"),
-                  Decimal("Infinity"), Decimal("-Infinity")):
+    for value in (
+        float("nan"),
+        float("inf"),
+        float("-inf"),
+        Decimal("NaN"),
+        Decimal("sNaN"),
+        Decimal("Infinity"),
+        Decimal("-Infinity"),
+    ):
         with pytest.raises(Unfingerprintable):
             canonical(value)
 
@@ -401,4 +404,4 @@ def test_lone_surrogates_do_not_crash() -> None:
     assert fp.left_out == ()
     assert DIGEST.match(fp.fields["s"])
     assert canonical_json("\ud800") == '"\ud800"'
-    assert digest_text("\ud800") == "sha256:" + hashlib.sha256(b'\xed\xa0\x80').hexdigest()
+    assert digest_text("\ud800") == "sha256:" + hashlib.sha256(b"\xed\xa0\x80").hexdigest()

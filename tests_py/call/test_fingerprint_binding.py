@@ -4,29 +4,13 @@ each value: test_fingerprint.py."""
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
-import enum
 import hashlib
-import re
-import uuid
 from decimal import Decimal
-from typing import Any, Dict
 
 import pytest
 
-from ctrlrun.call.fingerprint import (
-    Fingerprint,
-    Unfingerprintable,
-    canonical,
-    canonical_json,
-    differing_fields,
-    digest_text,
-    fingerprint,
-)
-
+from ctrlrun.call.fingerprint import Fingerprint, differing_fields, digest_text, fingerprint
 from tests_py.support.digests import DIGEST
-
 
 # --- fingerprint -----------------------------------------------------------------------------
 
@@ -73,8 +57,9 @@ def test_varargs_and_kwargs_arrive_under_their_parameter_names() -> None:
 
 
 def test_exclude_removes_argument_from_the_binding_but_not_from_what_is_shown() -> None:
-    fp = fingerprint({"payment_id": "pi_1", "amount": 500, "request_id": "r-9"},
-                     exclude=["request_id"])
+    fp = fingerprint(
+        {"payment_id": "pi_1", "amount": 500, "request_id": "r-9"}, exclude=["request_id"]
+    )
     assert fp.digest == fingerprint({"payment_id": "pi_1", "amount": 500}).digest
     assert "request_id" not in fp.fields
     assert fp.arguments["request_id"] == "r-9" and fp.not_bound == ("request_id",)

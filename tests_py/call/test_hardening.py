@@ -3,7 +3,6 @@ row or leaked a secret."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -175,8 +174,9 @@ FORKED = textwrap.dedent(
 
 
 def test_a_store_used_after_fork_refuses_clearly_and_the_parent_keeps_working(store_url):
-    out = subprocess.run([sys.executable, "-c", FORKED, store_url], capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", FORKED, store_url], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "child 0"
 
@@ -200,17 +200,23 @@ def test_dead_pooled_connections_do_not_cost_a_write(pg, pg_schema):
         t.start()
     for t in threads:
         t.join(timeout=60)
-    killed = pg.psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                     "WHERE application_name = 'ctrlrun'")
+    killed = pg.psql(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE application_name = 'ctrlrun'"
+    )
     assert int(killed) >= 2  # the pool's connections, all dead now
     assert act("after") == "after"
     assert s.get_effect("dead:after").state is EffectState.COMMITTED
     # Reads skip dead pooled connections too.
-    pg.psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE application_name = 'ctrlrun'")
+    pg.psql(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE application_name = 'ctrlrun'"
+    )
     assert s.get_effect("dead:warm0").state is EffectState.COMMITTED
-    pg.psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE application_name = 'ctrlrun'")
+    pg.psql(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE application_name = 'ctrlrun'"
+    )
     assert len(s.list_effects(EffectState.COMMITTED)) == 7
     s.close()
 
@@ -239,8 +245,9 @@ FORKED_ASYNC = textwrap.dedent(
 
 
 def test_a_forked_child_can_call_async_tools_on_a_store_given_by_url(store_url):
-    out = subprocess.run([sys.executable, "-c", FORKED_ASYNC, store_url], capture_output=True,
-                         text=True, timeout=90)
+    out = subprocess.run(
+        [sys.executable, "-c", FORKED_ASYNC, store_url], capture_output=True, text=True, timeout=90
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith("child 0"), out.stdout + out.stderr
     with ctrlrun.open_store(store_url) as s:
@@ -303,8 +310,9 @@ def test_forked_children_open_their_own_store_while_the_parent_is_busy(store_url
     """Forking while the parent's threads hold and wait for pooled connections: every child
     opens its own store and writes from 12 threads. (A pool that parks waiters in a
     process-global table crashed children this way.)"""
-    out = subprocess.run([sys.executable, "-c", FORK_STORM, store_url], capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", FORK_STORM, store_url], capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "failures []", out.stdout + out.stderr
     with ctrlrun.open_store(store_url) as s:

@@ -20,11 +20,11 @@ from ctrlrun import _core
 from ctrlrun.call import io_core as _io_core
 from ctrlrun.call.outcome import Outcome
 from ctrlrun.call.steps import Call
-
 from tests_py.support.sqlite_lock import locked
 
-pytestmark = pytest.mark.skipif(not hasattr(_core, "Completions"),
-                                reason="the core runs background steps on POSIX systems only")
+pytestmark = pytest.mark.skipif(
+    not hasattr(_core, "Completions"), reason="the core runs background steps on POSIX systems only"
+)
 
 
 def _fds() -> int:
@@ -120,8 +120,9 @@ def test_at_exit_a_queued_step_is_finished(tmp_path):
     path = str(tmp_path / "s.db")
     ctrlrun.open_store(f"sqlite:///{path}").close()  # the schema, before the lock is taken
     holder = locked(path, 1.0)  # the reservation waits for it, past the program's end
-    done = subprocess.run([sys.executable, "-c", EXIT, path], capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT, path], capture_output=True, text=True, timeout=60
+    )
     assert holder.wait(10) == 0
     assert done.returncode == 0, done.stderr
     store = ctrlrun.open_store(f"sqlite:///{path}")
@@ -174,8 +175,10 @@ def test_an_outcome_write_that_meets_a_lock_is_reissued_on_the_core_thread(tmp_p
         assert asyncio.run(act("a")) == "a"
     assert holders[0].wait(10) == 0
     assert store.get_effect("t:a").state is ctrlrun.EffectState.COMMITTED
-    assert any("recording commit for 't:a' failed" in r.getMessage() and "retrying" in
-               r.getMessage() for r in caplog.records), caplog.records
+    assert any(
+        "recording commit for 't:a' failed" in r.getMessage() and "retrying" in r.getMessage()
+        for r in caplog.records
+    ), caplog.records
     store.close()
 
 
@@ -188,7 +191,9 @@ def test_an_outcome_write_is_reissued_after_its_loop_closed(tmp_path):
         call.attempt = (await _io_core.reserve(store, call.reserve_request())).attempt
 
     async def leave_the_outcome():
-        _io_core.transition(store, (0.05, 0.25, 1.0), call.record_request(Outcome(_core.Step.COMMIT, "1")))
+        _io_core.transition(
+            store, (0.05, 0.25, 1.0), call.record_request(Outcome(_core.Step.COMMIT, "1"))
+        )
 
     asyncio.run(reserve())
     holder = locked(path, 0.5)

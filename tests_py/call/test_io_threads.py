@@ -17,6 +17,8 @@ import pytest
 
 import ctrlrun
 from ctrlrun.call import io_threads as _io_threads
+
+
 def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
@@ -111,7 +113,8 @@ asyncio.run(main())
 
 def test_at_exit_the_jobs_in_flight_are_finished(tmp_path):
     out = tmp_path / "out.txt"
-    done = subprocess.run([sys.executable, "-c", EXIT, str(out)], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT, str(out)], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert out.read_text() == "written"

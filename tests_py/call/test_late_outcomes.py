@@ -10,7 +10,6 @@ import uuid
 
 import pytest
 
-import ctrlrun
 from ctrlrun import AmbiguousEffect, DuplicateEffect, EffectState, NotExecuted
 
 LEASE = 60
@@ -50,8 +49,9 @@ def test_a_return_after_a_lapse_commits_the_value(mode, clocked_store, clock, se
     assert again.value.state == "committed"
 
 
-def test_not_executed_after_a_lapse_is_failed_and_a_retry_runs(mode, clocked_store, clock,
-                                                              second_store):
+def test_not_executed_after_a_lapse_is_failed_and_a_retry_runs(
+    mode, clocked_store, clock, second_store
+):
     def refuse():
         raise NotExecuted("card declined")
 
@@ -89,8 +89,9 @@ def test_a_late_return_overrules_a_persons_failed(mode, clocked_store, clock, se
         mode.call(pay, "o4")
 
 
-def test_a_persons_committed_keeps_its_state_and_gains_the_result(mode, clocked_store, clock,
-                                                                  second_store):
+def test_a_persons_committed_keeps_its_state_and_gains_the_result(
+    mode, clocked_store, clock, second_store
+):
     pay = slow(mode, clocked_store, clock, lambda: 42, resolve="committed")
     assert mode.call(pay, "o5") == 42
     rec = second_store.get_effect("pay:o5")

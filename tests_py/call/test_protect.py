@@ -6,28 +6,14 @@ test_protect_async.py."""
 
 from __future__ import annotations
 
-import asyncio
-import inspect
-import json
 import re
-import sys
 import uuid
 from datetime import timedelta
 
 import pytest
 
-import ctrlrun
-from ctrlrun import (
-    AmbiguousEffect,
-    DuplicateEffect,
-    EffectKeyError,
-    EffectState,
-    InvalidArgument,
-    NotExecuted,
-)
-
+from ctrlrun import AmbiguousEffect, DuplicateEffect, EffectState, NotExecuted
 from tests_py.support.stores import keys
-
 
 ACT_RE = re.compile(r"^act_[0-9a-f]{32}$")
 
@@ -213,8 +199,7 @@ def test_not_executed_fails_the_row_and_a_retry_runs_as_attempt_2(mode, store, s
 
 @pytest.mark.parametrize(
     "make_exc",
-    [lambda: ValueError("boom"), lambda: KeyboardInterrupt("interrupted"),
-     lambda: SystemExit(3)],
+    [lambda: ValueError("boom"), lambda: KeyboardInterrupt("interrupted"), lambda: SystemExit(3)],
     ids=["ValueError", "KeyboardInterrupt", "SystemExit"],
 )
 def test_any_other_exception_makes_the_effect_ambiguous(mode, store, second_store, make_exc):

@@ -242,8 +242,20 @@ UID_UPPER = uuid.UUID("ABCDEF01-ABCD-4BCD-8BCD-ABCDEF012345")
         (Plain.FIVE, "5"),
         (Plain.NAME, "named"),
     ],
-    ids=["str", "unicode", "int", "zero", "negative", "bigint", "uuid", "uuid-upper",
-         "str-enum", "int-enum", "plain-enum-int", "plain-enum-str"],
+    ids=[
+        "str",
+        "unicode",
+        "int",
+        "zero",
+        "negative",
+        "bigint",
+        "uuid",
+        "uuid-upper",
+        "str-enum",
+        "int-enum",
+        "plain-enum-int",
+        "plain-enum-str",
+    ],
 )
 def test_accepted_values_render_as_spec_says(mode, store, value, rendered):
     seen = []
@@ -279,9 +291,24 @@ def test_accepted_values_render_as_spec_says(mode, store, value, rendered):
         (Weird.NONE, "Weird"),
         (Weird.BOOL, "Weird"),
     ],
-    ids=["None", "empty-str", "True", "False", "float", "float-integral", "list", "dict",
-         "tuple", "bytes", "object", "enum-float", "enum-empty", "enum-tuple", "enum-none",
-         "enum-bool"],
+    ids=[
+        "None",
+        "empty-str",
+        "True",
+        "False",
+        "float",
+        "float-integral",
+        "list",
+        "dict",
+        "tuple",
+        "bytes",
+        "object",
+        "enum-float",
+        "enum-empty",
+        "enum-tuple",
+        "enum-none",
+        "enum-bool",
+    ],
 )
 def test_refused_values_raise_effect_key_error_before_anything_happens(
     mode, store, value, type_name
@@ -347,8 +374,18 @@ def test_the_fast_binding_agrees_with_signature_bind_on_every_call_shape():
     def f4(a, /): ...
 
     shapes = [(), (1,), (1, 2), (1, 2, 3), (1, 2, 3, 4), (1, 2, 3, 4, 5)]
-    kws = [{}, {"a": 1}, {"b": 2}, {"c": 3}, {"e": 5}, {"c": 3, "e": 5}, {"d": 4, "e": 5, "g": 6},
-           {"zz": 1}, {"a": 1, "b": 2}, {"e": 5, "c": 3, "d": 9}]
+    kws = [
+        {},
+        {"a": 1},
+        {"b": 2},
+        {"c": 3},
+        {"e": 5},
+        {"c": 3, "e": 5},
+        {"d": 4, "e": 5, "g": 6},
+        {"zz": 1},
+        {"a": 1, "b": 2},
+        {"e": 5, "c": 3, "d": 9},
+    ]
     for fn in (f1, f2, f3, f4):
         binder = KeyBinder(_core.Template("k:{a}"), fn, "x")
         sig = inspect.signature(fn)

@@ -8,25 +8,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import re
 import sys
-import uuid
-from datetime import timedelta
 
 import pytest
 
 import ctrlrun
-from ctrlrun import (
-    AmbiguousEffect,
-    DuplicateEffect,
-    EffectKeyError,
-    EffectState,
-    InvalidArgument,
-    NotExecuted,
-)
-
+from ctrlrun import DuplicateEffect, EffectKeyError, EffectState, InvalidArgument, NotExecuted
 from tests_py.support.stores import keys
-
 
 # --------------------------------------------------------------------------------------------
 # results (docs/spec.md §8.4)
@@ -61,10 +49,27 @@ class _BrokenDict(dict):
 
 
 @pytest.mark.parametrize(
-    "make", [object, lambda: {1, 2}, lambda: float("nan"), lambda: {"s": {3}},
-             lambda: b"raw", _BadRepr, _ExitingRepr, lambda: _BrokenDict(a=1)],
-    ids=["object", "set", "nan", "nested-set", "bytes", "bad-repr", "repr-raises-SystemExit",
-         "dict-whose-items-raise"],
+    "make",
+    [
+        object,
+        lambda: {1, 2},
+        lambda: float("nan"),
+        lambda: {"s": {3}},
+        lambda: b"raw",
+        _BadRepr,
+        _ExitingRepr,
+        lambda: _BrokenDict(a=1),
+    ],
+    ids=[
+        "object",
+        "set",
+        "nan",
+        "nested-set",
+        "bytes",
+        "bad-repr",
+        "repr-raises-SystemExit",
+        "dict-whose-items-raise",
+    ],
 )
 def test_unserialisable_result_still_commits_and_caller_gets_the_object(
     mode, store, second_store, make
@@ -90,9 +95,11 @@ def test_unserialisable_result_still_commits_and_caller_gets_the_object(
         assert stored == [f"<unrepresentable {type(value).__qualname__}>"]
 
 
-@pytest.mark.parametrize("value", [None, 0, "", False, [], {}, 0.0],
-                         ids=["None", "zero", "empty-str", "False", "empty-list", "empty-dict",
-                              "zero-float"])
+@pytest.mark.parametrize(
+    "value",
+    [None, 0, "", False, [], {}, 0.0],
+    ids=["None", "zero", "empty-str", "False", "empty-list", "empty-dict", "zero-float"],
+)
 def test_falsy_results_commit_and_are_stored(mode, store, second_store, value):
     calls = []
 
@@ -127,8 +134,20 @@ def test_json_result_round_trips(mode, store, second_store):
 
 @pytest.mark.parametrize(
     "value",
-    [None, 0, -7, 10**40, "", "plain", 'q"uo\\te\nnew\u2028line\U0001f600', True, False, 1.25,
-     [1, "a"], {"k": None}],
+    [
+        None,
+        0,
+        -7,
+        10**40,
+        "",
+        "plain",
+        'q"uo\\te\nnew\u2028line\U0001f600',
+        True,
+        False,
+        1.25,
+        [1, "a"],
+        {"k": None},
+    ],
     ids=repr,
 )
 def test_the_stored_result_is_the_json_of_the_returned_value(mode, store, value):

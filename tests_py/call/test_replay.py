@@ -78,8 +78,10 @@ def test_a_row_written_without_arguments_is_not_replayed(mode, store):
 def test_the_policy_turns_replay_on_and_off(mode, store, tmp_path, monkeypatch):
     policy = tmp_path / "ctrlrun.yaml"
     monkeypatch.setenv("CTRLRUN_CONFIG", str(policy))
-    policy.write_text("schema: ctrlrun.policy/v2\nactions:\n  mail.send:\n"
-                      "    effect: \"mail:{msg}\"\n    replay: true\n")
+    policy.write_text(
+        "schema: ctrlrun.policy/v2\nactions:\n  mail.send:\n"
+        '    effect: "mail:{msg}"\n    replay: true\n'
+    )
 
     @mode.protect("mail.send", store=store)
     def send(msg: str) -> str:
@@ -92,8 +94,10 @@ def test_the_policy_turns_replay_on_and_off(mode, store, tmp_path, monkeypatch):
     def send_replaying(msg: str) -> str:
         return f"sent {msg}"
 
-    policy.write_text("schema: ctrlrun.policy/v2\nactions:\n  mail.send:\n"
-                      "    effect: \"mail:{msg}\"\n    replay: false\n")
+    policy.write_text(
+        "schema: ctrlrun.policy/v2\nactions:\n  mail.send:\n"
+        '    effect: "mail:{msg}"\n    replay: false\n'
+    )
     with pytest.raises(DuplicateEffect):  # the policy's replay: false wins over the decorator
         mode.call(send_replaying, "m2")
 
@@ -101,7 +105,7 @@ def test_the_policy_turns_replay_on_and_off(mode, store, tmp_path, monkeypatch):
 @pytest.mark.parametrize("value", ["yes please", "1"])
 def test_a_replay_that_is_not_a_boolean_is_a_policy_error(value, tmp_path):
     path = tmp_path / "p.yaml"
-    path.write_text(f"schema: ctrlrun.policy/v2\nactions:\n  a:\n    replay: \"{value}\"\n")
+    path.write_text(f'schema: ctrlrun.policy/v2\nactions:\n  a:\n    replay: "{value}"\n')
     with pytest.raises(ctrlrun.PolicyError, match=r"actions\.a\.replay: must be true or false"):
         load_policy(str(path))
 

@@ -41,11 +41,12 @@ def test_dataclasses_and_pydantic_models_are_stored_as_their_json_form(mode, sto
 
     returned = mode.call(place, 1)
     assert isinstance(returned, Order)  # the caller gets the object itself
-    assert store.get_effect("order:1").result == {"order_id": "o1",
-                                                  "lines": [{"sku": "a", "qty": 2}]}
+    assert store.get_effect("order:1").result == {
+        "order_id": "o1",
+        "lines": [{"sku": "a", "qty": 2}],
+    }
     mode.call(place, 2)
-    assert store.get_effect("order:2").result == {"receipt": {"receipt_id": "r2",
-                                                              "total": "9.50"}}
+    assert store.get_effect("order:2").result == {"receipt": {"receipt_id": "r2", "total": "9.50"}}
 
 
 def test_a_result_encoder_stores_what_is_not_json_and_the_rest_is_a_marked_repr(mode, store):

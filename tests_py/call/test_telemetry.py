@@ -56,8 +56,9 @@ def calls_by_outcome(action: str) -> Dict[str, int]:
     return out
 
 
-def test_each_protected_call_is_one_span_with_its_outcome_and_no_raw_key(mode, store, spans,
-                                                                          caplog, request):
+def test_each_protected_call_is_one_span_with_its_outcome_and_no_raw_key(
+    mode, store, spans, caplog, request
+):
     action = f"shop.pay.{request.node.callspec.id}"
     caplog.set_level(logging.INFO, logger="ctrlrun")
 
@@ -81,9 +82,12 @@ def test_each_protected_call_is_one_span_with_its_outcome_and_no_raw_key(mode, s
     assert done.kind is trace.SpanKind.INTERNAL
     attrs = dict(done.attributes)
     assert attrs == {
-        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": action,
-        "ctrlrun.outcome": "committed", "ctrlrun.attempt": 1,
-        "ctrlrun.effect_key.sha256": hashlib.sha256(b"pay:o1").hexdigest()}
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": action,
+        "ctrlrun.outcome": "committed",
+        "ctrlrun.attempt": 1,
+        "ctrlrun.effect_key.sha256": hashlib.sha256(b"pay:o1").hexdigest(),
+    }
     assert refused.attributes["ctrlrun.outcome"] == "refused_committed"
     assert refused.attributes["error.type"] == "DuplicateEffect"
     assert "ctrlrun.attempt" not in refused.attributes  # no body ran
@@ -92,8 +96,12 @@ def test_each_protected_call_is_one_span_with_its_outcome_and_no_raw_key(mode, s
     assert unknown.attributes["error.type"] == "TimeoutError"
     for span in (done, refused, failed, unknown):  # the raw key is never exported
         assert not any("pay:" in str(v) for v in span.attributes.values())
-    assert calls_by_outcome(action) == {"committed": 1, "refused_committed": 1, "failed": 1,
-                                        "ambiguous": 1}
+    assert calls_by_outcome(action) == {
+        "committed": 1,
+        "refused_committed": 1,
+        "failed": 1,
+        "ambiguous": 1,
+    }
     refusals = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert refusals == [f"ctrlrun: {action} pay:o1: refused_committed"]
 
@@ -112,34 +120,39 @@ def test_the_raw_key_is_exported_only_when_asked(mode, store, spans, monkeypatch
 
 def test_each_gateway_call_is_one_span(store, spans, tmp_path, monkeypatch):
     import sys
-    from pathlib import Path
 
     import anyio
     from mcp import types
     from mcp.client.session import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
-    from tests_py.support.gateway_rig import HERE
     from ctrlrun.gateway.forward import Gateway, upstream_tools
     from ctrlrun.gateway.upstream import Upstream, WatchedStream
+    from tests_py.support.gateway_rig import HERE
 
     policy = tmp_path / "ctrlrun.yaml"
-    policy.write_text("schema: ctrlrun.policy/v2\nactions:\n  mcp.acme.refund:\n"
-                      "    effect: \"refund:{payment_id}\"\n")
+    policy.write_text(
+        "schema: ctrlrun.policy/v2\nactions:\n  mcp.acme.refund:\n"
+        '    effect: "refund:{payment_id}"\n'
+    )
     monkeypatch.setenv("CTRLRUN_CONFIG", str(policy))
     upstream = StdioServerParameters(
-        command=sys.executable, args=[str(HERE / "mcp_upstream.py")],
-        env={"UPSTREAM_LOG": str(tmp_path / "upstream.log"), "PATH": "/usr/bin:/bin"})
+        command=sys.executable,
+        args=[str(HERE / "mcp_upstream.py")],
+        env={"UPSTREAM_LOG": str(tmp_path / "upstream.log"), "PATH": "/usr/bin:/bin"},
+    )
 
     async def main() -> list:
         async with stdio_client(upstream) as (r, w):
             watched = WatchedStream(r)
             async with ClientSession(watched, w) as session:
                 await session.initialize()
-                gateway = Gateway("acme", store, Upstream(session, watched), 30.0,
-                                  await upstream_tools(session))
-                call = types.CallToolRequestParams(name="refund",
-                                                   arguments={"payment_id": "pi_t", "amount": 1})
+                gateway = Gateway(
+                    "acme", store, Upstream(session, watched), 30.0, await upstream_tools(session)
+                )
+                call = types.CallToolRequestParams(
+                    name="refund", arguments={"payment_id": "pi_t", "amount": 1}
+                )
                 return [await gateway.call_tool(None, call) for _ in range(2)]
 
     first, again = anyio.run(main)

@@ -23,12 +23,12 @@ class Holder:
         def run() -> None:
             try:
                 self.outcome.append(mode.call(fn, *args))
-            except BaseException as exc:  # noqa: B036 - reported to the test
+            except BaseException as exc:
                 self.outcome.append(exc)
 
         self.thread = threading.Thread(target=run)
 
-    def start(self) -> "Holder":
+    def start(self) -> Holder:
         self.thread.start()
         assert self.entered.wait(30)
         return self
@@ -41,8 +41,14 @@ class Holder:
         self.thread.join(30)
 
 
-def protected(mode: Any, store: Any, runs: list, holders: List[Holder], fail_first: bool = False,
-              **options: Any) -> Callable[..., Any]:
+def protected(
+    mode: Any,
+    store: Any,
+    runs: list,
+    holders: List[Holder],
+    fail_first: bool = False,
+    **options: Any,
+) -> Callable[..., Any]:
     @mode.protect("job.run", effect="job:{n}", store=store, **options)
     def job(n: int) -> str:
         runs.append(n)

@@ -6,40 +6,21 @@ test_cli_resolve.py; ``--help``, the console script, demo and passwords in test_
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
 import re
-import socket
-import subprocess
-import sys
-import uuid
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
-from typing import Dict, List, Optional
-
-import pytest
 
 import ctrlrun
 from ctrlrun import EffectState
-
 from tests_py.support.cli import (
-    CONSOLE_SCRIPT,
-    STORE_COMMANDS,
     assert_one_line_error,
-    free_port,
-    make_ambiguous,
     make_committed,
-    make_lapsed,
-    make_live,
-    new_id,
     parse_iso,
     parse_show,
     run_cli,
     sqlite_url,
     table_rows,
 )
-
 
 # --------------------------------------------------------------------------------------------
 # effects list
@@ -103,11 +84,23 @@ def test_list_json_parses_with_iso_datetimes(populated, store_url):
     records = populated.list_effects()
     assert [d["effect_key"] for d in data] == [r.effect_key for r in records]
     for d, r in zip(data, records):
-        assert set(d) == {"effect_key", "state", "action_id", "attempt", "created_at",
-                          "updated_at", "lease_expires_at", "result", "error", "resolved_by",
-                          "action", "holder", "args_digest", "approval_id"}
-        assert (d["action"], d["holder"], d["args_digest"]) == (r.action, r.holder,
-                                                                r.args_digest)
+        assert set(d) == {
+            "effect_key",
+            "state",
+            "action_id",
+            "attempt",
+            "created_at",
+            "updated_at",
+            "lease_expires_at",
+            "result",
+            "error",
+            "resolved_by",
+            "action",
+            "holder",
+            "args_digest",
+            "approval_id",
+        }
+        assert (d["action"], d["holder"], d["args_digest"]) == (r.action, r.holder, r.args_digest)
         assert d["state"] == r.state.value
         assert d["action_id"] == r.action_id
         assert d["attempt"] == r.attempt
@@ -143,7 +136,11 @@ def test_list_uses_default_store_from_environment(populated, store_url, tmp_path
     proc = run_cli("effects", "list", env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert [r[0] for r in table_rows(proc.stdout)] == [
-        "cli:lapsed", "cli:committed", "cli:ambiguous", "cli:live"]
+        "cli:lapsed",
+        "cli:committed",
+        "cli:ambiguous",
+        "cli:live",
+    ]
 
 
 def test_list_default_sqlite_store_from_ctrlrun_state(tmp_path):

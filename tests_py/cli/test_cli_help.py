@@ -3,40 +3,22 @@ and PostgreSQL passwords that are never printed; in real subprocesses."""
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
 import re
-import socket
-import subprocess
-import sys
-import uuid
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
-from typing import Dict, List, Optional
 
 import pytest
 
 import ctrlrun
 from ctrlrun import EffectState
-
 from tests_py.support.cli import (
     CONSOLE_SCRIPT,
     STORE_COMMANDS,
     assert_one_line_error,
     free_port,
     make_ambiguous,
-    make_committed,
-    make_lapsed,
-    make_live,
-    new_id,
-    parse_iso,
-    parse_show,
     run_cli,
-    sqlite_url,
-    table_rows,
 )
-
 
 # --------------------------------------------------------------------------------------------
 # --help, the console script, demo
@@ -90,8 +72,9 @@ def test_a_bare_command_or_group_shows_its_help_and_succeeds(argv):
 
 def test_console_script_matches_python_m(populated, store_url):
     assert CONSOLE_SCRIPT.exists(), CONSOLE_SCRIPT
-    via_script = run_cli("effects", "list", "--json", "--store", store_url,
-                         cmd=[str(CONSOLE_SCRIPT)])
+    via_script = run_cli(
+        "effects", "list", "--json", "--store", store_url, cmd=[str(CONSOLE_SCRIPT)]
+    )
     via_module = run_cli("effects", "list", "--json", "--store", store_url)
     assert via_script.returncode == 0 == via_module.returncode, via_script.stderr
     assert json.loads(via_script.stdout) == json.loads(via_module.stdout)
@@ -100,8 +83,9 @@ def test_console_script_matches_python_m(populated, store_url):
     helped = run_cli("--help", cmd=[str(CONSOLE_SCRIPT)])
     assert helped.returncode == 0 and helped.stdout.startswith("Usage: ctrlrun ")
 
-    missing = run_cli("effects", "show", "cli:none", "--store", store_url,
-                      cmd=[str(CONSOLE_SCRIPT)])
+    missing = run_cli(
+        "effects", "show", "cli:none", "--store", store_url, cmd=[str(CONSOLE_SCRIPT)]
+    )
     assert_one_line_error(missing, "cli:none")
 
 

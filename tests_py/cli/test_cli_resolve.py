@@ -4,24 +4,14 @@ a store it cannot reach (exit 2, one line, nothing created)."""
 from __future__ import annotations
 
 import getpass
-import json
 import os
-import re
-import socket
-import subprocess
-import sys
-import uuid
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Dict, List, Optional
 
 import pytest
 
 import ctrlrun
 from ctrlrun import EffectState
-
 from tests_py.support.cli import (
-    CONSOLE_SCRIPT,
     STORE_COMMANDS,
     assert_one_line_error,
     free_port,
@@ -30,13 +20,9 @@ from tests_py.support.cli import (
     make_lapsed,
     make_live,
     new_id,
-    parse_iso,
-    parse_show,
     run_cli,
     sqlite_url,
-    table_rows,
 )
-
 
 # --------------------------------------------------------------------------------------------
 # resolve
@@ -92,8 +78,7 @@ def test_resolve_settles_a_held_key_whose_lease_lapsed(store, second_store, stor
     make_lapsed(store_url, "cli:crashed")
     held = second_store.get_effect("cli:crashed")
     assert held.state in (EffectState.RESERVED, EffectState.EXECUTING)
-    proc = run_cli("resolve", "cli:crashed", f"--{target}", "--by", "ops:bob",
-                   "--store", store_url)
+    proc = run_cli("resolve", "cli:crashed", f"--{target}", "--by", "ops:bob", "--store", store_url)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"cli:crashed: {target} (resolved by ops:bob)"
     rec = second_store.get_effect("cli:crashed")

@@ -80,11 +80,15 @@ def parse_blocks(path: Path) -> List[Block]:
         i += 1
         while i < len(lines):
             close = FENCE.match(lines[i])
-            if (close and close.group("fence")[0] == fence[0]
-                    and len(close.group("fence")) >= len(fence) and not close.group("info").strip()):
+            if (
+                close
+                and close.group("fence")[0] == fence[0]
+                and len(close.group("fence")) >= len(fence)
+                and not close.group("info").strip()
+            ):
                 break
             text = lines[i]
-            body.append(text[len(indent):] if text.startswith(indent) else text.lstrip())
+            body.append(text[len(indent) :] if text.startswith(indent) else text.lstrip())
             i += 1
         else:
             raise AssertionError(f"{rel}:{start}: the code fence is never closed")
@@ -94,7 +98,9 @@ def parse_blocks(path: Path) -> List[Block]:
     return blocks
 
 
-BLOCKS: Dict[str, List[Block]] = {p.relative_to(ROOT).as_posix(): parse_blocks(p) for p in DOC_FILES}
+BLOCKS: Dict[str, List[Block]] = {
+    p.relative_to(ROOT).as_posix(): parse_blocks(p) for p in DOC_FILES
+}
 ALL_BLOCKS = [b for blocks in BLOCKS.values() for b in blocks]
 
 
@@ -193,20 +199,23 @@ def _normalize(lines: List[str], directory: Path) -> List[str]:
     return out
 
 
-def _compare_output(block: Block, command: str, shown: List[str], printed: str,
-                    directory: Path) -> None:
+def _compare_output(
+    block: Block, command: str, shown: List[str], printed: str, directory: Path
+) -> None:
     """The output shown under a command is what it prints; a line ``...`` elides lines."""
     want, got = _normalize(shown, directory), _normalize(printed.splitlines(), directory)
     if "..." in want:
         cut = want.index("...")
-        head, tail = want[:cut], want[cut + 1:]
-        ok = got[:len(head)] == head and (not tail or got[-len(tail):] == tail)
+        head, tail = want[:cut], want[cut + 1 :]
+        ok = got[: len(head)] == head and (not tail or got[-len(tail) :] == tail)
     else:
         ok = got == want
     if not ok:
-        pytest.fail(f"{block.id}: `{command}` printed other output than the page shows\n"
-                    f"--- shown\n" + "\n".join(want) + "\n--- printed\n" + "\n".join(got),
-                    pytrace=False)
+        pytest.fail(
+            f"{block.id}: `{command}` printed other output than the page shows\n"
+            f"--- shown\n" + "\n".join(want) + "\n--- printed\n" + "\n".join(got),
+            pytrace=False,
+        )
 
 
 def _run_console(block: Block, state: FileState) -> None:
@@ -222,7 +231,10 @@ def _run_console(block: Block, state: FileState) -> None:
             f'export -p > "{envfile}"\npwd > "{cwdfile}"\nexit $__doc_rc\n'
         )
         done = subprocess.run(
-            ["bash", "-c", script], cwd=state.directory, capture_output=True, text=True,
+            ["bash", "-c", script],
+            cwd=state.directory,
+            capture_output=True,
+            text=True,
             timeout=COMMAND_TIMEOUT,
         )
         if done.returncode != expected:
@@ -241,12 +253,18 @@ def _run_console(block: Block, state: FileState) -> None:
 def _run_yaml(block: Block, state: FileState) -> None:
     (state.directory / "ctrlrun.yaml").write_text(block.body, encoding="utf-8")
     done = subprocess.run(
-        [sys.executable, "-m", "ctrlrun", "policy", "check"], cwd=state.directory,
-        capture_output=True, text=True, timeout=COMMAND_TIMEOUT,
+        [sys.executable, "-m", "ctrlrun", "policy", "check"],
+        cwd=state.directory,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
     )
     if done.returncode != 0:
-        pytest.fail(f"{block.id}: `ctrlrun policy check` exited {done.returncode}\n"
-                    f"{done.stdout}{done.stderr}", pytrace=False)
+        pytest.fail(
+            f"{block.id}: `ctrlrun policy check` exited {done.returncode}\n"
+            f"{done.stdout}{done.stderr}",
+            pytrace=False,
+        )
 
 
 def _run(block: Block, state: FileState) -> None:
@@ -279,13 +297,15 @@ def _run_in_place(block: Block, state: FileState) -> None:
 def test_doc_block(block: Block, doc_states, monkeypatch: pytest.MonkeyPatch) -> None:
     state: FileState = doc_states(block.file)
     _environment(state, monkeypatch)
-    for earlier in BLOCKS[block.file][state.done:block.index]:
+    for earlier in BLOCKS[block.file][state.done : block.index]:
         try:
             _run_in_place(earlier, state)
-        except BaseException as exc:  # noqa: BLE001 - reported as this case's failure
+        except BaseException as exc:
             state.failed.append(earlier.id)
-            pytest.fail(f"{block.id}: an earlier block of the file failed: {earlier.id}: {exc!r}",
-                        pytrace=False)
+            pytest.fail(
+                f"{block.id}: an earlier block of the file failed: {earlier.id}: {exc!r}",
+                pytrace=False,
+            )
         finally:
             state.done = earlier.index + 1
     if state.done > block.index:
@@ -376,9 +396,11 @@ def test_api_page_covers_every_public_name() -> None:
     import ctrlrun.testing
 
     api = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
-    names = list(ctrlrun.__all__) + list(ctrlrun.testing.__all__) + [
-        "ctrlrun_clock", "ctrlrun_store", "ctrlrun_postgres_store", "ctrlrun_assert",
-    ]
+    names = (
+        list(ctrlrun.__all__)
+        + list(ctrlrun.testing.__all__)
+        + ["ctrlrun_clock", "ctrlrun_store", "ctrlrun_postgres_store", "ctrlrun_assert"]
+    )
     missing = [n for n in names if f"`{n}" not in api]
     assert not missing, f"docs/api.md does not document: {missing}"
 
@@ -404,6 +426,7 @@ def test_cli_page_covers_every_command() -> None:
                 for opt in getattr(param, "opts", []):
                     if opt.startswith("-") and opt not in ("-h", "--help") and f"{opt}" not in page:
                         missing.append(f"{path} {opt}")
+
     walk(cli, "ctrlrun")
     assert not missing, f"docs/cli.md misses: {missing}"
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 pytest_plugins = ["pytester"]
 
-INNER = '''
+INNER = """
 import ctrlrun
 from ctrlrun import EffectState
 
@@ -44,7 +42,7 @@ def test_committed_once_fails_on_a_retried_effect(ctrlrun_store, ctrlrun_assert)
     ctrlrun_store.commit_effect("k", r.action_id, 1)
     with __import__("pytest").raises(AssertionError, match="one attempt"):
         ctrlrun_assert.committed_once("k")
-'''
+"""
 
 
 def test_plugin_fixtures_in_an_inner_run(pytester, tmp_path, monkeypatch):
@@ -56,7 +54,8 @@ def test_plugin_fixtures_in_an_inner_run(pytester, tmp_path, monkeypatch):
 
 
 def test_default_store_is_restored_after_the_test(pytester):
-    pytester.makepyfile(test_restore='''
+    pytester.makepyfile(
+        test_restore="""
 import ctrlrun
 
 marker = ctrlrun.open_store("sqlite:///" + __import__("os").path.abspath("outer.db"))
@@ -68,14 +67,16 @@ def test_a(ctrlrun_store):
 def test_b_after():
     # the fixture restored the override that was in force before it (none)
     assert ctrlrun.set_default_store(None) is None
-''')
+"""
+    )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=2)
 
 
 def test_postgres_fixture_uses_its_own_schema_and_drops_it(pytester, pg, monkeypatch):
     before = pg.schemas()
-    pytester.makepyfile(test_pg='''
+    pytester.makepyfile(
+        test_pg="""
 import ctrlrun
 
 @ctrlrun.protect("pay", effect="pay:{order}")
@@ -87,7 +88,8 @@ def test_pg(ctrlrun_postgres_store, ctrlrun_clock):
     assert "schema=ctrlrun_scratch_" in ctrlrun_postgres_store.url
     assert pay("o1") == 1
     assert ctrlrun_postgres_store.get_effect("pay:o1").state.value == "committed"
-''')
+"""
+    )
     monkeypatch.setenv("CTRLRUN_TEST_POSTGRES_URL", pg.url())
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=1)
@@ -107,7 +109,8 @@ def test_a_test_that_forgets_the_fixture_never_writes_the_real_store(pytester, m
     that test, never to .ctrlrun/state.db in the working directory; each test gets its own."""
     monkeypatch.delenv("CTRLRUN_STORE", raising=False)
     monkeypatch.delenv("CTRLRUN_STATE", raising=False)
-    pytester.makepyfile(test_forgot='''
+    pytester.makepyfile(
+        test_forgot="""
 import os
 import ctrlrun
 
@@ -127,7 +130,8 @@ def test_one():
 def test_two_gets_a_fresh_one():
     assert pay("o1") == 1  # not refused: test_one's store is gone
     assert ran == ["o1", "o1"]
-''')
+"""
+    )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=2)
     assert not (pytester.path / ".ctrlrun").exists(), "the working directory's store was untouched"
@@ -139,7 +143,7 @@ def test_fixtures_of_every_scope_never_write_the_real_store(pytester, monkeypatc
     working directory; each scope's store is its own."""
     monkeypatch.delenv("CTRLRUN_STORE", raising=False)
     monkeypatch.delenv("CTRLRUN_STATE", raising=False)
-    pytester.makeconftest('''
+    pytester.makeconftest("""
 import pytest
 import ctrlrun
 
@@ -166,8 +170,9 @@ def seeded_class():
     urls["class"] = seed("c")
     yield
     seed("c-teardown")
-''')
-    pytester.makepyfile(test_scopes='''
+""")
+    pytester.makepyfile(
+        test_scopes="""
 import os
 import pytest
 from conftest import urls
@@ -183,7 +188,8 @@ class TestInAClass:
         assert "ctrlrun-default-class" in urls["class"], urls
         assert len(set(urls.values())) == 3, urls
         assert not any(os.path.join(os.getcwd(), ".ctrlrun") in u for u in urls.values())
-''')
+"""
+    )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=2)
     assert not (pytester.path / ".ctrlrun").exists(), "the working directory's store was untouched"
@@ -191,12 +197,14 @@ class TestInAClass:
 
 def test_a_named_store_variable_is_still_obeyed_under_pytest(pytester, tmp_path, monkeypatch):
     monkeypatch.setenv("CTRLRUN_STATE", str(tmp_path / "chosen.db"))
-    pytester.makepyfile(test_env='''
+    pytester.makepyfile(
+        test_env="""
 import ctrlrun
 
 def test_env():
     ctrlrun.protect("pay", effect="pay:{order}")(lambda order: 1)("o1")
-''')
+"""
+    )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=1)
     with __import__("ctrlrun").open_store(str(tmp_path / "chosen.db")) as store:
@@ -204,7 +212,8 @@ def test_env():
 
 
 def test_ctrlrun_assert_with_the_postgres_fixture_checks_postgres(pytester, pg, monkeypatch):
-    pytester.makepyfile(test_pg_assert='''
+    pytester.makepyfile(
+        test_pg_assert="""
 import ctrlrun
 
 @ctrlrun.protect("pay", effect="pay:{order}")
@@ -216,7 +225,8 @@ def test_pg(ctrlrun_postgres_store, ctrlrun_assert):
     assert ctrlrun.default_store() is ctrlrun_postgres_store
     assert pay("o1") == 1
     ctrlrun_assert.committed_once("pay:o1")
-''')
+"""
+    )
     monkeypatch.setenv("CTRLRUN_TEST_POSTGRES_URL", pg.url())
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=1)

@@ -5,28 +5,16 @@ a broken library: test_verify_failures.py; the pure judges: test_verify_judges.p
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
-import socket
-import subprocess
-import sys
 import textwrap
-import time
 import uuid
-from dataclasses import replace
 from pathlib import Path
-from typing import Dict, List, Optional
-
-import pytest
+from typing import Dict, List
 
 import ctrlrun
 from ctrlrun import _core
-from ctrlrun.cli import verify as _verify
-from ctrlrun.cli.verify import Row, Verdict, WorkerOutcome, judge_g3, judge_g4
-
 from tests_py.support.verify_cli import out_lines, progress_lines, run_cli, sqlite_url
-
 
 PASS_G3 = re.compile(r"^G3 duplicate effect refused( \[[^\]]+\])?: PASS - ")
 PASS_G4 = re.compile(r"^G4 one winner under concurrency( \[[^\]]+\])?: PASS - ")
@@ -71,6 +59,7 @@ def snapshot_sqlite(path: Path) -> Dict[str, str]:
 
 def populate(url: str) -> List[ctrlrun.EffectRecord]:
     with ctrlrun.open_store(url) as s:
+
         @ctrlrun.protect("user.action", effect="user:{n}", store=s)
         def act(n):
             return {"n": n}
@@ -105,7 +94,7 @@ def test_verify_sqlite_passes_and_leaves_user_store_untouched(tmp_path):
 
     scratch = scratch_url_from(proc)
     assert scratch.startswith("sqlite:///")
-    scratch_path = scratch[len("sqlite:///"):]
+    scratch_path = scratch[len("sqlite:///") :]
     assert os.path.abspath(scratch_path) != str(userdb)
     assert not os.path.exists(scratch_path)
     assert not os.path.exists(os.path.dirname(scratch_path))
@@ -158,7 +147,8 @@ def test_verify_ignores_the_users_policy_without_policy_option(tmp_path):
     """Without --policy the built-in check runs; a policy in sight (even one denying the
     built-in action, or CTRLRUN_CONFIG naming a broken file) does not reach the workers."""
     (tmp_path / "ctrlrun.yaml").write_text(
-        "schema: ctrlrun.policy/v2\nactions:\n  ctrlrun.verify:\n    decision: deny\n")
+        "schema: ctrlrun.policy/v2\nactions:\n  ctrlrun.verify:\n    decision: deny\n"
+    )
     broken = tmp_path / "broken.yaml"
     broken.write_text("schema: nope\n")
     env = dict(os.environ, CTRLRUN_CONFIG=str(broken))
@@ -202,17 +192,20 @@ def test_verify_policy_per_templated_action(store_url, tmp_path):
 def test_verify_covers_approve_actions_granting_its_own_approvals(store_url, tmp_path):
     # the seed's policy: an approve action behind the gateway
     pol = tmp_path / "policy.yaml"
-    pol.write_text(textwrap.dedent("""\
+    pol.write_text(
+        textwrap.dedent("""\
         schema: ctrlrun.policy/v2
         actions:
           mcp.acme.create_refund:
             effect: "refund:{payment_id}"
             decision: approve
-        """))
+        """)
+    )
     proc = run_cli("verify", "--store", store_url, "--policy", str(pol), cwd=tmp_path)
     # what failed, whole, first (the report's lines are long: a plain repr would be cut)
     assert proc.returncode == 0, "\n".join(
-        [ln for ln in proc.stdout.splitlines() if "PASS" not in ln] + [proc.stderr[-2000:]])
+        [ln for ln in proc.stdout.splitlines() if "PASS" not in ln] + [proc.stderr[-2000:]]
+    )
     lines = out_lines(proc)
     assert len(lines) == 2 and all("[mcp.acme.create_refund]" in ln for ln in lines), lines
     assert any(PASS_G3.match(ln) for ln in lines) and any(PASS_G4.match(ln) for ln in lines)
@@ -223,7 +216,8 @@ def test_verify_covers_approve_actions_granting_its_own_approvals(store_url, tmp
 
 def test_verify_policy_without_templates_is_not_applicable(tmp_path):
     pol = tmp_path / "policy.yaml"
-    pol.write_text(textwrap.dedent("""\
+    pol.write_text(
+        textwrap.dedent("""\
         schema: ctrlrun.policy/v2
         actions:
           audit.log:
@@ -231,9 +225,11 @@ def test_verify_policy_without_templates_is_not_applicable(tmp_path):
           danger.drop:
             decision: deny
             effect: "drop:{table}"
-        """))
-    proc = run_cli("verify", "--store", sqlite_url(tmp_path / "u.db"), "--policy", str(pol),
-                   cwd=tmp_path)
+        """)
+    )
+    proc = run_cli(
+        "verify", "--store", sqlite_url(tmp_path / "u.db"), "--policy", str(pol), cwd=tmp_path
+    )
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     lines = out_lines(proc)
     assert len(lines) == 4, proc.stdout
@@ -248,8 +244,9 @@ def test_verify_policy_without_templates_is_not_applicable(tmp_path):
 def test_verify_policy_with_no_actions_is_not_applicable(tmp_path):
     pol = tmp_path / "policy.yaml"
     pol.write_text("schema: ctrlrun.policy/v2\nactions: {}\n")
-    proc = run_cli("verify", "--store", sqlite_url(tmp_path / "u.db"), "--policy", str(pol),
-                   cwd=tmp_path)
+    proc = run_cli(
+        "verify", "--store", sqlite_url(tmp_path / "u.db"), "--policy", str(pol), cwd=tmp_path
+    )
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     lines = out_lines(proc)
     assert len(lines) == 2
@@ -262,10 +259,12 @@ def test_verify_policy_literal_template_is_not_a_false_failure(tmp_path):
     On a healthy store verify must not report a failure for it (it cannot put 8 control
     workers on 8 different keys, and the contended key was already committed by G3)."""
     pol = tmp_path / "policy.yaml"
-    pol.write_text("schema: ctrlrun.policy/v2\nactions:\n  cron.nightly:\n"
-                   "    effect: \"nightly-report\"\n")
-    proc = run_cli("verify", "--store", sqlite_url(tmp_path / "u.db"), "--policy", str(pol),
-                   cwd=tmp_path)
+    pol.write_text(
+        'schema: ctrlrun.policy/v2\nactions:\n  cron.nightly:\n    effect: "nightly-report"\n'
+    )
+    proc = run_cli(
+        "verify", "--store", sqlite_url(tmp_path / "u.db"), "--policy", str(pol), cwd=tmp_path
+    )
     lines = out_lines(proc)
     assert len(lines) == 2, proc.stdout
     assert not any(": FAIL - " in ln for ln in lines), proc.stdout
@@ -274,10 +273,10 @@ def test_verify_policy_literal_template_is_not_a_false_failure(tmp_path):
 
 def test_verify_policy_repeated_placeholder(tmp_path):
     pol = tmp_path / "policy.yaml"
-    pol.write_text("schema: ctrlrun.policy/v2\nactions:\n  rep.action:\n"
-                   "    effect: \"x:{a}:{a}\"\n")
-    proc = run_cli("verify", "--store", sqlite_url(tmp_path / "u.db"), "--policy", str(pol),
-                   cwd=tmp_path)
+    pol.write_text('schema: ctrlrun.policy/v2\nactions:\n  rep.action:\n    effect: "x:{a}:{a}"\n')
+    proc = run_cli(
+        "verify", "--store", sqlite_url(tmp_path / "u.db"), "--policy", str(pol), cwd=tmp_path
+    )
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     lines = out_lines(proc)
     assert len(lines) == 2

@@ -4,29 +4,16 @@ command line."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import re
 import socket
 import subprocess
 import sys
 import textwrap
 import time
-import uuid
-from dataclasses import replace
-from pathlib import Path
-from typing import Dict, List, Optional
 
 import pytest
 
-import ctrlrun
-from ctrlrun import _core
-from ctrlrun.cli import verify as _verify
-from ctrlrun.cli.verify import Row, Verdict, WorkerOutcome, judge_g3, judge_g4
-
 from tests_py.support.verify_cli import out_lines, progress_lines, run_cli, sqlite_url
-
 
 # --------------------------------------------------------------------------------------------
 # end to end, bad usage -> 2
@@ -46,9 +33,10 @@ def assert_one_line_error(proc, *needles: str) -> str:
 
 def test_verify_bad_policy_exit_2(tmp_path):
     pol = tmp_path / "bad.yaml"
-    pol.write_text("schema: ctrlrun.policy/v2\nactions:\n  a.b:\n    effect: \"k:{x\"\n")
-    proc = run_cli("verify", "--store", sqlite_url(tmp_path / "u.db"), "--policy", str(pol),
-                   cwd=tmp_path)
+    pol.write_text('schema: ctrlrun.policy/v2\nactions:\n  a.b:\n    effect: "k:{x"\n')
+    proc = run_cli(
+        "verify", "--store", sqlite_url(tmp_path / "u.db"), "--policy", str(pol), cwd=tmp_path
+    )
     assert_one_line_error(proc, f"{pol}:4", "actions.a.b.effect")
     # nothing was started: no scratch store line, nothing left in the folder
     assert progress_lines(proc) == []
@@ -57,8 +45,9 @@ def test_verify_bad_policy_exit_2(tmp_path):
 
 def test_verify_missing_policy_file_exit_2(tmp_path):
     missing = tmp_path / "nope.yaml"
-    proc = run_cli("verify", "--store", sqlite_url(tmp_path / "u.db"), "--policy", str(missing),
-                   cwd=tmp_path)
+    proc = run_cli(
+        "verify", "--store", sqlite_url(tmp_path / "u.db"), "--policy", str(missing), cwd=tmp_path
+    )
     assert_one_line_error(proc, str(missing))
 
 
@@ -82,8 +71,9 @@ def test_verify_unreachable_postgres_exit_2(tmp_path):
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    proc = run_cli("verify", "--store", f"postgresql://postgres:pw-xyz@127.0.0.1:{port}/x",
-                   cwd=tmp_path)
+    proc = run_cli(
+        "verify", "--store", f"postgresql://postgres:pw-xyz@127.0.0.1:{port}/x", cwd=tmp_path
+    )
     line = assert_one_line_error(proc, "connect")
     assert "pw-xyz" not in line
     # the error is the one that stopped the run, not a follow-up from cleaning up after it
@@ -117,11 +107,14 @@ SITECUSTOMIZE = textwrap.dedent("""\
     """)
 
 
-@pytest.mark.parametrize("mode,g3_reason,g4_reason", [
-    ("crash", "control failed", "control failed"),
-    ("twice", "ran 2 times", "ran 2 times"),
-    ("unreserved", "not refused", "control failed"),
-])
+@pytest.mark.parametrize(
+    "mode,g3_reason,g4_reason",
+    [
+        ("crash", "control failed", "control failed"),
+        ("twice", "ran 2 times", "ran 2 times"),
+        ("unreserved", "not refused", "control failed"),
+    ],
+)
 def test_verify_fails_when_the_guarantee_is_broken(tmp_path, mode, g3_reason, g4_reason):
     hook = tmp_path / "hook"
     hook.mkdir()
@@ -132,8 +125,12 @@ def test_verify_fails_when_the_guarantee_is_broken(tmp_path, mode, g3_reason, g4
     assert "Traceback" not in proc.stderr
     lines = out_lines(proc)
     assert len(lines) == 2, proc.stdout
-    assert lines[0].startswith("G3 ") and ": FAIL - " in lines[0] and g3_reason in lines[0], lines[0]
-    assert lines[1].startswith("G4 ") and ": FAIL - " in lines[1] and g4_reason in lines[1], lines[1]
+    assert lines[0].startswith("G3 ") and ": FAIL - " in lines[0] and g3_reason in lines[0], lines[
+        0
+    ]
+    assert lines[1].startswith("G4 ") and ": FAIL - " in lines[1] and g4_reason in lines[1], lines[
+        1
+    ]
     if mode == "crash":
         assert "crashed" in lines[0] and "crashed" in lines[1]
 
@@ -143,8 +140,13 @@ def test_verify_workers_get_the_store_url_off_their_command_lines(pg, pg_schema)
     /proc/<pid>/cmdline (readable by every local user) ever shows the password."""
     assert pg.password, "the throwaway cluster authenticates with a password"
     env = {**os.environ, "CTRLRUN_STORE": pg.url(pg_schema)}
-    proc = subprocess.Popen([sys.executable, "-m", "ctrlrun", "verify"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ctrlrun", "verify"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     seen, workers = [], set()
     while proc.poll() is None:
         for pid in os.listdir("/proc"):

@@ -17,7 +17,7 @@ import pytest
 from mcp.client.session import ClientSession
 
 import ctrlrun
-from tests_py.support.gateway_rig import HERE, POLICY, Rig, ctrl, free_port, listening_gateway, wait_for_port
+from tests_py.support.gateway_rig import HERE, POLICY, Rig, ctrl, listening_gateway
 from tests_py.support.sqlite_lock import locked
 
 
@@ -27,8 +27,10 @@ def rig(tmp_path, store_url):
 
 
 def test_a_reserved_tool_runs_once_and_the_retry_is_told_it_is_done(rig, store):
-    first, again = rig.calls(("refund", {"payment_id": "pi_1", "amount": 500}),
-                             ("refund", {"payment_id": "pi_1", "amount": 500}))
+    first, again = rig.calls(
+        ("refund", {"payment_id": "pi_1", "amount": 500}),
+        ("refund", {"payment_id": "pi_1", "amount": 500}),
+    )
     assert not first.is_error and first.structured_content == {"refunded": 500}
     assert rig.runs() == [["refund", {"amount": 500, "payment_id": "pi_1"}]]
     info = ctrl(again)
@@ -54,16 +56,27 @@ def test_tools_without_a_template_are_forwarded_unreserved(rig, store):
         a = await s.call_tool("lookup", {"payment_id": "pi_1"})
         b = await s.call_tool("lookup", {"payment_id": "pi_1"})
         return listed, a, b
+
     listed, a, b = rig.session(body)
-    assert {t.name for t in listed.tools} == {"refund", "lookup", "flaky", "slow", "die", "ask",
-                                              "confirm", "roots", "chatty"}
+    assert {t.name for t in listed.tools} == {
+        "refund",
+        "lookup",
+        "flaky",
+        "slow",
+        "die",
+        "ask",
+        "confirm",
+        "roots",
+        "chatty",
+    }
     assert a.content[0].text == b.content[0].text == "payment pi_1 is settled"
     assert store.list_effects() == []
 
 
 def test_an_unresolvable_template_refuses_before_anything_is_sent(rig, store):
-    missing, bad = rig.calls(("refund", {"amount": 5}),
-                             ("refund", {"payment_id": 1.5, "amount": 5}))
+    missing, bad = rig.calls(
+        ("refund", {"amount": 5}), ("refund", {"payment_id": 1.5, "amount": 5})
+    )
     assert ctrl(missing)["refused"] == "invalid" and "payment_id" in missing.content[0].text
     assert ctrl(bad)["refused"] == "invalid" and "float" in bad.content[0].text
     assert rig.runs() == [] and store.list_effects() == []
@@ -76,9 +89,14 @@ def test_a_denied_action_is_refused(tmp_path, store_url, store):
 
 
 def test_an_approve_action_runs_once_after_a_person_approves(tmp_path, store_url, store):
-    rig = Rig(tmp_path, store_url, POLICY.replace(
-        '    effect: "refund:{payment_id}"\n',
-        '    effect: "refund:{payment_id}"\n    decision: approve\n'))
+    rig = Rig(
+        tmp_path,
+        store_url,
+        POLICY.replace(
+            '    effect: "refund:{payment_id}"\n',
+            '    effect: "refund:{payment_id}"\n    decision: approve\n',
+        ),
+    )
     (asked,) = rig.calls(("refund", {"payment_id": "pi_7", "amount": 70}))
     info = ctrl(asked)
     assert info["refused"] == "approval_required" and info["request_id"].startswith("apr_")
@@ -87,12 +105,27 @@ def test_an_approve_action_runs_once_after_a_person_approves(tmp_path, store_url
     assert info["not_bound"] == []
     assert f"ctrlrun approve {info['request_id']} --by NAME" in asked.content[0].text
     assert rig.runs() == []
-    ok = subprocess.run([sys.executable, "-m", "ctrlrun", "approve", info["request_id"],
-                         "--by", "ops:alice", "--store", store_url],
-                        capture_output=True, text=True, timeout=60)
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ctrlrun",
+            "approve",
+            info["request_id"],
+            "--by",
+            "ops:alice",
+            "--store",
+            store_url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert ok.returncode == 0, ok.stderr
-    ran, again = rig.calls(("refund", {"payment_id": "pi_7", "amount": 70}),
-                           ("refund", {"payment_id": "pi_7", "amount": 70}))
+    ran, again = rig.calls(
+        ("refund", {"payment_id": "pi_7", "amount": 70}),
+        ("refund", {"payment_id": "pi_7", "amount": 70}),
+    )
     assert not ran.is_error and ctrl(again)["refused"] == "committed"
     assert len(rig.runs()) == 1
     assert store.get_approval(info["request_id"]).state.value == "used"
@@ -108,9 +141,14 @@ def test_a_tool_error_is_ambiguous_unless_the_policy_says_failed(tmp_path, store
     assert ctrl(again)["refused"] == "ambiguous" and len(rig.runs()) == 1
     assert store.get_effect("flaky:p").state.value == "ambiguous"
     (tmp_path / "x").mkdir()
-    rig2 = Rig(tmp_path / "x", store_url, POLICY.replace(
-        '    effect: "flaky:{payment_id}"\n',
-        '    effect: "flaky:{payment_id}"\n    on_tool_error: failed\n'))
+    rig2 = Rig(
+        tmp_path / "x",
+        store_url,
+        POLICY.replace(
+            '    effect: "flaky:{payment_id}"\n',
+            '    effect: "flaky:{payment_id}"\n    on_tool_error: failed\n',
+        ),
+    )
     first, retry = rig2.calls(("flaky", {"payment_id": "q"}), ("flaky", {"payment_id": "q"}))
     assert ctrl(first)["outcome"] == "failed" and ctrl(retry)["outcome"] == "failed"
     assert len(rig2.runs()) == 2  # a provable failure lets the retry run
@@ -118,8 +156,9 @@ def test_a_tool_error_is_ambiguous_unless_the_policy_says_failed(tmp_path, store
 
 
 def test_a_call_with_no_answer_in_time_is_ambiguous(rig, store):
-    slow, again = rig.calls(("slow", {"payment_id": "s", "seconds": 5}),
-                            ("slow", {"payment_id": "s", "seconds": 5}))
+    slow, again = rig.calls(
+        ("slow", {"payment_id": "s", "seconds": 5}), ("slow", {"payment_id": "s", "seconds": 5})
+    )
     assert ctrl(slow)["outcome"] == "ambiguous" and "no answer" in slow.content[0].text
     assert ctrl(again)["refused"] == "ambiguous"
     assert len(rig.runs()) == 1 and store.get_effect("slow:s").state.value == "ambiguous"
@@ -131,6 +170,7 @@ def test_a_call_the_agent_cancels_in_flight_ends_ambiguous(rig, store):
             await s.call_tool("slow", {"payment_id": "c", "seconds": 0.9})
         await anyio.sleep(1.5)  # the gateway records the outcome
         return await s.call_tool("slow", {"payment_id": "c", "seconds": 0.9})
+
     again = rig.session(body)
     assert store.get_effect("slow:c").state.value == "ambiguous"
     assert ctrl(again)["refused"] == "ambiguous"
@@ -138,8 +178,9 @@ def test_a_call_the_agent_cancels_in_flight_ends_ambiguous(rig, store):
 
 
 def test_an_upstream_that_dies_mid_call_is_ambiguous_then_calls_are_failed(rig, store):
-    died, after = rig.calls(("die", {"payment_id": "d"}),
-                            ("refund", {"payment_id": "pi_9", "amount": 9}))
+    died, after = rig.calls(
+        ("die", {"payment_id": "d"}), ("refund", {"payment_id": "pi_9", "amount": 9})
+    )
     assert ctrl(died)["outcome"] == "ambiguous"
     assert store.get_effect("die:d").state.value == "ambiguous"
     # the upstream is gone: the next call is never sent, so it is failed and may run later
@@ -148,21 +189,29 @@ def test_an_upstream_that_dies_mid_call_is_ambiguous_then_calls_are_failed(rig, 
     assert [r[0] for r in rig.runs()] == ["die"]
 
 
-@pytest.mark.parametrize("upstream,why", [
-    (["--", sys.executable, "-c", "import sys; sys.exit(3)"], "Connection closed"),
-    # a process that runs and never answers the handshake: bounded by the call timeout
-    (["--call-timeout", "1", "--", sys.executable, "-c", "import time; time.sleep(600)"], ""),
-])
+@pytest.mark.parametrize(
+    "upstream,why",
+    [
+        (["--", sys.executable, "-c", "import sys; sys.exit(3)"], "Connection closed"),
+        # a process that runs and never answers the handshake: bounded by the call timeout
+        (["--call-timeout", "1", "--", sys.executable, "-c", "import time; time.sleep(600)"], ""),
+    ],
+)
 def test_an_upstream_that_never_started_is_served_and_every_call_is_failed_unsent(
-        tmp_path, store_url, store, upstream, why):
+    tmp_path, store_url, store, upstream, why
+):
     rig = Rig(tmp_path, store_url, POLICY, upstream=upstream)
 
     async def body(s: ClientSession) -> list:
         listed = (await s.list_tools()).tools
-        return [listed] + [await s.call_tool(name, args) for name, args in (
-            ("refund", {"payment_id": "pi_n", "amount": 1}),
-            ("refund", {"payment_id": "pi_n", "amount": 1}),
-            ("lookup", {"payment_id": "pi_n"}))]
+        return [listed] + [
+            await s.call_tool(name, args)
+            for name, args in (
+                ("refund", {"payment_id": "pi_n", "amount": 1}),
+                ("refund", {"payment_id": "pi_n", "amount": 1}),
+                ("lookup", {"payment_id": "pi_n"}),
+            )
+        ]
 
     listed, first, again, unreserved = rig.session(body)
     assert listed == []
@@ -182,8 +231,12 @@ def test_the_upstreams_progress_reaches_the_agent_through_the_gateway(rig, store
         seen.append((done, total, message))
 
     async def body(s: ClientSession) -> list:
-        return [await s.call_tool(name, {"payment_id": f"p{name}", "seconds": 0.1},
-                                  progress_callback=progress) for name in ("slow", "lookup")]
+        return [
+            await s.call_tool(
+                name, {"payment_id": f"p{name}", "seconds": 0.1}, progress_callback=progress
+            )
+            for name in ("slow", "lookup")
+        ]
 
     reserved, _ = rig.session(body)
     assert not reserved.is_error
@@ -192,11 +245,18 @@ def test_the_upstreams_progress_reaches_the_agent_through_the_gateway(rig, store
 
 
 def test_replay_gives_a_committed_duplicate_the_stored_answer(tmp_path, store_url, store):
-    rig = Rig(tmp_path, store_url, POLICY.replace(
-        'effect: "refund:{payment_id}"', 'effect: "refund:{payment_id}"\n    replay: true'))
-    first, again, other = rig.calls(("refund", {"payment_id": "pi_r", "amount": 7}),
-                                    ("refund", {"payment_id": "pi_r", "amount": 7}),
-                                    ("refund", {"payment_id": "pi_r", "amount": 8}))
+    rig = Rig(
+        tmp_path,
+        store_url,
+        POLICY.replace(
+            'effect: "refund:{payment_id}"', 'effect: "refund:{payment_id}"\n    replay: true'
+        ),
+    )
+    first, again, other = rig.calls(
+        ("refund", {"payment_id": "pi_r", "amount": 7}),
+        ("refund", {"payment_id": "pi_r", "amount": 7}),
+        ("refund", {"payment_id": "pi_r", "amount": 8}),
+    )
     assert not first.is_error and not again.is_error
     assert again.structured_content == first.structured_content == {"refunded": 7}
     assert again.content[0].text == "refunded 7"
@@ -205,10 +265,14 @@ def test_replay_gives_a_committed_duplicate_the_stored_answer(tmp_path, store_ur
 
 
 @pytest.mark.parametrize("replay", [False, True])
-def test_the_gateway_and_a_decorated_worker_share_reservations(tmp_path, store_url, store,
-                                                               replay):
-    policy = POLICY.replace('effect: "refund:{payment_id}"',
-                            'effect: "refund:{payment_id}"\n    replay: true') if replay else POLICY
+def test_the_gateway_and_a_decorated_worker_share_reservations(tmp_path, store_url, store, replay):
+    policy = (
+        POLICY.replace(
+            'effect: "refund:{payment_id}"', 'effect: "refund:{payment_id}"\n    replay: true'
+        )
+        if replay
+        else POLICY
+    )
     rig = Rig(tmp_path, store_url, policy)
 
     @ctrlrun.protect("mcp.acme.refund", effect="refund:{payment_id}", store=store)
@@ -226,21 +290,20 @@ def test_the_gateway_and_a_decorated_worker_share_reservations(tmp_path, store_u
 def test_the_startup_line_names_unreserved_writes_and_tools_say_they_are_reserved(rig, store):
     async def body(s):
         return await s.list_tools(), await s.call_tool("nosuch", {"x": 1})
+
     listed, unknown = rig.session(body)
     line = rig.stderr.read_text().splitlines()[0]
     assert line.startswith("ctrlrun gateway acme: ") and "(9 tools)" in line, line
     assert line.endswith("writes with no effect template, run unreserved: lookup"), line
     described = {t.name: t.description for t in listed.tools}
-    assert "[ctrlrun] Runs at most once per effect key 'refund:{payment_id}'" in \
-        described["refund"]
+    assert "[ctrlrun] Runs at most once per effect key 'refund:{payment_id}'" in described["refund"]
     assert described["lookup"] == "Read a payment."
     # a tool the policy does not know is forwarded as it is (the upstream answers)
     assert unknown.is_error and unknown.content[0].text == "unknown tool nosuch"
     assert store.list_effects() == []
 
 
-def test_a_policy_entry_for_a_tool_the_upstream_lacks_reserves_nothing(tmp_path, store_url,
-                                                                        store):
+def test_a_policy_entry_for_a_tool_the_upstream_lacks_reserves_nothing(tmp_path, store_url, store):
     rig = Rig(tmp_path, store_url, POLICY + '  mcp.acme.ghost:\n    effect: "ghost:{id}"\n')
     (r,) = rig.calls(("ghost", {"id": "1"}))
     assert ctrl(r)["refused"] == "invalid" and "no tool 'ghost'" in r.content[0].text
@@ -252,6 +315,7 @@ def test_the_policy_in_force_at_start_is_pinned(rig, store):
         first = await s.call_tool("refund", {"payment_id": "pi_p", "amount": 1})
         rig.policy.unlink()  # deleted while the gateway runs
         return first, await s.call_tool("refund", {"payment_id": "pi_q", "amount": 1})
+
     first, after = rig.session(body)
     assert not first.is_error
     assert ctrl(after)["refused"] == "policy" and "does not exist" in after.content[0].text
@@ -279,29 +343,69 @@ def test_two_gateways_racing_one_call_run_it_once(tmp_path, store_url, store):
     assert store.get_effect("slow:race").state.value == "committed"
 
 
-@pytest.mark.parametrize("policy,needle", [
-    ("schema: ctrlrun.policy/v2\nactions:\n  mcp.acme.refund:\n    effect: 7\n",
-     "effect: must be a string"),
-    ("schema: ctrlrun.policy/v2\nactions:\n  mcp.acme.refund:\n    on_tool_error: maybe\n",
-     "expected ambiguous or failed"),
-])
-def test_a_malformed_policy_stops_the_gateway_before_it_serves(policy, needle, tmp_path,
-                                                             store_url):
+@pytest.mark.parametrize(
+    "policy,needle",
+    [
+        (
+            "schema: ctrlrun.policy/v2\nactions:\n  mcp.acme.refund:\n    effect: 7\n",
+            "effect: must be a string",
+        ),
+        (
+            "schema: ctrlrun.policy/v2\nactions:\n  mcp.acme.refund:\n    on_tool_error: maybe\n",
+            "expected ambiguous or failed",
+        ),
+    ],
+)
+def test_a_malformed_policy_stops_the_gateway_before_it_serves(policy, needle, tmp_path, store_url):
     (tmp_path / "p.yaml").write_text(policy)
-    p = subprocess.run([sys.executable, "-m", "ctrlrun", "gateway", "--name", "acme",
-                        "--policy", str(tmp_path / "p.yaml"), "--store", store_url, "--",
-                        sys.executable, str(HERE / "mcp_upstream.py")],
-                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ctrlrun",
+            "gateway",
+            "--name",
+            "acme",
+            "--policy",
+            str(tmp_path / "p.yaml"),
+            "--store",
+            store_url,
+            "--",
+            sys.executable,
+            str(HERE / "mcp_upstream.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 
 def test_an_upstream_command_that_does_not_exist_is_one_line(tmp_path, store_url):
-    p = subprocess.run([sys.executable, "-m", "ctrlrun", "gateway", "--name", "acme",
-                        "--store", store_url, "--", str(tmp_path / "no-such-server")],
-                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
-                       cwd=str(tmp_path))
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ctrlrun",
+            "gateway",
+            "--name",
+            "acme",
+            "--store",
+            store_url,
+            "--",
+            str(tmp_path / "no-such-server"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        cwd=str(tmp_path),
+    )
     assert p.returncode == 2, (p.stdout, p.stderr)
-    assert "cannot start or reach the upstream" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert "cannot start or reach the upstream" in p.stderr and "Traceback" not in p.stderr, (
+        p.stderr
+    )
 
 
 def test_import_ctrlrun_does_not_import_the_mcp_sdk():
@@ -309,19 +413,30 @@ def test_import_ctrlrun_does_not_import_the_mcp_sdk():
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--name", "a.b", "--", "true"], "an alias is 1 to 64"),
-    (["--name", "acme"], "name the upstream once"),
-    (["--name", "acme", "--upstream-url", "http://x/mcp", "--", "true"], "name the upstream once"),
-    (["--name", "acme", "--upstream-url", "ftp://x"], "expected an http://"),
-    (["--name", "acme", "--upstream-url", "ftp://bob:s3cret@x"], "ftp://***@x"),
-    (["--name", "acme", "--listen", "nohost", "--", "true"], "expected HOST:PORT"),
-    (["--name", "acme", "--listen", "0.0.0.0:8765", "--", "true"], "loopback address only"),
-    (["--name", "acme", "--policy", "/nonexistent.yaml", "--", "true"], "no such file"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--name", "a.b", "--", "true"], "an alias is 1 to 64"),
+        (["--name", "acme"], "name the upstream once"),
+        (
+            ["--name", "acme", "--upstream-url", "http://x/mcp", "--", "true"],
+            "name the upstream once",
+        ),
+        (["--name", "acme", "--upstream-url", "ftp://x"], "expected an http://"),
+        (["--name", "acme", "--upstream-url", "ftp://bob:s3cret@x"], "ftp://***@x"),
+        (["--name", "acme", "--listen", "nohost", "--", "true"], "expected HOST:PORT"),
+        (["--name", "acme", "--listen", "0.0.0.0:8765", "--", "true"], "loopback address only"),
+        (["--name", "acme", "--policy", "/nonexistent.yaml", "--", "true"], "no such file"),
+    ],
+)
 def test_bad_gateway_arguments_are_one_line_errors(args, needle, tmp_path):
-    p = subprocess.run([sys.executable, "-m", "ctrlrun", "gateway", *args],
-                       capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+    p = subprocess.run(
+        [sys.executable, "-m", "ctrlrun", "gateway", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(tmp_path),
+    )
     assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr, p.stderr
     assert "s3cret" not in p.stderr
 
@@ -334,8 +449,9 @@ def test_without_the_sdk_the_gateway_names_the_extra(tmp_path):
         sys.argv = ['ctrlrun', 'gateway', '--name', 'acme', '--', 'true']
         main()
     """)
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=60, cwd=str(tmp_path))
+    p = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=str(tmp_path)
+    )
     assert p.returncode == 2, p.stderr
     assert "pip install 'ctrlrun[gateway]'" in p.stderr and "Traceback" not in p.stderr
 
@@ -382,6 +498,7 @@ def _gateway_pid(policy) -> int:
 async def _slow_call_in_flight(s, tg, payment_id: str, log) -> None:
     """Start a minute-long reserved call in ``tg``; return once the upstream has started it
     (its execution log exists)."""
+
     async def call() -> None:
         with contextlib.suppress(Exception):  # the gateway goes away under it
             await s.call_tool("slow", {"payment_id": payment_id, "seconds": 60})
@@ -394,7 +511,8 @@ async def _slow_call_in_flight(s, tg, payment_id: str, log) -> None:
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the gateway in /proc")
 def test_sigterm_ends_the_gateway_and_the_call_in_flight_is_recorded_ambiguous(
-        tmp_path, store_url, store):
+    tmp_path, store_url, store
+):
     """How an agent host stops an MCP server on stdio: the call in flight is cancelled and
     recorded ambiguous, as on Ctrl-C, not left executing until its lease lapses."""
     rig = Rig(tmp_path, store_url, POLICY.replace("call_timeout: 1s", "call_timeout: 60s"))
@@ -416,8 +534,9 @@ def test_sigterm_ends_the_gateway_and_the_call_in_flight_is_recorded_ambiguous(
 def test_sigterm_ends_a_gateway_serving_over_http_cleanly(tmp_path, store_url, store):
     from mcp.client.streamable_http import streamable_http_client
 
-    gateway, port = listening_gateway(tmp_path, store_url,
-                                      POLICY.replace("call_timeout: 1s", "call_timeout: 60s"))
+    gateway, port = listening_gateway(
+        tmp_path, store_url, POLICY.replace("call_timeout: 1s", "call_timeout: 60s")
+    )
 
     async def main() -> None:
         async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (r, w):
@@ -441,7 +560,8 @@ def test_sigterm_ends_a_gateway_serving_over_http_cleanly(tmp_path, store_url, s
 def test_no_secret_of_an_upstream_url_is_shown():
     from ctrlrun.gateway.upstream import redacted
 
-    assert redacted("cannot reach http://alice:s3cret@h:8/mcp?token=t0k&x=1#top now") == \
-        "cannot reach http://***@h:8/mcp?***#top now"
+    assert (
+        redacted("cannot reach http://alice:s3cret@h:8/mcp?token=t0k&x=1#top now")
+        == "cannot reach http://***@h:8/mcp?***#top now"
+    )
     assert redacted("https://h/mcp") == "https://h/mcp"
-

@@ -17,14 +17,26 @@ from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp.types import INTERNAL_ERROR
 
-from tests_py.support.gateway_rig import HERE, POLICY, Rig, ctrl, free_port, listening_gateway, wait_for_port
+from tests_py.support.gateway_rig import (
+    HERE,
+    POLICY,
+    Rig,
+    ctrl,
+    free_port,
+    listening_gateway,
+    wait_for_port,
+)
 
 
 def _http_upstream(tmp_path, port: int) -> subprocess.Popen:
-    env = dict(os.environ, UPSTREAM_LOG=str(tmp_path / "upstream.log"),
-               UPSTREAM_PINGS=str(tmp_path / "pings.log"))
-    upstream = subprocess.Popen([sys.executable, str(HERE / "mcp_upstream.py"), "--http",
-                                 str(port)], env=env)
+    env = dict(
+        os.environ,
+        UPSTREAM_LOG=str(tmp_path / "upstream.log"),
+        UPSTREAM_PINGS=str(tmp_path / "pings.log"),
+    )
+    upstream = subprocess.Popen(
+        [sys.executable, str(HERE / "mcp_upstream.py"), "--http", str(port)], env=env
+    )
     wait_for_port(port, upstream)
     return upstream
 
@@ -34,16 +46,22 @@ def _rig_over_http(tmp_path, store_url, *options: str):
     ``options`` before ``--upstream-url``): ``(port, upstream process, rig)``."""
     port = free_port()
     upstream = _http_upstream(tmp_path, port)
-    rig = Rig(tmp_path, store_url, POLICY,
-              upstream=[*options, "--upstream-url", f"http://127.0.0.1:{port}/mcp"])
+    rig = Rig(
+        tmp_path,
+        store_url,
+        POLICY,
+        upstream=[*options, "--upstream-url", f"http://127.0.0.1:{port}/mcp"],
+    )
     return port, upstream, rig
 
 
 def test_an_upstream_over_streamable_http(tmp_path, store_url, store):
     _, upstream, rig = _rig_over_http(tmp_path, store_url)
     try:
-        first, again = rig.calls(("refund", {"payment_id": "pi_h", "amount": 3}),
-                                 ("refund", {"payment_id": "pi_h", "amount": 3}))
+        first, again = rig.calls(
+            ("refund", {"payment_id": "pi_h", "amount": 3}),
+            ("refund", {"payment_id": "pi_h", "amount": 3}),
+        )
         assert not first.is_error and ctrl(again)["refused"] == "committed"
         assert len(rig.runs()) == 1
     finally:
@@ -56,12 +74,15 @@ def test_agents_over_streamable_http(tmp_path, store_url, store):
 
     gateway, port = listening_gateway(tmp_path, store_url, POLICY)
     try:
+
         async def main() -> list:
             async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (r, w):
                 async with ClientSession(r, w) as s:
                     await s.initialize()
-                    return [await s.call_tool("refund", {"payment_id": "pi_l", "amount": 4})
-                            for _ in range(2)]
+                    return [
+                        await s.call_tool("refund", {"payment_id": "pi_l", "amount": 4})
+                        for _ in range(2)
+                    ]
 
         first, again = anyio.run(main)
         assert not first.is_error and ctrl(again)["refused"] == "committed"
@@ -71,10 +92,13 @@ def test_agents_over_streamable_http(tmp_path, store_url, store):
         gateway.wait(30)
 
 
-@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")  # 2025-era requests, on purpose
+@pytest.mark.filterwarnings(
+    "ignore::mcp.shared.exceptions.MCPDeprecationWarning"
+)  # 2025-era requests, on purpose
 def test_an_http_upstream_that_cannot_be_reached_gets_calls_recorded_failed_unsent(
-        tmp_path, store_url, store):
-    port, upstream, rig = _rig_over_http(tmp_path, store_url)
+    tmp_path, store_url, store
+):
+    _port, upstream, rig = _rig_over_http(tmp_path, store_url)
 
     async def body(s: ClientSession) -> list:
         out = [await s.call_tool("refund", {"payment_id": "pi_u", "amount": 1})]
@@ -84,8 +108,7 @@ def test_an_http_upstream_that_cannot_be_reached_gets_calls_recorded_failed_unse
         out.append(await s.call_tool("refund", {"payment_id": "pi_v", "amount": 2}))
         out.append(await s.call_tool("refund", {"payment_id": "pi_w", "amount": 3}))
         out.append(time.monotonic() - started)
-        for ask in (s.list_tools(), s.read_resource("memo://notes"),
-                    s.set_logging_level("error")):
+        for ask in (s.list_tools(), s.read_resource("memo://notes"), s.set_logging_level("error")):
             try:
                 await ask
                 out.append(None)
@@ -113,22 +136,30 @@ def test_an_http_upstream_that_cannot_be_reached_gets_calls_recorded_failed_unse
     # gateway's stderr shows no traceback
     for error in errors:
         assert error is not None and error.code == INTERNAL_ERROR, errors
-        assert error.message.startswith("ctrlrun gateway: the upstream MCP server's "
-                                        "connection has ended and it could not be reached "
-                                        "again ("), error
+        assert error.message.startswith(
+            "ctrlrun gateway: the upstream MCP server's "
+            "connection has ended and it could not be reached "
+            "again ("
+        ), error
     assert "Traceback" not in rig.stderr.read_text()
     lines = rig.stderr.read_text().splitlines()
-    assert any(line.startswith("ctrlrun gateway acme: the connection to the upstream failed (")
-               and line.endswith("the next request reconnects (a reserved call that cannot be "
-                                 "sent is recorded failed)")
-               for line in lines), lines
+    assert any(
+        line.startswith("ctrlrun gateway acme: the connection to the upstream failed (")
+        and line.endswith(
+            "the next request reconnects (a reserved call that cannot be sent is recorded failed)"
+        )
+        for line in lines
+    ), lines
     assert "could not be reached again" in second.content[0].text, second
     assert [r[0] for r in rig.runs()] == ["refund"]
 
 
-@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")  # 2025-era requests, on purpose
+@pytest.mark.filterwarnings(
+    "ignore::mcp.shared.exceptions.MCPDeprecationWarning"
+)  # 2025-era requests, on purpose
 def test_an_http_upstream_that_comes_back_is_reconnected_without_restarting_the_gateway(
-        tmp_path, store_url, store):
+    tmp_path, store_url, store
+):
     port, upstream, rig = _rig_over_http(tmp_path, store_url)
 
     async def body(s: ClientSession) -> list:
@@ -162,8 +193,9 @@ def test_an_http_upstream_that_comes_back_is_reconnected_without_restarting_the_
     # the old one
     assert "level=warning subscribed=memo://notes" in notes.contents[0].text, notes
     lines = rig.stderr.read_text().splitlines()
-    assert f"ctrlrun gateway acme: reconnected to the upstream http://127.0.0.1:{port}/mcp" \
-        in lines, lines
+    assert (
+        f"ctrlrun gateway acme: reconnected to the upstream http://127.0.0.1:{port}/mcp" in lines
+    ), lines
 
 
 class _SlowAnswer(BaseHTTPRequestHandler):
@@ -193,8 +225,12 @@ def test_only_the_call_whose_own_post_got_no_connection_is_proven_unsent():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     live = f"http://127.0.0.1:{server.server_address[1]}/mcp"
     dead = f"http://127.0.0.1:{free_port()}/mcp"
-    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": "refund", "arguments": {"payment_id": "pi_1"}}}
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "refund", "arguments": {"payment_id": "pi_1"}},
+    }
     seen: dict = {}
 
     async def send(label: str, url: str, wait: float) -> None:
@@ -219,12 +255,17 @@ def test_only_the_call_whose_own_post_got_no_connection_is_proven_unsent():
     finally:
         anyio.run(client.aclose)
         server.shutdown()
-    assert seen == {"dead": "no connection", "dead proven unsent": True,
-                    "live": "answered", "live proven unsent": False}
+    assert seen == {
+        "dead": "no connection",
+        "dead proven unsent": True,
+        "live": "answered",
+        "live proven unsent": False,
+    }
 
 
 def test_an_http_upstream_restarted_between_calls_is_reconnected_for_the_next_call(
-        tmp_path, store_url, store):
+    tmp_path, store_url, store
+):
     """The upstream restarts while no call is in flight: the gateway's next POST carries a
     session it no longer knows, which it answers 404 (the MCP transport's rule). That call
     is ambiguous (a 404 does not prove it did not run), and the connection is over: the next
@@ -252,12 +293,15 @@ def test_an_http_upstream_restarted_between_calls_is_reconnected_for_the_next_ca
     assert not fresh.is_error, fresh
     assert store.get_effect("refund:pi_s3").state.value == "committed"
     assert [r[0] for r in rig.runs()] == ["refund", "refund"]  # pi_s1, pi_s3
-    assert any(line.startswith("ctrlrun gateway acme: reconnected to the upstream")
-               for line in rig.stderr.read_text().splitlines())
+    assert any(
+        line.startswith("ctrlrun gateway acme: reconnected to the upstream")
+        for line in rig.stderr.read_text().splitlines()
+    )
 
 
 def test_requests_that_find_the_upstream_gone_wait_for_a_reconnection_at_most_the_timeout(
-        tmp_path, store_url, store):
+    tmp_path, store_url, store
+):
     """The upstream's address now accepts connections and never answers: the reconnection's
     handshake is bounded by the call timeout, and so is each request's wait for the attempt
     in progress (four calls each waiting for the one before would take four timeouts).
@@ -266,7 +310,6 @@ def test_requests_that_find_the_upstream_gone_wait_for_a_reconnection_at_most_th
 
     port, upstream, rig = _rig_over_http(tmp_path, store_url, "--call-timeout", "3")
     silent = socket.socket()
-    held: list = []
 
     async def body(s: ClientSession) -> list:
         out = [await s.call_tool("refund", {"payment_id": "pi_q0", "amount": 1})]

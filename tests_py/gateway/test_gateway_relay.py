@@ -49,8 +49,9 @@ def test_sampling_from_a_reserved_call_reaches_the_agent_and_the_call_commits_on
 
     async def sampling(context, params):
         asked.append(params)
-        return types.CreateMessageResult(role="assistant", model="test-model",
-                                         content=types.TextContent(type="text", text="yes"))
+        return types.CreateMessageResult(
+            role="assistant", model="test-model", content=types.TextContent(type="text", text="yes")
+        )
 
     async def body(s):
         first = await s.call_tool("ask", {"id": "q1", "question": "refund pi_1?"})
@@ -75,11 +76,14 @@ def test_elicitation_and_roots_reach_the_agent(rig, store):
         return types.ListRootsResult(roots=[types.Root(uri="file:///srv/repo", name="repo")])
 
     async def body(s):
-        return (await s.call_tool("confirm", {"question": "go ahead?"}),
-                await s.call_tool("roots", {}))
+        return (
+            await s.call_tool("confirm", {"question": "go ahead?"}),
+            await s.call_tool("roots", {}),
+        )
 
-    confirmed, listed = rig.session(body, elicitation_callback=elicitation,
-                                    list_roots_callback=roots)
+    confirmed, listed = rig.session(
+        body, elicitation_callback=elicitation, list_roots_callback=roots
+    )
     assert answer(confirmed) == {"action": "accept", "content": {"ok": True}}
     assert answer(listed) == {"roots": [{"name": "repo", "uri": "file:///srv/repo"}]}
     assert store.list_effects() == []  # neither tool is reserved
@@ -89,14 +93,18 @@ def test_a_request_the_agent_cannot_answer_is_an_error_for_the_upstream(rig):
     # this agent declares no sampling and no roots: the gateway says so to the upstream,
     # which turns it into its tool error here
     async def body(s):
-        return (await s.call_tool("ask", {"id": "q2", "question": "?"}),
-                await s.call_tool("roots", {}))
+        return (
+            await s.call_tool("ask", {"id": "q2", "question": "?"}),
+            await s.call_tool("roots", {}),
+        )
 
     sampled, rooted = rig.session(body)
     assert sampled.is_error and sampled.content[0].text == (
-        "the agent refused: ctrlrun gateway: the agent does not support sampling")
+        "the agent refused: ctrlrun gateway: the agent does not support sampling"
+    )
     assert rooted.is_error and rooted.content[0].text == (
-        "the agent refused: ctrlrun gateway: the agent does not support roots")
+        "the agent refused: ctrlrun gateway: the agent does not support roots"
+    )
 
 
 @pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
@@ -108,8 +116,9 @@ def test_the_upstreams_notifications_reach_the_agent(rig):
         logged.append(params)
 
     async def message_handler(message):
-        if isinstance(message, (types.ToolListChangedNotification,
-                                types.ResourceUpdatedNotification)):
+        if isinstance(
+            message, (types.ToolListChangedNotification, types.ResourceUpdatedNotification)
+        ):
             seen.append(message)
 
     async def body(s):
@@ -121,11 +130,13 @@ def test_the_upstreams_notifications_reach_the_agent(rig):
                 await anyio.sleep(0.02)
         return caps, result
 
-    caps, result = rig.session(body, logging_callback=logging_callback,
-                               message_handler=message_handler)
+    caps, result = rig.session(
+        body, logging_callback=logging_callback, message_handler=message_handler
+    )
     assert result.content[0].text == "chatted"
     assert [(p.level, p.logger, p.data) for p in logged] == [
-        ("warning", "upstream", {"note": "careful"})]
+        ("warning", "upstream", {"note": "careful"})
+    ]
     assert isinstance(seen[0], types.ToolListChangedNotification)
     assert str(seen[1].params.uri) == "memo://notes"
     # the gateway announces what the upstream does
@@ -142,23 +153,29 @@ def test_the_agents_level_subscriptions_and_completions_reach_the_upstream(rig):
         after_subscribe = await s.read_resource("memo://notes")
         await s.unsubscribe_resource("memo://notes")
         after_unsubscribe = await s.read_resource("memo://notes")
-        completed = await s.complete(types.PromptReference(type="ref/prompt", name="refund"),
-                                     {"name": "payment_id", "value": "pi"})
+        completed = await s.complete(
+            types.PromptReference(type="ref/prompt", name="refund"),
+            {"name": "payment_id", "value": "pi"},
+        )
         await s.send_roots_list_changed()  # a notification: the upstream counts it
-        return after_subscribe, after_unsubscribe, completed, await _read_until(
-            s, "roots_changed=1")
+        return (
+            after_subscribe,
+            after_unsubscribe,
+            completed,
+            await _read_until(s, "roots_changed=1"),
+        )
 
     after_subscribe, after_unsubscribe, completed, roots = rig.session(body)
     assert after_subscribe.contents[0].text == (
-        "level=error subscribed=memo://notes roots_changed=0")
+        "level=error subscribed=memo://notes roots_changed=0"
+    )
     assert after_unsubscribe.contents[0].text == "level=error subscribed= roots_changed=0"
     assert roots == "level=error subscribed= roots_changed=1"
     assert completed.completion.values == ["pi_1", "pi_2"]
 
 
 @pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
-def test_over_http_the_upstreams_request_goes_to_the_agent_whose_call_it_is(tmp_path,
-                                                                           store_url):
+def test_over_http_the_upstreams_request_goes_to_the_agent_whose_call_it_is(tmp_path, store_url):
     from mcp.client.session import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
@@ -166,26 +183,38 @@ def test_over_http_the_upstreams_request_goes_to_the_agent_whose_call_it_is(tmp_
 
     def model(name: str) -> Any:
         async def sampling(context, params):
-            return types.CreateMessageResult(role="assistant", model=name,
-                                             content=types.TextContent(type="text", text=name))
+            return types.CreateMessageResult(
+                role="assistant", model=name, content=types.TextContent(type="text", text=name)
+            )
+
         return sampling
 
     try:
+
         async def main() -> list:
             url = f"http://127.0.0.1:{port}/mcp"
-            async with streamable_http_client(url) as (ra, wa), \
-                    streamable_http_client(url) as (rb, wb):
-                async with ClientSession(ra, wa, sampling_callback=model("agent-a")) as a, \
-                        ClientSession(rb, wb, sampling_callback=model("agent-b")) as b:
+            async with (
+                streamable_http_client(url) as (ra, wa),
+                streamable_http_client(url) as (rb, wb),
+            ):
+                async with (
+                    ClientSession(ra, wa, sampling_callback=model("agent-a")) as a,
+                    ClientSession(rb, wb, sampling_callback=model("agent-b")) as b,
+                ):
                     await a.initialize()
                     await b.initialize()  # both agents are connected
                     out: list = []
                     # A's call is in flight when B lists the tools (B is then the agent seen
                     # last); the upstream's question, asked after that, still goes to A
                     async with anyio.create_task_group() as tg:
+
                         async def ask_a() -> None:
-                            out.append(await a.call_tool("ask", {"id": "h1", "question": "?",
-                                                                 "delay": 1.5}))
+                            out.append(
+                                await a.call_tool(
+                                    "ask", {"id": "h1", "question": "?", "delay": 1.5}
+                                )
+                            )
+
                         tg.start_soon(ask_a)
                         await anyio.sleep(0.5)
                         await b.list_tools()
@@ -207,8 +236,10 @@ def test_over_http_the_upstreams_request_goes_to_the_agent_whose_call_it_is(tmp_
                     # while a call of A's is in flight, B's call makes the upstream ask: the
                     # gateway cannot tell whose request it is, and says so instead of guessing
                     async with anyio.create_task_group() as tg:
+
                         async def slow() -> None:
                             out.append(await a.call_tool("slow", {"seconds": 3}))
+
                         tg.start_soon(slow)
                         await anyio.sleep(1.0)
                         out.append(await b.call_tool("ask", {"id": "h3", "question": "?"}))
@@ -223,7 +254,8 @@ def test_over_http_the_upstreams_request_goes_to_the_agent_whose_call_it_is(tmp_
         assert left_gone == "level= subscribed= roots_changed=0"
         assert unplaced.is_error and unplaced.content[0].text == (
             "the agent refused: ctrlrun gateway: requests of several agents are in flight, "
-            "so it cannot tell which agent this request is for")
+            "so it cannot tell which agent this request is for"
+        )
         assert slow.content[0].text == "slow done"
     finally:
         gateway.terminate()

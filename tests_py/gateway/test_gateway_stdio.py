@@ -17,19 +17,30 @@ from pathlib import Path
 from typing import List
 
 import pytest
-from tests_py.support.gateway_rig import HERE, POLICY, Rig
 
 from ctrlrun import open_store
+from tests_py.support.gateway_rig import HERE, POLICY, Rig
 
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {},
-    "clientInfo": {"name": "t", "version": "1"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
 READY = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 
 
 def lookup(request_id: int, payment_id: str) -> dict:
-    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
-            "params": {"name": "lookup", "arguments": {"payment_id": payment_id}}}
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": "lookup", "arguments": {"payment_id": payment_id}},
+    }
 
 
 def gateway(tmp_path: Path, **streams) -> subprocess.Popen:
@@ -37,9 +48,23 @@ def gateway(tmp_path: Path, **streams) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
     env["UPSTREAM_LOG"] = str(tmp_path / "upstream.log")
     return subprocess.Popen(
-        [sys.executable, "-m", "ctrlrun", "gateway", "--name", "acme", "--store",
-         f"sqlite:///{tmp_path}/store.db", "--", sys.executable, str(HERE / "mcp_upstream.py")],
-        cwd=tmp_path, env=env, **streams)
+        [
+            sys.executable,
+            "-m",
+            "ctrlrun",
+            "gateway",
+            "--name",
+            "acme",
+            "--store",
+            f"sqlite:///{tmp_path}/store.db",
+            "--",
+            sys.executable,
+            str(HERE / "mcp_upstream.py"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        **streams,
+    )
 
 
 def answers(lines: List[bytes]) -> dict:
@@ -62,8 +87,10 @@ def test_large_messages_and_raw_line_separators_cross_the_gateway_whole(tmp_path
     payment = "x" * 300_000 + "\u2028\u2029\r\x0b\x0c\x1c\x85é€😀"
 
     async def body(s) -> list:
-        return [await s.call_tool("lookup", {"payment_id": payment}),
-                await s.call_tool("refund", {"payment_id": "pi_1", "amount": 5})]
+        return [
+            await s.call_tool("lookup", {"payment_id": payment}),
+            await s.call_tool("refund", {"payment_id": "pi_1", "amount": 5}),
+        ]
 
     looked, refunded = rig.session(body)
     assert looked.content[0].text == f"payment {payment} is settled"
@@ -75,8 +102,7 @@ def test_an_agent_that_reads_slowly_gets_every_answer_in_full(tmp_path):
     # 40 answers of 200 kB each are written before the agent reads any: the gateway waits for
     # the pipe instead of failing, and stops reading requests meanwhile (the writer below
     # blocks then, so it runs on a thread of its own)
-    proc = gateway(tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                   stderr=subprocess.PIPE)
+    proc = gateway(tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     requests = [INIT, READY] + [lookup(2 + i, f"p{i}-" + "y" * 200_000) for i in range(40)]
 
     def send() -> None:
@@ -112,8 +138,9 @@ def test_stdin_as_a_file_or_a_pipe_is_served(tmp_path, stdin):
             proc = gateway(tmp_path, stdin=f, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             out, err = proc.communicate(timeout=60)
     else:
-        proc = gateway(tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE)
+        proc = gateway(
+            tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
         out, err = proc.communicate(requests.read_bytes(), timeout=60)
     assert proc.returncode == 0, err
     first = answers(out.splitlines())[1]
@@ -124,8 +151,9 @@ def test_stdin_as_a_file_or_a_pipe_is_served(tmp_path, stdin):
 def test_stdout_shared_with_stderr_is_served(tmp_path):
     # stdout and stderr one pipe (2>&1): the SDK's transport serves it, so stderr never turns
     # non-blocking; the agent sees the gateway's startup line among the messages
-    proc = gateway(tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                   stderr=subprocess.STDOUT)
+    proc = gateway(
+        tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     body = "".join(json.dumps(m) + "\n" for m in (INIT, READY, lookup(2, "pi_s")))
     proc.stdin.write(body.encode())
     proc.stdin.flush()
@@ -143,23 +171,31 @@ def test_stdout_shared_with_stderr_is_served(tmp_path):
     assert not any(b"Traceback" in line for line in lines)
 
 
-WATCHABLE = ("import asyncio; from ctrlrun.gateway.stdio import _watchable\n"
-             "async def main(): return _watchable()\n"
-             "import sys; sys.stderr.write(str(asyncio.run(main())))")
+WATCHABLE = (
+    "import asyncio; from ctrlrun.gateway.stdio import _watchable\n"
+    "async def main(): return _watchable()\n"
+    "import sys; sys.stderr.write(str(asyncio.run(main())))"
+)
 
 
-@pytest.mark.parametrize("stdin,stderr,expected", [
-    ("pipe", "pipe", "True"),        # how agent hosts start an MCP server: the loop's own pipes
-    ("file", "pipe", "False"),       # the SDK's transport
-    ("pipe", "stdout", "False"),     # 2>&1: stdout must stay blocking for stderr's sake
-])
+@pytest.mark.parametrize(
+    "stdin,stderr,expected",
+    [
+        ("pipe", "pipe", "True"),  # how agent hosts start an MCP server: the loop's own pipes
+        ("file", "pipe", "False"),  # the SDK's transport
+        ("pipe", "stdout", "False"),  # 2>&1: stdout must stay blocking for stderr's sake
+    ],
+)
 def test_which_transport_serves_the_agent(tmp_path, stdin, stderr, expected):
     (tmp_path / "in").write_text("")
     with open(tmp_path / "in", "rb") as f:
         proc = subprocess.run(
-            [sys.executable, "-c", WATCHABLE], stdin=f if stdin == "file" else subprocess.PIPE,
+            [sys.executable, "-c", WATCHABLE],
+            stdin=f if stdin == "file" else subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT if stderr == "stdout" else subprocess.PIPE, timeout=60)
+            stderr=subprocess.STDOUT if stderr == "stdout" else subprocess.PIPE,
+            timeout=60,
+        )
     said = (proc.stdout if stderr == "stdout" else proc.stderr).decode()
     assert proc.returncode == 0 and said == expected, said
 
@@ -176,8 +212,9 @@ def read_until(sock: socket.socket, request_id: int) -> dict:
     return got[request_id]
 
 
-@pytest.mark.parametrize("shape", ["two sockets", "two sockets, stdout half-closed",
-                                   "one socket both ways"])
+@pytest.mark.parametrize(
+    "shape", ["two sockets", "two sockets, stdout half-closed", "one socket both ways"]
+)
 def test_sockets_for_stdin_and_stdout_are_served(tmp_path, shape):
     # Node's child_process hands a child a socket pair each for stdin and stdout; socat and
     # inetd-style launchers one socket both ways (then the SDK's transport serves). An agent
@@ -203,25 +240,45 @@ def test_sockets_for_stdin_and_stdout_are_served(tmp_path, shape):
     assert b"Traceback" not in proc.stderr.read()
 
 
-PROBE = ("import fcntl, os, sys; sys.stderr.write('blocking after: %s %s' % tuple(not fcntl.fcntl"
-         "(fd, fcntl.F_GETFL) & os.O_NONBLOCK for fd in (0, 1)))")
+PROBE = (
+    "import fcntl, os, sys; sys.stderr.write('blocking after: %s %s' % tuple(not fcntl.fcntl"
+    "(fd, fcntl.F_GETFL) & os.O_NONBLOCK for fd in (0, 1)))"
+)
 
 
 @pytest.mark.parametrize("end", ["stdin closed", "SIGTERM", "SIGTERM, then the agent reads"])
 def test_an_agent_that_never_reads_still_lets_the_gateway_end_and_its_pipes_stay_blocking(
-        tmp_path, end):
+    tmp_path, end
+):
     # 20 answers of 200 kB pile up unread. Closing stdin, or a SIGTERM (whose grace ends in
     # os._exit), still ends the gateway; a shell sharing its pipes finds them blocking again.
     (tmp_path / "ctrlrun.yaml").write_text(POLICY)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
     env["UPSTREAM_LOG"] = str(tmp_path / "upstream.log")
-    command = [sys.executable, "-m", "ctrlrun", "gateway", "--name", "acme", "--store",
-               f"sqlite:///{tmp_path}/store.db", "--", sys.executable,
-               str(HERE / "mcp_upstream.py")]
-    script = (" ".join(f"'{a}'" for a in command)
-              + f"; echo rc=$? >&2; '{sys.executable}' -c \"{PROBE}\"")
-    shell = subprocess.Popen(["sh", "-c", script], cwd=tmp_path, env=env, stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    command = [
+        sys.executable,
+        "-m",
+        "ctrlrun",
+        "gateway",
+        "--name",
+        "acme",
+        "--store",
+        f"sqlite:///{tmp_path}/store.db",
+        "--",
+        sys.executable,
+        str(HERE / "mcp_upstream.py"),
+    ]
+    script = (
+        " ".join(f"'{a}'" for a in command) + f"; echo rc=$? >&2; '{sys.executable}' -c \"{PROBE}\""
+    )
+    shell = subprocess.Popen(
+        ["sh", "-c", script],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     shell.stdin.write(json.dumps(INIT).encode() + b"\n")
     shell.stdin.flush()
     first = shell.stdout.readline()
@@ -230,7 +287,7 @@ def test_an_agent_that_never_reads_still_lets_the_gateway_end_and_its_pipes_stay
 
     def send() -> None:
         try:
-            for message in [READY] + big:
+            for message in [READY, *big]:
                 shell.stdin.write(json.dumps(message).encode() + b"\n")
             shell.stdin.flush()
         except BrokenPipeError:
@@ -256,10 +313,13 @@ def test_an_agent_that_never_reads_still_lets_the_gateway_end_and_its_pipes_stay
 
 
 def test_an_agent_that_closes_the_gateways_stdout_ends_the_call_in_flight_ambiguous(tmp_path):
-    proc = gateway(tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                   stderr=subprocess.PIPE)
-    slow = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-            "params": {"name": "slow", "arguments": {"payment_id": "pi_gone", "seconds": 20}}}
+    proc = gateway(tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    slow = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "slow", "arguments": {"payment_id": "pi_gone", "seconds": 20}},
+    }
     proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in (INIT, READY, slow)))
     proc.stdin.flush()
     assert answers([proc.stdout.readline()])[1]["result"]

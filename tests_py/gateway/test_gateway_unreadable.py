@@ -14,6 +14,7 @@ import sys
 import threading
 
 import pytest
+
 from tests_py.support.gateway_rig import HERE, POLICY, Rig
 
 
@@ -22,11 +23,26 @@ def test_a_request_the_sdk_cannot_read_gets_a_parse_error(tmp_path, store_url, s
     env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
     env["UPSTREAM_LOG"] = str(tmp_path / "upstream.log")
     gateway = subprocess.Popen(
-        [sys.executable, "-m", "ctrlrun", "gateway", "--name", "acme", "--store", store_url,
-         "--", sys.executable, str(HERE / "mcp_upstream.py")],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
-        env=env)
-    lines: "queue.Queue[bytes]" = queue.Queue()
+        [
+            sys.executable,
+            "-m",
+            "ctrlrun",
+            "gateway",
+            "--name",
+            "acme",
+            "--store",
+            store_url,
+            "--",
+            sys.executable,
+            str(HERE / "mcp_upstream.py"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        env=env,
+    )
+    lines: queue.Queue[bytes] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in gateway.stdout], daemon=True).start()
 
     def send(text: str) -> None:
@@ -37,13 +53,26 @@ def test_a_request_the_sdk_cannot_read_gets_a_parse_error(tmp_path, store_url, s
         return json.loads(lines.get(timeout=30))
 
     def call(request_id: int, arguments: str) -> str:
-        return ('{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"refund",'
-                '"arguments":%s}}' % (request_id, arguments))
+        return (
+            '{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"refund",'
+            '"arguments":%s}}' % (request_id, arguments)
+        )
 
     try:
-        send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"}}}))
+        send(
+            json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": "2025-11-25",
+                        "capabilities": {},
+                        "clientInfo": {"name": "t", "version": "1"},
+                    },
+                }
+            )
+        )
         assert answer()["id"] == 1
         send('{"jsonrpc":"2.0","method":"notifications/initialized"}')
         send(call(2, '{"payment_id":"pi\\ud800","amount":1}'))
@@ -57,8 +86,9 @@ def test_a_request_the_sdk_cannot_read_gets_a_parse_error(tmp_path, store_url, s
     for request_id in (2, 3, 4):
         error = got[request_id]["error"]
         assert error["code"] == -32700, got[request_id]
-        assert error["message"].startswith("ctrlrun gateway: the request could not be read ("), \
+        assert error["message"].startswith("ctrlrun gateway: the request could not be read ("), (
             error
+        )
         assert error["message"].endswith("); nothing was sent"), error
     assert got[5]["result"]["isError"] is False, got[5]
     assert [e.effect_key for e in store.list_effects()] == ["refund:pi_ok"]
@@ -86,37 +116,50 @@ for line in sys.stdin:
 """
 
 
-def test_an_upstream_printing_to_its_stdout_gets_one_stderr_line_per_line(tmp_path, store_url,
-                                                                         store):
+def test_an_upstream_printing_to_its_stdout_gets_one_stderr_line_per_line(
+    tmp_path, store_url, store
+):
     """A line the upstream writes to the wire that is no MCP message (a stray print) is logged
     by the SDK: one line on the gateway's stderr, never a traceback; the call goes through."""
     (tmp_path / "noisy.py").write_text(NOISY_UPSTREAM)
-    rig = Rig(tmp_path, store_url, POLICY,
-              upstream=["--", sys.executable, str(tmp_path / "noisy.py")])
-    first, second = rig.calls(("refund", {"payment_id": "pi_n1", "amount": 1}),
-                              ("refund", {"payment_id": "pi_n2", "amount": 1}))
+    rig = Rig(
+        tmp_path, store_url, POLICY, upstream=["--", sys.executable, str(tmp_path / "noisy.py")]
+    )
+    first, second = rig.calls(
+        ("refund", {"payment_id": "pi_n1", "amount": 1}),
+        ("refund", {"payment_id": "pi_n2", "amount": 1}),
+    )
     assert not first.is_error and not second.is_error
     assert store.get_effect("refund:pi_n1").state.value == "committed"
     err = rig.stderr.read_text()
     assert "Traceback" not in err, err
-    noted = [line for line in err.splitlines()
-             if line.startswith("ctrlrun gateway acme: the MCP SDK: ")]
+    noted = [
+        line for line in err.splitlines() if line.startswith("ctrlrun gateway acme: the MCP SDK: ")
+    ]
     assert len(noted) == 2, err  # one line for each stray line
 
 
 @pytest.mark.parametrize("replay", [False, True])
-def test_a_row_edited_by_hand_is_a_store_refusal_for_the_agent(tmp_path, store_url, store, raw,
-                                                               replay):
+def test_a_row_edited_by_hand_is_a_store_refusal_for_the_agent(
+    tmp_path, store_url, store, raw, replay
+):
     """A committed row whose result (or time) was edited into what no record holds: the
     agent's retry gets a tool error result saying the row cannot be read (nothing is sent),
     with replay and without, never a JSON-RPC error or a traceback on the gateway's stderr."""
-    policy = POLICY.replace('effect: "refund:{payment_id}"',
-                            'effect: "refund:{payment_id}"\n    replay: true') if replay else POLICY
+    policy = (
+        POLICY.replace(
+            'effect: "refund:{payment_id}"', 'effect: "refund:{payment_id}"\n    replay: true'
+        )
+        if replay
+        else POLICY
+    )
     rig = Rig(tmp_path, store_url, policy)
     (first,) = rig.calls(("refund", {"payment_id": "pi_e", "amount": 5}))
     assert not first.is_error
-    raw.run("UPDATE ctrlrun_effects SET result = '{\"refunded\": 5', "
-            "receipt_seq = receipt_seq + 1 WHERE effect_key = 'refund:pi_e'")
+    raw.run(
+        "UPDATE ctrlrun_effects SET result = '{\"refunded\": 5', "
+        "receipt_seq = receipt_seq + 1 WHERE effect_key = 'refund:pi_e'"
+    )
     (again,) = rig.calls(("refund", {"payment_id": "pi_e", "amount": 5}))
     assert again.is_error and again.structured_content["ctrlrun"]["refused"] == "store", again
     text = again.content[0].text
@@ -154,6 +197,7 @@ def test_the_sdk_log_is_one_line_while_serving_and_as_it_was_after(capsys):
         logging.getLogger().removeHandler(root)
     assert (list(sdk.handlers), sdk.propagate) == before
     err = capsys.readouterr().err
-    assert err.splitlines() == [
-        "ctrlrun gateway acme: the MCP SDK: Failed to parse (not JSON)"], err
+    assert err.splitlines() == ["ctrlrun gateway acme: the MCP SDK: Failed to parse (not JSON)"], (
+        err
+    )
     assert seen == ["after serving"]

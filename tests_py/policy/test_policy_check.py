@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
-import textwrap
-import warnings
-from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
-import ctrlrun
-from ctrlrun import ActionDenied, EffectKeyError, EffectState, PolicyError, PolicyWarning
-from ctrlrun._policy import ActionPolicy, load_policy
-
 from tests_py.support.policy_files import write
-
 
 # --------------------------------------------------------------------------------------------
 # ctrlrun policy check
@@ -27,13 +17,19 @@ from tests_py.support.policy_files import write
 
 def run_cli(*args, cwd, env=None):
     return subprocess.run(
-        [sys.executable, "-m", "ctrlrun", *args], capture_output=True, text=True, timeout=120,
-        cwd=cwd, env=env if env is not None else dict(os.environ),
+        [sys.executable, "-m", "ctrlrun", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env=env if env is not None else dict(os.environ),
     )
 
 
 def test_policy_check_lists_unreserved_actions(here):
-    path = write(here / "mine.yaml", """\
+    path = write(
+        here / "mine.yaml",
+        """\
         schema: ctrlrun.policy/v2
         actions:
           billing.refund:
@@ -44,7 +40,8 @@ def test_policy_check_lists_unreserved_actions(here):
             effect: "mail:{to}"
           crm.update:
             decision: allow
-        """)
+        """,
+    )
     proc = run_cli("policy", "check", str(path), cwd=here)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -58,12 +55,15 @@ def test_policy_check_lists_unreserved_actions(here):
 
 
 def test_policy_check_all_templated(here):
-    path = write(here / "mine.yaml", """\
+    path = write(
+        here / "mine.yaml",
+        """\
         schema: ctrlrun.policy/v2
         actions:
           billing.refund:
             effect: "refund:{payment_id}"
-        """)
+        """,
+    )
     proc = run_cli("policy", "check", str(path), cwd=here)
     assert proc.returncode == 0, proc.stderr
     assert "unreserved:" not in proc.stdout
@@ -71,36 +71,52 @@ def test_policy_check_all_templated(here):
 
 
 def test_policy_check_default_file_and_ctrlrun_config(here):
-    write(here / "ctrlrun.yaml", """\
+    write(
+        here / "ctrlrun.yaml",
+        """\
         schema: ctrlrun.policy/v2
         actions:
           from.cwd:
             decision: allow
-        """)
+        """,
+    )
     env = {k: v for k, v in os.environ.items() if k != "CTRLRUN_CONFIG"}
     proc = run_cli("policy", "check", cwd=here, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "from.cwd" in proc.stdout
 
-    named = write(here / "named.yaml", """\
+    named = write(
+        here / "named.yaml",
+        """\
         schema: ctrlrun.policy/v2
         actions:
           from.env:
             decision: allow
-        """)
+        """,
+    )
     proc = run_cli("policy", "check", cwd=here, env=dict(env, CTRLRUN_CONFIG=str(named)))
     assert proc.returncode == 0, proc.stderr
     assert "from.env" in proc.stdout and "from.cwd" not in proc.stdout
 
 
-@pytest.mark.parametrize("text,line,field", [
-    ("schema: ctrlrun.policy/v2\nactions:\n  a.b:\n    effect: \"k:{x\"\n", 4, "actions.a.b.effect"),
-    ("schema: ctrlrun.policy/v3\n", 1, "schema"),
-    ("schema: ctrlrun.policy/v2\nactions:\n  a.b:\n    decision: approves\n", 4,
-     "actions.a.b.decision"),
-    ("schema: ctrlrun.policy/v2\nactions:\n  a.b: {}\n  a.b: {}\n", 4, "actions.a.b"),
-    ("schema: ctrlrun.policy/v2\nextra: 1\n", 2, "extra"),
-])
+@pytest.mark.parametrize(
+    "text,line,field",
+    [
+        (
+            'schema: ctrlrun.policy/v2\nactions:\n  a.b:\n    effect: "k:{x"\n',
+            4,
+            "actions.a.b.effect",
+        ),
+        ("schema: ctrlrun.policy/v3\n", 1, "schema"),
+        (
+            "schema: ctrlrun.policy/v2\nactions:\n  a.b:\n    decision: approves\n",
+            4,
+            "actions.a.b.decision",
+        ),
+        ("schema: ctrlrun.policy/v2\nactions:\n  a.b: {}\n  a.b: {}\n", 4, "actions.a.b"),
+        ("schema: ctrlrun.policy/v2\nextra: 1\n", 2, "extra"),
+    ],
+)
 def test_policy_check_bad_file_exit_2(here, text, line, field):
     path = here / "bad.yaml"
     path.write_text(text)

@@ -4,30 +4,25 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
-import textwrap
 import warnings
-from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
 import ctrlrun
 from ctrlrun import ActionDenied, EffectKeyError, EffectState, PolicyError, PolicyWarning
-from ctrlrun._policy import ActionPolicy, load_policy
-
 from tests_py.support.policy_files import write
 
 
 def test_no_effect_takes_the_policy_template(here, store):
-    write(here / "ctrlrun.yaml", """\
+    write(
+        here / "ctrlrun.yaml",
+        """\
         schema: ctrlrun.policy/v2
         actions:
           billing.refund:
             effect: "refund:{payment_id}"
-        """)
+        """,
+    )
     calls = []
 
     @ctrlrun.protect("billing.refund", store=store)
@@ -45,12 +40,15 @@ def test_no_effect_takes_the_policy_template(here, store):
 
 
 def test_no_effect_takes_the_policy_template_async(here, store):
-    write(here / "ctrlrun.yaml", """\
+    write(
+        here / "ctrlrun.yaml",
+        """\
         schema: ctrlrun.policy/v2
         actions:
           mail.send:
             effect: "mail:{to}"
-        """)
+        """,
+    )
 
     @ctrlrun.protect("mail.send", store=store)
     async def send(to, body="hi"):
@@ -61,12 +59,15 @@ def test_no_effect_takes_the_policy_template_async(here, store):
 
 
 def test_policy_of_another_action_does_not_apply(here, store):
-    write(here / "ctrlrun.yaml", """\
+    write(
+        here / "ctrlrun.yaml",
+        """\
         schema: ctrlrun.policy/v2
         actions:
           other.action:
             decision: deny
-        """)
+        """,
+    )
 
     @ctrlrun.protect("billing.refund", store=store)
     def refund(payment_id):
@@ -77,12 +78,15 @@ def test_policy_of_another_action_does_not_apply(here, store):
 
 
 def test_policy_action_without_template_runs_unreserved(here, store):
-    write(here / "ctrlrun.yaml", """\
+    write(
+        here / "ctrlrun.yaml",
+        """\
         schema: ctrlrun.policy/v2
         actions:
           audit.log:
             decision: allow
-        """)
+        """,
+    )
     calls = []
 
     @ctrlrun.protect("audit.log", store=store)
@@ -95,12 +99,15 @@ def test_policy_action_without_template_runs_unreserved(here, store):
 
 
 def test_decorator_wins_with_one_warning(here, store):
-    write(here / "ctrlrun.yaml", """\
+    write(
+        here / "ctrlrun.yaml",
+        """\
         schema: ctrlrun.policy/v2
         actions:
           billing.refund:
             effect: "policy-refund:{payment_id}"
-        """)
+        """,
+    )
 
     @ctrlrun.protect("billing.refund", effect="refund:{payment_id}", store=store)
     def refund(payment_id):
@@ -117,16 +124,23 @@ def test_decorator_wins_with_one_warning(here, store):
     assert "billing.refund" in msg
     assert ours[0].filename == __file__  # points at the caller, not at ctrlrun's internals
     assert sorted(r.effect_key for r in store.list_effects()) == [
-        "refund:pi_1", "refund:pi_2", "refund:pi_3", "refund:pi_4"]
+        "refund:pi_1",
+        "refund:pi_2",
+        "refund:pi_3",
+        "refund:pi_4",
+    ]
 
 
 def test_warning_is_per_function(here, store):
-    write(here / "ctrlrun.yaml", """\
+    write(
+        here / "ctrlrun.yaml",
+        """\
         schema: ctrlrun.policy/v2
         actions:
           billing.refund:
             effect: "policy:{payment_id}"
-        """)
+        """,
+    )
 
     @ctrlrun.protect("billing.refund", effect="a:{payment_id}", store=store)
     def one(payment_id):
@@ -143,12 +157,15 @@ def test_warning_is_per_function(here, store):
 
 
 def test_no_warning_when_templates_agree(here, store):
-    write(here / "ctrlrun.yaml", """\
+    write(
+        here / "ctrlrun.yaml",
+        """\
         schema: ctrlrun.policy/v2
         actions:
           billing.refund:
             effect: "refund:{payment_id}"
-        """)
+        """,
+    )
 
     @ctrlrun.protect("billing.refund", effect="refund:{payment_id}", store=store)
     def refund(payment_id):
@@ -162,13 +179,16 @@ def test_no_warning_when_templates_agree(here, store):
 
 @pytest.mark.parametrize("own_effect", [None, "refund:{payment_id}"])
 def test_deny_refuses_before_any_reservation(here, store, own_effect):
-    write(here / "ctrlrun.yaml", """\
+    write(
+        here / "ctrlrun.yaml",
+        """\
         schema: ctrlrun.policy/v2
         actions:
           billing.refund:
             effect: "refund:{payment_id}"
             decision: deny
-        """)
+        """,
+    )
     calls = []
 
     @ctrlrun.protect("billing.refund", effect=own_effect, store=store)
@@ -186,19 +206,25 @@ def test_deny_refuses_before_any_reservation(here, store, own_effect):
 
 def test_ctrlrun_config_names_the_file(here, store, tmp_path_factory, monkeypatch):
     # ./ctrlrun.yaml says one thing, CTRLRUN_CONFIG another: the named file is used
-    write(here / "ctrlrun.yaml", """\
+    write(
+        here / "ctrlrun.yaml",
+        """\
         schema: ctrlrun.policy/v2
         actions:
           billing.refund:
             decision: deny
-        """)
+        """,
+    )
     elsewhere = tmp_path_factory.mktemp("config") / "named.yaml"
-    write(elsewhere, """\
+    write(
+        elsewhere,
+        """\
         schema: ctrlrun.policy/v2
         actions:
           billing.refund:
             effect: "named:{payment_id}"
-        """)
+        """,
+    )
     monkeypatch.setenv("CTRLRUN_CONFIG", str(elsewhere))
 
     @ctrlrun.protect("billing.refund", store=store)
@@ -227,13 +253,16 @@ def test_ctrlrun_config_missing_file(here, store, monkeypatch):
 
 
 def test_broken_policy_raises_at_call_and_nothing_runs(here, store):
-    write(here / "ctrlrun.yaml", """\
+    write(
+        here / "ctrlrun.yaml",
+        """\
         schema: ctrlrun.policy/v2
         actions:
           billing.refund:
             effect: "refund:{payment_id}"
             decision: approve-maybe
-        """)
+        """,
+    )
     calls = []
 
     @ctrlrun.protect("billing.refund", store=store)
@@ -250,12 +279,15 @@ def test_broken_policy_raises_at_call_and_nothing_runs(here, store):
 
 
 def test_policy_template_naming_no_parameter(here, store):
-    write(here / "ctrlrun.yaml", """\
+    write(
+        here / "ctrlrun.yaml",
+        """\
         schema: ctrlrun.policy/v2
         actions:
           billing.refund:
             effect: "refund:{invoice}"
-        """)
+        """,
+    )
     calls = []
 
     @ctrlrun.protect("billing.refund", store=store)
@@ -270,12 +302,15 @@ def test_policy_template_naming_no_parameter(here, store):
 
 def test_policy_change_on_disk_is_picked_up(here, store):
     policy = here / "ctrlrun.yaml"
-    write(policy, """\
+    write(
+        policy,
+        """\
         schema: ctrlrun.policy/v2
         actions:
           billing.refund:
             effect: "a:{payment_id}"
-        """)
+        """,
+    )
     calls = []
 
     @ctrlrun.protect("billing.refund", store=store)
@@ -287,34 +322,43 @@ def test_policy_change_on_disk_is_picked_up(here, store):
     assert [r.effect_key for r in store.list_effects()] == ["a:pi_1"]
 
     # a new template (different content and size): the next call uses it
-    write(policy, """\
+    write(
+        policy,
+        """\
         schema: ctrlrun.policy/v2
         actions:
           billing.refund:
             effect: "second-template:{payment_id}"
-        """)
+        """,
+    )
     refund("pi_1")
     assert sorted(r.effect_key for r in store.list_effects()) == ["a:pi_1", "second-template:pi_1"]
 
     # now denied
-    write(policy, """\
+    write(
+        policy,
+        """\
         schema: ctrlrun.policy/v2
         actions:
           billing.refund:
             effect: "second-template:{payment_id}"
             decision: deny
-        """)
+        """,
+    )
     with pytest.raises(ActionDenied):
         refund("pi_2")
     assert calls == ["pi_1", "pi_1"]
 
     # now broken
-    write(policy, """\
+    write(
+        policy,
+        """\
         schema: ctrlrun.policy/v2
         actions:
           billing.refund:
             effect: "b:{payment_id"
-        """)
+        """,
+    )
     with pytest.raises(PolicyError) as info:
         refund("pi_2")
     assert info.value.line == 4
@@ -330,18 +374,24 @@ def test_policy_file_follows_the_working_directory(tmp_path, store, monkeypatch)
     monkeypatch.delenv("CTRLRUN_CONFIG", raising=False)
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir(), two.mkdir()
-    write(one / "ctrlrun.yaml", """\
+    write(
+        one / "ctrlrun.yaml",
+        """\
         schema: ctrlrun.policy/v2
         actions:
           billing.refund:
             effect: "one:{payment_id}"
-        """)
-    write(two / "ctrlrun.yaml", """\
+        """,
+    )
+    write(
+        two / "ctrlrun.yaml",
+        """\
         schema: ctrlrun.policy/v2
         actions:
           billing.refund:
             decision: deny
-        """)
+        """,
+    )
 
     @ctrlrun.protect("billing.refund", store=store)
     def refund(payment_id):

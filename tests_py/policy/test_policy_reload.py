@@ -37,8 +37,9 @@ def test_a_same_size_edit_with_its_mtime_put_back_is_seen(tmp_path, store, monke
     assert ran == ["pi_1"]
 
 
-def test_the_default_file_and_the_variable_are_looked_up_on_every_call(tmp_path, store,
-                                                                        monkeypatch):
+def test_the_default_file_and_the_variable_are_looked_up_on_every_call(
+    tmp_path, store, monkeypatch
+):
     """``./ctrlrun.yaml`` appearing, ``CTRLRUN_CONFIG`` set and unset through ``os.environ``,
     and a directory named ``ctrlrun.yaml`` (not a policy: ignored, as no file) are all seen by
     the very next call."""
@@ -72,8 +73,9 @@ def test_the_default_file_and_the_variable_are_looked_up_on_every_call(tmp_path,
 
 
 @pytest.mark.parametrize("how", ["os.environ", "patch.dict", "a plain dict"])
-def test_ctrlrun_config_is_seen_however_the_environment_is_changed(tmp_path, store, monkeypatch,
-                                                                   how):
+def test_ctrlrun_config_is_seen_however_the_environment_is_changed(
+    tmp_path, store, monkeypatch, how
+):
     """``CTRLRUN_CONFIG`` set through ``os.environ``, ``mock.patch.dict`` or with
     ``os.environ`` replaced by a plain dict (as some test suites do) names the policy in force;
     a file it names that is not there is a ``PolicyError``, never no policy."""
@@ -109,8 +111,9 @@ def test_ctrlrun_config_is_seen_however_the_environment_is_changed(tmp_path, sto
     assert ran == ["pi_3"]
 
 
-def test_a_ctrlrun_config_file_that_cannot_be_looked_at_is_a_policy_error(tmp_path, store,
-                                                                         monkeypatch):
+def test_a_ctrlrun_config_file_that_cannot_be_looked_at_is_a_policy_error(
+    tmp_path, store, monkeypatch
+):
     """Not only a missing file: a path through a file (``NotADirectoryError``) refuses the
     call with a ``PolicyError`` naming it, never a raw ``OSError``, never no policy."""
     (tmp_path / "a-file").write_text("x")

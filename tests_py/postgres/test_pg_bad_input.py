@@ -56,7 +56,7 @@ def test_a_newer_schema_version_is_refused(pg, pg_schema):
 
 def test_tables_are_created_with_a_recorded_schema_version(pg, pg_schema):
     ctrlrun.open_store(pg.url(pg_schema)).close()
-    assert pg.psql(f"SELECT value FROM \"{pg_schema}\".ctrlrun_meta") == "7"
+    assert pg.psql(f'SELECT value FROM "{pg_schema}".ctrlrun_meta') == "7"
     ctrlrun.open_store(pg.url(pg_schema)).close()  # reopening is fine
 
 
@@ -69,8 +69,9 @@ def test_tables_are_created_with_a_recorded_schema_version(pg, pg_schema):
         "\x01\x02\x7f\u0080\u00ff binary-looking \ufffd",
         "émoji 🧾 ключ",
         "k" * 10_240,
-        "".join(chr(0x21 + (i * 7919) % 0x5E) + chr(0x400 + (i * 104729) % 0x100)
-                for i in range(5_120)),  # ~15 KB that does not compress
+        "".join(
+            chr(0x21 + (i * 7919) % 0x5E) + chr(0x400 + (i * 104729) % 0x100) for i in range(5_120)
+        ),  # ~15 KB that does not compress
     ],
 )
 def test_effect_keys_round_trip_exactly(store, second_store, key, backend):
@@ -109,8 +110,10 @@ def test_an_error_text_with_nul_is_invalid_on_postgres_not_a_retryable_failure(p
     with ctrlrun.open_store(pg.url(pg_schema)) as s:
         s.reserve_effect("nul:1", aid, 60)
         before = s.begin_execution("nul:1", aid)
-        for write in (lambda: s.fail_effect("nul:1", aid, "card\x00declined"),
-                      lambda: s.mark_ambiguous("nul:1", aid, "\x00")):
+        for write in (
+            lambda: s.fail_effect("nul:1", aid, "card\x00declined"),
+            lambda: s.mark_ambiguous("nul:1", aid, "\x00"),
+        ):
             with pytest.raises(ctrlrun.InvalidArgument, match="NUL"):
                 write()
         assert s.get_effect("nul:1") == before
@@ -118,8 +121,10 @@ def test_an_error_text_with_nul_is_invalid_on_postgres_not_a_retryable_failure(p
 
 
 def test_url_errors_never_show_the_password():
-    for url in ["postgresql+psycopg://app:s3cr3t-pw@db:5432/x",
-                "sqlite:///x.db?bogus=1&password=s3cr3t-pw"]:
+    for url in [
+        "postgresql+psycopg://app:s3cr3t-pw@db:5432/x",
+        "sqlite:///x.db?bogus=1&password=s3cr3t-pw",
+    ]:
         with pytest.raises(ctrlrun.InvalidArgument) as info:
             ctrlrun.open_store(url)
         assert "s3cr3t-pw" not in str(info.value)
@@ -168,8 +173,9 @@ def test_pool_size_caps_the_connections_one_store_opens(pg, pg_schema):
         t.join(timeout=120)
     try:
         assert len(store.list_effects()) == 200
-        opened = int(pg.psql(
-            f"SELECT count(*) FROM pg_stat_activity WHERE application_name = '{app}'"))
+        opened = int(
+            pg.psql(f"SELECT count(*) FROM pg_stat_activity WHERE application_name = '{app}'")
+        )
         assert 1 <= opened <= 2
     finally:
         store.close()

@@ -12,7 +12,6 @@ import pytest
 
 import ctrlrun
 from ctrlrun import StoreError
-
 from tests_py.support.pgserver import _find_bin, start_cluster
 
 
@@ -32,15 +31,27 @@ def pair():
 def both_hosts(standby, primary, schema: str, **options: str) -> str:
     auth = f"postgres:{primary.password}"
     query = "&".join([f"schema={schema}", *(f"{k}={v}" for k, v in options.items())])
-    return (f"postgresql://{auth}@127.0.0.1:{standby.port},127.0.0.1:{primary.port}/postgres"
-            f"?{query}")
+    return f"postgresql://{auth}@127.0.0.1:{standby.port},127.0.0.1:{primary.port}/postgres?{query}"
 
 
 def schemas_on(cluster) -> set:
     out = subprocess.run(
-        [_find_bin("psql"), "-h", "127.0.0.1", "-p", str(cluster.port), "-U", "postgres",
-         "-d", "postgres", "-Atqc", "SELECT nspname FROM pg_namespace"],
-        capture_output=True, text=True, timeout=60,
+        [
+            _find_bin("psql"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(cluster.port),
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-Atqc",
+            "SELECT nspname FROM pg_namespace",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={"PGPASSWORD": cluster.password, "PATH": "/usr/bin:/bin"},
     )
     assert out.returncode == 0, out.stderr
@@ -84,8 +95,10 @@ def test_a_url_of_two_standbys_fails_closed(pair):
     standby, _ = pair
     schema = "ha_" + uuid.uuid4().hex[:12]
     auth = f"postgres:{standby.password}"
-    target = (f"postgresql://{auth}@127.0.0.1:{standby.port},127.0.0.2:{standby.port}/postgres"
-              f"?schema={schema}&target_session_attrs=read-write")
+    target = (
+        f"postgresql://{auth}@127.0.0.1:{standby.port},127.0.0.2:{standby.port}/postgres"
+        f"?schema={schema}&target_session_attrs=read-write"
+    )
     with pytest.raises(StoreError) as info:
         ctrlrun.open_store(target)
     assert standby.password not in str(info.value)

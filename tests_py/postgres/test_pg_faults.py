@@ -10,12 +10,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import subprocess
-import sys
-import textwrap
 import time
-import uuid
 from datetime import timedelta
 
 import pytest
@@ -23,10 +19,7 @@ import pytest
 import ctrlrun
 from ctrlrun import DuplicateEffect, EffectState, NotExecuted, StoreUnresolved, StoreWriteFailed
 from tests_py.conftest import MovableClock
-from tests_py.support.pgproxy import PgProxy
 from tests_py.support.pgserver import _find_bin
-from tests_py.support.racing import run_workers
-
 
 STORE_LOG = "ctrlrun.store"
 
@@ -87,8 +80,9 @@ def test_reservation_commit_lost_before_it_landed_retries_the_insert_once(
 
 
 # c. -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("action,branch", [("drop_after", "reread_landed"),
-                                           ("drop_before", "reread_unchanged_reissue")])
+@pytest.mark.parametrize(
+    "action,branch", [("drop_after", "reread_landed"), ("drop_before", "reread_unchanged_reissue")]
+)
 def test_commit_transition_lost_is_recognised_or_reissued(
     proxy, proxied, direct, caplog, action, branch
 ):
@@ -106,8 +100,9 @@ def test_commit_transition_lost_is_recognised_or_reissued(
     assert_receipts_agree(direct, "pay:o3", ["reservation", "outcome"])
 
 
-@pytest.mark.parametrize("action,branch", [("drop_after", "reread_landed"),
-                                           ("drop_before", "reread_unchanged_reissue")])
+@pytest.mark.parametrize(
+    "action,branch", [("drop_after", "reread_landed"), ("drop_before", "reread_unchanged_reissue")]
+)
 def test_fail_transition_lost_is_recognised_or_reissued(
     proxy, proxied, direct, caplog, action, branch
 ):
@@ -134,8 +129,12 @@ def test_shared_action_id_with_a_live_holder_is_in_progress_when_the_commit_is_l
     held = []
     # The holder reserves just before our reservation statement reaches the server, which
     # then finds its row; the statement's answer is lost.
-    race = proxy.arm("call", b"ctrlrun_reserve($1", on="statement",
-                     callback=lambda: held.append(direct.reserve_effect("pay:o5", shared_id, 60)))
+    race = proxy.arm(
+        "call",
+        b"ctrlrun_reserve($1",
+        on="statement",
+        callback=lambda: held.append(direct.reserve_effect("pay:o5", shared_id, 60)),
+    )
     rule = proxy.arm("drop_after", b"ctrlrun_reserve($1")
     with pytest.raises(DuplicateEffect) as info:
         proxied.reserve_effect("pay:o5", shared_id, 60)
@@ -162,8 +161,12 @@ def test_a_shared_action_id_and_clock_cannot_pass_for_our_own_row_after_a_lost_c
     held = []
     rule = proxy.arm("drop_before", b"ctrlrun_reserve($1")
     # a fresh key's reservation reads nothing first: the re-read is the first read
-    race = proxy.arm("call", b"ctrlrun_select($1", on="statement",
-                     callback=lambda: held.append(theirs.reserve_effect("pay:o6", shared_id, 60)))
+    race = proxy.arm(
+        "call",
+        b"ctrlrun_select($1",
+        on="statement",
+        callback=lambda: held.append(theirs.reserve_effect("pay:o6", shared_id, 60)),
+    )
     with pytest.raises(DuplicateEffect) as info:
         ours.reserve_effect("pay:o6", shared_id, 60)
     assert info.value.state == "in_progress"
@@ -249,28 +252,45 @@ def test_connection_dropped_as_the_reservation_is_sent_is_settled_by_the_reread(
 
 
 @contextlib.contextmanager
-def uncommitted_insert(pg, pg_schema, key: str, state: str, lease_s: int, sleep: float,
-                       ending: str):
+def uncommitted_insert(
+    pg, pg_schema, key: str, state: str, lease_s: int, sleep: float, ending: str
+):
     """Another session (psql) inserts a row for ``key`` and holds its transaction open for
     ``sleep`` seconds, then ends it with ``ending``; yields once the insert is held."""
     env = dict(os.environ, PGPASSWORD=pg.password or "")
     now_us = int(time.time() * 1e6)
     blocker = subprocess.Popen(
-        [_find_bin("psql"), "-h", pg.host, "-p", str(pg.port), "-U", pg.user, "-d", pg.db, "-Atqc",
-         f"BEGIN; INSERT INTO \"{pg_schema}\".ctrlrun_effects (key_digest, effect_key, state, "
-         f"action_id, attempt, created_at, updated_at, lease_expires_at, last_event, "
-         f"receipt_seq, receipt_hash) VALUES "
-         f"(sha256(convert_to('{key}', 'UTF8')), '{key}', '{state}', "
-         f"'act_blocker', 1, {now_us}, {now_us}, {now_us + lease_s * 1_000_000}, 'reservation', "
-         f"1, 'blocker'); "
-         f"SELECT pg_sleep({sleep}); {ending};"],
+        [
+            _find_bin("psql"),
+            "-h",
+            pg.host,
+            "-p",
+            str(pg.port),
+            "-U",
+            pg.user,
+            "-d",
+            pg.db,
+            "-Atqc",
+            f'BEGIN; INSERT INTO "{pg_schema}".ctrlrun_effects (key_digest, effect_key, state, '
+            f"action_id, attempt, created_at, updated_at, lease_expires_at, last_event, "
+            f"receipt_seq, receipt_hash) VALUES "
+            f"(sha256(convert_to('{key}', 'UTF8')), '{key}', '{state}', "
+            f"'act_blocker', 1, {now_us}, {now_us}, {now_us + lease_s * 1_000_000}, 'reservation', "
+            f"1, 'blocker'); "
+            f"SELECT pg_sleep({sleep}); {ending};",
+        ],
         env=env,
     )
     try:
         deadline = time.time() + 20  # wait until the blocker holds its uncommitted insert
-        while pg.psql(f"SELECT count(*) FROM pg_stat_activity WHERE query LIKE "
-                      f"'%pg_sleep({sleep})%' AND state = 'active' "
-                      f"AND pid <> pg_backend_pid()") != "1":
+        while (
+            pg.psql(
+                f"SELECT count(*) FROM pg_stat_activity WHERE query LIKE "
+                f"'%pg_sleep({sleep})%' AND state = 'active' "
+                f"AND pid <> pg_backend_pid()"
+            )
+            != "1"
+        ):
             assert time.time() < deadline and blocker.poll() is None, "the blocker never started"
             time.sleep(0.05)
         yield blocker
@@ -295,8 +315,9 @@ def test_statement_timeout_before_commit_is_a_failed_write(pg, pg_schema, direct
 
 
 @pytest.mark.parametrize("ending", ["COMMIT", "ROLLBACK"])
-def test_a_reservation_that_meets_an_uncommitted_insert_waits_for_its_outcome(pg, pg_schema,
-                                                                              direct, ending):
+def test_a_reservation_that_meets_an_uncommitted_insert_waits_for_its_outcome(
+    pg, pg_schema, direct, ending
+):
     """The reservation's insert meets another session's uncommitted row for the key: it waits
     for that transaction, then either finds the committed row (read afresh in the same
     statement: refused, the row untouched) or, the other rolled back, inserts its own."""
@@ -315,8 +336,9 @@ def test_a_reservation_that_meets_an_uncommitted_insert_waits_for_its_outcome(pg
         assert blocker.wait(timeout=30) == 0
 
 
-def test_a_fresh_call_is_two_statements_that_commit_by_themselves(proxy, proxied, direct, pg,
-                                                                 pg_schema):
+def test_a_fresh_call_is_two_statements_that_commit_by_themselves(
+    proxy, proxied, direct, pg, pg_schema
+):
     runs: list = []
     pay = counted(proxied, runs)
     parsed, simple = len(proxy.parsed), len(proxy.simple)
@@ -325,11 +347,13 @@ def test_a_fresh_call_is_two_statements_that_commit_by_themselves(proxy, proxied
     assert len(sent) == 2, sent  # the reservation, the outcome: two round trips
     # each a call of the schema's function that holds the statement (its plan kept by the server)
     for text, name in zip(sent, [b"ctrlrun_reserve", b"ctrlrun_transition"]):
-        assert text.startswith(b"SELECT * FROM \"" + pg_schema.encode() + b"\"." + name + b"($1")
+        assert text.startswith(b'SELECT * FROM "' + pg_schema.encode() + b'".' + name + b"($1")
     for name in ("ctrlrun_select", "ctrlrun_reserve", "ctrlrun_insert", "ctrlrun_transition"):
-        body, config = pg.psql(f"SELECT prosrc, proconfig FROM pg_proc p JOIN pg_namespace n ON "
-                               f"n.oid = p.pronamespace WHERE n.nspname = '{pg_schema}' "
-                               f"AND p.proname = '{name}'").rsplit("|", 1)
+        body, config = pg.psql(
+            f"SELECT prosrc, proconfig FROM pg_proc p JOIN pg_namespace n ON "
+            f"n.oid = p.pronamespace WHERE n.nspname = '{pg_schema}' "
+            f"AND p.proname = '{name}'"
+        ).rsplit("|", 1)
         # the writes' functions make their commits durable (test_pgbouncer shows the effect)
         assert name == "ctrlrun_select" or f'"{pg_schema}".ctrlrun_durable()' in body
         # the generic plan from the first call (not five custom ones first), and the
@@ -364,7 +388,9 @@ def test_a_slow_reservation_write_still_grants_the_whole_lease(proxy, proxied, d
     """The reservation is planned from a read made before its transaction; a wait between the
     two (a busy pool, a pooler queueing the transaction) must not eat the holder's lease: the
     lease counts from the INSERT."""
-    stall = proxy.arm("call", b"ctrlrun_reserve($1", on="statement", callback=lambda: time.sleep(2.5))
+    stall = proxy.arm(
+        "call", b"ctrlrun_reserve($1", on="statement", callback=lambda: time.sleep(2.5)
+    )
     held = proxied.reserve_effect("pay:o9", "act_" + "9" * 32, 2)
     assert stall.fired == 1
     rec = held.record

@@ -5,8 +5,6 @@ holds its COMMIT. The faults of one process: test_pg_faults.py.
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
 import signal
 import subprocess
@@ -19,10 +17,9 @@ from datetime import timedelta
 import pytest
 
 import ctrlrun
-from ctrlrun import DuplicateEffect, EffectState, NotExecuted, StoreUnresolved, StoreWriteFailed
+from ctrlrun import DuplicateEffect, EffectState
 from tests_py.conftest import MovableClock
 from tests_py.support.pgproxy import PgProxy
-from tests_py.support.pgserver import _find_bin
 from tests_py.support.racing import run_workers
 
 
@@ -41,8 +38,13 @@ def test_8_processes_on_two_hosts_race_on_one_key_one_executes(two_hosts, direct
     marks = tmp_path / "marks"
     marks.mkdir()
     key = f"k{uuid.uuid4().hex[:8]}"
-    reports = run_workers([{"url": two_hosts[i % 2], "marks": str(marks), "keys": [key], "sleep": 0.3}
-                     for i in range(8)], tmp_path)
+    reports = run_workers(
+        [
+            {"url": two_hosts[i % 2], "marks": str(marks), "keys": [key], "sleep": 0.3}
+            for i in range(8)
+        ],
+        tmp_path,
+    )
     assert len(list(marks.iterdir())) == 1
     assert sum(len(r["ran"]) for r in reports) == 1
     assert direct.get_effect(key).state is EffectState.COMMITTED
@@ -88,8 +90,12 @@ def test_kill_9_while_the_commit_is_held_leaves_the_store_consistent(
     marks.mkdir()
     rule = proxy.arm("hold", b"committed")
     url = pg.url(pg_schema, host=proxy.host, port=proxy.port)
-    client = subprocess.Popen([sys.executable, "-c", KILLED_CLIENT, url, str(marks)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    client = subprocess.Popen(
+        [sys.executable, "-c", KILLED_CLIENT, url, str(marks)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert rule.wait_fired(60), client.stderr.read() if client.poll() is not None else ""
         os.kill(client.pid, signal.SIGKILL)

@@ -63,8 +63,11 @@ def test_a_landed_outcome_whose_later_tries_cannot_connect_is_unresolved(
     # What the store really holds: the outcome landed.
     rec = direct.get_effect("pay:o1")
     assert rec.action_id == err.action_id
-    expected = {"returns": EffectState.COMMITTED, "raises": EffectState.AMBIGUOUS,
-                "not_executed": EffectState.FAILED}[outcome]
+    expected = {
+        "returns": EffectState.COMMITTED,
+        "raises": EffectState.AMBIGUOUS,
+        "not_executed": EffectState.FAILED,
+    }[outcome]
     assert rec.state is expected
 
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 import ctrlrun
-from ctrlrun import EffectState, StoreError, StoreUnresolved, StoreWriteFailed
+from ctrlrun import EffectState, StoreError, StoreUnresolved
 
 
 @pytest.fixture
@@ -64,8 +64,9 @@ def counted(store, runs):
     return pay
 
 
-def test_answers_that_stop_coming_are_bounded_and_never_run_the_executor(pg, pg_schema, proxy,
-                                                                         direct):
+def test_answers_that_stop_coming_are_bounded_and_never_run_the_executor(
+    pg, pg_schema, proxy, direct
+):
     """The reservation is one statement that commits by itself: once it is sent, an answer
     that does not come leaves it unknown, and the re-read decides; when the re-read gets no
     answer either, the call is unresolved within the bounds, and nothing runs (docs/spec.md: an
@@ -99,8 +100,9 @@ def test_answers_that_stop_coming_are_bounded_and_never_run_the_executor(pg, pg_
     store.close()
 
 
-def test_a_commit_held_past_the_bound_is_unresolved_when_the_reread_fails(pg, pg_schema,
-                                                                           proxy, direct):
+def test_a_commit_held_past_the_bound_is_unresolved_when_the_reread_fails(
+    pg, pg_schema, proxy, direct
+):
     store = bounded_store(pg, pg_schema, proxy)
     runs: list = []
     pay = counted(store, runs)
@@ -132,13 +134,16 @@ def test_a_commit_held_past_the_bound_is_settled_by_the_reread(pg, pg_schema, pr
     store.close()
 
 
-def test_a_silent_first_host_gets_its_own_bound_and_the_next_host_is_used(silent_listener, pg,
-                                                                           pg_schema):
+def test_a_silent_first_host_gets_its_own_bound_and_the_next_host_is_used(
+    silent_listener, pg, pg_schema
+):
     # libpq's rule: connect_timeout bounds each host, so a host that accepts and then stalls
     # does not stop a failover to the next one on the list.
     auth = pg.user + (f":{pg.password}" if pg.password else "")
-    url = (f"postgresql://{auth}@127.0.0.1:{silent_listener},{pg.host}:{pg.port}/{pg.db}"
-           f"?schema={pg_schema}&connect_timeout=1")
+    url = (
+        f"postgresql://{auth}@127.0.0.1:{silent_listener},{pg.host}:{pg.port}/{pg.db}"
+        f"?schema={pg_schema}&connect_timeout=1"
+    )
     started = time.monotonic()
     with ctrlrun.open_store(url) as store:
         store.reserve_effect("pay:o1", "act_" + "7" * 32, 60)
@@ -147,8 +152,10 @@ def test_a_silent_first_host_gets_its_own_bound_and_the_next_host_is_used(silent
 
 
 def test_every_host_silent_fails_naming_each_host_within_their_bounds(silent_listener):
-    url = (f"postgresql://u:s3cr3t@127.0.0.1:{silent_listener},"
-           f"127.0.0.2:{silent_listener}/db?connect_timeout=1")
+    url = (
+        f"postgresql://u:s3cr3t@127.0.0.1:{silent_listener},"
+        f"127.0.0.2:{silent_listener}/db?connect_timeout=1"
+    )
     started = time.monotonic()
     with pytest.raises(StoreError) as info:
         ctrlrun.open_store(url)

@@ -14,7 +14,6 @@ import pytest
 
 import ctrlrun
 from ctrlrun import InvalidArgument, StoreError
-
 from tests_py.support.certs import make_certs
 from tests_py.support.pgserver import start_cluster
 
@@ -108,8 +107,9 @@ def test_plaintext_is_refused_by_the_server(tls_pg):
     assert "no encryption" in str(info.value) or "pg_hba.conf" in str(info.value)
 
 
-def test_a_verifying_mode_without_a_root_certificate_says_what_it_needs(tls_pg, monkeypatch,
-                                                                        tmp_path):
+def test_a_verifying_mode_without_a_root_certificate_says_what_it_needs(
+    tls_pg, monkeypatch, tmp_path
+):
     cluster, _ = tls_pg
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.postgresql/root.crt there
     with pytest.raises(StoreError) as info:
@@ -117,15 +117,20 @@ def test_a_verifying_mode_without_a_root_certificate_says_what_it_needs(tls_pg, 
     assert "root.crt" in str(info.value) and "sslrootcert" in str(info.value)
 
 
-@pytest.mark.parametrize("options, word", [
-    ({"sslmode": "allow"}, "sslmode"),
-    ({"sslmode": "verify_full"}, "sslmode"),
-    ({"sslmode": "require", "sslcert": "/x.crt"}, "sslkey"),
-    ({"sslmode": "disable", "sslrootcert": "/x.crt"}, "disable"),
-    ({"sslrootcert": ""}, "sslrootcert"),
-])
+@pytest.mark.parametrize(
+    "options, word",
+    [
+        ({"sslmode": "allow"}, "sslmode"),
+        ({"sslmode": "verify_full"}, "sslmode"),
+        ({"sslmode": "require", "sslcert": "/x.crt"}, "sslkey"),
+        ({"sslmode": "disable", "sslrootcert": "/x.crt"}, "disable"),
+        ({"sslrootcert": ""}, "sslrootcert"),
+    ],
+)
 def test_bad_tls_settings_are_refused_before_connecting(options, word):
-    target = "postgresql://u:s3cr3t@127.0.0.1:1/db?" + "&".join(f"{k}={v}" for k, v in options.items())
+    target = "postgresql://u:s3cr3t@127.0.0.1:1/db?" + "&".join(
+        f"{k}={v}" for k, v in options.items()
+    )
     with pytest.raises(InvalidArgument) as info:
         ctrlrun.open_store(target)
     assert word in str(info.value) and "s3cr3t" not in str(info.value)

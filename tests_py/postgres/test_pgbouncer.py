@@ -70,12 +70,23 @@ def test_processes_on_two_schemas_through_the_pooler_run_each_key_once_in_its_ow
     marks = {s: tmp_path / s for s in (before, x, y)}
     for m in marks.values():
         m.mkdir()
-    first = run_workers([{"url": bouncer.url(schema=before), "marks": str(marks[before]),
-                          "keys": keys[:60], "threads": 4}], tmp_path)
+    first = run_workers(
+        [
+            {
+                "url": bouncer.url(schema=before),
+                "marks": str(marks[before]),
+                "keys": keys[:60],
+                "threads": 4,
+            }
+        ],
+        tmp_path,
+    )
     assert first[0]["other"] == [] and sorted(first[0]["ran"]) == keys[:60]
 
-    configs = [{"url": bouncer.url(schema=s), "marks": str(marks[s]), "keys": keys,
-                "threads": 4, "tag": s} for s in (x, y, x, y)]
+    configs = [
+        {"url": bouncer.url(schema=s), "marks": str(marks[s]), "keys": keys, "threads": 4, "tag": s}
+        for s in (x, y, x, y)
+    ]
     reports = run_workers(configs, tmp_path)
 
     assert [r["other"] for r in reports] == [[]] * 4  # no errors at all
@@ -108,7 +119,9 @@ def test_the_store_sends_only_unnamed_statements_and_no_session_settings(pg, sch
         def pay(order: str) -> str:
             return order
 
-        lost = proxy.arm("drop_after", b"ctrlrun_reserve($1")  # the re-read runs on a new connection
+        lost = proxy.arm(
+            "drop_after", b"ctrlrun_reserve($1"
+        )  # the re-read runs on a new connection
         pay("o1")
         assert lost.fired == 1 and "reread_identical_landed" in branches(caplog)
         with pytest.raises(DuplicateEffect):
@@ -128,18 +141,31 @@ def test_the_store_sends_only_unnamed_statements_and_no_session_settings(pg, sch
         ddl = [q for q in proxy.simple if q.lstrip().startswith(b"CREATE SCHEMA IF NOT EXISTS")]
         # the new tables are brought to the current schema version in one transaction
         # version 7: the hot statements' functions, which set nothing themselves
-        hot = [q for q in proxy.simple if q.lstrip().startswith(b"CREATE OR REPLACE FUNCTION")
-               and b".ctrlrun_select(text, int8)" in q]
-        durable = [q for q in proxy.simple
-                   if q.lstrip().startswith(b"CREATE OR REPLACE FUNCTION")
-                   and b".ctrlrun_durable()" in q and q not in hot]
-        migration = [q for q in proxy.simple if q.lstrip().startswith(b"ALTER TABLE")
-                     or q.lstrip().startswith(b"CREATE INDEX IF NOT EXISTS ctrlrun_effects_")
-                     or b"ctrlrun_meta SET value" in q]
+        hot = [
+            q
+            for q in proxy.simple
+            if q.lstrip().startswith(b"CREATE OR REPLACE FUNCTION")
+            and b".ctrlrun_select(text, int8)" in q
+        ]
+        durable = [
+            q
+            for q in proxy.simple
+            if q.lstrip().startswith(b"CREATE OR REPLACE FUNCTION")
+            and b".ctrlrun_durable()" in q
+            and q not in hot
+        ]
+        migration = [
+            q
+            for q in proxy.simple
+            if q.lstrip().startswith(b"ALTER TABLE")
+            or q.lstrip().startswith(b"CREATE INDEX IF NOT EXISTS ctrlrun_effects_")
+            or b"ctrlrun_meta SET value" in q
+        ]
         rest = [q for q in proxy.simple if q not in ddl and q not in migration + durable + hot]
         assert len(ddl) == 1 and b"SET " not in ddl[0].upper()
-        assert len(migration) == 5 and not any(b"SET LOCAL" in q.upper() or
-                                               b"SET SESSION" in q.upper() for q in migration)
+        assert len(migration) == 5 and not any(
+            b"SET LOCAL" in q.upper() or b"SET SESSION" in q.upper() for q in migration
+        )
         # the one SET LOCAL outside a BEGIN is inside the function's body
         assert len(durable) == 1 and durable[0].upper().count(b"SET ") == 3  # search_path x2
         assert len(hot) == 1 and hot[0].count(b"SET search_path = pg_catalog, pg_temp") == 4
@@ -149,8 +175,10 @@ def test_the_store_sends_only_unnamed_statements_and_no_session_settings(pg, sch
         proxy.close()
 
 
-@pytest.mark.parametrize("action,branch", [("drop_after", "reread_identical_landed"),
-                                           ("drop_before", "reread_none_retry_insert")])
+@pytest.mark.parametrize(
+    "action,branch",
+    [("drop_after", "reread_identical_landed"), ("drop_before", "reread_none_retry_insert")],
+)
 @pytest.mark.parametrize("pool_mode", MODES)
 def test_a_server_connection_cut_at_commit_behind_the_pooler_runs_once(
     pg, schemas, caplog, pool_mode, action, branch
@@ -283,8 +311,9 @@ def test_statement_mode_runs_one_statement_writes_and_refuses_transactions(pg, s
                 pay("o1")
             act = "act_" + "3" * 32
             held = store.reserve_effect("pay:o2", act, 60)
-            with pytest.raises(ctrlrun.StoreWriteFailed,
-                               match="not allowed in statement pooling mode"):
+            with pytest.raises(
+                ctrlrun.StoreWriteFailed, match="not allowed in statement pooling mode"
+            ):
                 store.extend_lease("pay:o2", act, timedelta(seconds=600))
         assert runs == ["o1"]
         with ctrlrun.open_store(pg.url(made)) as direct:
@@ -296,9 +325,27 @@ def test_statement_mode_runs_one_statement_writes_and_refuses_transactions(pg, s
 
 def _psql(pg, host: str, port: int, sql: str) -> str:
     env = dict(os.environ, PGPASSWORD=pg.password or "")
-    out = subprocess.run([_find_bin("psql"), "-h", host, "-p", str(port), "-U", pg.user, "-d",
-                          pg.db, "-v", "ON_ERROR_STOP=1", "-Atqc", sql],
-                         capture_output=True, text=True, env=env, timeout=60)
+    out = subprocess.run(
+        [
+            _find_bin("psql"),
+            "-h",
+            host,
+            "-p",
+            str(port),
+            "-U",
+            pg.user,
+            "-d",
+            pg.db,
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-Atqc",
+            sql,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
@@ -336,8 +383,15 @@ def bouncer_behind_proxy(pg, query_wait_timeout: int):
     """PgBouncer (transaction mode, 3 server connections) reaching the server through the fault
     proxy, so a test can take the server away from the pooler."""
     proxy = PgProxy(pg.host, pg.port)
-    b = PgBouncer(proxy.host, proxy.port, pg.user, pg.password, "transaction", pool_size=3,
-                  query_wait_timeout=query_wait_timeout)
+    b = PgBouncer(
+        proxy.host,
+        proxy.port,
+        pg.user,
+        pg.password,
+        "transaction",
+        pool_size=3,
+        query_wait_timeout=query_wait_timeout,
+    )
     try:
         yield proxy, b
     finally:
@@ -400,8 +454,10 @@ def test_a_search_path_another_client_left_cannot_swap_the_stores_functions(pg, 
     schema, evil = schemas(), schemas()
     runs = []
     try:
-        pg.psql(f'CREATE SCHEMA "{evil}"; CREATE FUNCTION "{evil}".sha256(bytea) RETURNS bytea '
-                f"LANGUAGE sql VOLATILE AS $$ SELECT decode(md5(random()::text), 'hex') $$")
+        pg.psql(
+            f'CREATE SCHEMA "{evil}"; CREATE FUNCTION "{evil}".sha256(bytea) RETURNS bytea '
+            f"LANGUAGE sql VOLATILE AS $$ SELECT decode(md5(random()::text), 'hex') $$"
+        )
         ctrlrun.open_store(pg.url(schema)).close()
         _psql(pg, b.host, b.port, f'SET search_path = "{evil}", pg_catalog')
         assert _psql(pg, b.host, b.port, "SHOW search_path").startswith(evil)  # it leaked

@@ -17,6 +17,7 @@ import ctrlrun
 from ctrlrun import DuplicateEffect, EffectState
 from tests_py.support.racing import executions, run_workers
 
+
 def test_control_8_processes_on_8_different_keys_all_run(tmp_path, store_url):
     marks = tmp_path / "marks"
     marks.mkdir()
@@ -39,8 +40,7 @@ def test_8_processes_race_on_one_key_exactly_one_executes(tmp_path, store_url):
     ctrlrun.open_store(url).close()
     key = f"race-{uuid.uuid4().hex[:8]}"
     reports = run_workers(
-        [{"url": url, "marks": str(marks), "keys": [key], "sleep": 0.3} for _ in range(8)],
-        tmp_path,
+        [{"url": url, "marks": str(marks), "keys": [key], "sleep": 0.3} for _ in range(8)], tmp_path
     )
 
     assert executions(marks) == Counter({key: 1})

@@ -17,8 +17,9 @@ from ctrlrun import AmbiguousEffect, DuplicateEffect, InvalidArgument, NotExecut
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ctrlrun", *args], capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "ctrlrun", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def events(store, key):
@@ -28,8 +29,9 @@ def events(store, key):
 def test_every_outcome_has_its_receipts_and_a_refusal_none(mode, clocked_store, clock):
     store, runs = clocked_store, []
 
-    @mode.protect("acme.refund", effect="refund:{payment_id}", store=store,
-                  lease=timedelta(seconds=30))
+    @mode.protect(
+        "acme.refund", effect="refund:{payment_id}", store=store, lease=timedelta(seconds=30)
+    )
     async def refund(payment_id: str, amount: int) -> dict:
         runs.append(payment_id)
         if payment_id == "declined":
@@ -51,20 +53,26 @@ def test_every_outcome_has_its_receipts_and_a_refusal_none(mode, clocked_store, 
     assert mode.call(refund, "lost", 1) == {"refunded": 1}
 
     assert events(store, "refund:pi_1") == [
-        ("effect", "reservation", "executing"), ("effect", "outcome", "committed")]
+        ("effect", "reservation", "executing"),
+        ("effect", "outcome", "committed"),
+    ]
     assert events(store, "refund:declined") == [
-        ("effect", "reservation", "executing"), ("effect", "outcome", "failed")]
+        ("effect", "reservation", "executing"),
+        ("effect", "outcome", "failed"),
+    ]
     assert events(store, "refund:lost") == [
-        ("effect", "reservation", "executing"), ("effect", "outcome", "ambiguous"),
-        ("effect", "resolution", "failed"), ("effect", "reservation", "executing"),
-        ("effect", "outcome", "committed")]
+        ("effect", "reservation", "executing"),
+        ("effect", "outcome", "ambiguous"),
+        ("effect", "resolution", "failed"),
+        ("effect", "reservation", "executing"),
+        ("effect", "outcome", "committed"),
+    ]
     first, *_, resolved, again, done = store.list_receipts("refund:lost")
     assert first.action == "acme.refund" and first.attempt == 1 and again.attempt == 2
     assert first.args_digest == store.get_effect("refund:lost").args_digest
     assert resolved.actor == "ops@example.com"
     assert done.at == store.get_effect("refund:lost").updated_at
-    assert all(r.writer and r.writer.endswith(f":{os.getpid()}")
-               for r in store.list_receipts())
+    assert all(r.writer and r.writer.endswith(f":{os.getpid()}") for r in store.list_receipts())
     check = store.verify_receipts()
     assert (check.ok, check.receipts, check.chains) == (True, 9, 3)
 
@@ -90,8 +98,7 @@ def test_approval_events_have_receipts_bound_to_the_reservation(mode, store):
         chains.setdefault(r.request_id or "effect", []).append((r.kind, r.actor))
     assert chains == {
         first.value.request_id: [("requested", None), ("denied", "bob")],
-        second.value.request_id: [("requested", None), ("granted", "alice"),
-                                  ("consumed", "alice")],
+        second.value.request_id: [("requested", None), ("granted", "alice"), ("consumed", "alice")],
         "effect": [("reservation", None), ("outcome", None)],
     }
     consumed = next(r for r in rs if r.kind == "consumed")
@@ -116,22 +123,31 @@ def three_writes(store):
     return ids
 
 
-SWAP = ("UPDATE ctrlrun_receipts SET (seq, prev_hash, hash, at, kind, state) = "
-        "(SELECT o.seq, o.prev_hash, o.hash, o.at, o.kind, o.state FROM ctrlrun_receipts o "
-        "WHERE o.id = CASE ctrlrun_receipts.id WHEN {a} THEN {b} ELSE {a} END) "
-        "WHERE id IN ({a}, {b})")
+SWAP = (
+    "UPDATE ctrlrun_receipts SET (seq, prev_hash, hash, at, kind, state) = "
+    "(SELECT o.seq, o.prev_hash, o.hash, o.at, o.kind, o.state FROM ctrlrun_receipts o "
+    "WHERE o.id = CASE ctrlrun_receipts.id WHEN {a} THEN {b} ELSE {a} END) "
+    "WHERE id IN ({a}, {b})"
+)
 
 
-@pytest.mark.parametrize("tamper,broken,why", [
-    ("UPDATE ctrlrun_receipts SET state = 'failed' WHERE id = {b}", "b", "was changed"),
-    ("UPDATE ctrlrun_receipts SET actor = 'mallory' WHERE id = {a}", "a", "was changed"),
-    ("DELETE FROM ctrlrun_receipts WHERE id = {a}", "b", "one was deleted"),
-    ("DELETE FROM ctrlrun_receipts WHERE id = {b}", None,
-     "has had 2 writes, but its last receipt is number 1: receipts were deleted"),
-    (SWAP, "a", "reordered"),
-])
-def test_verify_finds_a_changed_deleted_or_reordered_receipt(store, store_url, raw, tamper,
-                                                              broken, why):
+@pytest.mark.parametrize(
+    "tamper,broken,why",
+    [
+        ("UPDATE ctrlrun_receipts SET state = 'failed' WHERE id = {b}", "b", "was changed"),
+        ("UPDATE ctrlrun_receipts SET actor = 'mallory' WHERE id = {a}", "a", "was changed"),
+        ("DELETE FROM ctrlrun_receipts WHERE id = {a}", "b", "one was deleted"),
+        (
+            "DELETE FROM ctrlrun_receipts WHERE id = {b}",
+            None,
+            "has had 2 writes, but its last receipt is number 1: receipts were deleted",
+        ),
+        (SWAP, "a", "reordered"),
+    ],
+)
+def test_verify_finds_a_changed_deleted_or_reordered_receipt(
+    store, store_url, raw, tamper, broken, why
+):
     a, b = three_writes(store)
     ok = cli("receipts", "verify", "--store", store_url)
     assert ok.returncode == 0, ok.stderr
@@ -156,30 +172,41 @@ def test_verify_finds_a_changed_deleted_or_reordered_receipt(store, store_url, r
 def test_a_write_outside_ctrlrun_is_refused_or_found(store, store_url, raw):
     three_writes(store)
     # a write that sets no receipt (an older ctrlrun still running after the upgrade) fails
-    for sql in ["UPDATE ctrlrun_effects SET state = 'failed' WHERE effect_key = 'mail:alice'",
-                "INSERT INTO ctrlrun_effects (effect_key, state, action_id, attempt, "
-                "created_at, updated_at) VALUES ('mail:eve', 'committed', 'act_x', 1, 0, 0)"]:
+    for sql in [
+        "UPDATE ctrlrun_effects SET state = 'failed' WHERE effect_key = 'mail:alice'",
+        "INSERT INTO ctrlrun_effects (effect_key, state, action_id, attempt, "
+        "created_at, updated_at) VALUES ('mail:eve', 'committed', 'act_x', 1, 0, 0)",
+    ]:
         with pytest.raises(Exception, match="sets no receipt"):
             raw.run(sql)
     assert store.get_effect("mail:alice").state.value == "committed"
     assert store.get_effect("mail:eve") is None
     # one that fakes a chain step is found: the row no longer matches its head
-    raw.run("UPDATE ctrlrun_effects SET state = 'failed', receipt_seq = receipt_seq + 1 "
-            "WHERE effect_key = 'mail:alice'")
+    raw.run(
+        "UPDATE ctrlrun_effects SET state = 'failed', receipt_seq = receipt_seq + 1 "
+        "WHERE effect_key = 'mail:alice'"
+    )
     bad = cli("receipts", "--store", store_url, "verify")  # options before the subcommand
     assert bad.returncode == 1, (bad.stdout, bad.stderr)
     assert "the row of effect 'mail:alice' does not match its chain head" in bad.stderr
 
 
-@pytest.mark.parametrize("edit, says", [
-    ("created_at = 9223372036854775807", "not a date"),
-    ("result = '{\"sent\": tru'", "stored result of 'mail:alice' is not JSON"),
-], ids=["time", "result"])
-def test_a_row_edited_into_nonsense_is_a_store_error_not_a_traceback(store, store_url, raw,
-                                                                     edit, says):
+@pytest.mark.parametrize(
+    "edit, says",
+    [
+        ("created_at = 9223372036854775807", "not a date"),
+        ("result = '{\"sent\": tru'", "stored result of 'mail:alice' is not JSON"),
+    ],
+    ids=["time", "result"],
+)
+def test_a_row_edited_into_nonsense_is_a_store_error_not_a_traceback(
+    store, store_url, raw, edit, says
+):
     three_writes(store)
-    raw.run(f"UPDATE ctrlrun_effects SET {edit}, receipt_seq = receipt_seq + 1 "
-            f"WHERE effect_key = 'mail:alice'")
+    raw.run(
+        f"UPDATE ctrlrun_effects SET {edit}, receipt_seq = receipt_seq + 1 "
+        f"WHERE effect_key = 'mail:alice'"
+    )
     with pytest.raises(ctrlrun.StoreError, match=says):
         store.get_effect("mail:alice")
 
@@ -189,8 +216,11 @@ def test_a_row_edited_into_nonsense_is_a_store_error_not_a_traceback(store, stor
 
     with pytest.raises(ctrlrun.StoreError, match=says):  # the replay reads the row too
         mail("alice")
-    for args in (["effects", "show", "mail:alice"], ["effects", "list"],
-                 ["effects", "list", "--json"]):
+    for args in (
+        ["effects", "show", "mail:alice"],
+        ["effects", "list"],
+        ["effects", "list", "--json"],
+    ):
         shown = cli(*args, "--store", store_url)
         assert shown.returncode == 2 and "Traceback" not in shown.stderr, shown.stderr
         assert "the row was edited outside ctrlrun" in shown.stderr, shown.stderr
@@ -202,13 +232,21 @@ def test_the_cli_lists_receipts_by_key_latest_first_cut(store, store_url):
     table = cli("receipts", "--store", store_url)
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    assert lines[0].split() == ["ID", "AT", "EFFECT", "KEY", "EVENT", "STATE", "ACTION",
-                                "ATTEMPT", "BY"]
+    assert lines[0].split() == [
+        "ID",
+        "AT",
+        "EFFECT",
+        "KEY",
+        "EVENT",
+        "STATE",
+        "ACTION",
+        "ATTEMPT",
+        "BY",
+    ]
     assert len(lines) == 5 and "mail:alice" in lines[1] and "outcome" in lines[4]
     one = cli("receipts", "mail:bob", "--limit", "1", "--json", "--store", store_url)
     (only,) = json.loads(one.stdout)
-    assert (only["effect_key"], only["kind"], only["state"]) == ("mail:bob", "outcome",
-                                                                 "committed")
+    assert (only["effect_key"], only["kind"], only["state"]) == ("mail:bob", "outcome", "committed")
     assert only["at"].endswith("Z") and len(only["hash"]) == 64
     # a key named like the subcommand is listed with `list`
     named = cli("receipts", "list", "verify", "--store", store_url)
@@ -217,8 +255,10 @@ def test_the_cli_lists_receipts_by_key_latest_first_cut(store, store_url):
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
 
 
-@pytest.mark.parametrize("kwargs", [{"limit": 0}, {"limit": -1}, {"limit": True},
-                                    {"limit": 2**64}, {"limit": "3"}, {"key": 5}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"limit": 0}, {"limit": -1}, {"limit": True}, {"limit": 2**64}, {"limit": "3"}, {"key": 5}],
+)
 def test_bad_listing_arguments_are_invalid(store, kwargs):
     kwargs = dict(kwargs)
     key = kwargs.pop("key", None)

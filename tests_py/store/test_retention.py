@@ -19,9 +19,8 @@ import pytest
 import ctrlrun
 from ctrlrun import InvalidArgument, NotExecuted
 from ctrlrun.testing import MovableClock
-
-from tests_py.support.pgserver import _find_bin
 from tests_py.support.cli import run_cli
+from tests_py.support.pgserver import _find_bin
 
 DAYS_30 = timedelta(days=30)
 
@@ -79,7 +78,8 @@ def test_prune_only_the_states_asked_and_drops_receipts_when_asked(clocked_store
 
 
 def test_prune_goes_in_batches_and_an_exception_stops_it_keeping_what_was_done(
-        clocked_store, clock):
+    clocked_store, clock
+):
     for n in range(30):
         clocked_store.reserve_effect(f"k{n:02}", "act_1", 60)
         clocked_store.begin_execution(f"k{n:02}", "act_1")
@@ -94,13 +94,14 @@ def test_prune_goes_in_batches_and_an_exception_stops_it_keeping_what_was_done(
             raise RuntimeError("operator stopped it")
 
     with pytest.raises(RuntimeError, match="operator stopped it"):
-        clocked_store.prune(timedelta(days=1), ["committed"], batch_size=7,
-                            progress=stop_after_two)
+        clocked_store.prune(timedelta(days=1), ["committed"], batch_size=7, progress=stop_after_two)
     assert heard == [7, 14]
     assert len(clocked_store.list_effects()) == 16
     heard.clear()
-    assert clocked_store.prune(timedelta(days=1), ["committed"], batch_size=7,
-                               progress=heard.append) == 16
+    assert (
+        clocked_store.prune(timedelta(days=1), ["committed"], batch_size=7, progress=heard.append)
+        == 16
+    )
     assert heard == [7, 14, 16]
 
 
@@ -170,8 +171,13 @@ def test_prune_never_removes_an_attempt_that_is_running_meanwhile(store):
 
 
 def test_list_effects_filters(store):
-    for key, action in [("refund:pi_2", "stripe.refund"), ("refund:pi_1", "stripe.refund"),
-                        ("email:1", "mail.send"), ("refunds", "other")]:
+    for key, action in [
+        ("refund:pi_2", "stripe.refund"),
+        ("refund:pi_1", "stripe.refund"),
+        ("email:1", "mail.send"),
+        ("refunds", "other"),
+    ]:
+
         @ctrlrun.protect(action, effect=key, store=store)
         def run() -> None:
             return None
@@ -183,10 +189,15 @@ def test_list_effects_filters(store):
     assert keys(action="mail.send") == ["email:1"]
     assert keys(state="committed", prefix="refund", limit=1) == ["refund:pi_2"]
     assert keys(state="failed") == []
-    for bad, needle in [({"limit": 0}, "limit"), ({"limit": True}, "limit"),
-                        ({"limit": 2**63}, "limit"), ({"prefix": 5}, "prefix must be a str"),
-                        ({"prefix": "a\0"}, "NUL"), ({"action": "\ud800"}, "surrogate"),
-                        ({"state": "done"}, "not one of")]:
+    for bad, needle in [
+        ({"limit": 0}, "limit"),
+        ({"limit": True}, "limit"),
+        ({"limit": 2**63}, "limit"),
+        ({"prefix": 5}, "prefix must be a str"),
+        ({"prefix": "a\0"}, "NUL"),
+        ({"action": "\ud800"}, "surrogate"),
+        ({"state": "done"}, "not one of"),
+    ]:
         with pytest.raises(InvalidArgument, match=needle):
             store.list_effects(**bad)
 
@@ -197,8 +208,20 @@ def test_the_cli_prunes_and_lists_with_filters(store_url):
     settle_three(old)
     old.close()
     url = ["--store", store_url]
-    listed = run_cli("effects", "list", "--prefix", "email:", "--state", "committed",
-                     "--action", "mail.send", "--limit", "5", "--json", *url)
+    listed = run_cli(
+        "effects",
+        "list",
+        "--prefix",
+        "email:",
+        "--state",
+        "committed",
+        "--action",
+        "mail.send",
+        "--limit",
+        "5",
+        "--json",
+        *url,
+    )
     assert listed.returncode == 0, listed.stderr
     assert [r["effect_key"] for r in json.loads(listed.stdout)] == ["email:1"]
     none = run_cli("effects", "list", "--prefix", "zz", *url)
@@ -215,8 +238,13 @@ def test_the_cli_prunes_and_lists_with_filters(store_url):
     assert [r["state"] for r in json.loads(left.stdout)] == ["ambiguous"]
     verify = run_cli("receipts", "verify", *url)
     assert verify.returncode == 0, verify.stdout + verify.stderr
-    for bad in (["--older-than", "30"], ["--older-than", "0d"], ["--older-than", "30d",
-                "--state", "ambiguous"], ["--older-than", "30d", "--batch-size", "0"], []):
+    for bad in (
+        ["--older-than", "30"],
+        ["--older-than", "0d"],
+        ["--older-than", "30d", "--state", "ambiguous"],
+        ["--older-than", "30d", "--batch-size", "0"],
+        [],
+    ):
         proc = run_cli("effects", "prune", *bad, *url)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
@@ -240,25 +268,49 @@ def test_an_approval_request_in_flight_keeps_its_row_from_a_prune(pg, pg_schema)
     if pg.password:
         env["PGPASSWORD"] = pg.password
     session = subprocess.Popen(
-        [_find_bin("psql"), "-h", pg.host, "-p", str(pg.port), "-U", pg.user, "-d", pg.db,
-         "-v", "ON_ERROR_STOP=1", "-Atq"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=env)
+        [
+            _find_bin("psql"),
+            "-h",
+            pg.host,
+            "-p",
+            str(pg.port),
+            "-U",
+            pg.user,
+            "-d",
+            pg.db,
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-Atq",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     t = f'"{pg_schema}"'
     store = ctrlrun.open_store(url)
     pruned: list = []
     pruner = threading.Thread(
-        target=lambda: pruned.append(store.prune(timedelta(days=30), ["failed"])))
+        target=lambda: pruned.append(store.prune(timedelta(days=30), ["failed"]))
+    )
     try:
         assert session.stdin is not None and session.stdout is not None
-        session.stdin.write(f"BEGIN; SELECT 'locked' FROM {t}.ctrlrun_effects "
-                            f"WHERE effect_key = 'k' FOR KEY SHARE;\n")
+        session.stdin.write(
+            f"BEGIN; SELECT 'locked' FROM {t}.ctrlrun_effects "
+            f"WHERE effect_key = 'k' FOR KEY SHARE;\n"
+        )
         session.stdin.flush()
         assert session.stdout.readline().strip() == "locked"
         pruner.start()
         deadline = time.monotonic() + 30
-        while pg.psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                      "AND query LIKE '%FOR UPDATE OF e%'") != "1":
+        while (
+            pg.psql(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE '%FOR UPDATE OF e%'"
+            )
+            != "1"
+        ):
             assert time.monotonic() < deadline, "the prune never waited for the row"
             time.sleep(0.05)
         now_us = int(time.time() * 1_000_000)
@@ -268,7 +320,8 @@ def test_an_approval_request_in_flight_keeps_its_row_from_a_prune(pg, pg_schema)
             f"arguments, state, requested_at, ttl, expires_at, updated_at, last_event, "
             f"written_by, receipt_seq, receipt_hash) VALUES ('apr_race', 'x', 'd', 'k', '{{}}', "
             f"'pending', {now_us}, {day_us}, {now_us + day_us}, {now_us}, 'requested', "
-            f"'test:1', 1, 'h'); COMMIT; SELECT 'committed';\n")
+            f"'test:1', 1, 'h'); COMMIT; SELECT 'committed';\n"
+        )
         session.stdin.flush()
         assert session.stdout.readline().strip() == "committed"
         pruner.join(timeout=30)

@@ -4,7 +4,6 @@ both backends: its rows stay readable and keep their meaning, new reservations c
 columns, and processes opening it at once migrate it once.
 """
 
-
 from __future__ import annotations
 
 import os
@@ -22,26 +21,51 @@ from tests_py.support.stores import sqlite_url
 
 # the schema version this build writes (PostgreSQL's 5 adds `ctrlrun_durable()`, a function)
 CURRENT = {"sqlite": 5, "postgres": 7}
-NEW_COLUMNS = ["attempt_token", "action", "holder", "args_digest", "arg_digests", "approval_id",
-               "last_event", "written_by", "receipt_seq", "receipt_prev", "receipt_hash"]
+NEW_COLUMNS = [
+    "attempt_token",
+    "action",
+    "holder",
+    "args_digest",
+    "arg_digests",
+    "approval_id",
+    "last_event",
+    "written_by",
+    "receipt_seq",
+    "receipt_prev",
+    "receipt_hash",
+]
 T0 = 1_700_000_000_000_000  # microseconds (2023)
-V1_COLUMNS = ("effect_key, state, action_id, attempt, created_at, updated_at, "
-              "lease_expires_at, result, error, resolved_by")
+V1_COLUMNS = (
+    "effect_key, state, action_id, attempt, created_at, updated_at, "
+    "lease_expires_at, result, error, resolved_by"
+)
 V1_ROWS = [  # a settled effect and a held one whose lease lapsed long ago
-    ("refund:done", "committed", "act_" + "1" * 32, 1, T0, T0 + 5, None, '{"ok": true}', None,
-     None),
+    (
+        "refund:done",
+        "committed",
+        "act_" + "1" * 32,
+        1,
+        T0,
+        T0 + 5,
+        None,
+        '{"ok": true}',
+        None,
+        None,
+    ),
     ("refund:held", "executing", "act_" + "2" * 32, 1, T0, T0, T0 + 60_000_000, None, None, None),
 ]
 
 
 def _values(row) -> str:
-    return ", ".join("NULL" if v is None else (f"'{v}'" if isinstance(v, str) else str(v))
-                     for v in row)
+    return ", ".join(
+        "NULL" if v is None else (f"'{v}'" if isinstance(v, str) else str(v)) for v in row
+    )
 
 
 def make_v1_sqlite(path) -> str:
     db = sqlite3.connect(path)
-    db.executescript(textwrap.dedent("""
+    db.executescript(
+        textwrap.dedent("""
         PRAGMA journal_mode = WAL;
         CREATE TABLE ctrlrun_effects (
             effect_key TEXT NOT NULL PRIMARY KEY,
@@ -52,7 +76,8 @@ def make_v1_sqlite(path) -> str:
             lease_expires_at INTEGER, result TEXT, error TEXT, resolved_by TEXT
         ) WITHOUT ROWID;
         PRAGMA user_version = 1;
-    """))
+    """)
+    )
     for row in V1_ROWS:
         db.execute(f"INSERT INTO ctrlrun_effects ({V1_COLUMNS}) VALUES ({_values(row)})")
     db.commit()
@@ -62,10 +87,13 @@ def make_v1_sqlite(path) -> str:
 
 def make_v1_postgres(pg, schema) -> str:
     t = f'"{schema}".ctrlrun_effects'
-    rows = "; ".join(f"INSERT INTO {t} (key_digest, {V1_COLUMNS}) VALUES "
-                     f"(sha256(convert_to('{row[0]}', 'UTF8')), {_values(row)})"
-                     for row in V1_ROWS)
-    pg.psql(textwrap.dedent(f"""
+    rows = "; ".join(
+        f"INSERT INTO {t} (key_digest, {V1_COLUMNS}) VALUES "
+        f"(sha256(convert_to('{row[0]}', 'UTF8')), {_values(row)})"
+        for row in V1_ROWS
+    )
+    pg.psql(
+        textwrap.dedent(f"""
         CREATE SCHEMA "{schema}";
         CREATE TABLE {t} (
             key_digest bytea NOT NULL PRIMARY KEY, effect_key text NOT NULL,
@@ -78,7 +106,8 @@ def make_v1_postgres(pg, schema) -> str:
                                               value text NOT NULL);
         INSERT INTO "{schema}".ctrlrun_meta VALUES ('schema_version', '1');
         {rows};
-    """))
+    """)
+    )
     return pg.url(schema)
 
 
@@ -93,21 +122,26 @@ def v1_store(backend, tmp_path, request):
             return sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0]
 
         def columns():
-            return [r[1] for r in sqlite3.connect(path).execute(
-                "PRAGMA table_info(ctrlrun_effects)")]
+            return [
+                r[1] for r in sqlite3.connect(path).execute("PRAGMA table_info(ctrlrun_effects)")
+            ]
     else:
         pg = request.getfixturevalue("pg")
         schema = request.getfixturevalue("pg_schema")
         url = make_v1_postgres(pg, schema)
 
         def version():
-            return int(pg.psql(f"SELECT value FROM \"{schema}\".ctrlrun_meta "
-                               "WHERE key = 'schema_version'"))
+            return int(
+                pg.psql(f"SELECT value FROM \"{schema}\".ctrlrun_meta WHERE key = 'schema_version'")
+            )
 
         def columns():
-            return pg.psql("SELECT column_name FROM information_schema.columns WHERE "
-                           f"table_schema = '{schema}' AND table_name = 'ctrlrun_effects' "
-                           "ORDER BY ordinal_position").split()
+            return pg.psql(
+                "SELECT column_name FROM information_schema.columns WHERE "
+                f"table_schema = '{schema}' AND table_name = 'ctrlrun_effects' "
+                "ORDER BY ordinal_position"
+            ).split()
+
     return url, version, columns
 
 
@@ -117,7 +151,7 @@ def test_a_version_1_store_is_migrated_and_its_rows_keep_their_meaning(v1_store,
     store = ctrlrun.open_store(url)
     try:
         assert version() == CURRENT[backend]
-        assert columns()[-len(NEW_COLUMNS):] == NEW_COLUMNS
+        assert columns()[-len(NEW_COLUMNS) :] == NEW_COLUMNS
         done = store.get_effect("refund:done")
         assert done.state is EffectState.COMMITTED and done.result == {"ok": True}
         with pytest.raises(DuplicateEffect) as info:
@@ -135,7 +169,10 @@ def test_a_version_1_store_is_migrated_and_its_rows_keep_their_meaning(v1_store,
         # rows written before receipts have none; the new key's writes start its chain
         assert store.list_receipts("refund:done") == []
         assert [r.kind for r in store.list_receipts("refund:new")] == [
-            "reservation", "begin", "outcome"]
+            "reservation",
+            "begin",
+            "outcome",
+        ]
         assert store.verify_receipts().ok
     finally:
         store.close()
@@ -156,22 +193,28 @@ OPENER = textwrap.dedent("""
 """)
 
 
-def test_processes_opening_a_version_1_store_at_once_migrate_it_once(v1_store, tmp_path,
-                                                                   backend):
+def test_processes_opening_a_version_1_store_at_once_migrate_it_once(v1_store, tmp_path, backend):
     url, version, columns = v1_store
     start = time.time() + 1.5
-    procs = [subprocess.Popen([sys.executable, "-c", OPENER, url, repr(start), str(i)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              cwd=str(tmp_path))
-             for i in range(6)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", OPENER, url, repr(start), str(i)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=str(tmp_path),
+        )
+        for i in range(6)
+    ]
     for p in procs:
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0 and out.strip() == "ok", err[-2000:]
     assert version() == CURRENT[backend]
-    assert columns()[-len(NEW_COLUMNS):] == NEW_COLUMNS
+    assert columns()[-len(NEW_COLUMNS) :] == NEW_COLUMNS
     store = ctrlrun.open_store(url)
     try:
-        assert sorted(r.effect_key for r in store.list_effects() if r.effect_key.startswith(
-            "race:")) == [f"race:{i}" for i in range(6)]
+        assert sorted(
+            r.effect_key for r in store.list_effects() if r.effect_key.startswith("race:")
+        ) == [f"race:{i}" for i in range(6)]
     finally:
         store.close()

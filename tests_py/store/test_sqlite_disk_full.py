@@ -15,7 +15,7 @@ import textwrap
 import ctrlrun
 from ctrlrun import EffectState
 
-WORKER = textwrap.dedent('''
+WORKER = textwrap.dedent("""
     import json, os, resource, signal, sys
     import ctrlrun
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails, not kills
@@ -35,7 +35,7 @@ WORKER = textwrap.dedent('''
         print(json.dumps({"outcome": "ran"}))
     except ctrlrun.CTRLRunError as exc:
         print(json.dumps({"outcome": type(exc).__name__, "message": str(exc)[-200:]}))
-''')
+""")
 
 
 def test_a_file_that_cannot_grow_at_commit_is_a_failed_write(tmp_path):
@@ -46,8 +46,12 @@ def test_a_file_that_cannot_grow_at_commit_is_a_failed_write(tmp_path):
     url = f"sqlite:///{folder}/state.db"
     with ctrlrun.open_store(url) as store:
         store.reserve_effect("before", "act_" + "8" * 32, 60)
-    proc = subprocess.run([sys.executable, "-c", WORKER, url, str(folder), str(marks)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", WORKER, url, str(folder), str(marks)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["outcome"] == "StoreWriteFailed", report
@@ -58,7 +62,8 @@ def test_a_file_that_cannot_grow_at_commit_is_a_failed_write(tmp_path):
         # with room again, the same call runs once
         ran = []
         protected = ctrlrun.protect("big.write", effect="big:{payload}", store=store)(
-            lambda payload: ran.append(1) or 1)
+            lambda payload: ran.append(1) or 1
+        )
         assert protected("x" * 200_000) == 1
         assert ran == [1]
         assert store.get_effect("big:" + "x" * 200_000).state is EffectState.COMMITTED

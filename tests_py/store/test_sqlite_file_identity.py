@@ -17,7 +17,7 @@ import ctrlrun
 from ctrlrun import StoreError
 
 # A new process: the protected call on the key, marking each execution in a file of its own.
-NEW_PROCESS = textwrap.dedent('''
+NEW_PROCESS = textwrap.dedent("""
     import os, sys, ctrlrun
     url, marks, key = sys.argv[1], sys.argv[2], sys.argv[3]
 
@@ -31,12 +31,16 @@ NEW_PROCESS = textwrap.dedent('''
         print("ran")
     except ctrlrun.DuplicateEffect:
         print("duplicate")
-''')
+""")
 
 
 def new_process(url: str, marks, key: str) -> str:
-    proc = subprocess.run([sys.executable, "-c", NEW_PROCESS, url, str(marks), key],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", NEW_PROCESS, url, str(marks), key],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
 
@@ -54,8 +58,9 @@ def replace_store_files(folder) -> None:
     os.rename(fresh, folder)
 
 
-@pytest.mark.parametrize("change", [remove_store_files, replace_store_files],
-                         ids=["deleted", "replaced"])
+@pytest.mark.parametrize(
+    "change", [remove_store_files, replace_store_files], ids=["deleted", "replaced"]
+)
 def test_a_file_deleted_or_replaced_under_a_running_process_is_refused(tmp_path, change):
     folder = tmp_path / "state"
     marks = tmp_path / "marks"
@@ -75,7 +80,7 @@ def test_a_file_deleted_or_replaced_under_a_running_process_is_refused(tmp_path,
     # a new process reserves and runs "b" in whatever file the path names now
     assert new_process(url, marks, "b") == "ran"
     # the old process must not run "b" again through its old file
-    with pytest.raises(StoreError, match="deleted|replaced") as info:
+    with pytest.raises(StoreError, match=r"deleted|replaced") as info:
         run("b")
     assert "Nothing was written" in str(info.value)
     with pytest.raises(StoreError):
@@ -94,7 +99,7 @@ def test_a_file_deleted_or_replaced_under_a_running_process_is_refused(tmp_path,
 
 # A second process that deletes the store files and puts a new store file at the path, trying
 # hard to give it the old file's inode number (ext4 hands a freed number out again at once).
-REPLACER = textwrap.dedent('''
+REPLACER = textwrap.dedent("""
     import os, sys, ctrlrun
     url, folder, old_ino = sys.argv[1], sys.argv[2], int(sys.argv[3])
     path = os.path.join(folder, "state.db")
@@ -110,7 +115,7 @@ REPLACER = textwrap.dedent('''
     with ctrlrun.open_store(url) as store:  # the new store file, as a new deploy would make
         store.get_effect("run:b")
     print("reused" if reused else "fresh")
-''')
+""")
 
 
 def test_a_file_replaced_by_another_process_is_refused_even_under_the_old_inode_number(tmp_path):
@@ -131,11 +136,15 @@ def test_a_file_replaced_by_another_process_is_refused_even_under_the_old_inode_
         assert run("a") == 1
         old_ino = os.stat(folder / "state.db").st_ino
         pid = os.fork()  # the fork hook closes the store's idle connections, as a preforking
-        if pid == 0:     # server does
+        if pid == 0:  # server does
             os._exit(0)
         assert os.waitpid(pid, 0)[1] == 0
-        proc = subprocess.run([sys.executable, "-c", REPLACER, url, str(folder), str(old_ino)],
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-c", REPLACER, url, str(folder), str(old_ino)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.strip() == "fresh"  # the held file keeps its number to itself
         for _ in range(2):  # refused every time, not just once

@@ -15,7 +15,6 @@ import pytest
 
 import ctrlrun
 from ctrlrun import InvalidArgument
-
 from tests_py.support.cli import assert_one_line_error, run_cli
 
 SECRET = "s3cr3t-pw"
@@ -31,8 +30,9 @@ MALFORMED = [
 
 
 def files_under(folder) -> list:
-    return sorted(os.path.relpath(os.path.join(d, f), folder)
-                  for d, _, fs in os.walk(folder) for f in fs)
+    return sorted(
+        os.path.relpath(os.path.join(d, f), folder) for d, _, fs in os.walk(folder) for f in fs
+    )
 
 
 @pytest.mark.parametrize("url", MALFORMED)
@@ -95,8 +95,14 @@ def test_the_store_chosen_is_logged_once_per_process(tmp_path):
         "for i in range(3): op(i)\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=tmp_path, env=env, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if "using the store" in ln]
     assert len(lines) == 1, proc.stderr
@@ -106,6 +112,7 @@ def test_the_store_chosen_is_logged_once_per_process(tmp_path):
 
 def test_the_logged_postgres_store_shows_no_password(pg, caplog):
     from ctrlrun.store import api as _store
+
     schema = pg.new_schema()
     url = pg.url(schema)
     try:

@@ -32,8 +32,9 @@ def main() -> int:
 
     @ctrlrun.protect("race.effect", effect="{key}", store=store)
     def effect(key):
-        fd = os.open(os.path.join(marks, f"{key}.{uuid.uuid4().hex}"),
-                     os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        fd = os.open(
+            os.path.join(marks, f"{key}.{uuid.uuid4().hex}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY
+        )
         os.write(fd, str(os.getpid()).encode())
         os.close(fd)
         if pause:

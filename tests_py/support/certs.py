@@ -44,24 +44,71 @@ class Certs:
 
 
 def _ca(folder: str, name: str) -> None:
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-             "-keyout", f"{name}.key", "-out", f"{name}.crt", "-days", "2",
-             "-subj", f"/CN=ctrlrun test {name}",
-             "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=folder)
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.crt",
+        "-days",
+        "2",
+        "-subj",
+        f"/CN=ctrlrun test {name}",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+        cwd=folder,
+    )
 
 
 def make_certs(folder: str) -> Certs:
     os.makedirs(folder, exist_ok=True)
     _ca(folder, "ca")
     _ca(folder, "other-ca")
-    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-             "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost", cwd=folder)
+    _openssl(
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+        cwd=folder,
+    )
     with open(os.path.join(folder, "server.ext"), "w") as f:
-        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n"
-                "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
-                "extendedKeyUsage=serverAuth\n")
-    _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-             "-CAcreateserial", "-out", "server.crt", "-days", "2", "-extfile", "server.ext",
-             cwd=folder)
+        f.write(
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
+            "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
+            "extendedKeyUsage=serverAuth\n"
+        )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+        cwd=folder,
+    )
     return Certs(folder)

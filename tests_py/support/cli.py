@@ -19,12 +19,21 @@ import ctrlrun
 from ctrlrun import EffectState
 
 
-def run_cli(*args: str, cmd: Optional[List[str]] = None, env: Optional[Dict[str, str]] = None,
-            cwd=None, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str,
+    cmd: Optional[List[str]] = None,
+    env: Optional[Dict[str, str]] = None,
+    cwd=None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess:
     base = cmd if cmd is not None else [sys.executable, "-m", "ctrlrun"]
     return subprocess.run(
-        [*base, *args], capture_output=True, text=True, timeout=timeout,
-        env=env if env is not None else dict(os.environ), cwd=cwd,
+        [*base, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env if env is not None else dict(os.environ),
+        cwd=cwd,
     )
 
 
@@ -40,7 +49,6 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> s
     for n in needles:
         assert n in line, (n, line)
     return line
-
 
 
 def sqlite_url(path) -> str:

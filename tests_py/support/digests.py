@@ -4,5 +4,4 @@ from __future__ import annotations
 
 import re
 
-
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")

@@ -32,8 +32,9 @@ actions:
 
 
 class Rig:
-    def __init__(self, tmp_path: Path, store_url: str, policy: str,
-                 upstream: Optional[List[str]] = None) -> None:
+    def __init__(
+        self, tmp_path: Path, store_url: str, policy: str, upstream: Optional[List[str]] = None
+    ) -> None:
         self.upstream = upstream or ["--", sys.executable, str(HERE / "mcp_upstream.py")]
         self.tmp = tmp_path
         self.store_url = store_url
@@ -47,17 +48,28 @@ class Rig:
             return []
         return [json.loads(line) for line in self.log.read_text().splitlines()]
 
-    def session(self, body: Callable[[ClientSession], Awaitable[Any]],
-                **client: Any) -> Any:
+    def session(self, body: Callable[[ClientSession], Awaitable[Any]], **client: Any) -> Any:
         """Run ``body`` with a client session on a new gateway process; ``client`` goes to
         the ``ClientSession`` (its callbacks)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
         env["UPSTREAM_LOG"] = str(self.log)
         params = StdioServerParameters(
             command=sys.executable,
-            args=["-m", "ctrlrun", "gateway", "--name", "acme", "--policy", str(self.policy),
-                  "--store", self.store_url, *self.upstream],
-            env=env, cwd=str(self.tmp))
+            args=[
+                "-m",
+                "ctrlrun",
+                "gateway",
+                "--name",
+                "acme",
+                "--policy",
+                str(self.policy),
+                "--store",
+                self.store_url,
+                *self.upstream,
+            ],
+            env=env,
+            cwd=str(self.tmp),
+        )
 
         async def main() -> Any:
             with open(self.stderr, "a") as err:
@@ -72,6 +84,7 @@ class Rig:
     def calls(self, *calls: tuple) -> list:
         async def body(s: ClientSession) -> list:
             return [await s.call_tool(name, args) for name, args in calls]
+
         return self.session(body)
 
 
@@ -103,7 +116,7 @@ def wait_for_port(port: int, proc: subprocess.Popen) -> None:
     raise AssertionError(f"nothing listens on {port}")
 
 
-def listening_gateway(tmp_path: Path, store_url: str, policy: str) -> "tuple[subprocess.Popen, int]":
+def listening_gateway(tmp_path: Path, store_url: str, policy: str) -> tuple[subprocess.Popen, int]:
     """``ctrlrun gateway --listen`` (agents over streamable HTTP) in front of the test upstream
     on stdio, with ``policy`` in the working directory; the process and its port, once it
     listens."""
@@ -112,9 +125,25 @@ def listening_gateway(tmp_path: Path, store_url: str, policy: str) -> "tuple[sub
     env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
     env["UPSTREAM_LOG"] = str(tmp_path / "upstream.log")
     gateway = subprocess.Popen(
-        [sys.executable, "-m", "ctrlrun", "gateway", "--name", "acme", "--listen",
-         f"127.0.0.1:{port}", "--store", store_url, "--", sys.executable,
-         str(HERE / "mcp_upstream.py")], env=env, cwd=str(tmp_path), stdin=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "ctrlrun",
+            "gateway",
+            "--name",
+            "acme",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--store",
+            store_url,
+            "--",
+            sys.executable,
+            str(HERE / "mcp_upstream.py"),
+        ],
+        env=env,
+        cwd=str(tmp_path),
+        stdin=subprocess.DEVNULL,
+    )
     try:
         wait_for_port(port, gateway)
     except BaseException:
@@ -122,4 +151,3 @@ def listening_gateway(tmp_path: Path, store_url: str, policy: str) -> "tuple[sub
         gateway.wait()
         raise
     return gateway, port
-

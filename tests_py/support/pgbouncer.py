@@ -38,9 +38,16 @@ def _alive(pid: int) -> bool:
 
 
 class PgBouncer:
-    def __init__(self, server_host: str, server_port: int, user: str, password: Optional[str],
-                 pool_mode: str = "transaction", pool_size: int = 3,
-                 query_wait_timeout: int = 120) -> None:
+    def __init__(
+        self,
+        server_host: str,
+        server_port: int,
+        user: str,
+        password: Optional[str],
+        pool_mode: str = "transaction",
+        pool_size: int = 3,
+        query_wait_timeout: int = 120,
+    ) -> None:
         assert pool_mode in ("transaction", "session", "statement"), pool_mode
         self.binary = find_pgbouncer()
         self.user, self.password, self.pool_mode = user, password, pool_mode
@@ -90,21 +97,29 @@ class PgBouncer:
 
     def start(self) -> None:
         seen = len(self._log_tail(full=True))  # a restart appends to the same log
-        run = subprocess.run([*self._as_user, self.binary, "-d", self.ini],
-                             capture_output=True, text=True, timeout=30)
+        run = subprocess.run(
+            [*self._as_user, self.binary, "-d", self.ini],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             pid = self._pid()  # ours, alive, and listening (not another server on the port)
-            if pid is not None and _alive(pid) and f"listening on {self.host}:{self.port}" in \
-                    self._log_tail(full=True)[seen:]:
+            if (
+                pid is not None
+                and _alive(pid)
+                and f"listening on {self.host}:{self.port}" in self._log_tail(full=True)[seen:]
+            ):
                 try:
                     socket.create_connection((self.host, self.port), timeout=1).close()
                     return
                 except OSError:
                     pass
             time.sleep(0.05)
-        raise RuntimeError(f"pgbouncer did not start ({run.returncode}): {run.stderr}\n"
-                           f"{self._log_tail()}")
+        raise RuntimeError(
+            f"pgbouncer did not start ({run.returncode}): {run.stderr}\n{self._log_tail()}"
+        )
 
     def _log_tail(self, full: bool = False) -> str:
         try:

@@ -42,12 +42,21 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 
 
 class Rule:
-    def __init__(self, action: str, match: bytes, on: str, skip: int, times: int,
-                 then_refuse: bool, callback: Optional[Callable[[], object]] = None) -> None:
+    def __init__(
+        self,
+        action: str,
+        match: bytes,
+        on: str,
+        skip: int,
+        times: int,
+        then_refuse: bool,
+        callback: Optional[Callable[[], object]] = None,
+    ) -> None:
         assert action in ("drop_before", "drop_after", "hold", "call"), action
         assert on in ("commit", "statement"), on
-        assert (action == "call") == (callback is not None) and (action != "call" or
-                                                                 on == "statement")
+        assert (action == "call") == (callback is not None) and (
+            action != "call" or on == "statement"
+        )
         self.action, self.match, self.on = action, match, on
         self.callback = callback
         self.skip, self.times, self.then_refuse = skip, times, then_refuse
@@ -63,7 +72,7 @@ class Rule:
 
 
 class _Conn:
-    def __init__(self, proxy: "PgProxy", client: socket.socket) -> None:
+    def __init__(self, proxy: PgProxy, client: socket.socket) -> None:
         self.proxy = proxy
         self.client = client
         self.server = socket.create_connection((proxy.upstream_host, proxy.upstream_port))
@@ -122,7 +131,7 @@ class _Conn:
             self.proxy.parsed.append((name, self.statements[name]))
             self.txn.append(self.statements[name])
         elif kind == b"B":
-            portal, rest = body.split(b"\0", 1)
+            _portal, rest = body.split(b"\0", 1)
             stmt = rest.split(b"\0", 1)[0]
             self.txn.append(self.statements.get(stmt, b"") + b"\0" + body)
             rule = self.proxy._take_rule("statement", self.txn[-1])
@@ -201,7 +210,9 @@ class _Conn:
 
 
 class PgProxy:
-    def __init__(self, upstream_host: str, upstream_port: int, listen_host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, upstream_host: str, upstream_port: int, listen_host: str = "127.0.0.1"
+    ) -> None:
         self.upstream_host, self.upstream_port = upstream_host, upstream_port
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -223,9 +234,17 @@ class PgProxy:
     def url(self, db: str = "postgres", user: str = "postgres") -> str:
         return f"postgresql://{user}@{self.host}:{self.port}/{db}"
 
-    def arm(self, action: str, match: bytes = b"", *, on: str = "commit", skip: int = 0,
-            times: int = 1, then_refuse: bool = False,
-            callback: Optional[Callable[[], object]] = None) -> Rule:
+    def arm(
+        self,
+        action: str,
+        match: bytes = b"",
+        *,
+        on: str = "commit",
+        skip: int = 0,
+        times: int = 1,
+        then_refuse: bool = False,
+        callback: Optional[Callable[[], object]] = None,
+    ) -> Rule:
         """Act on the next matching COMMIT (or statement) whose transaction's SQL and Bind
         bytes contain ``match``, after skipping ``skip`` matches, ``times`` times. ``call``
         (statements only) runs ``callback`` just before the statement is forwarded."""

@@ -60,9 +60,12 @@ class Cluster:
         shutil.rmtree(os.path.dirname(self.datadir), ignore_errors=True)
 
 
-def start_cluster(password: Optional[str] = "ctrlrun-test-secret",
-                  settings: Optional[Dict[str, str]] = None, hba: Optional[str] = None,
-                  files: Optional[Dict[str, str]] = None) -> Cluster:
+def start_cluster(
+    password: Optional[str] = "ctrlrun-test-secret",
+    settings: Optional[Dict[str, str]] = None,
+    hba: Optional[str] = None,
+    files: Optional[Dict[str, str]] = None,
+) -> Cluster:
     """Create and start a cluster; raises RuntimeError (with the server's log) on failure.
 
     With ``password``, TCP connections authenticate with it (scram-sha-256), so the tests can
@@ -81,8 +84,20 @@ def start_cluster(password: Optional[str] = "ctrlrun-test-secret",
         os.chown(root, pw.pw_uid, pw.pw_gid)
         as_user = ["runuser", "-u", "postgres", "--"]
     port = free_port()
-    cmd = [*as_user, initdb, "-D", datadir, "-U", "postgres", "-A", "trust", "-E", "UTF8",
-           "--no-sync", "--no-instructions"]
+    cmd = [
+        *as_user,
+        initdb,
+        "-D",
+        datadir,
+        "-U",
+        "postgres",
+        "-A",
+        "trust",
+        "-E",
+        "UTF8",
+        "--no-sync",
+        "--no-instructions",
+    ]
     pwfile = None
     if password is not None:
         pwfile = os.path.join(root, "pw")
@@ -90,9 +105,21 @@ def start_cluster(password: Optional[str] = "ctrlrun-test-secret",
             f.write(password)
         if as_user:
             os.chown(pwfile, pw.pw_uid, pw.pw_gid)
-        cmd = [*as_user, initdb, "-D", datadir, "-U", "postgres", "--auth-local=trust",
-               "--auth-host=scram-sha-256", f"--pwfile={pwfile}", "-E", "UTF8", "--no-sync",
-               "--no-instructions"]
+        cmd = [
+            *as_user,
+            initdb,
+            "-D",
+            datadir,
+            "-U",
+            "postgres",
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            f"--pwfile={pwfile}",
+            "-E",
+            "UTF8",
+            "--no-sync",
+            "--no-instructions",
+        ]
     init = subprocess.run(cmd, capture_output=True, text=True)
     if init.returncode != 0:
         raise RuntimeError(f"initdb failed ({init.returncode}): {init.stderr or init.stdout}")

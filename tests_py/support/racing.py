@@ -25,8 +25,12 @@ def run_workers(configs, tmp_path):
     procs = [
         subprocess.Popen(
             [sys.executable, str(WORKER), json.dumps(cfg)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, cwd=str(tmp_path), env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=str(tmp_path),
+            env=env,
         )
         for cfg in configs
     ]
@@ -43,8 +47,9 @@ def run_workers(configs, tmp_path):
         reports = []
         for p in procs:
             out, err = p.communicate(timeout=TIMEOUT)
-            assert p.returncode == 0, (f"worker exited {p.returncode}\nstdout: {out[-3000:]}\n"
-                                      f"stderr: {err[-3000:]}")
+            assert p.returncode == 0, (
+                f"worker exited {p.returncode}\nstdout: {out[-3000:]}\nstderr: {err[-3000:]}"
+            )
             reports.append(json.loads(out.strip().splitlines()[-1]))
         return reports
     finally:

@@ -31,8 +31,12 @@ class Raw:
         if self.backend == "sqlite":
             # In another process: this one's sqlite3 module is another copy of SQLite, whose
             # closing of the file would drop the store's own locks on it.
-            done = subprocess.run([sys.executable, "-c", EDIT, str(self.path), sql],
-                                  capture_output=True, text=True, timeout=60)
+            done = subprocess.run(
+                [sys.executable, "-c", EDIT, str(self.path), sql],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             if done.returncode != 0:
                 raise RuntimeError(done.stderr)
         else:

@@ -20,7 +20,8 @@ conn.execute("ROLLBACK")
 def locked(path: str, seconds: float) -> subprocess.Popen:
     """Start holding the lock on the file at ``path`` for ``seconds``; returns once it is held
     (``wait()`` on the process: it exits 0 once it let go)."""
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, path, str(seconds)],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, path, str(seconds)], stdout=subprocess.PIPE, text=True
+    )
     assert holder.stdout is not None and holder.stdout.readline() == "held\n"
     return holder

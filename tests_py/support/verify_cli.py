@@ -12,11 +12,16 @@ def sqlite_url(path) -> str:
     return f"sqlite:///{path}"
 
 
-def run_cli(*args: str, env: Optional[Dict[str, str]] = None, cwd=None,
-            timeout: float = 300) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, env: Optional[Dict[str, str]] = None, cwd=None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "ctrlrun", *args], capture_output=True, text=True,
-        timeout=timeout, env=env if env is not None else dict(os.environ), cwd=cwd,
+        [sys.executable, "-m", "ctrlrun", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env if env is not None else dict(os.environ),
+        cwd=cwd,
     )
 
 
