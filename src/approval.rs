@@ -103,5 +103,5 @@ pub struct ApprovalAsk<'a> {
 
 /// A new request id: `apr_` + 32 hex digits from the OS's random source.
 pub fn new_request_id() -> crate::error::Result<String> {
-    Ok(format!("apr_{}", crate::record::new_attempt_token()?))
+    Ok(format!("apr_{}", crate::env::new_attempt_token()?))
 }

@@ -10,6 +10,7 @@
 //! The PyO3 binding (`ctrlrun._core`) lives in `src/py/` behind the `python` feature.
 
 pub mod approval;
+pub mod env;
 pub mod error;
 pub mod fingerprint;
 pub mod planner;

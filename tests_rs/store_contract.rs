@@ -2,15 +2,13 @@
 //! temp folder and a schema of its own on a PostgreSQL server. Time is moved with explicit
 //! `now` values; nothing sleeps.
 
-mod support;
-
 use std::sync::{Arc, Barrier};
 
+use crate::support::*;
+use ctrlrun::env::holder;
 use ctrlrun::error::DuplicateKind;
-use ctrlrun::record::holder;
 use ctrlrun::store::retention::EffectFilter;
 use ctrlrun::{EffectRecord, EffectState, Error, Micros, Transition};
-use support::*;
 
 // ---------------------------------------------------------------------------------------------
 // the happy path and duplicates

@@ -1,8 +1,10 @@
 //! The transitions a holder makes after its reservation (SPEC §4), the write each one plans,
 //! and how a write that matched nothing, or whose `COMMIT` was lost, is settled (SPEC §6).
 
-use super::refuse_by_row;
+use super::refusal::refuse_by_row;
+use super::rules::Expected;
 use crate::error::{Error, Result};
+use crate::receipt::Event;
 use crate::record::{EffectRecord, EffectState, Micros};
 
 /// A later transition of SPEC §4 made by the attempt that holds the key.
@@ -148,7 +150,7 @@ pub enum Mismatch {
     Landed(EffectRecord),
     /// A late outcome: write `row` over `expected` (see [`plan_mismatch`]).
     Late {
-        expected: super::Expected,
+        expected: Expected,
         row: EffectRecord,
     },
     /// Refuse by SPEC §4's re-read rule.
@@ -182,7 +184,7 @@ pub fn plan_mismatch(
         if row.is_attempt(action_id, attempt) {
             if let Some(late) = late_outcome(row, transition, now) {
                 return Mismatch::Late {
-                    expected: super::Expected::of(row),
+                    expected: Expected::of(row),
                     row: late,
                 };
             }
@@ -284,5 +286,15 @@ pub fn settle_unknown_transition(
             Mismatch::Late { .. } => AfterUnknown::Reissue,
             Mismatch::Refuse(e) => AfterUnknown::Refuse(e),
         },
+    }
+}
+
+impl Event {
+    /// A holder's transition.
+    pub fn of_transition(t: &Transition) -> Event {
+        match t {
+            Transition::Begin => Event::Begin,
+            _ => Event::Outcome,
+        }
     }
 }

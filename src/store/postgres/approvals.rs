@@ -9,10 +9,11 @@ use super::client::{Client, PgError};
 use super::sql::Sql;
 use super::PostgresStore;
 use crate::approval::{new_request_id, ApprovalAsk, ApprovalRecord, ApprovalState};
+use crate::env::holder;
 use crate::error::{Error, Result};
 use crate::planner::{self, Proposal, RequestPlan};
 use crate::receipt;
-use crate::record::{holder, Micros};
+use crate::record::Micros;
 use crate::store::recovery::Commit;
 use crate::store::Approvals;
 

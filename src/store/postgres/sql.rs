@@ -6,10 +6,11 @@ use tokio_postgres::Row;
 
 use super::client::{Client, PgError, PgResult};
 
+use crate::env::holder;
 use crate::error::{Error, Result};
 use crate::planner::{Expected, Transition};
 use crate::receipt::Event;
-use crate::record::{holder, EffectRecord, EffectState, Micros};
+use crate::record::{EffectRecord, EffectState, Micros};
 
 use super::statements::{call, Statements, INSERT_PARAMS, SELECT_PARAMS, TRANSITION_PARAMS};
 pub(super) use super::statements::{now_expr, COLUMNS};

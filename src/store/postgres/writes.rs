@@ -6,10 +6,11 @@ use super::client::{Client, PgError};
 use super::conn::rolled_back;
 use super::sql::{read_found, read_record, Found, Sql};
 use super::PostgresStore;
+use crate::env::{holder, new_attempt_token};
 use crate::error::{Error, Result};
 use crate::planner::{self, Expected, Mismatch, Proposal, ReservationPlan};
 use crate::receipt::Event;
-use crate::record::{holder, new_attempt_token, EffectRecord, EffectState, Micros};
+use crate::record::{EffectRecord, EffectState, Micros};
 use crate::store::recovery::{settle_transition, settle_write, Commit, Step, TransitionCall};
 
 impl PostgresStore {
@@ -46,7 +47,7 @@ impl PostgresStore {
             return self.reserve_step(&proposal, now, Some((found, n)), true);
         }
         // The row a key with none gets; its times are the server's, taken by the INSERT.
-        let local = now.unwrap_or_else(crate::record::now_micros);
+        let local = now.unwrap_or_else(crate::env::now_micros);
         planner::check_lease_end(local, proposal.lease)?;
         let (token, holder) = (new_attempt_token()?, holder());
         let proposal = Proposal {

@@ -6,10 +6,11 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::SqliteStore;
 use crate::approval::{new_request_id, ApprovalAsk, ApprovalRecord, ApprovalState};
+use crate::env::{holder, now_micros};
 use crate::error::{Error, Result};
 use crate::planner::{self, RequestPlan};
 use crate::receipt;
-use crate::record::{holder, now_micros, Micros};
+use crate::record::Micros;
 use crate::store::recovery::Commit;
 use crate::store::Approvals;
 

@@ -18,10 +18,11 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
+use crate::env::{holder, new_attempt_token, now_micros};
 use crate::error::{Error, Result};
 use crate::planner::{self, Expected, Proposal, ReservationPlan, Transition};
 use crate::receipt::Event;
-use crate::record::{holder, new_attempt_token, now_micros, EffectRecord, EffectState, Micros};
+use crate::record::{EffectRecord, EffectState, Micros};
 use crate::store::pool::{Pool, Pooled};
 use crate::store::recovery::{reread_failed, Commit, Reread, Step, TransitionCall};
 use crate::store::Store;

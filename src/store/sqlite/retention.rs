@@ -12,8 +12,9 @@ use rusqlite::{params, Connection};
 
 use super::sql::{read_record, COLUMNS};
 use super::SqliteStore;
+use crate::env::{holder, now_micros};
 use crate::error::{Error, Result};
-use crate::record::{holder, now_micros, EffectRecord, EffectState, Micros};
+use crate::record::{EffectRecord, EffectState, Micros};
 use crate::store::recovery::Commit;
 use crate::store::retention::{prefix_end, Cursor, EffectFilter, Prune};
 use crate::store::{PruneBatch, Retention};

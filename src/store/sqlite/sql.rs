@@ -323,7 +323,7 @@ pub(super) fn insert(conn: &Connection, r: &EffectRecord) -> rusqlite::Result<us
         r.arg_digests,
         r.approval_id,
         Event::Reservation.as_str(),
-        crate::record::holder()
+        crate::env::holder()
     ])
 }
 
@@ -355,7 +355,7 @@ pub(super) fn compare_and_set(
         r.arg_digests,
         r.approval_id,
         event.as_str(),
-        crate::record::holder()
+        crate::env::holder()
     ])
 }
 
@@ -386,7 +386,7 @@ pub(super) fn transition_cas(
         pick(1),
         pick(2),
         Event::of_transition(t).as_str(),
-        crate::record::holder()
+        crate::env::holder()
     ])
 }
 
