@@ -1,4 +1,4 @@
-//! The pure planner (`ctrlrun::planner`): SPEC §3 (reservation) and §4 (later transitions).
+//! The pure planner (`ctrlrun::planner`): docs/spec.md §3 (reservation) and §4 (later transitions).
 
 use ctrlrun::error::DuplicateKind;
 use ctrlrun::planner::{
@@ -63,7 +63,7 @@ fn expect_invalid<T: std::fmt::Debug>(r: Result<T, Error>) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
-// plan_reservation: every row of the SPEC §3 table
+// plan_reservation: every row of the docs/spec.md §3 table
 // ---------------------------------------------------------------------------------------------
 
 #[test]

@@ -1,4 +1,4 @@
-//! The store contract (SPEC §3, §4, §8.3), every case run on both backends: a SQLite file in a
+//! The store contract (docs/spec.md §3, §4, §8.3), every case run on both backends: a SQLite file in a
 //! temp folder and a schema of its own on a PostgreSQL server. Time is moved with explicit
 //! `now` values; nothing sleeps.
 
@@ -874,7 +874,18 @@ fn an_outcome_written_without_reading_back_lands_the_same_row_and_refuses_alike(
     );
 }
 
+fn the_store_names_its_backend(b: Backend) {
+    let f = Fixture::new(b);
+    let want = match b {
+        Backend::Sqlite => ctrlrun::store::Backend::Sqlite,
+        Backend::Postgres => ctrlrun::store::Backend::Postgres,
+    };
+    assert_eq!(f.store.backend(), want);
+    assert_eq!(f.store.fork_sensitive(), b == Backend::Sqlite);
+}
+
 on_both_backends!(
+    the_store_names_its_backend,
     a_held_key_whose_lease_lapsed_is_resolved_with_its_lapse,
     ambiguous_row_refuses_reservation_and_writes_nothing,
     reserve_begin_commit_then_a_duplicate_is_refused,

@@ -120,7 +120,7 @@ pub(crate) fn lapse_note(row: &EffectRecord) -> String {
     }
 }
 
-/// SPEC §4's re-read rule for a write that matched nothing.
+/// docs/spec.md §4's re-read rule for a write that matched nothing.
 pub fn refuse_by_row(
     row: EffectRecord,
     action_id: &str,

@@ -1,4 +1,4 @@
-//! The reservation planner (SPEC §3): what a proposal for a key does, given the row found.
+//! The reservation planner (docs/spec.md §3): what a proposal for a key does, given the row found.
 
 use super::refusal::{lapse_note, Conflict, Refusal};
 use super::rules::Expected;
@@ -76,7 +76,7 @@ impl<'a> Proposal<'a> {
     }
 }
 
-/// What a reservation must do, decided from the row found (SPEC §3).
+/// What a reservation must do, decided from the row found (docs/spec.md §3).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ReservationPlan {
     /// No row: insert this one (attempt 1).
@@ -146,12 +146,12 @@ fn duplicate(kind: DuplicateKind, row: &EffectRecord, p: &Proposal<'_>) -> Refus
     )
 }
 
-/// The one reservation planner (SPEC §3), checked in the table's order.
+/// The one reservation planner (docs/spec.md §3), checked in the table's order.
 ///
 /// `begin`: the caller starts the executor's body right after this write (the decorator), so a
 /// granted row is written as `executing` at once: the begin transition folded into the
 /// reservation, one durable write fewer. Without it (the `Store` API) a granted row is
-/// `reserved` and the caller writes begin itself. Contenders treat both alike (SPEC §3), and
+/// `reserved` and the caller writes begin itself. Contenders treat both alike (docs/spec.md §3), and
 /// both lapse to `ambiguous`.
 ///
 /// A duplicate whose proposal names a different action, or arguments whose digest differs, is a

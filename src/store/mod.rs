@@ -1,6 +1,7 @@
 //! The [`Store`] trait every backend implements. Stores only write: every decision comes
 //! from [`crate::planner`].
 
+pub(crate) mod cold;
 pub mod fork;
 pub mod outcome;
 pub mod pool;
@@ -113,6 +114,24 @@ pub trait Retention {
     }
 }
 
+/// The database behind a [`Store`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// One SQLite file on this host.
+    Sqlite,
+    /// A PostgreSQL database, shared by many hosts.
+    Postgres,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
 /// A durable table of effect records. Safe to share across threads.
 ///
 /// `now` overrides the backend's clock (tests move time with it); `None` uses the backend's
@@ -121,13 +140,16 @@ pub trait Store: Approvals + Receipts + Retention + Send + Sync {
     /// The store's location for messages (never a password).
     fn describe(&self) -> String;
 
+    /// Which database this store writes to.
+    fn backend(&self) -> Backend;
+
     /// Whether a `fork()` must wait for this store's calls and close its idle connections
     /// first (see [`fork`]): SQLite keeps per-file state for the whole process.
     fn fork_sensitive(&self) -> bool {
-        false
+        self.backend() == Backend::Sqlite
     }
 
-    /// Reserve `key` for the attempt `action_id` for `lease` microseconds (SPEC §3). Returns the
+    /// Reserve `key` for the attempt `action_id` for `lease` microseconds (docs/spec.md §3). Returns the
     /// granted row; a refusal is `Error::Duplicate` / `Error::Ambiguous`. With `begin` the granted
     /// row is written `executing` (the body starts right after; see
     /// [`crate::planner::plan_reservation`]), else `reserved`.
@@ -148,7 +170,7 @@ pub trait Store: Approvals + Receipts + Retention + Send + Sync {
     /// none is in force). The store sets the attempt token and the holder.
     fn propose(&self, proposal: Proposal<'_>, now: Option<Micros>) -> Result<EffectRecord>;
 
-    /// A later transition (SPEC §4) as a compare-and-set; returns the row written.
+    /// A later transition (docs/spec.md §4) as a compare-and-set; returns the row written.
     fn transition(
         &self,
         key: &str,

@@ -1,4 +1,4 @@
-//! After an unknown `COMMIT` (SPEC §6): the row is re-read on a fresh connection and decides.
+//! After an unknown `COMMIT` (docs/spec.md §6): the row is re-read on a fresh connection and decides.
 //!
 //! This module holds what both stores share: how a transaction ended ([`Commit`]), what a
 //! write step wrote ([`Step`]), and the driver that settles a transition whose `COMMIT` failed

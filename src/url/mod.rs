@@ -1,4 +1,4 @@
-//! Store URLs (SPEC §8.3), following the SQLAlchemy convention for SQLite:
+//! Store URLs (docs/spec.md §8.3), following the SQLAlchemy convention for SQLite:
 //! `sqlite:///relative/state.db` (relative to the working directory),
 //! `sqlite:////abs/state.db` (absolute); a bare path is a SQLite file too.
 //! Query options: `synchronous=full|normal`, `busy_timeout=<seconds>`.

@@ -8,15 +8,14 @@
 //! the executor. Lease decisions use the server's clock (`clock_timestamp()`) unless the caller
 //! passes `now`.
 //!
-//! Failure classes (SPEC §6): an error before `COMMIT` rolls back and is `StoreWriteFailed`, as
+//! Failure classes (docs/spec.md §6): an error before `COMMIT` rolls back and is `StoreWriteFailed`, as
 //! is SQLSTATE 40001/40P01 anywhere. Any other error during `COMMIT` (connection lost, statement
 //! timeout) is unknown: the row is re-read on a fresh connection and decides. A failed re-read
 //! is `StoreUnresolved`. Each branch is logged on `ctrlrun.store` with its name.
 
-mod approvals;
 mod client;
+mod cold;
 mod conn;
-mod receipts;
 mod retention;
 mod schema;
 mod sql;
@@ -35,7 +34,7 @@ use crate::receipt::Event;
 use crate::record::{EffectRecord, EffectState, Micros};
 use crate::store::pool::{Pool, Pooled};
 use crate::store::recovery::{reread_failed, Commit, Reread, TransitionCall};
-use crate::store::Store;
+use crate::store::{Backend, Store};
 use crate::url::{PgTls, SslMode};
 use client::{one_per_host, Client, PgError, PgResult};
 use conn::{describe, is_serialization, is_session_gone, Conn, Manager, Txn};
@@ -243,7 +242,7 @@ impl PostgresStore {
         true
     }
 
-    /// `START TRANSACTION`, `body`, `COMMIT` on a pooled connection, classified as SPEC §6 says.
+    /// `START TRANSACTION`, `body`, `COMMIT` on a pooled connection, classified as docs/spec.md §6 says.
     ///
     /// A pooled connection that died idle fails at `START TRANSACTION`, before anything was
     /// sent that could commit: it is dropped and the next one is tried, so dead idle
@@ -340,6 +339,10 @@ impl Reread for PostgresStore {
 impl Store for PostgresStore {
     fn describe(&self) -> String {
         self.description.clone()
+    }
+
+    fn backend(&self) -> Backend {
+        Backend::Postgres
     }
 
     fn propose(&self, proposal: Proposal<'_>, now: Option<Micros>) -> Result<EffectRecord> {

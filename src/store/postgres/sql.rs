@@ -7,10 +7,11 @@ use tokio_postgres::Row;
 use super::client::{Client, PgError, PgResult};
 
 use crate::env::holder;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::planner::{Expected, Transition};
 use crate::receipt::Event;
-use crate::record::{EffectRecord, EffectState, Micros};
+use crate::record::{EffectRecord, Micros};
+use crate::store::cold::rows;
 
 use super::statements::{call, Statements, INSERT_PARAMS, SELECT_PARAMS, TRANSITION_PARAMS};
 pub(super) use super::statements::{now_expr, COLUMNS};
@@ -209,36 +210,13 @@ fn insert_params<'a>(
     ]
 }
 
-fn state_of(text: &str) -> std::result::Result<EffectState, Error> {
-    EffectState::parse(text)
-        .ok_or_else(|| Error::Store(format!("the store holds an unknown effect state {text:?}")))
-}
-
-/// A row of `COLUMNS` starting at column `at`; `None` when the key column is NULL.
+/// A row of the effect columns starting at column `at`; `None` when the key column is NULL.
 pub(super) fn read_record(row: &Row, at: usize) -> Result<Option<EffectRecord>> {
     let key: Option<String> = row.get(at);
-    let Some(effect_key) = key else {
+    if key.is_none() {
         return Ok(None);
-    };
-    let state: String = row.get(at + 1);
-    Ok(Some(EffectRecord {
-        effect_key,
-        state: state_of(&state)?,
-        action_id: row.get(at + 2),
-        attempt: row.get(at + 3),
-        created_at: row.get(at + 4),
-        updated_at: row.get(at + 5),
-        lease_expires_at: row.get(at + 6),
-        result: row.get(at + 7),
-        error: row.get(at + 8),
-        resolved_by: row.get(at + 9),
-        attempt_token: row.get(at + 10),
-        action: row.get(at + 11),
-        holder: row.get(at + 12),
-        args_digest: row.get(at + 13),
-        arg_digests: row.get(at + 14),
-        approval_id: row.get(at + 15),
-    }))
+    }
+    rows::effect(row, at).map(Some)
 }
 
 /// What a key's read found: its record if any, and the server's clock (or the caller's `now`).

@@ -1,9 +1,7 @@
 //! The text of the PostgreSQL store's statements, and schema version 7's functions that hold
 //! the hot ones (see [`super::sql::Sql`] for why).
 
-pub(super) const COLUMNS: &str = "effect_key, state, action_id, attempt, created_at, updated_at, \
-                       lease_expires_at, result, error, resolved_by, attempt_token, action, \
-                       holder, args_digest, arg_digests, approval_id";
+pub(super) use crate::store::cold::rows::EFFECT_COLUMNS as COLUMNS;
 
 /// The row's index: the SHA-256 of the key's UTF-8 bytes. The primary key is this digest, not
 /// the key, because a B-tree entry cannot exceed ~2.7 KB and keys may be longer; every lookup

@@ -1,14 +1,13 @@
 //! The SQLite store: one file, WAL, `synchronous=FULL` unless relaxed, `BEGIN IMMEDIATE`
 //! around every read-plan-write, cached prepared statements, a busy timeout.
 //!
-//! Error classes (SPEC §6): anything before `COMMIT` (including `SQLITE_BUSY` at `BEGIN`) is a
+//! Error classes (docs/spec.md §6): anything before `COMMIT` (including `SQLITE_BUSY` at `BEGIN`) is a
 //! failed write: rolled back, `StoreWriteFailed`. An error on `COMMIT` is unknown: the row is
 //! re-read on a fresh connection and decides; a failed re-read is `StoreUnresolved`.
 
-mod approvals;
+mod cold;
 mod conn;
 mod identity;
-mod receipts;
 mod retention;
 mod sql;
 mod writes;
@@ -25,7 +24,7 @@ use crate::receipt::Event;
 use crate::record::{EffectRecord, EffectState, Micros};
 use crate::store::pool::{Pool, Pooled};
 use crate::store::recovery::{reread_failed, Commit, Reread, Step, TransitionCall};
-use crate::store::Store;
+use crate::store::{Backend, Store};
 use crate::url::SqliteOptions;
 pub use conn::ConnectionInit;
 use conn::{init_schema, open_connection, open_error, open_pinned, Conn, Manager};
@@ -211,8 +210,8 @@ impl Store for SqliteStore {
         format!("sqlite:///{}", self.opts.path.display())
     }
 
-    fn fork_sensitive(&self) -> bool {
-        true
+    fn backend(&self) -> Backend {
+        Backend::Sqlite
     }
 
     fn transition_unread(
@@ -263,8 +262,7 @@ impl Store for SqliteStore {
                     ) {
                         return Ok(Step::of_reservation(plan));
                     }
-                    let used =
-                        approvals::consume(self, c, (action, digest), p.key, p.action_id, now)?;
+                    let used = cold::consume(self, c, (action, digest), p.key, p.action_id, now)?;
                     let with = Proposal {
                         approval_id: Some(&used.request_id),
                         ..p

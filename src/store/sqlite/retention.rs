@@ -10,11 +10,12 @@
 use rusqlite::types::Value;
 use rusqlite::{params, Connection};
 
-use super::sql::{read_record, COLUMNS};
+use super::sql::read_record;
 use super::SqliteStore;
 use crate::env::{holder, now_micros};
 use crate::error::{Error, Result};
 use crate::record::{EffectRecord, EffectState, Micros};
+use crate::store::cold::rows::EFFECT_COLUMNS;
 use crate::store::recovery::Commit;
 use crate::store::retention::{prefix_end, Cursor, EffectFilter, Prune};
 use crate::store::{PruneBatch, Retention};
@@ -46,7 +47,7 @@ fn list_query(f: &EffectFilter<'_>) -> (String, Vec<Value>) {
     };
     values.push(Value::Integer(f.sql_limit()));
     let sql = format!(
-        "SELECT {COLUMNS} FROM ctrlrun_effects {filter} ORDER BY created_at, effect_key LIMIT ?"
+        "SELECT {EFFECT_COLUMNS} FROM ctrlrun_effects {filter} ORDER BY created_at, effect_key LIMIT ?"
     );
     (sql, values)
 }

@@ -4,7 +4,8 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use crate::planner::{Expected, Transition};
 use crate::receipt::Event;
-use crate::record::{EffectRecord, EffectState, Micros};
+use crate::record::{EffectRecord, Micros};
+use crate::store::cold::rows::{self, effect_columns};
 
 /// The schema version this build writes (`PRAGMA user_version`).
 pub const SCHEMA_VERSION: i64 = 5;
@@ -141,19 +142,9 @@ pub(super) const MIGRATIONS: [&str; 4] = [
          WHERE state IN ('pending', 'granted');",
 ];
 
-/// The columns in [`read_record`]'s order (a macro, so statements are compile-time literals:
-/// the hot path builds no SQL text).
-macro_rules! columns {
-    () => {
-        "effect_key, state, action_id, attempt, created_at, updated_at, \
-         lease_expires_at, result, error, resolved_by, attempt_token, action, holder, \
-         args_digest, arg_digests, approval_id"
-    };
-}
-pub(super) const COLUMNS: &str = columns!();
 const SELECT_ONE: &str = concat!(
     "SELECT ",
-    columns!(),
+    effect_columns!(),
     " FROM ctrlrun_effects WHERE effect_key = ?1"
 );
 /// The chain head a write sets (see [`crate::receipt`]): sequence number, previous hash and
@@ -200,7 +191,7 @@ macro_rules! receipt_head {
 }
 const INSERT_ONE: &str = concat!(
     "INSERT INTO ctrlrun_effects (",
-    columns!(),
+    effect_columns!(),
     ", last_event, written_by, receipt_seq, receipt_prev, receipt_hash) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
      1, NULL, ctrlrun_receipt_hash('effect', ?1, NULL, 1, NULL, ?6, ?17, ?12, ?3, ?4, ?2, ?14, \
@@ -269,32 +260,7 @@ CREATE TABLE IF NOT EXISTS ctrlrun_effects (
 ";
 
 pub(super) fn read_record(row: &Row<'_>) -> rusqlite::Result<EffectRecord> {
-    let state: String = row.get(1)?;
-    let state = EffectState::parse(&state).ok_or_else(|| {
-        rusqlite::Error::FromSqlConversionFailure(
-            1,
-            rusqlite::types::Type::Text,
-            format!("unknown effect state {state:?}").into(),
-        )
-    })?;
-    Ok(EffectRecord {
-        effect_key: row.get(0)?,
-        state,
-        action_id: row.get(2)?,
-        attempt: row.get(3)?,
-        created_at: row.get(4)?,
-        updated_at: row.get(5)?,
-        lease_expires_at: row.get(6)?,
-        result: row.get(7)?,
-        error: row.get(8)?,
-        resolved_by: row.get(9)?,
-        attempt_token: row.get(10)?,
-        action: row.get(11)?,
-        holder: row.get(12)?,
-        args_digest: row.get(13)?,
-        arg_digests: row.get(14)?,
-        approval_id: row.get(15)?,
-    })
+    rows::effect(row, 0)
 }
 
 pub(super) fn select(conn: &Connection, key: &str) -> rusqlite::Result<Option<EffectRecord>> {

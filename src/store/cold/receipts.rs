@@ -1,0 +1,44 @@
+//! Reading and verifying receipts, written once for both backends (the triggers of schema
+//! version 4 write them: see [`crate::receipt`]).
+
+use super::tx::{ColdStore, ColdTx};
+use crate::error::Result;
+use crate::receipt::{Receipt, Verification, Verifier};
+
+/// How many receipts a verification reads at a time: a large store is never held in memory
+/// at once.
+const PAGE: usize = 5000;
+
+pub(crate) fn list<S: ColdStore>(
+    s: &S,
+    key: Option<&str>,
+    limit: Option<u64>,
+) -> Result<Vec<Receipt>> {
+    key.map(|k| s.check_text(k)).transpose()?;
+    let mut found = s
+        .read("receipts", "", |tx| tx.latest_receipts(key, limit))?
+        .map_err(|e| s.read_failed("receipts", e))?;
+    found.reverse();
+    Ok(found)
+}
+
+/// The heads and every receipt, from one snapshot.
+pub(crate) fn verify<S: ColdStore>(s: &S) -> Result<Verification> {
+    let found = s.snapshot(|tx| {
+        let heads = tx.receipt_heads()?;
+        let mut verifier = Verifier::new();
+        let mut after = 0i64;
+        loop {
+            let page = tx.receipts_after(after, PAGE)?;
+            for receipt in &page {
+                after = receipt.id;
+                verifier.add(receipt);
+            }
+            if page.len() < PAGE || (S::VERIFY_STOPS_AT_BREAK && verifier.is_broken()) {
+                break;
+            }
+        }
+        Ok(verifier.finish(heads))
+    })?;
+    found.map_err(|e| s.read_failed("receipts", e))
+}
