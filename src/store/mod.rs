@@ -2,6 +2,7 @@
 //! from [`crate::planner`].
 
 pub(crate) mod cold;
+mod engine;
 pub mod fork;
 pub mod outcome;
 pub mod pool;

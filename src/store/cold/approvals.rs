@@ -8,13 +8,52 @@ use crate::error::{Error, Result};
 use crate::planner::{self, RequestPlan};
 use crate::record::Micros;
 use crate::store::recovery::Commit;
+use crate::store::Approvals;
 
 /// The first of `rows`.
 fn first(rows: Vec<ApprovalRecord>) -> Option<ApprovalRecord> {
     rows.into_iter().next()
 }
 
-pub(crate) fn request<S: ColdStore>(
+impl<S: ColdStore> Approvals for S {
+    fn request_approval(
+        &self,
+        ask: &ApprovalAsk<'_>,
+        now: Option<Micros>,
+    ) -> Result<ApprovalRecord> {
+        request(self, ask, now)
+    }
+
+    fn decide_approval(
+        &self,
+        id: &str,
+        grant: bool,
+        by: &str,
+        note: Option<&str>,
+        now: Option<Micros>,
+    ) -> Result<ApprovalRecord> {
+        decide(self, id, (grant, by, note), now)
+    }
+
+    fn get_approval(&self, id: &str, now: Option<Micros>) -> Result<Option<ApprovalRecord>> {
+        planner::check_request_id(id)?;
+        Ok(first(read(self, Pick::Id(id), now)?))
+    }
+
+    fn list_approvals(
+        &self,
+        state: Option<ApprovalState>,
+        now: Option<Micros>,
+    ) -> Result<Vec<ApprovalRecord>> {
+        let rows = read(self, Pick::All, now)?;
+        Ok(rows
+            .into_iter()
+            .filter(|r| state.is_none_or(|st| r.state == st))
+            .collect())
+    }
+}
+
+fn request<S: ColdStore>(
     s: &S,
     ask: &ApprovalAsk<'_>,
     now: Option<Micros>,
@@ -59,12 +98,11 @@ pub(crate) fn request<S: ColdStore>(
     write(s, WHAT, &id, body, landed)
 }
 
-pub(crate) fn decide<S: ColdStore>(
+/// A person's decision `(grant, by, note)` on the pending request `id`.
+fn decide<S: ColdStore>(
     s: &S,
     id: &str,
-    grant: bool,
-    by: &str,
-    note: Option<&str>,
+    (grant, by, note): (bool, &str, Option<&str>),
     now: Option<Micros>,
 ) -> Result<ApprovalRecord> {
     planner::check_request_id(id)?;
@@ -95,27 +133,6 @@ pub(crate) fn decide<S: ColdStore>(
         Ok(row)
     };
     write(s, what, id, body, |found, ours| found == ours)
-}
-
-pub(crate) fn get<S: ColdStore>(
-    s: &S,
-    id: &str,
-    now: Option<Micros>,
-) -> Result<Option<ApprovalRecord>> {
-    planner::check_request_id(id)?;
-    Ok(first(read(s, Pick::Id(id), now)?))
-}
-
-pub(crate) fn list<S: ColdStore>(
-    s: &S,
-    state: Option<ApprovalState>,
-    now: Option<Micros>,
-) -> Result<Vec<ApprovalRecord>> {
-    let rows = read(s, Pick::All, now)?;
-    Ok(rows
-        .into_iter()
-        .filter(|r| state.is_none_or(|st| r.state == st))
-        .collect())
 }
 
 /// The requests `pick` selects, each in its state as of the store's clock (or `now`).

@@ -1,8 +1,8 @@
 //! The cold paths (approvals, receipts), written once over a small transaction trait that
 //! both backends implement ([`tx`]), and the columns and row decoding they share ([`rows`]).
 
-pub(crate) mod approvals;
-pub(crate) mod receipts;
+mod approvals;
+mod receipts;
 pub(crate) mod rows;
 mod tx;
 

@@ -4,26 +4,29 @@
 use super::tx::{ColdStore, ColdTx};
 use crate::error::Result;
 use crate::receipt::{Receipt, Verification, Verifier};
+use crate::store::Receipts;
 
 /// How many receipts a verification reads at a time: a large store is never held in memory
 /// at once.
 const PAGE: usize = 5000;
 
-pub(crate) fn list<S: ColdStore>(
-    s: &S,
-    key: Option<&str>,
-    limit: Option<u64>,
-) -> Result<Vec<Receipt>> {
-    key.map(|k| s.check_text(k)).transpose()?;
-    let mut found = s
-        .read("receipts", "", |tx| tx.latest_receipts(key, limit))?
-        .map_err(|e| s.read_failed("receipts", e))?;
-    found.reverse();
-    Ok(found)
+impl<S: ColdStore> Receipts for S {
+    fn list_receipts(&self, key: Option<&str>, limit: Option<u64>) -> Result<Vec<Receipt>> {
+        key.map(|k| self.check_text(k)).transpose()?;
+        let mut found = self
+            .read("receipts", "", |tx| tx.latest_receipts(key, limit))?
+            .map_err(|e| self.read_failed("receipts", e))?;
+        found.reverse();
+        Ok(found)
+    }
+
+    fn verify_receipts(&self) -> Result<Verification> {
+        verify(self)
+    }
 }
 
 /// The heads and every receipt, from one snapshot.
-pub(crate) fn verify<S: ColdStore>(s: &S) -> Result<Verification> {
+fn verify<S: ColdStore>(s: &S) -> Result<Verification> {
     let found = s.snapshot(|tx| {
         let heads = tx.receipt_heads()?;
         let mut verifier = Verifier::new();

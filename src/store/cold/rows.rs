@@ -117,8 +117,30 @@ pub(crate) enum Value<'a> {
     Int(Option<i64>),
 }
 
-fn text(s: &str) -> Value<'_> {
+pub(crate) fn text(s: &str) -> Value<'_> {
     Value::Text(Some(s))
+}
+
+/// An effect row's values, in [`EFFECT_COLUMNS`]' order.
+pub(crate) fn effect_values(r: &EffectRecord) -> [Value<'_>; 16] {
+    [
+        text(&r.effect_key),
+        text(r.state.as_str()),
+        text(&r.action_id),
+        Value::Int(Some(r.attempt)),
+        Value::Int(Some(r.created_at)),
+        Value::Int(Some(r.updated_at)),
+        Value::Int(r.lease_expires_at),
+        Value::Text(r.result.as_deref()),
+        Value::Text(r.error.as_deref()),
+        Value::Text(r.resolved_by.as_deref()),
+        Value::Text(r.attempt_token.as_deref()),
+        Value::Text(r.action.as_deref()),
+        Value::Text(r.holder.as_deref()),
+        Value::Text(r.args_digest.as_deref()),
+        Value::Text(r.arg_digests.as_deref()),
+        Value::Text(r.approval_id.as_deref()),
+    ]
 }
 
 /// The values of an approval request's `INSERT`: [`APPROVAL_COLUMNS`], then the time written,

@@ -7,7 +7,8 @@ use crate::approval::{ApprovalRecord, ApprovalState};
 use crate::error::{Error, Result};
 use crate::receipt::Receipt;
 use crate::record::Micros;
-use crate::store::recovery::{Commit, Reread};
+use crate::store::engine::Engine;
+use crate::store::recovery::Commit;
 
 /// Which approval requests a select picks.
 #[derive(Clone, Copy, Debug)]
@@ -85,17 +86,13 @@ pub(crate) trait ColdTx {
 }
 
 /// A store as the cold paths use it.
-pub(crate) trait ColdStore: Reread {
+pub(crate) trait ColdStore: Engine {
     type Err;
     type Tx<'t>: ColdTx<Err = Self::Err>;
 
     /// Whether a verification stops reading receipts at the first broken one (the count of
     /// receipts it reports is then those read so far).
     const VERIFY_STOPS_AT_BREAK: bool;
-
-    /// The clock fixed before a transaction: this host's for a store that has no other
-    /// (SQLite), else `now` as given (`None`: the server's, read in the transaction).
-    fn fixed_now(&self, now: Option<Micros>) -> Option<Micros>;
 
     /// Refuse a text this store cannot hold (PostgreSQL's text holds no NUL).
     fn check_text(&self, _text: &str) -> Result<()> {

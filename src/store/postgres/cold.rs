@@ -8,16 +8,15 @@ use tokio_postgres::Row;
 use super::client::{Client, PgError};
 use super::sql::Sql;
 use super::{check_key, PostgresStore};
-use crate::approval::{ApprovalAsk, ApprovalRecord, ApprovalState};
+use crate::approval::{ApprovalRecord, ApprovalState};
 use crate::env::holder;
 use crate::error::{Error, Result};
 use crate::planner::{self, Proposal};
-use crate::receipt::{Receipt, Verification};
+use crate::receipt::Receipt;
 use crate::record::Micros;
 use crate::store::cold::rows::{self, Cells, Value, APPROVAL_COLUMNS, RECEIPT_COLUMNS};
-use crate::store::cold::{approvals, receipts, ColdStore, ColdTx, Pick};
+use crate::store::cold::{ColdStore, ColdTx, Pick};
 use crate::store::recovery::Commit;
-use crate::store::{Approvals, Receipts};
 
 const CLOCK: &str = "SELECT COALESCE($1::int8, \
                      (extract(epoch FROM pg_catalog.clock_timestamp()) * 1000000)::int8)";
@@ -207,11 +206,6 @@ impl ColdStore for PostgresStore {
     type Tx<'t> = PgTx<'t>;
     const VERIFY_STOPS_AT_BREAK: bool = true;
 
-    /// `now` as given: the server's clock is read in each transaction.
-    fn fixed_now(&self, now: Option<Micros>) -> Option<Micros> {
-        now
-    }
-
     fn check_text(&self, text: &str) -> Result<()> {
         check_key(text)
     }
@@ -348,47 +342,4 @@ pub(super) fn mark_used(
         )));
     }
     Ok(())
-}
-
-impl Approvals for PostgresStore {
-    fn request_approval(
-        &self,
-        ask: &ApprovalAsk<'_>,
-        now: Option<Micros>,
-    ) -> Result<ApprovalRecord> {
-        approvals::request(self, ask, now)
-    }
-
-    fn decide_approval(
-        &self,
-        id: &str,
-        grant: bool,
-        by: &str,
-        note: Option<&str>,
-        now: Option<Micros>,
-    ) -> Result<ApprovalRecord> {
-        approvals::decide(self, id, grant, by, note, now)
-    }
-
-    fn get_approval(&self, id: &str, now: Option<Micros>) -> Result<Option<ApprovalRecord>> {
-        approvals::get(self, id, now)
-    }
-
-    fn list_approvals(
-        &self,
-        state: Option<ApprovalState>,
-        now: Option<Micros>,
-    ) -> Result<Vec<ApprovalRecord>> {
-        approvals::list(self, state, now)
-    }
-}
-
-impl Receipts for PostgresStore {
-    fn list_receipts(&self, key: Option<&str>, limit: Option<u64>) -> Result<Vec<Receipt>> {
-        receipts::list(self, key, limit)
-    }
-
-    fn verify_receipts(&self) -> Result<Verification> {
-        receipts::verify(self)
-    }
 }

@@ -31,10 +31,11 @@ use tokio_postgres::Config;
 use crate::error::{Error, Result};
 use crate::planner::{self, Expected, Proposal, Transition};
 use crate::receipt::Event;
-use crate::record::{EffectRecord, EffectState, Micros};
+use crate::record::{EffectRecord, Micros};
+use crate::store::engine::{Engine, RowPlan};
 use crate::store::pool::{Pool, Pooled};
 use crate::store::recovery::{reread_failed, Commit, Reread, TransitionCall};
-use crate::store::{Backend, Store};
+use crate::store::Backend;
 use crate::url::{PgTls, SslMode};
 use client::{one_per_host, Client, PgError, PgResult};
 use conn::{describe, is_serialization, is_session_gone, Conn, Manager, Txn};
@@ -336,64 +337,50 @@ impl Reread for PostgresStore {
     }
 }
 
-impl Store for PostgresStore {
-    fn describe(&self) -> String {
+impl Engine for PostgresStore {
+    fn location(&self) -> String {
         self.description.clone()
     }
 
-    fn backend(&self) -> Backend {
+    fn kind(&self) -> Backend {
         Backend::Postgres
     }
 
-    fn propose(&self, proposal: Proposal<'_>, now: Option<Micros>) -> Result<EffectRecord> {
+    /// `now` as given: the server's clock is read by each write.
+    fn fixed_now(&self, now: Option<Micros>) -> Option<Micros> {
+        now
+    }
+
+    fn check_transition(&self, t: &Transition) -> Result<()> {
+        check_transition_text(t)
+    }
+
+    fn reserve_row(&self, proposal: Proposal<'_>, now: Option<Micros>) -> Result<EffectRecord> {
         planner::check_request(proposal.key, proposal.action_id, proposal.lease)?;
         check_key(proposal.key)?;
         self.reserve_from_a_read(proposal, now)
     }
 
-    fn transition(
+    /// The row written always comes back: the transition's statement returns it.
+    fn write_transition(
         &self,
-        key: &str,
-        action_id: &str,
-        attempt: Option<i64>,
-        transition: &Transition,
-        now: Option<Micros>,
-    ) -> Result<EffectRecord> {
-        check_transition_text(transition)?;
-        let call = TransitionCall::new(key, action_id, attempt, transition, now)?;
-        self.transition_step(&call, true)
+        call: &TransitionCall<'_>,
+        _read_back: bool,
+    ) -> Result<Option<EffectRecord>> {
+        self.transition_step(call, true).map(Some)
     }
 
-    fn extend_lease(
+    fn replace_row(
         &self,
+        what: (&str, Event),
         key: &str,
-        action_id: &str,
-        attempt: Option<i64>,
-        until: Micros,
         now: Option<Micros>,
+        plan: &RowPlan<'_>,
     ) -> Result<EffectRecord> {
-        planner::check_action_id(action_id)?;
-        let plan = |found: Option<EffectRecord>, n: Micros| {
-            planner::plan_extension(found, key, action_id, attempt, until, n)
-        };
-        self.read_plan_write(("extend_lease", Event::Extension), key, now, &plan, true)
+        self.read_plan_write(what, key, now, plan, true)
     }
 
-    fn resolve(
-        &self,
-        key: &str,
-        target: EffectState,
-        resolver: &str,
-        now: Option<Micros>,
-    ) -> Result<EffectRecord> {
-        planner::check_resolver(resolver)?;
-        let plan = |found: Option<EffectRecord>, n: Micros| {
-            planner::plan_resolution(found, key, target, resolver, n)
-        };
-        self.read_plan_write(("resolve_effect", Event::Resolution), key, now, &plan, true)
-    }
-
-    fn get(&self, key: &str) -> Result<Option<EffectRecord>> {
+    fn read_row(&self, key: &str) -> Result<Option<EffectRecord>> {
         if key.contains('\0') {
             return Ok(None); // no row can hold it (see `check_key`): nothing to ask the server
         }

@@ -6,19 +6,15 @@ use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{params_from_iter, Connection, Row};
 
 use super::SqliteStore;
-use crate::approval::ApprovalAsk;
 use crate::approval::{ApprovalRecord, ApprovalState};
 use crate::env::{holder, now_micros};
 use crate::error::{Error, Result};
 use crate::planner;
 use crate::receipt::Receipt;
-use crate::receipt::Verification;
 use crate::record::Micros;
 use crate::store::cold::rows::{self, Cells, Value, APPROVAL_COLUMNS, RECEIPT_COLUMNS};
-use crate::store::cold::{approvals, receipts};
 use crate::store::cold::{ColdStore, ColdTx, Pick};
 use crate::store::recovery::Commit;
-use crate::store::{Approvals, Receipts};
 
 impl Cells for Row<'_> {
     type Err = rusqlite::Error;
@@ -185,10 +181,6 @@ impl ColdStore for SqliteStore {
     type Tx<'t> = SqliteTx<'t>;
     const VERIFY_STOPS_AT_BREAK: bool = false;
 
-    fn fixed_now(&self, now: Option<Micros>) -> Option<Micros> {
-        Some(now.unwrap_or_else(now_micros))
-    }
-
     fn write<T>(
         &self,
         what: &str,
@@ -272,47 +264,4 @@ pub(super) fn consume(
         return Err(store.failed("reserve_effect", key, "the grant changed under us"));
     }
     Ok(used)
-}
-
-impl Approvals for SqliteStore {
-    fn request_approval(
-        &self,
-        ask: &ApprovalAsk<'_>,
-        now: Option<Micros>,
-    ) -> Result<ApprovalRecord> {
-        approvals::request(self, ask, now)
-    }
-
-    fn decide_approval(
-        &self,
-        id: &str,
-        grant: bool,
-        by: &str,
-        note: Option<&str>,
-        now: Option<Micros>,
-    ) -> Result<ApprovalRecord> {
-        approvals::decide(self, id, grant, by, note, now)
-    }
-
-    fn get_approval(&self, id: &str, now: Option<Micros>) -> Result<Option<ApprovalRecord>> {
-        approvals::get(self, id, now)
-    }
-
-    fn list_approvals(
-        &self,
-        state: Option<ApprovalState>,
-        now: Option<Micros>,
-    ) -> Result<Vec<ApprovalRecord>> {
-        approvals::list(self, state, now)
-    }
-}
-
-impl Receipts for SqliteStore {
-    fn list_receipts(&self, key: Option<&str>, limit: Option<u64>) -> Result<Vec<Receipt>> {
-        receipts::list(self, key, limit)
-    }
-
-    fn verify_receipts(&self) -> Result<Verification> {
-        receipts::verify(self)
-    }
 }

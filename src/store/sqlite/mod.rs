@@ -19,12 +19,13 @@ use rusqlite::Connection;
 
 use crate::env::{holder, new_attempt_token, now_micros};
 use crate::error::{Error, Result};
-use crate::planner::{self, Expected, Proposal, ReservationPlan, Transition};
+use crate::planner::{self, Expected, Proposal, ReservationPlan};
 use crate::receipt::Event;
-use crate::record::{EffectRecord, EffectState, Micros};
+use crate::record::{EffectRecord, Micros};
+use crate::store::engine::{Engine, RowPlan};
 use crate::store::pool::{Pool, Pooled};
 use crate::store::recovery::{reread_failed, Commit, Reread, Step, TransitionCall};
-use crate::store::{Backend, Store};
+use crate::store::Backend;
 use crate::url::SqliteOptions;
 pub use conn::ConnectionInit;
 use conn::{init_schema, open_connection, open_error, open_pinned, Conn, Manager};
@@ -205,34 +206,21 @@ impl Reread for SqliteStore {
     }
 }
 
-impl Store for SqliteStore {
-    fn describe(&self) -> String {
+impl Engine for SqliteStore {
+    fn location(&self) -> String {
         format!("sqlite:///{}", self.opts.path.display())
     }
 
-    fn backend(&self) -> Backend {
+    fn kind(&self) -> Backend {
         Backend::Sqlite
     }
 
-    fn transition_unread(
-        &self,
-        key: &str,
-        action_id: &str,
-        attempt: Option<i64>,
-        transition: &Transition,
-        now: Option<Micros>,
-    ) -> Result<()> {
-        let call = TransitionCall::new(
-            key,
-            action_id,
-            attempt,
-            transition,
-            Some(now.unwrap_or_else(now_micros)),
-        )?;
-        self.transition_step(&call, false, true).map(|_| ())
+    /// This host's clock: SQLite has no other.
+    fn fixed_now(&self, now: Option<Micros>) -> Option<Micros> {
+        Some(now.unwrap_or_else(now_micros))
     }
 
-    fn propose(&self, p: Proposal<'_>, now: Option<Micros>) -> Result<EffectRecord> {
+    fn reserve_row(&self, p: Proposal<'_>, now: Option<Micros>) -> Result<EffectRecord> {
         planner::check_request(p.key, p.action_id, p.lease)?;
         let now = now.unwrap_or_else(now_micros);
         planner::check_lease_end(now, p.lease)?;
@@ -287,61 +275,30 @@ impl Store for SqliteStore {
         }
     }
 
-    fn transition(
+    fn write_transition(
         &self,
-        key: &str,
-        action_id: &str,
-        attempt: Option<i64>,
-        transition: &Transition,
-        now: Option<Micros>,
-    ) -> Result<EffectRecord> {
-        let call = TransitionCall::new(
-            key,
-            action_id,
-            attempt,
-            transition,
-            Some(now.unwrap_or_else(now_micros)),
-        )?;
-        self.transition_step(&call, true, true)
-            .map(|row| row.expect("a transition that landed reads its row back"))
+        call: &TransitionCall<'_>,
+        read_back: bool,
+    ) -> Result<Option<EffectRecord>> {
+        self.transition_step(call, read_back, true)
     }
 
-    fn extend_lease(
+    fn replace_row(
         &self,
+        (what, event): (&str, Event),
         key: &str,
-        action_id: &str,
-        attempt: Option<i64>,
-        until: Micros,
         now: Option<Micros>,
+        plan: &RowPlan<'_>,
     ) -> Result<EffectRecord> {
-        planner::check_action_id(action_id)?;
         let now = now.unwrap_or_else(now_micros);
         let plan = |_: &Connection, found: Option<EffectRecord>| {
             let expected = found.as_ref().map(Expected::of);
-            let row = planner::plan_extension(found, key, action_id, attempt, until, now)?;
-            Ok((expected, Step::wrote(row, Event::Extension)))
+            Ok((expected, Step::wrote(plan(found, now)?, event)))
         };
-        self.read_plan_write("extend_lease", key, &plan, false, true)
+        self.read_plan_write(what, key, &plan, false, true)
     }
 
-    fn resolve(
-        &self,
-        key: &str,
-        target: EffectState,
-        resolver: &str,
-        now: Option<Micros>,
-    ) -> Result<EffectRecord> {
-        planner::check_resolver(resolver)?;
-        let now = now.unwrap_or_else(now_micros);
-        let plan = |_: &Connection, found: Option<EffectRecord>| {
-            let expected = found.as_ref().map(Expected::of);
-            let row = planner::plan_resolution(found, key, target, resolver, now)?;
-            Ok((expected, Step::wrote(row, Event::Resolution)))
-        };
-        self.read_plan_write("resolve_effect", key, &plan, false, true)
-    }
-
-    fn get(&self, key: &str) -> Result<Option<EffectRecord>> {
+    fn read_row(&self, key: &str) -> Result<Option<EffectRecord>> {
         self.read(key)
     }
 }

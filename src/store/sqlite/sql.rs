@@ -1,11 +1,11 @@
 //! The SQLite store's schema, statements and row decoding.
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row};
 
 use crate::planner::{Expected, Transition};
 use crate::receipt::Event;
 use crate::record::{EffectRecord, Micros};
-use crate::store::cold::rows::{self, effect_columns};
+use crate::store::cold::rows::{self, effect_columns, text, Value};
 
 /// The schema version this build writes (`PRAGMA user_version`).
 pub const SCHEMA_VERSION: i64 = 5;
@@ -197,27 +197,29 @@ const INSERT_ONE: &str = concat!(
      1, NULL, ctrlrun_receipt_hash('effect', ?1, NULL, 1, NULL, ?6, ?17, ?12, ?3, ?4, ?2, ?14, \
      ?16, ?10, ?18)) ON CONFLICT (effect_key) DO NOTHING"
 );
+/// [`rows::effect_values`] of the row written (`?1` to `?16`), then the expected state, action
+/// id and attempt, the event and the writing process.
 const COMPARE_AND_SET: &str = concat!(
-    "UPDATE ctrlrun_effects SET state = ?1, action_id = ?2, attempt = ?3, created_at = ?4, \
-     updated_at = ?5, lease_expires_at = ?6, result = ?7, error = ?8, resolved_by = ?9, \
-     attempt_token = ?14, action = ?15, holder = ?16, args_digest = ?17, \
-     arg_digests = ?18, approval_id = ?19, last_event = ?20, written_by = ?21, ",
+    "UPDATE ctrlrun_effects SET state = ?2, action_id = ?3, attempt = ?4, created_at = ?5, \
+     updated_at = ?6, lease_expires_at = ?7, result = ?8, error = ?9, resolved_by = ?10, \
+     attempt_token = ?11, action = ?12, holder = ?13, args_digest = ?14, \
+     arg_digests = ?15, approval_id = ?16, last_event = ?20, written_by = ?21, ",
     receipt_head!(
         "COALESCE(receipt_seq, 0) + 1",
         "receipt_hash",
-        "?10",
-        "?5",
-        "?20",
-        "?15",
-        "?2",
-        "?3",
         "?1",
-        "?17",
-        "?19",
-        "?9",
+        "?6",
+        "?20",
+        "?12",
+        "?3",
+        "?4",
+        "?2",
+        "?14",
+        "?16",
+        "?10",
         "?21"
     ),
-    " WHERE effect_key = ?10 AND state = ?11 AND action_id = ?12 AND attempt = ?13"
+    " WHERE effect_key = ?1 AND state = ?17 AND action_id = ?18 AND attempt = ?19"
 );
 const TRANSITION: &str = concat!(
     "UPDATE ctrlrun_effects SET state = ?1, updated_at = ?2, \
@@ -271,26 +273,11 @@ pub(super) fn select(conn: &Connection, key: &str) -> rusqlite::Result<Option<Ef
 
 /// Insert `r` unless the key has a row; the count of rows inserted (0 or 1).
 pub(super) fn insert(conn: &Connection, r: &EffectRecord) -> rusqlite::Result<usize> {
-    conn.prepare_cached(INSERT_ONE)?.execute(params![
-        r.effect_key,
-        r.state.as_str(),
-        r.action_id,
-        r.attempt,
-        r.created_at,
-        r.updated_at,
-        r.lease_expires_at,
-        r.result,
-        r.error,
-        r.resolved_by,
-        r.attempt_token,
-        r.action,
-        r.holder,
-        r.args_digest,
-        r.arg_digests,
-        r.approval_id,
-        Event::Reservation.as_str(),
-        crate::env::holder()
-    ])
+    let writer = crate::env::holder();
+    let more = [text(Event::Reservation.as_str()), text(&writer)];
+    let values = rows::effect_values(r);
+    conn.prepare_cached(INSERT_ONE)?
+        .execute(params_from_iter(values.iter().chain(&more)))
 }
 
 /// Overwrite the whole row if it is still `expected`; returns the number of rows changed.
@@ -300,29 +287,17 @@ pub(super) fn compare_and_set(
     r: &EffectRecord,
     event: Event,
 ) -> rusqlite::Result<usize> {
-    conn.prepare_cached(COMPARE_AND_SET)?.execute(params![
-        r.state.as_str(),
-        r.action_id,
-        r.attempt,
-        r.created_at,
-        r.updated_at,
-        r.lease_expires_at,
-        r.result,
-        r.error,
-        r.resolved_by,
-        r.effect_key,
-        expected.state.as_str(),
-        expected.action_id,
-        expected.attempt,
-        r.attempt_token,
-        r.action,
-        r.holder,
-        r.args_digest,
-        r.arg_digests,
-        r.approval_id,
-        event.as_str(),
-        crate::env::holder()
-    ])
+    let writer = crate::env::holder();
+    let more = [
+        text(expected.state.as_str()),
+        text(&expected.action_id),
+        Value::Int(Some(expected.attempt)),
+        text(event.as_str()),
+        text(&writer),
+    ];
+    let values = rows::effect_values(r);
+    conn.prepare_cached(COMPARE_AND_SET)?
+        .execute(params_from_iter(values.iter().chain(&more)))
 }
 
 /// A later transition as one conditional `UPDATE` binding the planner's
