@@ -3,16 +3,33 @@
 //! backends; only how a row is reserved, transitioned and replaced is the backend's.
 
 use super::recovery::{Reread, TransitionCall};
-use super::{Backend, Retention, Store};
 use crate::error::Result;
-use crate::planner::{self, Proposal, Transition};
+use crate::planner::{Proposal, Transition};
 use crate::receipt::Event;
-use crate::record::{EffectRecord, EffectState, Micros};
+use crate::record::{EffectRecord, Micros};
+
+/// The database behind a [`Store`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// One SQLite file on this host.
+    Sqlite,
+    /// A PostgreSQL database, shared by many hosts.
+    Postgres,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
 
 /// A plan of a whole row from the row found and the clock.
-pub(crate) type RowPlan<'a> = dyn Fn(Option<EffectRecord>, Micros) -> Result<EffectRecord> + 'a;
+pub type RowPlan<'a> = dyn Fn(Option<EffectRecord>, Micros) -> Result<EffectRecord> + 'a;
 
-pub(crate) trait Engine: Reread + Send + Sync {
+pub trait Engine: Reread + Send + Sync {
     /// [`Store::describe`].
     fn location(&self) -> String;
 
@@ -51,80 +68,4 @@ pub(crate) trait Engine: Reread + Send + Sync {
 
     /// [`Store::get`].
     fn read_row(&self, key: &str) -> Result<Option<EffectRecord>>;
-}
-
-impl<S: Engine + super::Approvals + super::Receipts + Retention> Store for S {
-    fn describe(&self) -> String {
-        self.location()
-    }
-
-    fn backend(&self) -> Backend {
-        self.kind()
-    }
-
-    fn propose(&self, proposal: Proposal<'_>, now: Option<Micros>) -> Result<EffectRecord> {
-        self.reserve_row(proposal, now)
-    }
-
-    fn transition(
-        &self,
-        key: &str,
-        action_id: &str,
-        attempt: Option<i64>,
-        transition: &Transition,
-        now: Option<Micros>,
-    ) -> Result<EffectRecord> {
-        self.check_transition(transition)?;
-        let call = TransitionCall::new(key, action_id, attempt, transition, self.fixed_now(now))?;
-        let row = self.write_transition(&call, true)?;
-        Ok(row.expect("a transition that landed reads its row back"))
-    }
-
-    fn transition_unread(
-        &self,
-        key: &str,
-        action_id: &str,
-        attempt: Option<i64>,
-        transition: &Transition,
-        now: Option<Micros>,
-    ) -> Result<()> {
-        self.check_transition(transition)?;
-        let call = TransitionCall::new(key, action_id, attempt, transition, self.fixed_now(now))?;
-        self.write_transition(&call, false).map(|_| ())
-    }
-
-    fn extend_lease(
-        &self,
-        key: &str,
-        action_id: &str,
-        attempt: Option<i64>,
-        until: Micros,
-        now: Option<Micros>,
-    ) -> Result<EffectRecord> {
-        planner::check_action_id(action_id)?;
-        let plan = |found: Option<EffectRecord>, n: Micros| {
-            planner::plan_extension(found, key, action_id, attempt, until, n)
-        };
-        let what = ("extend_lease", Event::Extension);
-        self.replace_row(what, key, self.fixed_now(now), &plan)
-    }
-
-    fn resolve(
-        &self,
-        key: &str,
-        target: EffectState,
-        resolver: &str,
-        now: Option<Micros>,
-    ) -> Result<EffectRecord> {
-        planner::check_resolver(resolver)?;
-        let plan = |found: Option<EffectRecord>, n: Micros| {
-            planner::plan_resolution(found, key, target, resolver, n)
-        };
-        let what = ("resolve_effect", Event::Resolution);
-        self.replace_row(what, key, self.fixed_now(now), &plan)
-    }
-
-    fn get(&self, key: &str) -> Result<Option<EffectRecord>> {
-        self.read_row(key)
-    }
 }

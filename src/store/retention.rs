@@ -10,7 +10,6 @@
 use crate::error::{Error, Result};
 use crate::planner::breaks_a_line;
 use crate::record::{EffectState, Micros};
-use crate::store::PruneBatch;
 
 /// What [`crate::Store::list`] selects: every filter given must hold. Rows come oldest first
 /// (creation time, then key); with `limit`, the first that many.
@@ -182,4 +181,12 @@ pub fn drive<E>(
         }
     }
     Ok(removed)
+}
+
+/// What one prune transaction did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PruneBatch {
+    pub removed: u64,
+    /// Where the next batch starts; `None` when no row is left to look at.
+    pub next: Option<Cursor>,
 }

@@ -7,8 +7,8 @@ use crate::approval::{new_request_id, ApprovalAsk, ApprovalRecord, ApprovalState
 use crate::error::{Error, Result};
 use crate::planner::{self, RequestPlan};
 use crate::record::Micros;
+use crate::store::api::Approvals;
 use crate::store::recovery::Commit;
-use crate::store::Approvals;
 
 /// The first of `rows`.
 fn first(rows: Vec<ApprovalRecord>) -> Option<ApprovalRecord> {

@@ -4,7 +4,7 @@
 use super::tx::{ColdStore, ColdTx};
 use crate::error::Result;
 use crate::receipt::{Receipt, Verification, Verifier};
-use crate::store::Receipts;
+use crate::store::api::Receipts;
 
 /// How many receipts a verification reads at a time: a large store is never held in memory
 /// at once.

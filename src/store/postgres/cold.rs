@@ -7,7 +7,7 @@ use tokio_postgres::Row;
 
 use super::client::{Client, PgError};
 use super::sql::Sql;
-use super::{check_key, PostgresStore};
+use super::store::{check_key, PostgresStore};
 use crate::approval::{ApprovalRecord, ApprovalState};
 use crate::env::holder;
 use crate::error::{Error, Result};

@@ -13,13 +13,14 @@ use tokio_postgres::types::{ToSql, Type};
 
 use super::client::{Client, PgError};
 use super::sql::{now_expr, read_record, COLUMNS};
-use super::{check_key, PostgresStore};
+use super::store::{check_key, PostgresStore};
 use crate::env::holder;
 use crate::error::{Error, Result};
 use crate::record::{EffectRecord, EffectState, Micros};
+use crate::store::api::Retention;
 use crate::store::recovery::Commit;
+use crate::store::retention::PruneBatch;
 use crate::store::retention::{first_chars, prefix_end, Cursor, EffectFilter, Prune};
-use crate::store::{PruneBatch, Retention};
 
 /// How many leading characters of a key the prefix index holds.
 const INDEXED_CHARS: usize = 200;
@@ -96,7 +97,7 @@ fn prunable(approvals: &str) -> String {
 }
 
 impl PostgresStore {
-    fn retention_error(&self, what: &str, e: &super::PgError) -> Error {
+    fn retention_error(&self, what: &str, e: &PgError) -> Error {
         Error::Store(format!(
             "{what} in the PostgreSQL store {} failed: {}",
             self.description,

@@ -5,7 +5,7 @@ use super::client::{Client, PgError};
 use super::cold;
 use super::conn::rolled_back;
 use super::sql::{read_found, read_record, Found, Sql};
-use super::PostgresStore;
+use super::store::PostgresStore;
 use crate::env::{holder, new_attempt_token};
 use crate::error::{Error, Result};
 use crate::planner::{self, Expected, Mismatch, Proposal, ReservationPlan};

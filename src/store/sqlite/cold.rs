@@ -5,7 +5,7 @@
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{params_from_iter, Connection, Row};
 
-use super::SqliteStore;
+use super::store::SqliteStore;
 use crate::approval::{ApprovalRecord, ApprovalState};
 use crate::env::{holder, now_micros};
 use crate::error::{Error, Result};

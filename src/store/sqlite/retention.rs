@@ -11,14 +11,15 @@ use rusqlite::types::Value;
 use rusqlite::{params, Connection};
 
 use super::sql::read_record;
-use super::SqliteStore;
+use super::store::SqliteStore;
 use crate::env::{holder, now_micros};
 use crate::error::{Error, Result};
 use crate::record::{EffectRecord, EffectState, Micros};
+use crate::store::api::Retention;
 use crate::store::cold::rows::EFFECT_COLUMNS;
 use crate::store::recovery::Commit;
+use crate::store::retention::PruneBatch;
 use crate::store::retention::{prefix_end, Cursor, EffectFilter, Prune};
-use crate::store::{PruneBatch, Retention};
 
 /// The listing `f` asks for and its parameters.
 fn list_query(f: &EffectFilter<'_>) -> (String, Vec<Value>) {
