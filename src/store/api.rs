@@ -1,9 +1,9 @@
 //! The traits every store implements: [`Store`] (effects), [`Approvals`], [`Receipts`] and
 //! [`Retention`]. [`Store`] is written once over what a backend supplies ([`Engine`]).
 
-use super::engine::{Backend, Engine};
+use super::engine::{Backend, Engine, RowWrite};
 use super::recovery::TransitionCall;
-use super::retention::{self, Cursor, EffectFilter, Prune, PruneBatch};
+use super::retention::{self, Cursor, EffectFilter, Prune, PruneBatch, PruneStep};
 use crate::approval::{ApprovalAsk, ApprovalRecord, ApprovalState};
 use crate::error::Result;
 use crate::planner::{self, Proposal, Transition};
@@ -57,7 +57,7 @@ pub trait Receipts {
 
 /// Listing by filter and retention (each backend implements it in its `retention.rs`; see
 /// [`super::retention`]).
-pub trait Retention {
+pub trait Retention: Engine {
     /// The records `filter` selects, oldest first, served by the store's indexes (no scan of
     /// the whole table for a state, a prefix or an action).
     fn list(&self, filter: &EffectFilter<'_>) -> Result<Vec<EffectRecord>>;
@@ -74,7 +74,15 @@ pub trait Retention {
         state: EffectState,
         after: Option<&Cursor>,
         now: Option<Micros>,
-    ) -> Result<PruneBatch>;
+    ) -> Result<PruneBatch> {
+        let prune = p;
+        self.prune_rows(PruneStep {
+            prune,
+            state,
+            after,
+            now,
+        })
+    }
 
     /// How many rows [`Store::prune`] would remove now (a dry run).
     fn count_prunable(&self, p: &Prune<'_>, now: Option<Micros>) -> Result<u64>;
@@ -189,8 +197,14 @@ pub trait Store: Approvals + Receipts + Retention + Engine {
         let plan = |found: Option<EffectRecord>, n: Micros| {
             planner::plan_extension(found, key, action_id, attempt, until, n)
         };
-        let what = ("extend_lease", Event::Extension);
-        self.replace_row(what, key, self.fixed_now(now), &plan)
+        let (what, event, now) = ("extend_lease", Event::Extension, self.fixed_now(now));
+        self.replace_row(RowWrite {
+            what,
+            event,
+            key,
+            now,
+            plan: &plan,
+        })
     }
 
     /// A person settles an `ambiguous` effect as `committed` or `failed`.
@@ -205,8 +219,14 @@ pub trait Store: Approvals + Receipts + Retention + Engine {
         let plan = |found: Option<EffectRecord>, n: Micros| {
             planner::plan_resolution(found, key, target, resolver, n)
         };
-        let what = ("resolve_effect", Event::Resolution);
-        self.replace_row(what, key, self.fixed_now(now), &plan)
+        let (what, event, now) = ("resolve_effect", Event::Resolution, self.fixed_now(now));
+        self.replace_row(RowWrite {
+            what,
+            event,
+            key,
+            now,
+            plan: &plan,
+        })
     }
 
     fn get(&self, key: &str) -> Result<Option<EffectRecord>> {

@@ -3,6 +3,7 @@
 //! backends; only how a row is reserved, transitioned and replaced is the backend's.
 
 use super::recovery::{Reread, TransitionCall};
+use super::retention::{PruneBatch, PruneStep};
 use crate::error::Result;
 use crate::planner::{Proposal, Transition};
 use crate::receipt::Event;
@@ -28,6 +29,17 @@ impl Backend {
 
 /// A plan of a whole row from the row found and the clock.
 pub type RowPlan<'a> = dyn Fn(Option<EffectRecord>, Micros) -> Result<EffectRecord> + 'a;
+
+/// A whole-row write: `what` (for messages) of `key`'s row, written as `event`, planned by
+/// `plan` at `now` (the caller's clock, else the store's).
+#[derive(Clone, Copy)]
+pub struct RowWrite<'a> {
+    pub what: &'a str,
+    pub event: Event,
+    pub key: &'a str,
+    pub now: Option<Micros>,
+    pub plan: &'a RowPlan<'a>,
+}
 
 pub trait Engine: Reread + Send + Sync {
     /// [`Store::describe`].
@@ -56,15 +68,11 @@ pub trait Engine: Reread + Send + Sync {
         read_back: bool,
     ) -> Result<Option<EffectRecord>>;
 
-    /// Read `key`'s row, plan its replacement (`what`, written as `event`) and write it as a
-    /// compare-and-set.
-    fn replace_row(
-        &self,
-        what: (&str, Event),
-        key: &str,
-        now: Option<Micros>,
-        plan: &RowPlan<'_>,
-    ) -> Result<EffectRecord>;
+    /// Read the row, plan its replacement and write it as a compare-and-set.
+    fn replace_row(&self, w: RowWrite<'_>) -> Result<EffectRecord>;
+
+    /// [`crate::store::Retention::prune_batch`].
+    fn prune_rows(&self, step: PruneStep<'_>) -> Result<PruneBatch>;
 
     /// [`Store::get`].
     fn read_row(&self, key: &str) -> Result<Option<EffectRecord>>;

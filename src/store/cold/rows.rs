@@ -149,8 +149,8 @@ pub(crate) fn approval_insert<'a>(
     r: &'a ApprovalRecord,
     now: Micros,
     writer: &'a str,
-) -> [Value<'a>; 17] {
-    [
+) -> Vec<Value<'a>> {
+    let mut values = vec![
         text(&r.request_id),
         text(&r.action),
         text(&r.args_digest),
@@ -159,16 +159,10 @@ pub(crate) fn approval_insert<'a>(
         text(r.state.as_str()),
         Value::Int(Some(r.requested_at)),
         Value::Int(Some(r.ttl)),
-        Value::Int(Some(r.expires_at)),
-        Value::Int(r.decided_at),
-        Value::Text(r.decided_by.as_deref()),
-        Value::Text(r.note.as_deref()),
-        Value::Int(r.used_at),
-        Value::Text(r.used_by.as_deref()),
-        Value::Int(Some(now)),
-        text(receipt::approval_event(r.state)),
-        text(writer),
-    ]
+    ];
+    values.extend(decided(r));
+    values.extend(written(r, now, writer));
+    values
 }
 
 /// The values of an approval request's compare-and-set from state `from`: the fields a
@@ -179,17 +173,29 @@ pub(crate) fn approval_cas<'a>(
     r: &'a ApprovalRecord,
     now: Micros,
     writer: &'a str,
-) -> [Value<'a>; 12] {
+) -> Vec<Value<'a>> {
+    let mut values = vec![text(r.state.as_str())];
+    values.extend(decided(r));
+    values.extend([text(&r.request_id), text(from.as_str())]);
+    values.extend(written(r, now, writer));
+    values
+}
+
+/// What a decision and a use set: from `expires_at` to `used_by`.
+fn decided(r: &ApprovalRecord) -> [Value<'_>; 6] {
     [
-        text(r.state.as_str()),
         Value::Int(Some(r.expires_at)),
         Value::Int(r.decided_at),
         Value::Text(r.decided_by.as_deref()),
         Value::Text(r.note.as_deref()),
         Value::Int(r.used_at),
         Value::Text(r.used_by.as_deref()),
-        text(&r.request_id),
-        text(from.as_str()),
+    ]
+}
+
+/// The time written, the receipt's event and the writing process.
+fn written<'a>(r: &ApprovalRecord, now: Micros, writer: &'a str) -> [Value<'a>; 3] {
+    [
         Value::Int(Some(now)),
         text(receipt::approval_event(r.state)),
         text(writer),

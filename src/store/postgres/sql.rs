@@ -85,12 +85,8 @@ impl Sql {
         r: &EffectRecord,
         now: Option<Micros>,
     ) -> PgResult<Option<Row>> {
-        let lease = r.lease_expires_at.map(|until| until - r.created_at);
-        let (state, writer) = (r.state.as_str(), holder());
-        c.query_typed_opt(
-            &self.insert,
-            &insert_params(r, &state, &now, &lease, &writer),
-        )
+        let args = InsertArgs::of(r, now);
+        c.query_typed_opt(&self.insert, &args.params(r))
     }
 
     /// [`Sql::insert`] of a key's first row, or, when a row is there, that row read afresh:
@@ -101,10 +97,8 @@ impl Sql {
         r: &EffectRecord,
         now: Option<Micros>,
     ) -> PgResult<(bool, Row)> {
-        let lease = r.lease_expires_at.map(|until| until - r.created_at);
-        let (state, writer) = (r.state.as_str(), holder());
-        let params = insert_params(r, &state, &now, &lease, &writer);
-        let row = c.query_typed_one(&self.reserve, &params)?;
+        let args = InsertArgs::of(r, now);
+        let row = c.query_typed_one(&self.reserve, &args.params(r))?;
         // A column that does not decode is the driver's error (the call's commit is then
         // unknown, and the re-read decides), never a panic.
         let inserted = row.try_get(17).map_err(PgError::Driver)?;
@@ -181,33 +175,47 @@ impl Sql {
 /// What the `INSERT` writes as the row's last event.
 const RESERVATION_EVENT: &str = Event::Reservation.as_str();
 
-/// The parameters of the `INSERT` of row `r` (see [`Statements::new`]).
-fn insert_params<'a>(
-    r: &'a EffectRecord,
-    state: &'a &'static str,
-    now: &'a Option<Micros>,
-    lease: &'a Option<Micros>,
-    writer: &'a String,
-) -> [(&'a (dyn ToSql + Sync), Type); 17] {
-    [
-        (&r.effect_key, Type::TEXT),
-        (state, Type::TEXT),
-        (&r.action_id, Type::TEXT),
-        (&r.attempt, Type::INT8),
-        (now, Type::INT8),
-        (lease, Type::INT8),
-        (&r.result, Type::TEXT),
-        (&r.error, Type::TEXT),
-        (&r.resolved_by, Type::TEXT),
-        (&r.attempt_token, Type::TEXT),
-        (&r.action, Type::TEXT),
-        (&r.holder, Type::TEXT),
-        (&r.args_digest, Type::TEXT),
-        (&r.arg_digests, Type::TEXT),
-        (&r.approval_id, Type::TEXT),
-        (&RESERVATION_EVENT, Type::TEXT),
-        (writer, Type::TEXT),
-    ]
+/// What the `INSERT` of a row binds besides the row's own fields.
+struct InsertArgs {
+    state: &'static str,
+    now: Option<Micros>,
+    lease: Option<Micros>,
+    writer: String,
+}
+
+impl InsertArgs {
+    fn of(r: &EffectRecord, now: Option<Micros>) -> InsertArgs {
+        InsertArgs {
+            state: r.state.as_str(),
+            now,
+            lease: r.lease_expires_at.map(|until| until - r.created_at),
+            writer: holder(),
+        }
+    }
+
+    /// The parameters of the `INSERT` of row `r` (see [`Statements::new`]).
+    fn params<'a>(&'a self, r: &'a EffectRecord) -> [(&'a (dyn ToSql + Sync), Type); 17] {
+        let (state, now, lease, writer) = (&self.state, &self.now, &self.lease, &self.writer);
+        [
+            (&r.effect_key, Type::TEXT),
+            (state, Type::TEXT),
+            (&r.action_id, Type::TEXT),
+            (&r.attempt, Type::INT8),
+            (now, Type::INT8),
+            (lease, Type::INT8),
+            (&r.result, Type::TEXT),
+            (&r.error, Type::TEXT),
+            (&r.resolved_by, Type::TEXT),
+            (&r.attempt_token, Type::TEXT),
+            (&r.action, Type::TEXT),
+            (&r.holder, Type::TEXT),
+            (&r.args_digest, Type::TEXT),
+            (&r.arg_digests, Type::TEXT),
+            (&r.approval_id, Type::TEXT),
+            (&RESERVATION_EVENT, Type::TEXT),
+            (writer, Type::TEXT),
+        ]
+    }
 }
 
 /// A row of the effect columns starting at column `at`; `None` when the key column is NULL.

@@ -10,9 +10,10 @@ use crate::error::{Error, Result};
 use crate::planner::{self, Expected, Proposal, Transition};
 use crate::receipt::Event;
 use crate::record::{EffectRecord, Micros};
-use crate::store::engine::{Backend, Engine, RowPlan};
+use crate::store::engine::{Backend, Engine, RowWrite};
 use crate::store::pool::{Pool, Pooled};
 use crate::store::recovery::{reread_failed, Commit, Reread, TransitionCall};
+use crate::store::retention::{PruneBatch, PruneStep};
 use crate::url::PgTls;
 
 /// PostgreSQL `text` cannot hold NUL: refuse such a key before any write.
@@ -278,14 +279,12 @@ impl Engine for PostgresStore {
         self.transition_step(call, true).map(Some)
     }
 
-    fn replace_row(
-        &self,
-        what: (&str, Event),
-        key: &str,
-        now: Option<Micros>,
-        plan: &RowPlan<'_>,
-    ) -> Result<EffectRecord> {
-        self.read_plan_write(what, key, now, plan, true)
+    fn replace_row(&self, w: RowWrite<'_>) -> Result<EffectRecord> {
+        self.read_plan_write((w.what, w.event), w.key, w.now, w.plan, true)
+    }
+
+    fn prune_rows(&self, step: PruneStep<'_>) -> Result<PruneBatch> {
+        self.prune_batch_in(step)
     }
 
     fn read_row(&self, key: &str) -> Result<Option<EffectRecord>> {

@@ -17,9 +17,9 @@ use crate::error::{Error, Result};
 use crate::record::{EffectRecord, EffectState, Micros};
 use crate::store::api::Retention;
 use crate::store::cold::rows::EFFECT_COLUMNS;
-use crate::store::recovery::Commit;
+use crate::store::recovery::{Commit, Reread};
 use crate::store::retention::PruneBatch;
-use crate::store::retention::{prefix_end, Cursor, EffectFilter, Prune};
+use crate::store::retention::{batch_unknown, prefix_end, Cursor, EffectFilter, Prune, PruneStep};
 
 /// The listing `f` asks for and its parameters.
 fn list_query(f: &EffectFilter<'_>) -> (String, Vec<Value>) {
@@ -113,43 +113,6 @@ impl Retention for SqliteStore {
         Ok(steps.join("\n"))
     }
 
-    fn prune_batch(
-        &self,
-        p: &Prune<'_>,
-        state: EffectState,
-        after: Option<&Cursor>,
-        now: Option<Micros>,
-    ) -> Result<PruneBatch> {
-        let now = now.unwrap_or_else(now_micros);
-        let cut = now.saturating_sub(p.older_than);
-        let mut conn = self.conn()?;
-        let body = |c: &Connection| -> Result<PruneBatch> {
-            let looked = candidates(c, state, cut, after, p.batch)
-                .map_err(|e| self.retention_error("finding effects to prune", e))?;
-            let mut removed = 0;
-            for (key, _) in &looked {
-                removed += remove(c, p, key, state, cut, now)
-                    .map_err(|e| self.retention_error("pruning an effect", e))?;
-            }
-            let next = (looked.len() == p.batch as usize)
-                .then(|| looked.last())
-                .flatten()
-                .map(|(key, created_at)| Cursor {
-                    created_at: *created_at,
-                    tie: key.clone().into_bytes(),
-                });
-            Ok(PruneBatch { removed, next })
-        };
-        match self.txn(&mut conn, "prune", "*", body)? {
-            Commit::Landed(batch) => Ok(batch),
-            Commit::Unknown(_, e) => Err(Error::StoreUnresolved(format!(
-                "pruning effects in the SQLite store at {}: the COMMIT failed ({e}), so this \
-                 batch may or may not be removed; running the prune again finishes it",
-                self.opts.path.display()
-            ))),
-        }
-    }
-
     fn count_prunable(&self, p: &Prune<'_>, now: Option<Micros>) -> Result<u64> {
         let now = now.unwrap_or_else(now_micros);
         let cut = now.saturating_sub(p.older_than);
@@ -230,4 +193,39 @@ fn remove(
         .execute([key])?;
     }
     Ok(removed as u64)
+}
+
+impl SqliteStore {
+    pub(super) fn prune_batch_in(&self, step: PruneStep<'_>) -> Result<PruneBatch> {
+        let PruneStep {
+            prune: p,
+            state,
+            after,
+            now,
+        } = step;
+        let now = now.unwrap_or_else(now_micros);
+        let cut = now.saturating_sub(p.older_than);
+        let mut conn = self.conn()?;
+        let body = |c: &Connection| -> Result<PruneBatch> {
+            let looked = candidates(c, state, cut, after, p.batch)
+                .map_err(|e| self.retention_error("finding effects to prune", e))?;
+            let mut removed = 0;
+            for (key, _) in &looked {
+                removed += remove(c, p, key, state, cut, now)
+                    .map_err(|e| self.retention_error("pruning an effect", e))?;
+            }
+            let next = (looked.len() == p.batch as usize)
+                .then(|| looked.last())
+                .flatten()
+                .map(|(key, created_at)| Cursor {
+                    created_at: *created_at,
+                    tie: key.clone().into_bytes(),
+                });
+            Ok(PruneBatch { removed, next })
+        };
+        match self.txn(&mut conn, "prune", "*", body)? {
+            Commit::Landed(batch) => Ok(batch),
+            Commit::Unknown(_, why) => Err(batch_unknown(&self.store_name(), &why)),
+        }
+    }
 }

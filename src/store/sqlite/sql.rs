@@ -274,10 +274,24 @@ pub(super) fn select(conn: &Connection, key: &str) -> rusqlite::Result<Option<Ef
 /// Insert `r` unless the key has a row; the count of rows inserted (0 or 1).
 pub(super) fn insert(conn: &Connection, r: &EffectRecord) -> rusqlite::Result<usize> {
     let writer = crate::env::holder();
-    let more = [text(Event::Reservation.as_str()), text(&writer)];
+    write_row(
+        conn,
+        INSERT_ONE,
+        r,
+        &[text(Event::Reservation.as_str()), text(&writer)],
+    )
+}
+
+/// Run `sql` with [`rows::effect_values`] of `r`, then `more`.
+fn write_row(
+    conn: &Connection,
+    sql: &str,
+    r: &EffectRecord,
+    more: &[Value<'_>],
+) -> rusqlite::Result<usize> {
     let values = rows::effect_values(r);
-    conn.prepare_cached(INSERT_ONE)?
-        .execute(params_from_iter(values.iter().chain(&more)))
+    conn.prepare_cached(sql)?
+        .execute(params_from_iter(values.iter().chain(more)))
 }
 
 /// Overwrite the whole row if it is still `expected`; returns the number of rows changed.
@@ -295,9 +309,7 @@ pub(super) fn compare_and_set(
         text(event.as_str()),
         text(&writer),
     ];
-    let values = rows::effect_values(r);
-    conn.prepare_cached(COMPARE_AND_SET)?
-        .execute(params_from_iter(values.iter().chain(&more)))
+    write_row(conn, COMPARE_AND_SET, r, &more)
 }
 
 /// A later transition as one conditional `UPDATE` binding the planner's

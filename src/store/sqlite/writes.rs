@@ -11,8 +11,9 @@ use crate::error::{Error, Result};
 use crate::planner::{self, Expected, Mismatch, Proposal, ReservationPlan};
 use crate::receipt::Event;
 use crate::record::{EffectRecord, Micros};
-use crate::store::engine::{Backend, Engine, RowPlan};
+use crate::store::engine::{Backend, Engine, RowWrite};
 use crate::store::recovery::{settle_transition, settle_write, Step, TransitionCall};
+use crate::store::retention::{PruneBatch, PruneStep};
 use crate::url::Synchronous;
 
 /// A read-plan-write step's plan: from the row found (and the transaction's connection, for a
@@ -207,19 +208,17 @@ impl Engine for SqliteStore {
         self.transition_step(call, read_back, true)
     }
 
-    fn replace_row(
-        &self,
-        (what, event): (&str, Event),
-        key: &str,
-        now: Option<Micros>,
-        plan: &RowPlan<'_>,
-    ) -> Result<EffectRecord> {
-        let now = now.unwrap_or_else(now_micros);
+    fn replace_row(&self, w: RowWrite<'_>) -> Result<EffectRecord> {
+        let now = w.now.unwrap_or_else(now_micros);
         let plan = |_: &Connection, found: Option<EffectRecord>| {
             let expected = found.as_ref().map(Expected::of);
-            Ok((expected, Step::wrote(plan(found, now)?, event)))
+            Ok((expected, Step::wrote((w.plan)(found, now)?, w.event)))
         };
-        self.read_plan_write(what, key, &plan, false, true)
+        self.read_plan_write(w.what, w.key, &plan, false, true)
+    }
+
+    fn prune_rows(&self, step: PruneStep<'_>) -> Result<PruneBatch> {
+        self.prune_batch_in(step)
     }
 
     fn read_row(&self, key: &str) -> Result<Option<EffectRecord>> {
