@@ -2,7 +2,8 @@
 //! the approval writes bind, in their statements' parameter order.
 
 use crate::approval::{ApprovalRecord, ApprovalState};
-use crate::receipt::{self, Receipt};
+use crate::planner::Expected;
+use crate::receipt::{self, Event, Receipt};
 use crate::record::{EffectRecord, EffectState, Micros};
 
 /// An effect row's columns, in [`effect`]'s order (a macro, so statements built with
@@ -140,6 +141,22 @@ pub(crate) fn effect_values(r: &EffectRecord) -> [Value<'_>; 16] {
         Value::Text(r.args_digest.as_deref()),
         Value::Text(r.arg_digests.as_deref()),
         Value::Text(r.approval_id.as_deref()),
+    ]
+}
+
+/// What a compare-and-set of a whole row binds after [`effect_values`]: the row it expects
+/// (state, action id, attempt), the event written and the writing process.
+pub(crate) fn expected_values<'a>(
+    e: &'a Expected,
+    event: Event,
+    writer: &'a str,
+) -> [Value<'a>; 5] {
+    [
+        text(e.state.as_str()),
+        text(&e.action_id),
+        Value::Int(Some(e.attempt)),
+        text(event.as_str()),
+        text(writer),
     ]
 }
 

@@ -6,7 +6,7 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
 use super::client::{Client, PgError};
-use super::sql::Sql;
+use super::sql::{typed, Sql};
 use super::store::{check_key, PostgresStore};
 use crate::approval::{ApprovalRecord, ApprovalState};
 use crate::env::holder;
@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::planner::{self, Proposal};
 use crate::receipt::Receipt;
 use crate::record::Micros;
-use crate::store::cold::rows::{self, Cells, Value, APPROVAL_COLUMNS, RECEIPT_COLUMNS};
+use crate::store::cold::rows::{self, Cells, APPROVAL_COLUMNS, RECEIPT_COLUMNS};
 use crate::store::cold::{ColdStore, ColdTx, Pick};
 use crate::store::recovery::Commit;
 
@@ -63,17 +63,6 @@ impl std::fmt::Display for PgFault {
 }
 
 type Fallible<T> = std::result::Result<T, PgFault>;
-
-/// The values bound with their types.
-fn typed<'a>(values: &'a [Value<'a>]) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
-    let pair = |v: &'a Value<'a>| -> (&'a (dyn ToSql + Sync), Type) {
-        match v {
-            Value::Text(t) => (t, Type::TEXT),
-            Value::Int(i) => (i, Type::INT8),
-        }
-    };
-    values.iter().map(pair).collect()
-}
 
 fn decode<T>(rows: Vec<Row>, read: impl Fn(&Row) -> Result<T>) -> Fallible<Vec<T>> {
     rows.iter()

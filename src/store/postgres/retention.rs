@@ -180,12 +180,7 @@ impl PostgresStore {
     /// one of them holds its row (`FOR KEY SHARE`), so it either commits before the lock,
     /// and the delete sees it, or waits for the prune and finds no row.
     pub(super) fn prune_batch_in(&self, step: PruneStep<'_>) -> Result<PruneBatch> {
-        let PruneStep {
-            prune: p,
-            state,
-            after,
-            now,
-        } = step;
+        let (p, state, after, now) = (step.prune, step.state, step.after, step.now);
         let (t, a, r) = (&self.sql.effects, &self.sql.approvals, &self.sql.receipts);
         let lock = format!(
             "WITH clock AS (SELECT {now} AS now), \

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::planner::{Expected, Transition};
 use crate::receipt::Event;
 use crate::record::{EffectRecord, Micros};
-use crate::store::cold::rows;
+use crate::store::cold::rows::{self, Value};
 
 use super::statements::{call, Statements, INSERT_PARAMS, SELECT_PARAMS, TRANSITION_PARAMS};
 pub(super) use super::statements::{now_expr, COLUMNS};
@@ -113,32 +113,10 @@ impl Sql {
         r: &EffectRecord,
         event: Event,
     ) -> PgResult<u64> {
-        c.execute_typed(
-            &self.cas,
-            &[
-                (&r.state.as_str(), Type::TEXT),
-                (&r.action_id, Type::TEXT),
-                (&r.attempt, Type::INT8),
-                (&r.created_at, Type::INT8),
-                (&r.updated_at, Type::INT8),
-                (&r.lease_expires_at, Type::INT8),
-                (&r.result, Type::TEXT),
-                (&r.error, Type::TEXT),
-                (&r.resolved_by, Type::TEXT),
-                (&r.effect_key, Type::TEXT),
-                (&expected.state.as_str(), Type::TEXT),
-                (&expected.action_id, Type::TEXT),
-                (&expected.attempt, Type::INT8),
-                (&r.attempt_token, Type::TEXT),
-                (&r.action, Type::TEXT),
-                (&r.holder, Type::TEXT),
-                (&r.args_digest, Type::TEXT),
-                (&r.arg_digests, Type::TEXT),
-                (&r.approval_id, Type::TEXT),
-                (&event.as_str(), Type::TEXT),
-                (&holder(), Type::TEXT),
-            ],
-        )
+        let writer = holder();
+        let mut values = rows::effect_values(r).to_vec();
+        values.extend(rows::expected_values(expected, event, &writer));
+        c.execute_typed(&self.cas, &typed(&values))
     }
 
     /// A later transition binding the planner's [`crate::planner::TransitionWrite`]: the row
@@ -233,4 +211,15 @@ pub(super) type Found = (Option<EffectRecord>, Micros);
 /// A row of the `select` statement.
 pub(super) fn read_found(row: &Row) -> Result<Found> {
     Ok((read_record(row, 0)?, row.get(16)))
+}
+
+/// The values bound with their types.
+pub(super) fn typed<'a>(values: &'a [Value<'a>]) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
+    let pair = |v: &'a Value<'a>| -> (&'a (dyn ToSql + Sync), Type) {
+        match v {
+            Value::Text(t) => (t, Type::TEXT),
+            Value::Int(i) => (i, Type::INT8),
+        }
+    };
+    values.iter().map(pair).collect()
 }

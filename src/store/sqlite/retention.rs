@@ -197,12 +197,7 @@ fn remove(
 
 impl SqliteStore {
     pub(super) fn prune_batch_in(&self, step: PruneStep<'_>) -> Result<PruneBatch> {
-        let PruneStep {
-            prune: p,
-            state,
-            after,
-            now,
-        } = step;
+        let (p, state, after, now) = (step.prune, step.state, step.after, step.now);
         let now = now.unwrap_or_else(now_micros);
         let cut = now.saturating_sub(p.older_than);
         let mut conn = self.conn()?;

@@ -302,13 +302,7 @@ pub(super) fn compare_and_set(
     event: Event,
 ) -> rusqlite::Result<usize> {
     let writer = crate::env::holder();
-    let more = [
-        text(expected.state.as_str()),
-        text(&expected.action_id),
-        Value::Int(Some(expected.attempt)),
-        text(event.as_str()),
-        text(&writer),
-    ];
+    let more = rows::expected_values(expected, event, &writer);
     write_row(conn, COMPARE_AND_SET, r, &more)
 }
 
