@@ -13,6 +13,7 @@ pub mod approval;
 pub mod env;
 pub mod error;
 pub mod fingerprint;
+mod named;
 pub mod planner;
 pub mod receipt;
 pub mod record;

@@ -1,49 +1,25 @@
 //! The stored row: [`EffectRecord`] and its [`EffectState`].
 
+use crate::named::named_enum;
+
 /// Microseconds since the Unix epoch, UTC. Every timestamp in the core uses this unit.
 pub type Micros = i64;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum EffectState {
-    Reserved,
-    Executing,
-    Committed,
-    Failed,
-    Ambiguous,
+named_enum! {
+    /// Where an effect stands.
+    pub enum EffectState {
+        Reserved => "reserved",
+        Executing => "executing",
+        Committed => "committed",
+        Failed => "failed",
+        Ambiguous => "ambiguous",
+    }
 }
 
 impl EffectState {
-    pub const ALL: [EffectState; 5] = [
-        EffectState::Reserved,
-        EffectState::Executing,
-        EffectState::Committed,
-        EffectState::Failed,
-        EffectState::Ambiguous,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EffectState::Reserved => "reserved",
-            EffectState::Executing => "executing",
-            EffectState::Committed => "committed",
-            EffectState::Failed => "failed",
-            EffectState::Ambiguous => "ambiguous",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<EffectState> {
-        EffectState::ALL.into_iter().find(|st| st.as_str() == s)
-    }
-
     /// `reserved` or `executing`: a state that a lease protects.
     pub fn is_held(self) -> bool {
         matches!(self, EffectState::Reserved | EffectState::Executing)
-    }
-}
-
-impl std::fmt::Display for EffectState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
