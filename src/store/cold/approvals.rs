@@ -138,7 +138,7 @@ fn decide<S: ColdStore>(
 /// The requests `pick` selects, each in its state as of the store's clock (or `now`).
 fn read<S: ColdStore>(s: &S, pick: Pick<'_>, now: Option<Micros>) -> Result<Vec<ApprovalRecord>> {
     let fixed = s.fixed_now(now);
-    let found = s.read("approvals", "", |tx| {
+    let found = s.read(("approvals", ""), |tx| {
         let n = tx.clock(fixed)?;
         Ok((tx.approvals(pick)?, n))
     })?;
@@ -157,7 +157,7 @@ fn write<S: ColdStore>(
     body: impl FnOnce(&mut S::Tx<'_>) -> Result<ApprovalRecord>,
     landed: impl FnOnce(&ApprovalRecord, &ApprovalRecord) -> bool,
 ) -> Result<ApprovalRecord> {
-    let (ours, why) = match s.write(what, id, body)? {
+    let (ours, why) = match s.write((what, id), body)? {
         Commit::Landed(r) => return Ok(r),
         Commit::Unknown(r, why) => (r, why),
     };

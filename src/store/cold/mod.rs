@@ -6,4 +6,4 @@ mod receipts;
 pub(crate) mod rows;
 mod tx;
 
-pub(crate) use tx::{ColdStore, ColdTx, Pick};
+pub(crate) use tx::{At, ColdStore, ColdTx, Pick};

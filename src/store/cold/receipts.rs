@@ -14,7 +14,7 @@ impl<S: ColdStore> Receipts for S {
     fn list_receipts(&self, key: Option<&str>, limit: Option<u64>) -> Result<Vec<Receipt>> {
         key.map(|k| self.check_text(k)).transpose()?;
         let mut found = self
-            .read("receipts", "", |tx| tx.latest_receipts(key, limit))?
+            .read(("receipts", ""), |tx| tx.latest_receipts(key, limit))?
             .map_err(|e| self.read_failed("receipts", e))?;
         found.reverse();
         Ok(found)

@@ -10,6 +10,10 @@ use crate::record::Micros;
 use crate::store::engine::Engine;
 use crate::store::recovery::Commit;
 
+/// What a call is and the key (or request) it is on, for messages: `("request_approval",
+/// id)`.
+pub(crate) type At<'a> = (&'a str, &'a str);
+
 /// Which approval requests a select picks.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Pick<'a> {
@@ -99,11 +103,10 @@ pub(crate) trait ColdStore: Engine {
         Ok(())
     }
 
-    /// `body` as one write transaction (`what` on `key`, for messages).
+    /// `body` as one write transaction.
     fn write<T>(
         &self,
-        what: &str,
-        key: &str,
+        at: At<'_>,
         body: impl FnOnce(&mut Self::Tx<'_>) -> Result<T>,
     ) -> Result<Commit<T>>;
 
@@ -111,8 +114,7 @@ pub(crate) trait ColdStore: Engine {
     /// died idle).
     fn read<T>(
         &self,
-        what: &str,
-        key: &str,
+        at: At<'_>,
         body: impl FnMut(&mut Self::Tx<'_>) -> Result<T, Self::Err>,
     ) -> Result<Result<T, Self::Err>>;
 

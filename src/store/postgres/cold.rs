@@ -15,7 +15,7 @@ use crate::planner::{self, Proposal};
 use crate::receipt::Receipt;
 use crate::record::Micros;
 use crate::store::cold::rows::{self, Cells, APPROVAL_COLUMNS, RECEIPT_COLUMNS};
-use crate::store::cold::{ColdStore, ColdTx, Pick};
+use crate::store::cold::{At, ColdStore, ColdTx, Pick};
 use crate::store::recovery::Commit;
 
 const CLOCK: &str = "SELECT COALESCE($1::int8, \
@@ -201,8 +201,7 @@ impl ColdStore for PostgresStore {
 
     fn write<T>(
         &self,
-        what: &str,
-        key: &str,
+        (what, key): At<'_>,
         body: impl FnOnce(&mut PgTx<'_>) -> Result<T>,
     ) -> Result<Commit<T>> {
         self.txn(what, key, |c, sql| body(&mut PgTx { c, sql }))
@@ -210,8 +209,7 @@ impl ColdStore for PostgresStore {
 
     fn read<T>(
         &self,
-        what: &str,
-        key: &str,
+        (what, key): At<'_>,
         mut body: impl FnMut(&mut PgTx<'_>) -> Fallible<T>,
     ) -> Result<Fallible<T>> {
         let mut data = None;

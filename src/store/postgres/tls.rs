@@ -127,6 +127,11 @@ pub(crate) fn connector(tls: &PgTls) -> Result<MakeRustlsConnect> {
     Ok(MakeRustlsConnect::new(config))
 }
 
+/// A certificate, a handshake signature, and whether the signature holds.
+type Cert<'a> = CertificateDer<'a>;
+type Dss = DigitallySignedStruct;
+type Signed = std::result::Result<HandshakeSignatureValid, rustls::Error>;
+
 /// The modes that do not check the name in the certificate, as libpq does not check it in
 /// them. With `chain` (`verify-ca`, and `require` with `sslrootcert`) the chain must lead to a
 /// trusted root; without (`prefer`, and `require` without roots) there is encryption without a
@@ -158,24 +163,12 @@ impl ServerCertVerifier for Lenient {
         }
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        let algorithms = &self.provider.signature_verification_algorithms;
-        verify_tls12_signature(message, cert, dss, algorithms)
+    fn verify_tls12_signature(&self, m: &[u8], c: &Cert<'_>, d: &Dss) -> Signed {
+        verify_tls12_signature(m, c, d, &self.provider.signature_verification_algorithms)
     }
 
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        let algorithms = &self.provider.signature_verification_algorithms;
-        verify_tls13_signature(message, cert, dss, algorithms)
+    fn verify_tls13_signature(&self, m: &[u8], c: &Cert<'_>, d: &Dss) -> Signed {
+        verify_tls13_signature(m, c, d, &self.provider.signature_verification_algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {

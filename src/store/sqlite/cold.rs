@@ -13,7 +13,7 @@ use crate::planner;
 use crate::receipt::Receipt;
 use crate::record::Micros;
 use crate::store::cold::rows::{self, Cells, Value, APPROVAL_COLUMNS, RECEIPT_COLUMNS};
-use crate::store::cold::{ColdStore, ColdTx, Pick};
+use crate::store::cold::{At, ColdStore, ColdTx, Pick};
 use crate::store::recovery::Commit;
 
 impl Cells for Row<'_> {
@@ -183,8 +183,7 @@ impl ColdStore for SqliteStore {
 
     fn write<T>(
         &self,
-        what: &str,
-        key: &str,
+        (what, key): At<'_>,
         body: impl FnOnce(&mut SqliteTx<'_>) -> Result<T>,
     ) -> Result<Commit<T>> {
         let mut conn = self.conn()?;
@@ -193,8 +192,7 @@ impl ColdStore for SqliteStore {
 
     fn read<T>(
         &self,
-        _what: &str,
-        _key: &str,
+        _at: At<'_>,
         mut body: impl FnMut(&mut SqliteTx<'_>) -> rusqlite::Result<T>,
     ) -> Result<rusqlite::Result<T>> {
         let conn = self.read_conn()?;
