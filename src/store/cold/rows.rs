@@ -40,11 +40,20 @@ pub(crate) trait Cells {
     fn unknown(&self, i: usize, what: String) -> Self::Err;
 }
 
+/// Column `i` as the value it names (`what`: `effect state`), refused when it names none.
+fn named<C: Cells, T>(
+    row: &C,
+    i: usize,
+    what: &str,
+    parse: fn(&str) -> Option<T>,
+) -> Result<T, C::Err> {
+    let text = row.text(i)?;
+    parse(&text).ok_or_else(|| row.unknown(i, format!("unknown {what} {text:?}")))
+}
+
 /// A row of [`EFFECT_COLUMNS`] from column `at` on.
 pub(crate) fn effect<C: Cells>(row: &C, at: usize) -> Result<EffectRecord, C::Err> {
-    let state = row.text(at + 1)?;
-    let state = EffectState::parse(&state)
-        .ok_or_else(|| row.unknown(at + 1, format!("unknown effect state {state:?}")))?;
+    let state = named(row, at + 1, "effect state", EffectState::parse)?;
     Ok(EffectRecord {
         effect_key: row.text(at)?,
         state,
@@ -67,9 +76,7 @@ pub(crate) fn effect<C: Cells>(row: &C, at: usize) -> Result<EffectRecord, C::Er
 
 /// A row of [`APPROVAL_COLUMNS`].
 pub(crate) fn approval<C: Cells>(row: &C) -> Result<ApprovalRecord, C::Err> {
-    let state = row.text(5)?;
-    let state = ApprovalState::parse(&state)
-        .ok_or_else(|| row.unknown(5, format!("unknown approval state {state:?}")))?;
+    let state = named(row, 5, "approval state", ApprovalState::parse)?;
     Ok(ApprovalRecord {
         request_id: row.text(0)?,
         action: row.text(1)?,
