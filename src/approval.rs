@@ -1,49 +1,22 @@
 //! An approval request: a person's yes or no to one action with one set of arguments, used at
 //! most once ([`ApprovalRecord`] and its [`ApprovalState`]).
 
+use crate::named::named_enum;
 use crate::record::Micros;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ApprovalState {
-    /// Asked; nobody has decided yet.
-    Pending,
-    /// A person said yes: the next reservation of this action with these arguments uses it.
-    Granted,
-    /// A person said no.
-    Denied,
-    /// A reservation consumed the grant (single use).
-    Used,
-    /// Nobody decided (or used the grant) in time.
-    Expired,
-}
-
-impl ApprovalState {
-    pub const ALL: [ApprovalState; 5] = [
-        ApprovalState::Pending,
-        ApprovalState::Granted,
-        ApprovalState::Denied,
-        ApprovalState::Used,
-        ApprovalState::Expired,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApprovalState::Pending => "pending",
-            ApprovalState::Granted => "granted",
-            ApprovalState::Denied => "denied",
-            ApprovalState::Used => "used",
-            ApprovalState::Expired => "expired",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<ApprovalState> {
-        ApprovalState::ALL.into_iter().find(|st| st.as_str() == s)
-    }
-}
-
-impl std::fmt::Display for ApprovalState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+named_enum! {
+    /// Where an approval request stands.
+    pub enum ApprovalState {
+        /// Asked; nobody has decided yet.
+        Pending => "pending",
+        /// A person said yes: the next reservation of this action with these arguments uses it.
+        Granted => "granted",
+        /// A person said no.
+        Denied => "denied",
+        /// A reservation consumed the grant (single use).
+        Used => "used",
+        /// Nobody decided (or used the grant) in time.
+        Expired => "expired",
     }
 }
 
@@ -103,5 +76,5 @@ pub struct ApprovalAsk<'a> {
 
 /// A new request id: `apr_` + 32 hex digits from the OS's random source.
 pub fn new_request_id() -> crate::error::Result<String> {
-    Ok(format!("apr_{}", crate::record::new_attempt_token()?))
+    Ok(format!("apr_{}", crate::env::new_attempt_token()?))
 }

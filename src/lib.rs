@@ -10,8 +10,10 @@
 //! The PyO3 binding (`ctrlrun._core`) lives in `src/py/` behind the `python` feature.
 
 pub mod approval;
+pub mod env;
 pub mod error;
 pub mod fingerprint;
+mod named;
 pub mod planner;
 pub mod receipt;
 pub mod record;

@@ -13,7 +13,6 @@
 use std::collections::HashMap;
 
 use crate::approval::ApprovalState;
-use crate::planner::Transition;
 use crate::record::Micros;
 
 /// One receipt as stored.
@@ -140,14 +139,6 @@ impl Event {
             Event::LateOutcome => "late_outcome",
             Event::Resolution => "resolution",
             Event::Prune => "pruned",
-        }
-    }
-
-    /// A holder's transition.
-    pub fn of_transition(t: &Transition) -> Event {
-        match t {
-            Transition::Begin => Event::Begin,
-            _ => Event::Outcome,
         }
     }
 }

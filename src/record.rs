@@ -1,91 +1,25 @@
 //! The stored row: [`EffectRecord`] and its [`EffectState`].
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use crate::named::named_enum;
 
 /// Microseconds since the Unix epoch, UTC. Every timestamp in the core uses this unit.
 pub type Micros = i64;
 
-/// A new attempt token: 16 random bytes from the OS, as 32 hex digits.
-pub fn new_attempt_token() -> crate::error::Result<String> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|e| {
-        crate::error::Error::Store(format!(
-            "cannot read random bytes for an attempt token: {e}"
-        ))
-    })?;
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut token = String::with_capacity(32);
-    for b in bytes {
-        token.push(char::from(HEX[usize::from(b >> 4)]));
-        token.push(char::from(HEX[usize::from(b & 15)]));
+named_enum! {
+    /// Where an effect stands.
+    pub enum EffectState {
+        Reserved => "reserved",
+        Executing => "executing",
+        Committed => "committed",
+        Failed => "failed",
+        Ambiguous => "ambiguous",
     }
-    Ok(token)
-}
-
-/// This process as a holder: `host:pid` (the host name read once, the pid on every call, so a
-/// forked child names itself).
-pub fn holder() -> String {
-    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let host = HOST.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .ok()
-            .or_else(|| std::env::var("HOSTNAME").ok())
-            .map(|h| h.trim().to_owned())
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| "unknown-host".to_owned())
-    });
-    format!("{host}:{}", std::process::id())
-}
-
-/// The wall clock in [`Micros`].
-pub fn now_micros() -> Micros {
-    match SystemTime::now().duration_since(UNIX_EPOCH) {
-        Ok(d) => d.as_micros() as Micros,
-        Err(e) => -(e.duration().as_micros() as Micros),
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum EffectState {
-    Reserved,
-    Executing,
-    Committed,
-    Failed,
-    Ambiguous,
 }
 
 impl EffectState {
-    pub const ALL: [EffectState; 5] = [
-        EffectState::Reserved,
-        EffectState::Executing,
-        EffectState::Committed,
-        EffectState::Failed,
-        EffectState::Ambiguous,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EffectState::Reserved => "reserved",
-            EffectState::Executing => "executing",
-            EffectState::Committed => "committed",
-            EffectState::Failed => "failed",
-            EffectState::Ambiguous => "ambiguous",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<EffectState> {
-        EffectState::ALL.into_iter().find(|st| st.as_str() == s)
-    }
-
     /// `reserved` or `executing`: a state that a lease protects.
     pub fn is_held(self) -> bool {
         matches!(self, EffectState::Reserved | EffectState::Executing)
-    }
-}
-
-impl std::fmt::Display for EffectState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

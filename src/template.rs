@@ -1,4 +1,4 @@
-//! Effect-key templates: literal text and `{name}` placeholders (SPEC §7).
+//! Effect-key templates: literal text and `{name}` placeholders (docs/spec.md §7).
 //!
 //! `name` is an identifier (Unicode allowed: XID_Start or `_`, then XID_Continue). There are no
 //! escapes, format specs, attribute or index access, and no empty `{}`; any stray brace is an

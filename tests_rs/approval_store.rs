@@ -1,13 +1,11 @@
 //! The approval store contract, every case on SQLite and on PostgreSQL: asking, deciding, and
 //! the single use of a grant in the reservation's own transaction.
 
-mod support;
-
+use crate::support::*;
 use ctrlrun::approval::{ApprovalAsk, ApprovalState};
 use ctrlrun::error::DuplicateKind;
 use ctrlrun::planner::Proposal;
 use ctrlrun::{EffectState, Error};
-use support::*;
 
 const TTL: i64 = 900_000_000;
 const DIGEST: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000001";

@@ -3,15 +3,13 @@
 //! and lapse, each transition, a lease extension and a resolution), and every refusal carries
 //! the row the planner refused on.
 
-mod support;
-
+use crate::support::*;
+use ctrlrun::env::holder;
 use ctrlrun::error::DuplicateKind;
 use ctrlrun::planner::{
     plan_extension, plan_reservation, plan_resolution, Expected, Proposal, Refusal, ReservationPlan,
 };
-use ctrlrun::record::holder;
 use ctrlrun::{EffectRecord, EffectState, Transition};
-use support::*;
 
 /// A row under `key` in `state`, held by A1 attempt 1 (lease from T0).
 fn row_in(f: &Fixture, key: &str, state: EffectState) -> EffectRecord {

@@ -1,13 +1,11 @@
 //! Receipts on both backends: one per committed write, in order, with the kinds the planner's
 //! writes are; none for a refusal; chains that verify, for effects and approval requests.
 
-mod support;
-
+use crate::support::*;
 use ctrlrun::approval::ApprovalAsk;
 use ctrlrun::planner::Proposal;
 use ctrlrun::receipt::{hash_fields, Receipt};
 use ctrlrun::EffectState;
-use support::*;
 
 fn kinds(rs: &[Receipt]) -> Vec<(String, String)> {
     rs.iter()

@@ -2,13 +2,11 @@
 //! serves it; what a prune removes, what it never removes, its batches, and the receipts it
 //! leaves (the chain still verifies, and a key pruned and reserved again starts a new chain).
 
-mod support;
-
+use crate::support::*;
 use ctrlrun::approval::ApprovalAsk;
 use ctrlrun::planner::Proposal;
 use ctrlrun::store::retention::{prefix_end, EffectFilter, Prune};
 use ctrlrun::{EffectState, Micros};
-use support::*;
 
 const DAY: Micros = 86_400_000_000;
 

@@ -2,14 +2,12 @@
 //! options), a busy database, and a row written by another connection between the plain read
 //! and the write lock. The contract both stores keep is in `store_contract.rs`.
 
-mod support;
-
 use std::sync::Arc;
 
+use crate::support::*;
 use ctrlrun::error::DuplicateKind;
 use ctrlrun::store::open_store;
 use ctrlrun::{EffectRecord, EffectState, Error, Store, Transition};
-use support::*;
 use tempfile::TempDir;
 
 // ---------------------------------------------------------------------------------------------

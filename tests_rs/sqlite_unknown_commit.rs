@@ -1,4 +1,4 @@
-//! SPEC §6 on SQLite: an error on COMMIT is an unknown outcome, settled by re-reading the row
+//! docs/spec.md §6 on SQLite: an error on COMMIT is an unknown outcome, settled by re-reading the row
 //! on a fresh connection. The failure is real: a commit hook on the store's pooled connections
 //! turns the next N commits into rollbacks (SQLite then reports an error on COMMIT), while the
 //! fresh re-read connection has no hook.

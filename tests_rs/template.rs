@@ -1,4 +1,4 @@
-//! Effect-key templates: SPEC §7 grammar and rendering.
+//! Effect-key templates: docs/spec.md §7 grammar and rendering.
 
 use ctrlrun::{Error, Template};
 

@@ -1,7 +1,7 @@
 //! The approval planners: asking (one request per action and arguments), a person's decision,
 //! and the single use of a grant by a reservation.
 
-use super::{breaks_a_line, format_micros, MAX_LEASE};
+use super::rules::{breaks_a_line, format_micros, MAX_LEASE};
 use crate::approval::{ApprovalAsk, ApprovalRecord, ApprovalState};
 use crate::error::{Error, Result};
 use crate::record::Micros;

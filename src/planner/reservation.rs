@@ -1,7 +1,8 @@
-//! The reservation planner (SPEC §3): what a proposal for a key does, given the row found.
+//! The reservation planner (docs/spec.md §3): what a proposal for a key does, given the row found.
 
-use super::{lapse_note, Expected};
-use crate::error::{DuplicateKind, Error};
+use super::refusal::{lapse_note, Conflict, Refusal};
+use super::rules::Expected;
+use crate::error::DuplicateKind;
 use crate::record::{EffectRecord, EffectState, Micros};
 
 /// What a caller proposes for a key: one reservation call.
@@ -13,10 +14,10 @@ pub struct Proposal<'a> {
     pub lease: Micros,
     /// Write a granted row as `executing` (see [`plan_reservation`]).
     pub begin: bool,
-    /// This call's attempt token ([`crate::record::new_attempt_token`]), written on the row
+    /// This call's attempt token ([`crate::env::new_attempt_token`]), written on the row
     /// it grants. The store sets it.
     pub token: &'a str,
-    /// `host:pid` of the caller ([`crate::record::holder`]). The store sets it.
+    /// `host:pid` of the caller ([`crate::env::holder`]). The store sets it.
     pub holder: &'a str,
     /// The action's name (`stripe.refund`), if the caller has one.
     pub action: Option<&'a str>,
@@ -75,7 +76,7 @@ impl<'a> Proposal<'a> {
     }
 }
 
-/// What a reservation must do, decided from the row found (SPEC §3).
+/// What a reservation must do, decided from the row found (docs/spec.md §3).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ReservationPlan {
     /// No row: insert this one (attempt 1).
@@ -92,35 +93,6 @@ pub enum ReservationPlan {
     },
     /// Refuse and write nothing.
     Refuse(Refusal),
-}
-
-/// How a duplicate proposal differs from the attempt that holds or held the key.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Conflict {
-    /// The arguments whose digests differ (names only, never values), sorted.
-    pub fields: Vec<String>,
-    /// The holder's action name, when a different action proposes the key.
-    pub other_action: Option<String>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Refusal {
-    Committed(EffectRecord),
-    InProgress(EffectRecord),
-    Ambiguous(EffectRecord),
-    /// A duplicate (`kind`) whose proposal names another action or other arguments.
-    Conflict(DuplicateKind, EffectRecord, Conflict),
-}
-
-impl Refusal {
-    pub fn into_error(self) -> Error {
-        match self {
-            Refusal::Committed(r) => Error::duplicate(DuplicateKind::Committed, r),
-            Refusal::InProgress(r) => Error::duplicate(DuplicateKind::InProgress, r),
-            Refusal::Ambiguous(r) => Error::ambiguous(r),
-            Refusal::Conflict(kind, r, c) => Error::conflict(kind, r, c),
-        }
-    }
 }
 
 /// The names whose digests differ between two sets of `name digest` lines.
@@ -174,12 +146,12 @@ fn duplicate(kind: DuplicateKind, row: &EffectRecord, p: &Proposal<'_>) -> Refus
     )
 }
 
-/// The one reservation planner (SPEC §3), checked in the table's order.
+/// The one reservation planner (docs/spec.md §3), checked in the table's order.
 ///
 /// `begin`: the caller starts the executor's body right after this write (the decorator), so a
 /// granted row is written as `executing` at once: the begin transition folded into the
 /// reservation, one durable write fewer. Without it (the `Store` API) a granted row is
-/// `reserved` and the caller writes begin itself. Contenders treat both alike (SPEC §3), and
+/// `reserved` and the caller writes begin itself. Contenders treat both alike (docs/spec.md §3), and
 /// both lapse to `ambiguous`.
 ///
 /// A duplicate whose proposal names a different action, or arguments whose digest differs, is a

@@ -1,11 +1,13 @@
-//! The transitions a holder makes after its reservation (SPEC §4), the write each one plans,
-//! and how a write that matched nothing, or whose `COMMIT` was lost, is settled (SPEC §6).
+//! The transitions a holder makes after its reservation (docs/spec.md §4), the write each one plans,
+//! and how a write that matched nothing, or whose `COMMIT` was lost, is settled (docs/spec.md §6).
 
-use super::refuse_by_row;
+use super::refusal::refuse_by_row;
+use super::rules::Expected;
 use crate::error::{Error, Result};
+use crate::receipt::Event;
 use crate::record::{EffectRecord, EffectState, Micros};
 
-/// A later transition of SPEC §4 made by the attempt that holds the key.
+/// A later transition of docs/spec.md §4 made by the attempt that holds the key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Transition {
     /// `reserved` -> `executing`, just before the executor's body starts.
@@ -112,7 +114,7 @@ pub struct TransitionWrite<'a> {
 }
 
 /// After a compare-and-set for `transition` matched no row, decide from the row found
-/// (SPEC §4 and §6): `Ok(row)` when the transition already landed for this attempt,
+/// (docs/spec.md §4 and §6): `Ok(row)` when the transition already landed for this attempt,
 /// otherwise the error to raise.
 pub fn settle_mismatch(
     found: Option<EffectRecord>,
@@ -148,10 +150,10 @@ pub enum Mismatch {
     Landed(EffectRecord),
     /// A late outcome: write `row` over `expected` (see [`plan_mismatch`]).
     Late {
-        expected: super::Expected,
+        expected: Expected,
         row: EffectRecord,
     },
-    /// Refuse by SPEC §4's re-read rule.
+    /// Refuse by docs/spec.md §4's re-read rule.
     Refuse(Error),
 }
 
@@ -182,7 +184,7 @@ pub fn plan_mismatch(
         if row.is_attempt(action_id, attempt) {
             if let Some(late) = late_outcome(row, transition, now) {
                 return Mismatch::Late {
-                    expected: super::Expected::of(row),
+                    expected: Expected::of(row),
                     row: late,
                 };
             }
@@ -250,7 +252,7 @@ fn late_outcome(row: &EffectRecord, t: &Transition, now: Micros) -> Option<Effec
     })
 }
 
-/// After an unknown `COMMIT` of a later transition, what the re-read row says (SPEC §6).
+/// After an unknown `COMMIT` of a later transition, what the re-read row says (docs/spec.md §6).
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)] // a short-lived value, never stored in bulk
 pub enum AfterUnknown {
@@ -259,7 +261,7 @@ pub enum AfterUnknown {
     /// The row is still in a pre-state under our attempt: the `COMMIT` did not land; re-issue
     /// the same compare-and-set once.
     Reissue,
-    /// Anything else: refuse by SPEC §4's re-read rule.
+    /// Anything else: refuse by docs/spec.md §4's re-read rule.
     Refuse(Error),
 }
 
@@ -284,5 +286,15 @@ pub fn settle_unknown_transition(
             Mismatch::Late { .. } => AfterUnknown::Reissue,
             Mismatch::Refuse(e) => AfterUnknown::Refuse(e),
         },
+    }
+}
+
+impl Event {
+    /// A holder's transition.
+    pub fn of_transition(t: &Transition) -> Event {
+        match t {
+            Transition::Begin => Event::Begin,
+            _ => Event::Outcome,
+        }
     }
 }

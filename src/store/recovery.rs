@@ -1,4 +1,4 @@
-//! After an unknown `COMMIT` (SPEC §6): the row is re-read on a fresh connection and decides.
+//! After an unknown `COMMIT` (docs/spec.md §6): the row is re-read on a fresh connection and decides.
 //!
 //! This module holds what both stores share: how a transaction ended ([`Commit`]), what a
 //! write step wrote ([`Step`]), and the driver that settles a transition whose `COMMIT` failed
@@ -89,7 +89,7 @@ impl Step {
 }
 
 /// What a backend supplies to recovery.
-pub(crate) trait Reread {
+pub trait Reread {
     /// Re-read `key` on a fresh connection (never a pooled one): the row, and the store's
     /// clock. A failed re-read is `StoreUnresolved`.
     fn reread(&self, what: &str, key: &str, why: &str) -> Result<(Option<EffectRecord>, Micros)>;
@@ -133,7 +133,7 @@ pub(crate) fn reread_failed(
 }
 
 /// The arguments of one transition, as its write and its recovery need them.
-pub(crate) struct TransitionCall<'a> {
+pub struct TransitionCall<'a> {
     pub(crate) key: &'a str,
     pub(crate) action_id: &'a str,
     pub(crate) attempt: Option<i64>,

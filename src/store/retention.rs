@@ -10,7 +10,6 @@
 use crate::error::{Error, Result};
 use crate::planner::breaks_a_line;
 use crate::record::{EffectState, Micros};
-use crate::store::PruneBatch;
 
 /// What [`crate::Store::list`] selects: every filter given must hold. Rows come oldest first
 /// (creation time, then key); with `limit`, the first that many.
@@ -182,4 +181,29 @@ pub fn drive<E>(
         }
     }
     Ok(removed)
+}
+
+/// What one prune transaction did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PruneBatch {
+    pub removed: u64,
+    /// Where the next batch starts; `None` when no row is left to look at.
+    pub next: Option<Cursor>,
+}
+
+/// One prune transaction's arguments (see [`crate::store::Retention::prune_batch`]).
+#[derive(Clone, Copy, Debug)]
+pub struct PruneStep<'a> {
+    pub prune: &'a Prune<'a>,
+    pub state: EffectState,
+    pub after: Option<&'a Cursor>,
+    pub now: Option<Micros>,
+}
+
+/// A prune batch whose `COMMIT` failed in `store_name`.
+pub(crate) fn batch_unknown(store_name: &str, why: &str) -> Error {
+    Error::StoreUnresolved(format!(
+        "pruning effects in {store_name}: the COMMIT failed ({why}), so this batch may or may \
+         not be removed; running the prune again finishes it"
+    ))
 }

@@ -1,4 +1,4 @@
-//! Store URLs (SPEC §8.3), following the SQLAlchemy convention for SQLite:
+//! Store URLs (docs/spec.md §8.3), following the SQLAlchemy convention for SQLite:
 //! `sqlite:///relative/state.db` (relative to the working directory),
 //! `sqlite:////abs/state.db` (absolute); a bare path is a SQLite file too.
 //! Query options: `synchronous=full|normal`, `busy_timeout=<seconds>`.
@@ -10,46 +10,15 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
+mod options;
 mod postgres;
 mod redact;
+pub use options::{
+    PgTls, SqliteOptions, SslMode, StoreUrl, Synchronous, DEFAULT_BUSY_TIMEOUT, DEFAULT_PG_TIMEOUT,
+    DEFAULT_POOL_SIZE, MAX_POOL_SIZE,
+};
 use postgres::parse_postgres;
-pub use postgres::{PgTls, SslMode, DEFAULT_PG_TIMEOUT, DEFAULT_POOL_SIZE, MAX_POOL_SIZE};
 pub use redact::redact;
-
-/// SQLite's `PRAGMA synchronous` level for the WAL.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Synchronous {
-    /// fsync the WAL on every commit: a committed reservation survives power loss (default).
-    Full,
-    /// fsync at checkpoints only: faster; the last commits can be lost on power loss.
-    Normal,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct SqliteOptions {
-    pub path: PathBuf,
-    pub synchronous: Synchronous,
-    /// How long a writer waits for SQLite's write lock before the write fails.
-    pub busy_timeout: Duration,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum StoreUrl {
-    Sqlite(SqliteOptions),
-    /// `url` is the driver's connection URL: without our own options (`schema`, `pool_size`,
-    /// `timeout`) and the TLS ones, which `tls` holds.
-    Postgres {
-        url: String,
-        schema: String,
-        /// At most this many connections per store (per process): `pool_size`, default 16.
-        pool_size: usize,
-        /// The bound on every exchange with the server (`timeout`, seconds; default 30).
-        timeout: Duration,
-        tls: PgTls,
-    },
-}
-
-pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn memory_refused(url: &str) -> Error {
     Error::InvalidArgument(format!(

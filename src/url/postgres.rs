@@ -5,43 +5,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{redact, StoreUrl};
+use super::options::{
+    PgTls, SslMode, StoreUrl, DEFAULT_PG_TIMEOUT, DEFAULT_POOL_SIZE, MAX_POOL_SIZE,
+};
+use super::redact::redact;
 use crate::error::{Error, Result};
-
-/// libpq's `sslmode`, as libpq means it (`allow` is refused: it tries plaintext first).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SslMode {
-    /// Plaintext only.
-    Disable,
-    /// TLS when the server offers it (no certificate check), else plaintext (the default).
-    Prefer,
-    /// TLS or nothing; the certificate is checked against `sslrootcert` only if one is given.
-    Require,
-    /// TLS, and the server's certificate chain must lead to a root in `sslrootcert`.
-    VerifyCa,
-    /// As `VerifyCa`, and the certificate must name the host connected to.
-    VerifyFull,
-}
-
-/// The TLS settings of a PostgreSQL URL (libpq's names and meanings).
-#[derive(Clone, Debug, PartialEq)]
-pub struct PgTls {
-    pub mode: SslMode,
-    /// `sslrootcert`: PEM file of trusted roots; `None`: `~/.postgresql/root.crt` for the
-    /// verify modes, as libpq does.
-    pub root_cert: Option<PathBuf>,
-    /// `sslcert` / `sslkey`: a client certificate and its key (PEM), for servers that ask.
-    pub cert: Option<PathBuf>,
-    pub key: Option<PathBuf>,
-}
-
-/// The bound on each exchange with a PostgreSQL server unless the URL sets `timeout`.
-pub const DEFAULT_PG_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Connections per PostgreSQL store unless the URL sets `pool_size`.
-pub const DEFAULT_POOL_SIZE: usize = 16;
-/// The largest `pool_size` accepted (a server's `max_connections` is far lower in practice).
-pub const MAX_POOL_SIZE: usize = 1000;
 
 /// `postgresql://user@host:port/db?schema=NAME&pool_size=N&...`: pull out `schema` (default
 /// `public`) and `pool_size` (default 16); the rest is the driver's connection URL. A schema

@@ -5,7 +5,7 @@
 //! throwaway cluster and sets it (`python3 tests_py/pgserver.py -- cargo test`). Without it a
 //! PostgreSQL test fails: it never skips.
 
-#![allow(dead_code)] // each test binary uses its own part of this module
+#![allow(dead_code)]
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -349,7 +349,7 @@ pub(crate) fn one_per_host(config: &Config) -> Vec<Config> {
         .collect();
     if config.get_load_balance_hosts() == LoadBalanceHosts::Random {
         for i in (1..each.len()).rev() {
-            let j = getrandom::u32().map_or(0, |r| r as usize % (i + 1));
+            let j = crate::env::random_u32().map_or(0, |r| r as usize % (i + 1));
             each.swap(i, j);
         }
     }

@@ -1,12 +1,15 @@
 //! One pooled connection, how it is opened, and how the driver's errors are classified.
 
+use std::str::FromStr;
 use std::time::Duration;
 
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Config;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::client::{Client, PgError, PgResult};
+use super::client::{one_per_host, Client, PgError, PgResult};
+use crate::error::{Error, Result};
+use crate::url::{PgTls, SslMode};
 
 /// One pooled connection. It holds no prepared statement and no session setting.
 pub struct Conn {
@@ -89,6 +92,70 @@ pub(crate) struct Manager {
 }
 
 impl Manager {
+    /// How connections to the URL's servers are made: the driver's settings with our
+    /// defaults (`connect_timeout` 10 s, `application_name` ctrlrun, TCP keepalives), the TLS
+    /// connector, and the bound on every exchange.
+    pub(crate) fn for_url(url: &str, timeout: Duration, tls: &PgTls) -> Result<Manager> {
+        let mut config = Config::from_str(url).map_err(|e| {
+            Error::InvalidArgument(format!(
+                "cannot parse the PostgreSQL URL (password not shown): {e}"
+            ))
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(10));
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("ctrlrun");
+        }
+        config.keepalives_idle(Duration::from_secs(30));
+        let connect_timeout = config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(Duration::from_secs(10));
+        if connect_timeout > Duration::from_secs(3600) || connect_timeout.is_zero() {
+            return Err(Error::InvalidArgument(format!(
+                "connect_timeout must be from 1 to 3600 seconds, got {} s",
+                connect_timeout.as_secs()
+            )));
+        }
+        // TLS is never used over a Unix-domain socket (libpq's rule): `prefer` means plaintext
+        // there, and a mode that insists on TLS is refused rather than quietly ignored.
+        let hosts = config.get_hosts();
+        let unix_only = !hosts.is_empty()
+            && hosts
+                .iter()
+                .all(|h| matches!(h, tokio_postgres::config::Host::Unix(_)));
+        let mode = match tls.mode {
+            SslMode::Prefer if unix_only => SslMode::Disable,
+            SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull if unix_only => {
+                return Err(Error::InvalidArgument(
+                    "the URL names only Unix-domain sockets, over which TLS is not used; use \
+                     sslmode=disable (or prefer), or a TCP host for TLS"
+                        .into(),
+                ))
+            }
+            mode => mode,
+        };
+        // The driver's own TLS mode follows ours, whatever the URL text said (defence in
+        // depth: an option lost in a malformed URL must not turn `require` into `prefer`).
+        config.ssl_mode(match mode {
+            SslMode::Disable => tokio_postgres::config::SslMode::Disable,
+            SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+            _ => tokio_postgres::config::SslMode::Require,
+        });
+        let connector = match mode {
+            SslMode::Disable => None,
+            _ => Some(super::tls::connector(tls)?),
+        };
+        Ok(Manager {
+            tls: connector,
+            hosts: one_per_host(&config),
+            config,
+            connect_timeout,
+            timeout,
+        })
+    }
+
     /// A new connection, not pooled (the store's pool, and the fresh one a re-read needs).
     pub(super) fn connect_client(&self) -> PgResult<Client> {
         Client::connect(

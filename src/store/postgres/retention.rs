@@ -13,12 +13,16 @@ use tokio_postgres::types::{ToSql, Type};
 
 use super::client::{Client, PgError};
 use super::sql::{now_expr, read_record, COLUMNS};
-use super::{check_key, PostgresStore};
+use super::store::{check_key, PostgresStore};
+use crate::env::holder;
 use crate::error::{Error, Result};
-use crate::record::{holder, EffectRecord, EffectState, Micros};
-use crate::store::recovery::Commit;
-use crate::store::retention::{first_chars, prefix_end, Cursor, EffectFilter, Prune};
-use crate::store::{PruneBatch, Retention};
+use crate::record::{EffectRecord, Micros};
+use crate::store::api::Retention;
+use crate::store::recovery::{Commit, Reread};
+use crate::store::retention::PruneBatch;
+use crate::store::retention::{
+    batch_unknown, first_chars, prefix_end, Cursor, EffectFilter, Prune, PruneStep,
+};
 
 /// How many leading characters of a key the prefix index holds.
 const INDEXED_CHARS: usize = 200;
@@ -95,7 +99,7 @@ fn prunable(approvals: &str) -> String {
 }
 
 impl PostgresStore {
-    fn retention_error(&self, what: &str, e: &super::PgError) -> Error {
+    fn retention_error(&self, what: &str, e: &PgError) -> Error {
         Error::Store(format!(
             "{what} in the PostgreSQL store {} failed: {}",
             self.description,
@@ -143,19 +147,40 @@ impl Retention for PostgresStore {
             .map_err(|e| self.retention_error("reading the server's clock", &e))
     }
 
+    fn count_prunable(&self, p: &Prune<'_>, now: Option<Micros>) -> Result<u64> {
+        let sql = format!(
+            "WITH clock AS (SELECT {now} AS now) \
+             SELECT count(*) FROM {t} e, clock WHERE {prunable}",
+            now = now_expr(1),
+            t = self.sql.effects,
+            prunable = prunable(&self.sql.approvals),
+        );
+        let states: Vec<&str> = p.states.iter().map(|s| s.as_str()).collect();
+        let row = self
+            .read("count_prunable", "*", |c, _| {
+                c.query_typed_one(
+                    &sql,
+                    &[
+                        (&now, Type::INT8),
+                        (&states, Type::TEXT_ARRAY),
+                        (&p.older_than, Type::INT8),
+                    ],
+                )
+            })?
+            .map_err(|e| self.retention_error("counting effects to prune", &e))?;
+        Ok(row.get::<_, i64>(0) as u64)
+    }
+}
+
+impl PostgresStore {
     /// One batch, one transaction at READ COMMITTED: the first statement walks the next rows
     /// in order (the cursor) and locks those that are settled and old enough; the second,
     /// with a snapshot taken after those locks, deletes the ones with no open approval request
     /// and writes their `pruned` receipts (or deletes their chains). A request being made for
     /// one of them holds its row (`FOR KEY SHARE`), so it either commits before the lock,
     /// and the delete sees it, or waits for the prune and finds no row.
-    fn prune_batch(
-        &self,
-        p: &Prune<'_>,
-        state: EffectState,
-        after: Option<&Cursor>,
-        now: Option<Micros>,
-    ) -> Result<PruneBatch> {
+    pub(super) fn prune_batch_in(&self, step: PruneStep<'_>) -> Result<PruneBatch> {
+        let (p, state, after, now) = (step.prune, step.state, step.after, step.now);
         let (t, a, r) = (&self.sql.effects, &self.sql.approvals, &self.sql.receipts);
         let lock = format!(
             "WITH clock AS (SELECT {now} AS now), \
@@ -255,35 +280,7 @@ impl Retention for PostgresStore {
         };
         match self.txn("prune", "*", body)? {
             Commit::Landed(done) => Ok(done),
-            Commit::Unknown(_, why) => Err(Error::StoreUnresolved(format!(
-                "pruning effects in the PostgreSQL store {}: the COMMIT failed ({why}), so this \
-                 batch may or may not be removed; running the prune again finishes it",
-                self.description
-            ))),
+            Commit::Unknown(_, why) => Err(batch_unknown(&self.store_name(), &why)),
         }
-    }
-
-    fn count_prunable(&self, p: &Prune<'_>, now: Option<Micros>) -> Result<u64> {
-        let sql = format!(
-            "WITH clock AS (SELECT {now} AS now) \
-             SELECT count(*) FROM {t} e, clock WHERE {prunable}",
-            now = now_expr(1),
-            t = self.sql.effects,
-            prunable = prunable(&self.sql.approvals),
-        );
-        let states: Vec<&str> = p.states.iter().map(|s| s.as_str()).collect();
-        let row = self
-            .read("count_prunable", "*", |c, _| {
-                c.query_typed_one(
-                    &sql,
-                    &[
-                        (&now, Type::INT8),
-                        (&states, Type::TEXT_ARRAY),
-                        (&p.older_than, Type::INT8),
-                    ],
-                )
-            })?
-            .map_err(|e| self.retention_error("counting effects to prune", &e))?;
-        Ok(row.get::<_, i64>(0) as u64)
     }
 }

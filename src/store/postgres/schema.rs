@@ -368,7 +368,7 @@ pub fn drop_scratch_schema(url: &str) -> Result<()> {
             "refusing to drop schema {schema:?}: only {SCRATCH_PREFIX}* scratch schemas are dropped"
         )));
     }
-    let store = super::PostgresStore::connector_for(&url, timeout, &tls)?;
+    let store = super::conn::Manager::for_url(&url, timeout, &tls)?;
     let description = describe(&store.config, &schema);
     let fail = |e: PgError| {
         Error::Store(format!(

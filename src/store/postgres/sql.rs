@@ -6,10 +6,12 @@ use tokio_postgres::Row;
 
 use super::client::{Client, PgError, PgResult};
 
-use crate::error::{Error, Result};
+use crate::env::holder;
+use crate::error::Result;
 use crate::planner::{Expected, Transition};
 use crate::receipt::Event;
-use crate::record::{holder, EffectRecord, EffectState, Micros};
+use crate::record::{EffectRecord, Micros};
+use crate::store::cold::rows::{self, Value};
 
 use super::statements::{call, Statements, INSERT_PARAMS, SELECT_PARAMS, TRANSITION_PARAMS};
 pub(super) use super::statements::{now_expr, COLUMNS};
@@ -83,12 +85,8 @@ impl Sql {
         r: &EffectRecord,
         now: Option<Micros>,
     ) -> PgResult<Option<Row>> {
-        let lease = r.lease_expires_at.map(|until| until - r.created_at);
-        let (state, writer) = (r.state.as_str(), holder());
-        c.query_typed_opt(
-            &self.insert,
-            &insert_params(r, &state, &now, &lease, &writer),
-        )
+        let args = InsertArgs::of(r, now);
+        c.query_typed_opt(&self.insert, &args.params(r))
     }
 
     /// [`Sql::insert`] of a key's first row, or, when a row is there, that row read afresh:
@@ -99,10 +97,8 @@ impl Sql {
         r: &EffectRecord,
         now: Option<Micros>,
     ) -> PgResult<(bool, Row)> {
-        let lease = r.lease_expires_at.map(|until| until - r.created_at);
-        let (state, writer) = (r.state.as_str(), holder());
-        let params = insert_params(r, &state, &now, &lease, &writer);
-        let row = c.query_typed_one(&self.reserve, &params)?;
+        let args = InsertArgs::of(r, now);
+        let row = c.query_typed_one(&self.reserve, &args.params(r))?;
         // A column that does not decode is the driver's error (the call's commit is then
         // unknown, and the re-read decides), never a panic.
         let inserted = row.try_get(17).map_err(PgError::Driver)?;
@@ -117,32 +113,10 @@ impl Sql {
         r: &EffectRecord,
         event: Event,
     ) -> PgResult<u64> {
-        c.execute_typed(
-            &self.cas,
-            &[
-                (&r.state.as_str(), Type::TEXT),
-                (&r.action_id, Type::TEXT),
-                (&r.attempt, Type::INT8),
-                (&r.created_at, Type::INT8),
-                (&r.updated_at, Type::INT8),
-                (&r.lease_expires_at, Type::INT8),
-                (&r.result, Type::TEXT),
-                (&r.error, Type::TEXT),
-                (&r.resolved_by, Type::TEXT),
-                (&r.effect_key, Type::TEXT),
-                (&expected.state.as_str(), Type::TEXT),
-                (&expected.action_id, Type::TEXT),
-                (&expected.attempt, Type::INT8),
-                (&r.attempt_token, Type::TEXT),
-                (&r.action, Type::TEXT),
-                (&r.holder, Type::TEXT),
-                (&r.args_digest, Type::TEXT),
-                (&r.arg_digests, Type::TEXT),
-                (&r.approval_id, Type::TEXT),
-                (&event.as_str(), Type::TEXT),
-                (&holder(), Type::TEXT),
-            ],
-        )
+        let writer = holder();
+        let mut values = rows::effect_values(r).to_vec();
+        values.extend(rows::expected_values(expected, event, &writer));
+        c.execute_typed(&self.cas, &typed(&values))
     }
 
     /// A later transition binding the planner's [`crate::planner::TransitionWrite`]: the row
@@ -179,65 +153,56 @@ impl Sql {
 /// What the `INSERT` writes as the row's last event.
 const RESERVATION_EVENT: &str = Event::Reservation.as_str();
 
-/// The parameters of the `INSERT` of row `r` (see [`Statements::new`]).
-fn insert_params<'a>(
-    r: &'a EffectRecord,
-    state: &'a &'static str,
-    now: &'a Option<Micros>,
-    lease: &'a Option<Micros>,
-    writer: &'a String,
-) -> [(&'a (dyn ToSql + Sync), Type); 17] {
-    [
-        (&r.effect_key, Type::TEXT),
-        (state, Type::TEXT),
-        (&r.action_id, Type::TEXT),
-        (&r.attempt, Type::INT8),
-        (now, Type::INT8),
-        (lease, Type::INT8),
-        (&r.result, Type::TEXT),
-        (&r.error, Type::TEXT),
-        (&r.resolved_by, Type::TEXT),
-        (&r.attempt_token, Type::TEXT),
-        (&r.action, Type::TEXT),
-        (&r.holder, Type::TEXT),
-        (&r.args_digest, Type::TEXT),
-        (&r.arg_digests, Type::TEXT),
-        (&r.approval_id, Type::TEXT),
-        (&RESERVATION_EVENT, Type::TEXT),
-        (writer, Type::TEXT),
-    ]
+/// What the `INSERT` of a row binds besides the row's own fields.
+struct InsertArgs {
+    state: &'static str,
+    now: Option<Micros>,
+    lease: Option<Micros>,
+    writer: String,
 }
 
-fn state_of(text: &str) -> std::result::Result<EffectState, Error> {
-    EffectState::parse(text)
-        .ok_or_else(|| Error::Store(format!("the store holds an unknown effect state {text:?}")))
+impl InsertArgs {
+    fn of(r: &EffectRecord, now: Option<Micros>) -> InsertArgs {
+        InsertArgs {
+            state: r.state.as_str(),
+            now,
+            lease: r.lease_expires_at.map(|until| until - r.created_at),
+            writer: holder(),
+        }
+    }
+
+    /// The parameters of the `INSERT` of row `r` (see [`Statements::new`]).
+    fn params<'a>(&'a self, r: &'a EffectRecord) -> [(&'a (dyn ToSql + Sync), Type); 17] {
+        let (state, now, lease, writer) = (&self.state, &self.now, &self.lease, &self.writer);
+        [
+            (&r.effect_key, Type::TEXT),
+            (state, Type::TEXT),
+            (&r.action_id, Type::TEXT),
+            (&r.attempt, Type::INT8),
+            (now, Type::INT8),
+            (lease, Type::INT8),
+            (&r.result, Type::TEXT),
+            (&r.error, Type::TEXT),
+            (&r.resolved_by, Type::TEXT),
+            (&r.attempt_token, Type::TEXT),
+            (&r.action, Type::TEXT),
+            (&r.holder, Type::TEXT),
+            (&r.args_digest, Type::TEXT),
+            (&r.arg_digests, Type::TEXT),
+            (&r.approval_id, Type::TEXT),
+            (&RESERVATION_EVENT, Type::TEXT),
+            (writer, Type::TEXT),
+        ]
+    }
 }
 
-/// A row of `COLUMNS` starting at column `at`; `None` when the key column is NULL.
+/// A row of the effect columns starting at column `at`; `None` when the key column is NULL.
 pub(super) fn read_record(row: &Row, at: usize) -> Result<Option<EffectRecord>> {
     let key: Option<String> = row.get(at);
-    let Some(effect_key) = key else {
+    if key.is_none() {
         return Ok(None);
-    };
-    let state: String = row.get(at + 1);
-    Ok(Some(EffectRecord {
-        effect_key,
-        state: state_of(&state)?,
-        action_id: row.get(at + 2),
-        attempt: row.get(at + 3),
-        created_at: row.get(at + 4),
-        updated_at: row.get(at + 5),
-        lease_expires_at: row.get(at + 6),
-        result: row.get(at + 7),
-        error: row.get(at + 8),
-        resolved_by: row.get(at + 9),
-        attempt_token: row.get(at + 10),
-        action: row.get(at + 11),
-        holder: row.get(at + 12),
-        args_digest: row.get(at + 13),
-        arg_digests: row.get(at + 14),
-        approval_id: row.get(at + 15),
-    }))
+    }
+    rows::effect(row, at).map(Some)
 }
 
 /// What a key's read found: its record if any, and the server's clock (or the caller's `now`).
@@ -246,4 +211,15 @@ pub(super) type Found = (Option<EffectRecord>, Micros);
 /// A row of the `select` statement.
 pub(super) fn read_found(row: &Row) -> Result<Found> {
     Ok((read_record(row, 0)?, row.get(16)))
+}
+
+/// The values bound with their types.
+pub(super) fn typed<'a>(values: &'a [Value<'a>]) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
+    let pair = |v: &'a Value<'a>| -> (&'a (dyn ToSql + Sync), Type) {
+        match v {
+            Value::Text(t) => (t, Type::TEXT),
+            Value::Int(i) => (i, Type::INT8),
+        }
+    };
+    values.iter().map(pair).collect()
 }

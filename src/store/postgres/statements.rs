@@ -1,9 +1,7 @@
 //! The text of the PostgreSQL store's statements, and schema version 7's functions that hold
 //! the hot ones (see [`super::sql::Sql`] for why).
 
-pub(super) const COLUMNS: &str = "effect_key, state, action_id, attempt, created_at, updated_at, \
-                       lease_expires_at, result, error, resolved_by, attempt_token, action, \
-                       holder, args_digest, arg_digests, approval_id";
+pub(super) use crate::store::cold::rows::EFFECT_COLUMNS as COLUMNS;
 
 /// The row's index: the SHA-256 of the key's UTF-8 bytes. The primary key is this digest, not
 /// the key, because a B-tree entry cannot exceed ~2.7 KB and keys may be longer; every lookup
@@ -97,21 +95,23 @@ impl Statements {
                  IF NOT FOUND THEN RETURN QUERY {found}; END IF",
                 found = select(&t, 5, ", false"),
             ),
+            // [`crate::store::cold::rows::effect_values`] of the row written ($1 to $16),
+            // then the expected state, action id and attempt, the event and the writer.
             cas: format!(
-                "UPDATE {t} SET state = $1, action_id = $2, attempt = $3, created_at = $4, \
-                 updated_at = $5, lease_expires_at = $6, result = $7, error = $8, \
-                 resolved_by = $9, attempt_token = $14, action = $15, holder = $16, \
-                 args_digest = $17, arg_digests = $18, approval_id = $19, last_event = $20, \
+                "UPDATE {t} SET state = $2, action_id = $3, attempt = $4, created_at = $5, \
+                 updated_at = $6, lease_expires_at = $7, result = $8, error = $9, \
+                 resolved_by = $10, attempt_token = $11, action = $12, holder = $13, \
+                 args_digest = $14, arg_digests = $15, approval_id = $16, last_event = $20, \
                  written_by = $21, {head} FROM (SELECT {durable}()) durable(ok) \
-                 WHERE key_digest = {d} AND effect_key = $10 AND state = $11 \
-                 AND action_id = $12 AND attempt = $13",
-                d = digest(10),
+                 WHERE key_digest = {d} AND effect_key = $1 AND state = $17 \
+                 AND action_id = $18 AND attempt = $19",
+                d = digest(1),
                 head = head(
                     seq,
                     "receipt_hash",
                     [
-                        "$10", "$5::text", "$20", "$15", "$2", "$3::text", "$1", "$17", "$19",
-                        "$9", "$21"
+                        "$1", "$6::text", "$20", "$12", "$3", "$4::text", "$2", "$14", "$16",
+                        "$10", "$21"
                     ]
                 )
             ),

@@ -97,10 +97,16 @@ pub(crate) fn connector(tls: &PgTls) -> Result<MakeRustlsConnect> {
         if tls.mode == SslMode::VerifyFull {
             webpki
         } else {
-            Arc::new(ChainOnly(webpki))
+            Arc::new(Lenient {
+                chain: Some(webpki),
+                provider,
+            })
         }
     } else {
-        Arc::new(Unverified(provider))
+        Arc::new(Lenient {
+            chain: None,
+            provider,
+        })
     };
     let builder = builder
         .dangerous()
@@ -121,12 +127,23 @@ pub(crate) fn connector(tls: &PgTls) -> Result<MakeRustlsConnect> {
     Ok(MakeRustlsConnect::new(config))
 }
 
-/// `verify-ca` (and `require` with `sslrootcert`): the chain must lead to a trusted root; the
-/// name in the certificate is not checked, as libpq does not check it in these modes.
-#[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
+/// A certificate, a handshake signature, and whether the signature holds.
+type Cert<'a> = CertificateDer<'a>;
+type Dss = DigitallySignedStruct;
+type Signed = std::result::Result<HandshakeSignatureValid, rustls::Error>;
 
-impl ServerCertVerifier for ChainOnly {
+/// The modes that do not check the name in the certificate, as libpq does not check it in
+/// them. With `chain` (`verify-ca`, and `require` with `sslrootcert`) the chain must lead to a
+/// trusted root; without (`prefer`, and `require` without roots) there is encryption without a
+/// certificate check. Either way the handshake's signatures are verified against the
+/// certificate presented, with the provider's algorithms (the ones the chain's verifier uses).
+#[derive(Debug)]
+struct Lenient {
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -135,10 +152,10 @@ impl ServerCertVerifier for ChainOnly {
         ocsp: &[u8],
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -146,76 +163,17 @@ impl ServerCertVerifier for ChainOnly {
         }
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+    fn verify_tls12_signature(&self, m: &[u8], c: &Cert<'_>, d: &Dss) -> Signed {
+        verify_tls12_signature(m, c, d, &self.provider.signature_verification_algorithms)
     }
 
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+    fn verify_tls13_signature(&self, m: &[u8], c: &Cert<'_>, d: &Dss) -> Signed {
+        verify_tls13_signature(m, c, d, &self.provider.signature_verification_algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-}
-
-/// `prefer` and `require` without roots: encryption without a certificate check, as libpq does
-/// in these modes. The handshake's signatures are still verified against the certificate
-/// presented.
-#[derive(Debug)]
-struct Unverified(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for Unverified {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }

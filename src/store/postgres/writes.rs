@@ -1,15 +1,16 @@
 //! The store's writes: the reservation and the later transitions, each a transaction with its
 //! re-read after an unknown `COMMIT`.
 
-use super::approvals;
 use super::client::{Client, PgError};
+use super::cold;
 use super::conn::rolled_back;
 use super::sql::{read_found, read_record, Found, Sql};
-use super::PostgresStore;
+use super::store::PostgresStore;
+use crate::env::{holder, new_attempt_token};
 use crate::error::{Error, Result};
 use crate::planner::{self, Expected, Mismatch, Proposal, ReservationPlan};
 use crate::receipt::Event;
-use crate::record::{holder, new_attempt_token, EffectRecord, EffectState, Micros};
+use crate::record::{EffectRecord, EffectState, Micros};
 use crate::store::recovery::{settle_transition, settle_write, Commit, Step, TransitionCall};
 
 impl PostgresStore {
@@ -46,7 +47,7 @@ impl PostgresStore {
             return self.reserve_step(&proposal, now, Some((found, n)), true);
         }
         // The row a key with none gets; its times are the server's, taken by the INSERT.
-        let local = now.unwrap_or_else(crate::record::now_micros);
+        let local = now.unwrap_or_else(crate::env::now_micros);
         planner::check_lease_end(local, proposal.lease)?;
         let (token, holder) = (new_attempt_token()?, holder());
         let proposal = Proposal {
@@ -164,7 +165,7 @@ impl PostgresStore {
                 if let (true, ReservationPlan::Insert(_) | ReservationPlan::Renew { .. }) =
                     (proposal.needs_approval, &plan)
                 {
-                    let used = match approvals::grant_in_force(self, tx, proposal, n) {
+                    let used = match cold::grant_in_force(self, tx, proposal, n) {
                         Ok(used) => used,
                         Err(needed) => {
                             // A winner may have used the grant and written the key meanwhile:
@@ -211,7 +212,7 @@ impl PostgresStore {
                 };
                 if written.is_some() {
                     if let Some(used) = &grant {
-                        approvals::mark_used(self, tx, key, used, n)?; // an error rolls back
+                        cold::mark_used(self, tx, key, used, n)?; // an error rolls back
                     }
                     let event = match written.as_ref().map(|r| r.state) {
                         Some(EffectState::Ambiguous) => Event::Lapse, // a lapse's row
@@ -247,7 +248,7 @@ impl PostgresStore {
     ) -> Result<EffectRecord> {
         let committed = self.txn(what, key, |tx, _| {
             // A compare-and-set lost to a concurrent writer re-reads and re-plans: the planner
-            // then refuses by what is there now (SPEC §4).
+            // then refuses by what is there now (docs/spec.md §4).
             for _ in 0..4 {
                 let (found, n) = self.select_in(tx, what, key, now)?;
                 let expected = found.as_ref().map(Expected::of);

@@ -10,13 +10,16 @@
 use rusqlite::types::Value;
 use rusqlite::{params, Connection};
 
-use super::sql::{read_record, COLUMNS};
-use super::SqliteStore;
+use super::sql::read_record;
+use super::store::SqliteStore;
+use crate::env::{holder, now_micros};
 use crate::error::{Error, Result};
-use crate::record::{holder, now_micros, EffectRecord, EffectState, Micros};
-use crate::store::recovery::Commit;
-use crate::store::retention::{prefix_end, Cursor, EffectFilter, Prune};
-use crate::store::{PruneBatch, Retention};
+use crate::record::{EffectRecord, EffectState, Micros};
+use crate::store::api::Retention;
+use crate::store::cold::rows::EFFECT_COLUMNS;
+use crate::store::recovery::{Commit, Reread};
+use crate::store::retention::PruneBatch;
+use crate::store::retention::{batch_unknown, prefix_end, Cursor, EffectFilter, Prune, PruneStep};
 
 /// The listing `f` asks for and its parameters.
 fn list_query(f: &EffectFilter<'_>) -> (String, Vec<Value>) {
@@ -45,7 +48,7 @@ fn list_query(f: &EffectFilter<'_>) -> (String, Vec<Value>) {
     };
     values.push(Value::Integer(f.sql_limit()));
     let sql = format!(
-        "SELECT {COLUMNS} FROM ctrlrun_effects {filter} ORDER BY created_at, effect_key LIMIT ?"
+        "SELECT {EFFECT_COLUMNS} FROM ctrlrun_effects {filter} ORDER BY created_at, effect_key LIMIT ?"
     );
     (sql, values)
 }
@@ -108,43 +111,6 @@ impl Retention for SqliteStore {
         };
         let steps = read().map_err(|e| self.retention_error("explaining a listing", e))?;
         Ok(steps.join("\n"))
-    }
-
-    fn prune_batch(
-        &self,
-        p: &Prune<'_>,
-        state: EffectState,
-        after: Option<&Cursor>,
-        now: Option<Micros>,
-    ) -> Result<PruneBatch> {
-        let now = now.unwrap_or_else(now_micros);
-        let cut = now.saturating_sub(p.older_than);
-        let mut conn = self.conn()?;
-        let body = |c: &Connection| -> Result<PruneBatch> {
-            let looked = candidates(c, state, cut, after, p.batch)
-                .map_err(|e| self.retention_error("finding effects to prune", e))?;
-            let mut removed = 0;
-            for (key, _) in &looked {
-                removed += remove(c, p, key, state, cut, now)
-                    .map_err(|e| self.retention_error("pruning an effect", e))?;
-            }
-            let next = (looked.len() == p.batch as usize)
-                .then(|| looked.last())
-                .flatten()
-                .map(|(key, created_at)| Cursor {
-                    created_at: *created_at,
-                    tie: key.clone().into_bytes(),
-                });
-            Ok(PruneBatch { removed, next })
-        };
-        match self.txn(&mut conn, "prune", "*", body)? {
-            Commit::Landed(batch) => Ok(batch),
-            Commit::Unknown(_, e) => Err(Error::StoreUnresolved(format!(
-                "pruning effects in the SQLite store at {}: the COMMIT failed ({e}), so this \
-                 batch may or may not be removed; running the prune again finishes it",
-                self.opts.path.display()
-            ))),
-        }
     }
 
     fn count_prunable(&self, p: &Prune<'_>, now: Option<Micros>) -> Result<u64> {
@@ -227,4 +193,34 @@ fn remove(
         .execute([key])?;
     }
     Ok(removed as u64)
+}
+
+impl SqliteStore {
+    pub(super) fn prune_batch_in(&self, step: PruneStep<'_>) -> Result<PruneBatch> {
+        let (p, state, after, now) = (step.prune, step.state, step.after, step.now);
+        let now = now.unwrap_or_else(now_micros);
+        let cut = now.saturating_sub(p.older_than);
+        let mut conn = self.conn()?;
+        let body = |c: &Connection| -> Result<PruneBatch> {
+            let looked = candidates(c, state, cut, after, p.batch)
+                .map_err(|e| self.retention_error("finding effects to prune", e))?;
+            let mut removed = 0;
+            for (key, _) in &looked {
+                removed += remove(c, p, key, state, cut, now)
+                    .map_err(|e| self.retention_error("pruning an effect", e))?;
+            }
+            let next = (looked.len() == p.batch as usize)
+                .then(|| looked.last())
+                .flatten()
+                .map(|(key, created_at)| Cursor {
+                    created_at: *created_at,
+                    tie: key.clone().into_bytes(),
+                });
+            Ok(PruneBatch { removed, next })
+        };
+        match self.txn(&mut conn, "prune", "*", body)? {
+            Commit::Landed(batch) => Ok(batch),
+            Commit::Unknown(_, why) => Err(batch_unknown(&self.store_name(), &why)),
+        }
+    }
 }

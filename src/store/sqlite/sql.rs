@@ -1,10 +1,11 @@
 //! The SQLite store's schema, statements and row decoding.
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row};
 
 use crate::planner::{Expected, Transition};
 use crate::receipt::Event;
-use crate::record::{EffectRecord, EffectState, Micros};
+use crate::record::{EffectRecord, Micros};
+use crate::store::cold::rows::{self, effect_columns, text, Value};
 
 /// The schema version this build writes (`PRAGMA user_version`).
 pub const SCHEMA_VERSION: i64 = 5;
@@ -141,19 +142,9 @@ pub(super) const MIGRATIONS: [&str; 4] = [
          WHERE state IN ('pending', 'granted');",
 ];
 
-/// The columns in [`read_record`]'s order (a macro, so statements are compile-time literals:
-/// the hot path builds no SQL text).
-macro_rules! columns {
-    () => {
-        "effect_key, state, action_id, attempt, created_at, updated_at, \
-         lease_expires_at, result, error, resolved_by, attempt_token, action, holder, \
-         args_digest, arg_digests, approval_id"
-    };
-}
-pub(super) const COLUMNS: &str = columns!();
 const SELECT_ONE: &str = concat!(
     "SELECT ",
-    columns!(),
+    effect_columns!(),
     " FROM ctrlrun_effects WHERE effect_key = ?1"
 );
 /// The chain head a write sets (see [`crate::receipt`]): sequence number, previous hash and
@@ -200,33 +191,35 @@ macro_rules! receipt_head {
 }
 const INSERT_ONE: &str = concat!(
     "INSERT INTO ctrlrun_effects (",
-    columns!(),
+    effect_columns!(),
     ", last_event, written_by, receipt_seq, receipt_prev, receipt_hash) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
      1, NULL, ctrlrun_receipt_hash('effect', ?1, NULL, 1, NULL, ?6, ?17, ?12, ?3, ?4, ?2, ?14, \
      ?16, ?10, ?18)) ON CONFLICT (effect_key) DO NOTHING"
 );
+/// [`rows::effect_values`] of the row written (`?1` to `?16`), then the expected state, action
+/// id and attempt, the event and the writing process.
 const COMPARE_AND_SET: &str = concat!(
-    "UPDATE ctrlrun_effects SET state = ?1, action_id = ?2, attempt = ?3, created_at = ?4, \
-     updated_at = ?5, lease_expires_at = ?6, result = ?7, error = ?8, resolved_by = ?9, \
-     attempt_token = ?14, action = ?15, holder = ?16, args_digest = ?17, \
-     arg_digests = ?18, approval_id = ?19, last_event = ?20, written_by = ?21, ",
+    "UPDATE ctrlrun_effects SET state = ?2, action_id = ?3, attempt = ?4, created_at = ?5, \
+     updated_at = ?6, lease_expires_at = ?7, result = ?8, error = ?9, resolved_by = ?10, \
+     attempt_token = ?11, action = ?12, holder = ?13, args_digest = ?14, \
+     arg_digests = ?15, approval_id = ?16, last_event = ?20, written_by = ?21, ",
     receipt_head!(
         "COALESCE(receipt_seq, 0) + 1",
         "receipt_hash",
-        "?10",
-        "?5",
-        "?20",
-        "?15",
-        "?2",
-        "?3",
         "?1",
-        "?17",
-        "?19",
-        "?9",
+        "?6",
+        "?20",
+        "?12",
+        "?3",
+        "?4",
+        "?2",
+        "?14",
+        "?16",
+        "?10",
         "?21"
     ),
-    " WHERE effect_key = ?10 AND state = ?11 AND action_id = ?12 AND attempt = ?13"
+    " WHERE effect_key = ?1 AND state = ?17 AND action_id = ?18 AND attempt = ?19"
 );
 const TRANSITION: &str = concat!(
     "UPDATE ctrlrun_effects SET state = ?1, updated_at = ?2, \
@@ -269,32 +262,7 @@ CREATE TABLE IF NOT EXISTS ctrlrun_effects (
 ";
 
 pub(super) fn read_record(row: &Row<'_>) -> rusqlite::Result<EffectRecord> {
-    let state: String = row.get(1)?;
-    let state = EffectState::parse(&state).ok_or_else(|| {
-        rusqlite::Error::FromSqlConversionFailure(
-            1,
-            rusqlite::types::Type::Text,
-            format!("unknown effect state {state:?}").into(),
-        )
-    })?;
-    Ok(EffectRecord {
-        effect_key: row.get(0)?,
-        state,
-        action_id: row.get(2)?,
-        attempt: row.get(3)?,
-        created_at: row.get(4)?,
-        updated_at: row.get(5)?,
-        lease_expires_at: row.get(6)?,
-        result: row.get(7)?,
-        error: row.get(8)?,
-        resolved_by: row.get(9)?,
-        attempt_token: row.get(10)?,
-        action: row.get(11)?,
-        holder: row.get(12)?,
-        args_digest: row.get(13)?,
-        arg_digests: row.get(14)?,
-        approval_id: row.get(15)?,
-    })
+    rows::effect(row, 0)
 }
 
 pub(super) fn select(conn: &Connection, key: &str) -> rusqlite::Result<Option<EffectRecord>> {
@@ -305,26 +273,25 @@ pub(super) fn select(conn: &Connection, key: &str) -> rusqlite::Result<Option<Ef
 
 /// Insert `r` unless the key has a row; the count of rows inserted (0 or 1).
 pub(super) fn insert(conn: &Connection, r: &EffectRecord) -> rusqlite::Result<usize> {
-    conn.prepare_cached(INSERT_ONE)?.execute(params![
-        r.effect_key,
-        r.state.as_str(),
-        r.action_id,
-        r.attempt,
-        r.created_at,
-        r.updated_at,
-        r.lease_expires_at,
-        r.result,
-        r.error,
-        r.resolved_by,
-        r.attempt_token,
-        r.action,
-        r.holder,
-        r.args_digest,
-        r.arg_digests,
-        r.approval_id,
-        Event::Reservation.as_str(),
-        crate::record::holder()
-    ])
+    let writer = crate::env::holder();
+    write_row(
+        conn,
+        INSERT_ONE,
+        r,
+        &[text(Event::Reservation.as_str()), text(&writer)],
+    )
+}
+
+/// Run `sql` with [`rows::effect_values`] of `r`, then `more`.
+fn write_row(
+    conn: &Connection,
+    sql: &str,
+    r: &EffectRecord,
+    more: &[Value<'_>],
+) -> rusqlite::Result<usize> {
+    let values = rows::effect_values(r);
+    conn.prepare_cached(sql)?
+        .execute(params_from_iter(values.iter().chain(more)))
 }
 
 /// Overwrite the whole row if it is still `expected`; returns the number of rows changed.
@@ -334,29 +301,9 @@ pub(super) fn compare_and_set(
     r: &EffectRecord,
     event: Event,
 ) -> rusqlite::Result<usize> {
-    conn.prepare_cached(COMPARE_AND_SET)?.execute(params![
-        r.state.as_str(),
-        r.action_id,
-        r.attempt,
-        r.created_at,
-        r.updated_at,
-        r.lease_expires_at,
-        r.result,
-        r.error,
-        r.resolved_by,
-        r.effect_key,
-        expected.state.as_str(),
-        expected.action_id,
-        expected.attempt,
-        r.attempt_token,
-        r.action,
-        r.holder,
-        r.args_digest,
-        r.arg_digests,
-        r.approval_id,
-        event.as_str(),
-        crate::record::holder()
-    ])
+    let writer = crate::env::holder();
+    let more = rows::expected_values(expected, event, &writer);
+    write_row(conn, COMPARE_AND_SET, r, &more)
 }
 
 /// A later transition as one conditional `UPDATE` binding the planner's
@@ -386,7 +333,7 @@ pub(super) fn transition_cas(
         pick(1),
         pick(2),
         Event::of_transition(t).as_str(),
-        crate::record::holder()
+        crate::env::holder()
     ])
 }
 

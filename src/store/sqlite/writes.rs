@@ -1,15 +1,20 @@
 //! The store's writes under `BEGIN IMMEDIATE`, each settled by [`crate::store::recovery`]
 //! after an unknown `COMMIT`.
 
-use super::sql::{compare_and_set, insert, select, set_synchronous, transition_cas};
-use super::SqliteStore;
-use crate::error::Result;
-use crate::planner::{self, Expected, Mismatch};
-use crate::receipt::Event;
-use crate::record::EffectRecord;
-use crate::store::recovery::{settle_transition, settle_write, Step, TransitionCall};
-use crate::url::Synchronous;
 use rusqlite::Connection;
+
+use super::cold;
+use super::sql::{compare_and_set, insert, select, set_synchronous, transition_cas};
+use super::store::SqliteStore;
+use crate::env::{holder, new_attempt_token, now_micros};
+use crate::error::{Error, Result};
+use crate::planner::{self, Expected, Mismatch, Proposal, ReservationPlan};
+use crate::receipt::Event;
+use crate::record::{EffectRecord, Micros};
+use crate::store::engine::{Backend, Engine, RowWrite};
+use crate::store::recovery::{settle_transition, settle_write, Step, TransitionCall};
+use crate::store::retention::{PruneBatch, PruneStep};
+use crate::url::Synchronous;
 
 /// A read-plan-write step's plan: from the row found (and the transaction's connection, for a
 /// plan that reads more), the row it expects to replace and the step.
@@ -123,5 +128,100 @@ impl SqliteStore {
         drop(conn);
         let reissue = may_reissue.then_some(|| self.transition_step(call, read_back, false));
         settle_transition(self, call, committed, reissue, Some)
+    }
+}
+
+impl Engine for SqliteStore {
+    fn location(&self) -> String {
+        format!("sqlite:///{}", self.opts.path.display())
+    }
+
+    fn kind(&self) -> Backend {
+        Backend::Sqlite
+    }
+
+    /// This host's clock: SQLite has no other.
+    fn fixed_now(&self, now: Option<Micros>) -> Option<Micros> {
+        Some(now.unwrap_or_else(now_micros))
+    }
+
+    fn reserve_row(&self, p: Proposal<'_>, now: Option<Micros>) -> Result<EffectRecord> {
+        planner::check_request(p.key, p.action_id, p.lease)?;
+        let now = now.unwrap_or_else(now_micros);
+        planner::check_lease_end(now, p.lease)?;
+        // A refusal needs no write: decide it from a plain read, without taking the write lock.
+        // (A stale read only means the caller arrived a moment earlier; anything the planner
+        // would grant or lapse is decided again under BEGIN IMMEDIATE below.)
+        let seen = self.read(p.key)?;
+        if let ReservationPlan::Refuse(refusal) = planner::plan_reservation(seen.as_ref(), &p, now)
+        {
+            return Err(refusal.into_error());
+        }
+        let (token, holder) = (new_attempt_token()?, holder()); // only for a call that may write
+        let p = Proposal {
+            token: &token,
+            holder: &holder,
+            ..p
+        };
+        match (p.needs_approval, p.action, p.args) {
+            (true, Some(action), Some((digest, _))) => {
+                // The grant is used in the reservation's own transaction, only by a write that
+                // grants the key (a refusal or a lapse leaves it for the next call).
+                let plan = |c: &Connection, found: Option<EffectRecord>| {
+                    let plan = planner::plan_reservation(found.as_ref(), &p, now);
+                    if !matches!(
+                        plan,
+                        ReservationPlan::Insert(_) | ReservationPlan::Renew { .. }
+                    ) {
+                        return Ok(Step::of_reservation(plan));
+                    }
+                    let used = cold::consume(self, c, (action, digest), p.key, p.action_id, now)?;
+                    let with = Proposal {
+                        approval_id: Some(&used.request_id),
+                        ..p
+                    };
+                    let plan = planner::plan_reservation(found.as_ref(), &with, now);
+                    Ok(Step::of_reservation(plan))
+                };
+                self.read_plan_write("reserve_effect", p.key, &plan, false, true)
+            }
+            (true, _, _) => Err(Error::InvalidArgument(
+                "an action that needs approval is reserved with its action name and the digest \
+                 of its arguments"
+                    .into(),
+            )),
+            _ => {
+                let plan = |_: &Connection, found: Option<EffectRecord>| {
+                    let plan = planner::plan_reservation(found.as_ref(), &p, now);
+                    Ok(Step::of_reservation(plan))
+                };
+                self.read_plan_write("reserve_effect", p.key, &plan, seen.is_none(), true)
+            }
+        }
+    }
+
+    fn write_transition(
+        &self,
+        call: &TransitionCall<'_>,
+        read_back: bool,
+    ) -> Result<Option<EffectRecord>> {
+        self.transition_step(call, read_back, true)
+    }
+
+    fn replace_row(&self, w: RowWrite<'_>) -> Result<EffectRecord> {
+        let now = w.now.unwrap_or_else(now_micros);
+        let plan = |_: &Connection, found: Option<EffectRecord>| {
+            let expected = found.as_ref().map(Expected::of);
+            Ok((expected, Step::wrote((w.plan)(found, now)?, w.event)))
+        };
+        self.read_plan_write(w.what, w.key, &plan, false, true)
+    }
+
+    fn prune_rows(&self, step: PruneStep<'_>) -> Result<PruneBatch> {
+        self.prune_batch_in(step)
+    }
+
+    fn read_row(&self, key: &str) -> Result<Option<EffectRecord>> {
+        self.read(key)
     }
 }

@@ -1,0 +1,237 @@
+//! The traits every store implements: [`Store`] (effects), [`Approvals`], [`Receipts`] and
+//! [`Retention`]. [`Store`] is written once over what a backend supplies ([`Engine`]).
+
+use super::engine::{Backend, Engine, RowWrite};
+use super::recovery::TransitionCall;
+use super::retention::{self, Cursor, EffectFilter, Prune, PruneBatch, PruneStep};
+use crate::approval::{ApprovalAsk, ApprovalRecord, ApprovalState};
+use crate::error::Result;
+use crate::planner::{self, Proposal, Transition};
+use crate::receipt::{Event, Receipt, Verification};
+use crate::record::{EffectRecord, EffectState, Micros};
+
+/// Approval requests, kept in the same database as the effects (each backend implements it in
+/// its `approvals.rs`).
+pub trait Approvals {
+    /// Ask for an approval of `ask`: the request that stands for its action and arguments
+    /// (pending, granted, or denied), or a new pending one.
+    fn request_approval(
+        &self,
+        ask: &ApprovalAsk<'_>,
+        now: Option<Micros>,
+    ) -> Result<ApprovalRecord>;
+
+    /// A person grants or denies a pending request.
+    fn decide_approval(
+        &self,
+        request_id: &str,
+        grant: bool,
+        by: &str,
+        note: Option<&str>,
+        now: Option<Micros>,
+    ) -> Result<ApprovalRecord>;
+
+    /// One request, its state as of `now` (a pending request or a grant past its time is
+    /// `expired`).
+    fn get_approval(&self, request_id: &str, now: Option<Micros>)
+        -> Result<Option<ApprovalRecord>>;
+
+    /// Every request (or those in `state` as of `now`), oldest first.
+    fn list_approvals(
+        &self,
+        state: Option<ApprovalState>,
+        now: Option<Micros>,
+    ) -> Result<Vec<ApprovalRecord>>;
+}
+
+/// Receipts: one per committed write, chained per effect key and per approval request (each
+/// backend implements it in its `receipts.rs`; see [`crate::receipt`]).
+pub trait Receipts {
+    /// The receipts of `key` (or of every key), oldest first; with `limit`, the latest that
+    /// many.
+    fn list_receipts(&self, key: Option<&str>, limit: Option<u64>) -> Result<Vec<Receipt>>;
+
+    /// Check every chain: each receipt's hash, each chain's order, each row's head.
+    fn verify_receipts(&self) -> Result<Verification>;
+}
+
+/// Listing by filter and retention (each backend implements it in its `retention.rs`; see
+/// [`super::retention`]).
+pub trait Retention: Engine {
+    /// The records `filter` selects, oldest first, served by the store's indexes (no scan of
+    /// the whole table for a state, a prefix or an action).
+    fn list(&self, filter: &EffectFilter<'_>) -> Result<Vec<EffectRecord>>;
+
+    /// The database's plan for [`Store::list`], to check which index serves a filter (tests).
+    #[doc(hidden)]
+    fn explain_list(&self, filter: &EffectFilter<'_>) -> Result<String>;
+
+    /// One bounded transaction of [`Store::prune`]: up to `p.batch` rows in `state` after
+    /// `after` (from the first when `None`), in order, are looked at and those still prunable removed.
+    fn prune_batch(
+        &self,
+        p: &Prune<'_>,
+        state: EffectState,
+        after: Option<&Cursor>,
+        now: Option<Micros>,
+    ) -> Result<PruneBatch> {
+        let prune = p;
+        self.prune_rows(PruneStep {
+            prune,
+            state,
+            after,
+            now,
+        })
+    }
+
+    /// How many rows [`Store::prune`] would remove now (a dry run).
+    fn count_prunable(&self, p: &Prune<'_>, now: Option<Micros>) -> Result<u64>;
+
+    /// The store's clock: the database server's for PostgreSQL (`now` when given).
+    fn store_now(&self, now: Option<Micros>) -> Result<Micros>;
+
+    /// Remove the settled rows `p` names, batch after batch (see [`super::retention`]), all against
+    /// one `now` (the store's clock, read once); the count removed. `progress` hears the
+    /// running count after each batch and stops the prune by returning `false` (what was
+    /// removed stays removed).
+    fn prune(
+        &self,
+        p: &Prune<'_>,
+        now: Option<Micros>,
+        progress: &mut dyn FnMut(u64) -> bool,
+    ) -> Result<u64> {
+        p.check()?;
+        let now = self.store_now(now)?;
+        retention::drive(
+            p,
+            |state, after| self.prune_batch(p, state, after, Some(now)),
+            |n| Ok(progress(n)),
+        )
+    }
+}
+
+/// A durable table of effect records. Safe to share across threads.
+///
+/// `now` overrides the backend's clock (tests move time with it); `None` uses the backend's
+/// clock. `attempt` narrows a compare-and-set to one attempt; the decorator always passes it.
+pub trait Store: Approvals + Receipts + Retention + Engine {
+    /// The store's location for messages (never a password).
+    fn describe(&self) -> String {
+        self.location()
+    }
+
+    /// Which database this store writes to.
+    fn backend(&self) -> Backend {
+        self.kind()
+    }
+
+    /// Whether a `fork()` must wait for this store's calls and close its idle connections
+    /// first (see [`super::fork`]): SQLite keeps per-file state for the whole process.
+    fn fork_sensitive(&self) -> bool {
+        self.backend() == Backend::Sqlite
+    }
+
+    /// Reserve `key` for the attempt `action_id` for `lease` microseconds (docs/spec.md §3). Returns the
+    /// granted row; a refusal is `Error::Duplicate` / `Error::Ambiguous`. With `begin` the granted
+    /// row is written `executing` (the body starts right after; see
+    /// [`crate::planner::plan_reservation`]), else `reserved`.
+    fn reserve(
+        &self,
+        key: &str,
+        action_id: &str,
+        lease: Micros,
+        begin: bool,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord> {
+        self.propose(Proposal::new(key, action_id, lease, begin), now)
+    }
+
+    /// [`Store::reserve`] with everything a caller may say: the action's name, the digests of
+    /// its arguments (a duplicate with other arguments is `Error::Conflict`), and whether a
+    /// granted approval must be used in the same transaction (`Error::ApprovalNeeded` when
+    /// none is in force). The store sets the attempt token and the holder.
+    fn propose(&self, proposal: Proposal<'_>, now: Option<Micros>) -> Result<EffectRecord> {
+        self.reserve_row(proposal, now)
+    }
+
+    /// A later transition (docs/spec.md §4) as a compare-and-set; returns the row written.
+    fn transition(
+        &self,
+        key: &str,
+        action_id: &str,
+        attempt: Option<i64>,
+        transition: &Transition,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord> {
+        self.check_transition(transition)?;
+        let call = TransitionCall::new(key, action_id, attempt, transition, self.fixed_now(now))?;
+        let row = self.write_transition(&call, true)?;
+        Ok(row.expect("a transition that landed reads its row back"))
+    }
+
+    /// [`Store::transition`] for a caller that does not need the row back (the decorator's
+    /// outcome write): a store may skip reading it.
+    fn transition_unread(
+        &self,
+        key: &str,
+        action_id: &str,
+        attempt: Option<i64>,
+        transition: &Transition,
+        now: Option<Micros>,
+    ) -> Result<()> {
+        self.check_transition(transition)?;
+        let call = TransitionCall::new(key, action_id, attempt, transition, self.fixed_now(now))?;
+        self.write_transition(&call, false).map(|_| ())
+    }
+
+    /// Move a live lease of an `executing` attempt to `until` (not earlier than today's expiry).
+    fn extend_lease(
+        &self,
+        key: &str,
+        action_id: &str,
+        attempt: Option<i64>,
+        until: Micros,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord> {
+        planner::check_action_id(action_id)?;
+        let plan = |found: Option<EffectRecord>, n: Micros| {
+            planner::plan_extension(found, key, action_id, attempt, until, n)
+        };
+        let (what, event, now) = ("extend_lease", Event::Extension, self.fixed_now(now));
+        self.replace_row(RowWrite {
+            what,
+            event,
+            key,
+            now,
+            plan: &plan,
+        })
+    }
+
+    /// A person settles an `ambiguous` effect as `committed` or `failed`.
+    fn resolve(
+        &self,
+        key: &str,
+        target: EffectState,
+        resolver: &str,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord> {
+        planner::check_resolver(resolver)?;
+        let plan = |found: Option<EffectRecord>, n: Micros| {
+            planner::plan_resolution(found, key, target, resolver, n)
+        };
+        let (what, event, now) = ("resolve_effect", Event::Resolution, self.fixed_now(now));
+        self.replace_row(RowWrite {
+            what,
+            event,
+            key,
+            now,
+            plan: &plan,
+        })
+    }
+
+    fn get(&self, key: &str) -> Result<Option<EffectRecord>> {
+        self.read_row(key)
+    }
+}
+
+impl<S: Engine + Approvals + Receipts + Retention> Store for S {}

@@ -1,0 +1,183 @@
+//! Asking, deciding and reading approval requests, written once for both backends: each write
+//! one transaction with the planner's row. (A grant is used inside the reservation's own
+//! transaction, which stays with each backend.)
+
+use super::tx::{ColdStore, ColdTx, Pick};
+use crate::approval::{new_request_id, ApprovalAsk, ApprovalRecord, ApprovalState};
+use crate::error::{Error, Result};
+use crate::planner::{self, RequestPlan};
+use crate::record::Micros;
+use crate::store::api::Approvals;
+use crate::store::recovery::Commit;
+
+/// The first of `rows`.
+fn first(rows: Vec<ApprovalRecord>) -> Option<ApprovalRecord> {
+    rows.into_iter().next()
+}
+
+impl<S: ColdStore> Approvals for S {
+    fn request_approval(
+        &self,
+        ask: &ApprovalAsk<'_>,
+        now: Option<Micros>,
+    ) -> Result<ApprovalRecord> {
+        request(self, ask, now)
+    }
+
+    fn decide_approval(
+        &self,
+        id: &str,
+        grant: bool,
+        by: &str,
+        note: Option<&str>,
+        now: Option<Micros>,
+    ) -> Result<ApprovalRecord> {
+        decide(self, id, (grant, by, note), now)
+    }
+
+    fn get_approval(&self, id: &str, now: Option<Micros>) -> Result<Option<ApprovalRecord>> {
+        planner::check_request_id(id)?;
+        Ok(first(read(self, Pick::Id(id), now)?))
+    }
+
+    fn list_approvals(
+        &self,
+        state: Option<ApprovalState>,
+        now: Option<Micros>,
+    ) -> Result<Vec<ApprovalRecord>> {
+        let rows = read(self, Pick::All, now)?;
+        Ok(rows
+            .into_iter()
+            .filter(|r| state.is_none_or(|st| r.state == st))
+            .collect())
+    }
+}
+
+fn request<S: ColdStore>(
+    s: &S,
+    ask: &ApprovalAsk<'_>,
+    now: Option<Micros>,
+) -> Result<ApprovalRecord> {
+    const WHAT: &str = "request_approval";
+    let fixed = s.fixed_now(now);
+    let id = new_request_id()?;
+    let call = Pick::Latest(ask.action, ask.args_digest, ask.effect_key);
+    let body = |tx: &mut S::Tx<'_>| -> Result<ApprovalRecord> {
+        let fail = |e| s.write_failed(WHAT, ask.action, e);
+        let now = tx.clock(fixed).map_err(fail)?;
+        let latest = first(tx.approvals(call).map_err(fail)?);
+        match planner::plan_request(latest, ask, &id, now)? {
+            RequestPlan::Stands(r) => Ok(r.at(now)),
+            RequestPlan::Ask { expire, new } => {
+                // Hold the key's effect row (if any) until this request commits: a prune
+                // that locked it first removes it before the request lands; one that comes
+                // after waits, then sees the request and keeps the row.
+                tx.hold_effect(ask.effect_key).map_err(fail)?;
+                if let Some((from, old)) = expire {
+                    tx.cas_approval(from, &old, now).map_err(fail)?;
+                }
+                if tx.insert_approval(&new, now).map_err(fail)? == 1 {
+                    return Ok(new);
+                }
+                // Another caller's request for the same action and arguments won the unique
+                // index (it waited for that caller to commit): that one stands.
+                let won = first(tx.approvals(call).map_err(fail)?);
+                won.map(|r| r.at(now)).ok_or_else(|| {
+                    Error::StoreWriteFailed(format!(
+                        "{WHAT} for '{}': the request changed meanwhile; nothing was \
+                         committed, so the call may be retried",
+                        ask.action
+                    ))
+                })
+            }
+        }
+    };
+    // a request that stands wrote nothing; a new one landed if it is there
+    let landed =
+        |found: &ApprovalRecord, ours: &ApprovalRecord| found.request_id == ours.request_id;
+    write(s, WHAT, &id, body, landed)
+}
+
+/// A person's decision `(grant, by, note)` on the pending request `id`.
+fn decide<S: ColdStore>(
+    s: &S,
+    id: &str,
+    (grant, by, note): (bool, &str, Option<&str>),
+    now: Option<Micros>,
+) -> Result<ApprovalRecord> {
+    planner::check_request_id(id)?;
+    let fixed = s.fixed_now(now);
+    let what = if grant {
+        "grant_approval"
+    } else {
+        "deny_approval"
+    };
+    let body = |tx: &mut S::Tx<'_>| -> Result<ApprovalRecord> {
+        let fail = |e| s.write_failed(what, id, e);
+        let now = tx.clock(fixed).map_err(fail)?;
+        let found = first(tx.approvals(Pick::Id(id)).map_err(fail)?);
+        let row = planner::plan_decision(found, id, grant, by, note, now)?;
+        if tx
+            .cas_approval(ApprovalState::Pending, &row, now)
+            .map_err(fail)?
+            != 1
+        {
+            // Another decision landed meanwhile: refuse by what is there now.
+            let found = first(tx.approvals(Pick::Id(id)).map_err(fail)?);
+            planner::plan_decision(found, id, grant, by, note, now)?;
+            return Err(Error::StoreWriteFailed(format!(
+                "{what} for approval request '{id}': the request changed meanwhile; nothing \
+                 was committed, so the decision may be retried"
+            )));
+        }
+        Ok(row)
+    };
+    write(s, what, id, body, |found, ours| found == ours)
+}
+
+/// The requests `pick` selects, each in its state as of the store's clock (or `now`).
+fn read<S: ColdStore>(s: &S, pick: Pick<'_>, now: Option<Micros>) -> Result<Vec<ApprovalRecord>> {
+    let fixed = s.fixed_now(now);
+    let found = s.read(("approvals", ""), |tx| {
+        let n = tx.clock(fixed)?;
+        Ok((tx.approvals(pick)?, n))
+    })?;
+    let (rows, n) = found.map_err(|e| s.read_failed("approvals", e))?;
+    Ok(rows.into_iter().map(|r| r.at(n)).collect())
+}
+
+/// One approval write (`what` on request `id`); after an unknown `COMMIT` the request is
+/// re-read on a fresh connection and `landed` says whether the row there is ours. Where a
+/// failed `COMMIT` cannot land later (SQLite), a re-read that does not find it means nothing
+/// was committed.
+fn write<S: ColdStore>(
+    s: &S,
+    what: &str,
+    id: &str,
+    body: impl FnOnce(&mut S::Tx<'_>) -> Result<ApprovalRecord>,
+    landed: impl FnOnce(&ApprovalRecord, &ApprovalRecord) -> bool,
+) -> Result<ApprovalRecord> {
+    let (ours, why) = match s.write((what, id), body)? {
+        Commit::Landed(r) => return Ok(r),
+        Commit::Unknown(r, why) => (r, why),
+    };
+    match s.fresh(|tx| tx.approvals(Pick::Id(&ours.request_id))) {
+        Ok(rows) => match first(rows) {
+            Some(found) if landed(&found, &ours) => Ok(ours),
+            _ if s.failed_commit_may_land_later() => Err(Error::StoreUnresolved(format!(
+                "the COMMIT of {what} for approval request '{id}' failed ({why}) and a re-read \
+                 did not find it written; it may still land. Read the request before deciding \
+                 again"
+            ))),
+            _ => Err(Error::StoreWriteFailed(format!(
+                "{what} for effect '{id}' failed in {}: its COMMIT failed ({why}); nothing was \
+                 committed, so the write may be retried",
+                s.store_name()
+            ))),
+        },
+        Err(e) => Err(Error::StoreUnresolved(format!(
+            "the COMMIT of {what} for approval request '{id}' failed ({why}) and re-reading \
+             it failed ({e}); read the request to see whether it landed"
+        ))),
+    }
+}

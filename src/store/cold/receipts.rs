@@ -1,0 +1,47 @@
+//! Reading and verifying receipts, written once for both backends (the triggers of schema
+//! version 4 write them: see [`crate::receipt`]).
+
+use super::tx::{ColdStore, ColdTx};
+use crate::error::Result;
+use crate::receipt::{Receipt, Verification, Verifier};
+use crate::store::api::Receipts;
+
+/// How many receipts a verification reads at a time: a large store is never held in memory
+/// at once.
+const PAGE: usize = 5000;
+
+impl<S: ColdStore> Receipts for S {
+    fn list_receipts(&self, key: Option<&str>, limit: Option<u64>) -> Result<Vec<Receipt>> {
+        key.map(|k| self.check_text(k)).transpose()?;
+        let mut found = self
+            .read(("receipts", ""), |tx| tx.latest_receipts(key, limit))?
+            .map_err(|e| self.read_failed("receipts", e))?;
+        found.reverse();
+        Ok(found)
+    }
+
+    fn verify_receipts(&self) -> Result<Verification> {
+        verify(self)
+    }
+}
+
+/// The heads and every receipt, from one snapshot.
+fn verify<S: ColdStore>(s: &S) -> Result<Verification> {
+    let found = s.snapshot(|tx| {
+        let heads = tx.receipt_heads()?;
+        let mut verifier = Verifier::new();
+        let mut after = 0i64;
+        loop {
+            let page = tx.receipts_after(after, PAGE)?;
+            for receipt in &page {
+                after = receipt.id;
+                verifier.add(receipt);
+            }
+            if page.len() < PAGE || (S::VERIFY_STOPS_AT_BREAK && verifier.is_broken()) {
+                break;
+            }
+        }
+        Ok(verifier.finish(heads))
+    })?;
+    found.map_err(|e| s.read_failed("receipts", e))
+}

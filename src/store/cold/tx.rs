@@ -1,0 +1,139 @@
+//! The small transaction both backends give the cold paths: what it selects, inserts and
+//! compare-and-sets ([`ColdTx`]), and how the store begins, commits and re-reads one
+//! ([`ColdStore`]). The read-plan-write logic over them is written once, in this module's
+//! siblings; only the statements' text stays with each backend.
+
+use crate::approval::{ApprovalRecord, ApprovalState};
+use crate::error::{Error, Result};
+use crate::receipt::Receipt;
+use crate::record::Micros;
+use crate::store::engine::Engine;
+use crate::store::recovery::Commit;
+
+/// What a call is and the key (or request) it is on, for messages: `("request_approval",
+/// id)`.
+pub(crate) type At<'a> = (&'a str, &'a str);
+
+/// Which approval requests a select picks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Pick<'a> {
+    /// One request, by its id.
+    Id(&'a str),
+    /// The latest request for one call: `(action, args_digest, effect_key)`.
+    Latest(&'a str, &'a str, &'a str),
+    /// The grant in force for one call: `(action, args_digest, effect_key)`.
+    Granted(&'a str, &'a str, &'a str),
+    /// Every request, oldest first.
+    All,
+}
+
+impl<'a> Pick<'a> {
+    /// What follows `FROM <table>`, its parameters written `?1`, `?2`, …, and their values.
+    pub(crate) fn tail(&self) -> (&'static str, Vec<&'a str>) {
+        match *self {
+            Pick::Id(id) => ("WHERE request_id = ?1", vec![id]),
+            Pick::Latest(action, digest, key) => (
+                "WHERE action = ?1 AND args_digest = ?2 AND effect_key = ?3 \
+                 ORDER BY requested_at DESC LIMIT 1",
+                vec![action, digest, key],
+            ),
+            Pick::Granted(action, digest, key) => (
+                "WHERE action = ?1 AND args_digest = ?2 AND effect_key = ?3 \
+                 AND state = 'granted'",
+                vec![action, digest, key],
+            ),
+            Pick::All => ("ORDER BY requested_at, request_id", vec![]),
+        }
+    }
+}
+
+/// The statements of the cold paths, inside one transaction (or one read) of a backend.
+pub(crate) trait ColdTx {
+    type Err;
+
+    /// The clock the transaction's writes use: `now` when given, else the store's.
+    fn clock(&mut self, now: Option<Micros>) -> Result<Micros, Self::Err>;
+
+    /// The approval requests `pick` selects, as stored.
+    fn approvals(&mut self, pick: Pick<'_>) -> Result<Vec<ApprovalRecord>, Self::Err>;
+
+    /// Insert the planner's new request `r` (written at `now`) with the first receipt of its
+    /// chain, unless another request for the same call is open: rows inserted.
+    fn insert_approval(&mut self, r: &ApprovalRecord, now: Micros) -> Result<u64, Self::Err>;
+
+    /// Write the planner's `r` over the request if it is still in state `from` (at `now`,
+    /// with the next receipt of its chain): rows changed.
+    fn cas_approval(
+        &mut self,
+        from: ApprovalState,
+        r: &ApprovalRecord,
+        now: Micros,
+    ) -> Result<u64, Self::Err>;
+
+    /// Hold the effect row of `key` (if any) until the transaction ends, so that a prune
+    /// cannot remove it under a request being made for it.
+    fn hold_effect(&mut self, key: &str) -> Result<(), Self::Err>;
+
+    /// The latest `limit` receipts (all when `None`) of `key` (of every key when `None`),
+    /// newest first.
+    fn latest_receipts(
+        &mut self,
+        key: Option<&str>,
+        limit: Option<u64>,
+    ) -> Result<Vec<Receipt>, Self::Err>;
+
+    /// Every row's chain head, as a receipt of the row (see [`crate::receipt::Verifier`]).
+    fn receipt_heads(&mut self) -> Result<Vec<Receipt>, Self::Err>;
+
+    /// Up to `page` receipts with an id above `after`, in id order.
+    fn receipts_after(&mut self, after: i64, page: usize) -> Result<Vec<Receipt>, Self::Err>;
+}
+
+/// A store as the cold paths use it.
+pub(crate) trait ColdStore: Engine {
+    type Err;
+    type Tx<'t>: ColdTx<Err = Self::Err>;
+
+    /// Whether a verification stops reading receipts at the first broken one (the count of
+    /// receipts it reports is then those read so far).
+    const VERIFY_STOPS_AT_BREAK: bool;
+
+    /// Refuse a text this store cannot hold (PostgreSQL's text holds no NUL).
+    fn check_text(&self, _text: &str) -> Result<()> {
+        Ok(())
+    }
+
+    /// `body` as one write transaction.
+    fn write<T>(
+        &self,
+        at: At<'_>,
+        body: impl FnOnce(&mut Self::Tx<'_>) -> Result<T>,
+    ) -> Result<Commit<T>>;
+
+    /// `body` as one read on a pooled connection (run again on the next one if the first had
+    /// died idle).
+    fn read<T>(
+        &self,
+        at: At<'_>,
+        body: impl FnMut(&mut Self::Tx<'_>) -> Result<T, Self::Err>,
+    ) -> Result<Result<T, Self::Err>>;
+
+    /// `body` in one read-only snapshot.
+    fn snapshot<T>(
+        &self,
+        body: impl FnOnce(&mut Self::Tx<'_>) -> Result<T, Self::Err>,
+    ) -> Result<Result<T, Self::Err>>;
+
+    /// `body` on a fresh connection (never a pooled one), as a re-read after an unknown
+    /// `COMMIT` needs: a failure as text.
+    fn fresh<T>(
+        &self,
+        body: impl FnOnce(&mut Self::Tx<'_>) -> Result<T, Self::Err>,
+    ) -> std::result::Result<T, String>;
+
+    /// A statement of write `what` on `key` failed: nothing was committed.
+    fn write_failed(&self, what: &str, key: &str, e: Self::Err) -> Error;
+
+    /// A read of `what` (`approvals`, `receipts`) failed.
+    fn read_failed(&self, what: &str, e: Self::Err) -> Error;
+}

@@ -1,0 +1,332 @@
+//! The PostgreSQL store's statements for the cold paths ([`crate::store::cold`]): approval
+//! requests and receipts. Times are the server's clock unless the caller gives `now`. A grant
+//! is used inside the reservation's own transaction ([`grant_in_force`], [`mark_used`]).
+
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::Row;
+
+use super::client::{Client, PgError};
+use super::sql::{typed, Sql};
+use super::store::{check_key, PostgresStore};
+use crate::approval::{ApprovalRecord, ApprovalState};
+use crate::env::holder;
+use crate::error::{Error, Result};
+use crate::planner::{self, Proposal};
+use crate::receipt::Receipt;
+use crate::record::Micros;
+use crate::store::cold::rows::{self, Cells, APPROVAL_COLUMNS, RECEIPT_COLUMNS};
+use crate::store::cold::{At, ColdStore, ColdTx, Pick};
+use crate::store::recovery::Commit;
+
+const CLOCK: &str = "SELECT COALESCE($1::int8, \
+                     (extract(epoch FROM pg_catalog.clock_timestamp()) * 1000000)::int8)";
+
+impl Cells for Row {
+    type Err = Error;
+    fn text(&self, i: usize) -> Result<String> {
+        Ok(self.get(i))
+    }
+    fn opt_text(&self, i: usize) -> Result<Option<String>> {
+        Ok(self.get(i))
+    }
+    fn int(&self, i: usize) -> Result<i64> {
+        Ok(self.get(i))
+    }
+    fn opt_int(&self, i: usize) -> Result<Option<i64>> {
+        Ok(self.get(i))
+    }
+    fn unknown(&self, _i: usize, what: String) -> Error {
+        Error::Store(format!("the store holds an {what}"))
+    }
+}
+
+/// What failed in a cold path: a statement, or a row that does not decode (an error of its
+/// own, passed on as it is).
+pub(crate) enum PgFault {
+    Pg(PgError),
+    Data(Error),
+}
+
+impl From<PgError> for PgFault {
+    fn from(e: PgError) -> PgFault {
+        PgFault::Pg(e)
+    }
+}
+
+impl std::fmt::Display for PgFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PgFault::Pg(e) => f.write_str(&e.describe()),
+            PgFault::Data(e) => e.fmt(f),
+        }
+    }
+}
+
+type Fallible<T> = std::result::Result<T, PgFault>;
+
+fn decode<T>(rows: Vec<Row>, read: impl Fn(&Row) -> Result<T>) -> Fallible<Vec<T>> {
+    rows.iter()
+        .map(read)
+        .collect::<Result<_>>()
+        .map_err(PgFault::Data)
+}
+
+/// A transaction (or a read) on one PostgreSQL connection.
+pub(crate) struct PgTx<'t> {
+    pub(super) c: &'t mut Client,
+    pub(super) sql: &'t Sql,
+}
+
+impl ColdTx for PgTx<'_> {
+    type Err = PgFault;
+
+    /// The server's clock (or `now`).
+    fn clock(&mut self, now: Option<Micros>) -> Fallible<Micros> {
+        Ok(self.c.query_typed_one(CLOCK, &[(&now, Type::INT8)])?.get(0))
+    }
+
+    fn approvals(&mut self, pick: Pick<'_>) -> Fallible<Vec<ApprovalRecord>> {
+        let (tail, args) = pick.tail();
+        let sql = format!(
+            "SELECT {APPROVAL_COLUMNS} FROM {} {}",
+            self.sql.approvals,
+            tail.replace('?', "$")
+        );
+        let params: Vec<(&(dyn ToSql + Sync), Type)> = args
+            .iter()
+            .map(|a| (a as &(dyn ToSql + Sync), Type::TEXT))
+            .collect();
+        decode(self.c.query_typed(&sql, &params)?, rows::approval)
+    }
+
+    fn insert_approval(&mut self, r: &ApprovalRecord, now: Micros) -> Fallible<u64> {
+        let writer = holder();
+        let values = rows::approval_insert(r, now, &writer);
+        let sql = format!(
+            "INSERT INTO {table} ({APPROVAL_COLUMNS}, updated_at, last_event, written_by, \
+             receipt_seq, receipt_prev, receipt_hash) VALUES \
+             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, 1, \
+             NULL, {hash}('approval', $4, $1, '1', NULL, $15::text, $16, $2, $14, NULL, $6, $3, \
+             $1, $11, $17)) ON CONFLICT DO NOTHING",
+            table = self.sql.approvals,
+            hash = self.sql.receipt_hash
+        );
+        Ok(self.c.execute_typed(&sql, &typed(&values))?)
+    }
+
+    fn cas_approval(
+        &mut self,
+        from: ApprovalState,
+        r: &ApprovalRecord,
+        now: Micros,
+    ) -> Fallible<u64> {
+        let writer = holder();
+        let values = rows::approval_cas(from, r, now, &writer);
+        let sql = format!(
+            "UPDATE {table} SET state = $1, expires_at = $2, decided_at = $3, decided_by = $4, \
+             note = $5, used_at = $6, used_by = $7, updated_at = $10, last_event = $11, \
+             written_by = $12, receipt_seq = COALESCE(receipt_seq, 0) + 1, \
+             receipt_prev = receipt_hash, receipt_hash = {hash}('approval', effect_key, \
+             request_id, (COALESCE(receipt_seq, 0) + 1)::text, receipt_hash, $10::text, $11, \
+             action, $7, NULL, $1, args_digest, request_id, $4, $12) \
+             WHERE request_id = $8 AND state = $9",
+            table = self.sql.approvals,
+            hash = self.sql.receipt_hash
+        );
+        Ok(self.c.execute_typed(&sql, &typed(&values))?)
+    }
+
+    /// `FOR KEY SHARE` on the key's effect row: a prune that locked it first removes it before
+    /// the request lands; one that comes after waits, then sees the request and keeps the row.
+    fn hold_effect(&mut self, key: &str) -> Fallible<()> {
+        let sql = format!(
+            "SELECT 1 FROM {} WHERE key_digest = \
+             pg_catalog.sha256(pg_catalog.convert_to($1::text, 'UTF8')) \
+             AND effect_key = $1 FOR KEY SHARE",
+            self.sql.effects
+        );
+        self.c.query_typed(&sql, &[(&key, Type::TEXT)])?;
+        Ok(())
+    }
+
+    fn latest_receipts(&mut self, key: Option<&str>, limit: Option<u64>) -> Fallible<Vec<Receipt>> {
+        let limit = limit.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        let sql = format!(
+            "SELECT {RECEIPT_COLUMNS} FROM {r} WHERE $1::text IS NULL OR \
+             (key_digest = pg_catalog.sha256(pg_catalog.convert_to($1::text, 'UTF8')) \
+             AND effect_key = $1) ORDER BY id DESC LIMIT $2",
+            r = self.sql.receipts
+        );
+        let found = self
+            .c
+            .query_typed(&sql, &[(&key, Type::TEXT), (&limit, Type::INT8)])?;
+        decode(found, rows::receipt)
+    }
+
+    fn receipt_heads(&mut self) -> Fallible<Vec<Receipt>> {
+        let sql = format!(
+            "SELECT 0::int8, 'effect', effect_key, NULL::text, receipt_seq, receipt_prev, \
+             receipt_hash, updated_at, last_event, action, action_id, attempt, state, \
+             args_digest, approval_id, resolved_by, written_by \
+             FROM {e} WHERE receipt_hash IS NOT NULL UNION ALL \
+             SELECT 0::int8, 'approval', effect_key, request_id, receipt_seq, receipt_prev, \
+             receipt_hash, updated_at, last_event, action, used_by, NULL::int8, state, \
+             args_digest, request_id, decided_by, written_by \
+             FROM {a} WHERE receipt_hash IS NOT NULL",
+            e = self.sql.effects,
+            a = self.sql.approvals
+        );
+        decode(self.c.query_typed(&sql, &[])?, rows::receipt)
+    }
+
+    fn receipts_after(&mut self, after: i64, page: usize) -> Fallible<Vec<Receipt>> {
+        let sql = format!(
+            "SELECT {RECEIPT_COLUMNS} FROM {r} WHERE id > $1 ORDER BY id LIMIT {page}",
+            r = self.sql.receipts
+        );
+        decode(self.c.query_typed(&sql, &[(&after, Type::INT8)])?, |r| {
+            rows::receipt(r)
+        })
+    }
+}
+
+impl ColdStore for PostgresStore {
+    type Err = PgFault;
+    type Tx<'t> = PgTx<'t>;
+    const VERIFY_STOPS_AT_BREAK: bool = true;
+
+    fn check_text(&self, text: &str) -> Result<()> {
+        check_key(text)
+    }
+
+    fn write<T>(
+        &self,
+        (what, key): At<'_>,
+        body: impl FnOnce(&mut PgTx<'_>) -> Result<T>,
+    ) -> Result<Commit<T>> {
+        self.txn(what, key, |c, sql| body(&mut PgTx { c, sql }))
+    }
+
+    fn read<T>(
+        &self,
+        (what, key): At<'_>,
+        mut body: impl FnMut(&mut PgTx<'_>) -> Fallible<T>,
+    ) -> Result<Fallible<T>> {
+        let mut data = None;
+        let found =
+            PostgresStore::read(self, what, key, |c, sql| match body(&mut PgTx { c, sql }) {
+                Ok(v) => Ok(Some(v)),
+                Err(PgFault::Pg(e)) => Err(e),
+                Err(PgFault::Data(e)) => {
+                    data = Some(e);
+                    Ok(None)
+                }
+            })?;
+        Ok(match (found, data) {
+            (Ok(Some(v)), _) => Ok(v),
+            (Err(e), _) => Err(PgFault::Pg(e)),
+            (Ok(None), Some(e)) => Err(PgFault::Data(e)),
+            (Ok(None), None) => unreachable!("a read that found nothing says why"),
+        })
+    }
+
+    /// One `REPEATABLE READ READ ONLY` transaction.
+    fn snapshot<T>(&self, body: impl FnOnce(&mut PgTx<'_>) -> Fallible<T>) -> Result<Fallible<T>> {
+        let mut conn = self.conn("verify_receipts", "*")?;
+        let c = &mut conn.client;
+        let found = c
+            .batch_execute(
+                "START TRANSACTION",
+                "START TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY",
+            )
+            .map_err(PgFault::Pg)
+            .and_then(|()| body(&mut PgTx { c, sql: &self.sql }))
+            .and_then(|v| Ok(c.batch_execute("COMMIT", "COMMIT").map(|()| v)?));
+        if found.is_err() {
+            conn.broken = true; // it may be left inside the transaction
+        }
+        Ok(found)
+    }
+
+    fn fresh<T>(
+        &self,
+        body: impl FnOnce(&mut PgTx<'_>) -> Fallible<T>,
+    ) -> std::result::Result<T, String> {
+        let mut c = self.fresh.connect_client().map_err(|e| e.describe())?;
+        body(&mut PgTx {
+            c: &mut c,
+            sql: &self.sql,
+        })
+        .map_err(|e| e.to_string())
+    }
+
+    fn write_failed(&self, what: &str, key: &str, e: PgFault) -> Error {
+        match e {
+            PgFault::Pg(e) => self.failed(what, key, &e),
+            PgFault::Data(e) => e,
+        }
+    }
+
+    fn read_failed(&self, what: &str, e: PgFault) -> Error {
+        match e {
+            PgFault::Pg(e) => Error::Store(format!(
+                "reading {what} from the PostgreSQL store {} failed: {}",
+                self.description,
+                e.describe()
+            )),
+            PgFault::Data(e) => e,
+        }
+    }
+}
+
+impl PostgresStore {
+    /// The server's clock (or `now`).
+    pub(super) fn clock(&self, c: &mut Client, now: Option<Micros>) -> Result<Micros, PgError> {
+        Ok(c.query_typed_one(CLOCK, &[(&now, Type::INT8)])?.get(0))
+    }
+}
+
+/// Inside a reservation's transaction: the grant in force for the proposal's action and
+/// arguments, planned as used by its attempt (written by [`mark_used`] after the reservation's
+/// row). [`Error::ApprovalNeeded`] when there is none.
+pub(super) fn grant_in_force(
+    store: &PostgresStore,
+    c: &mut Client,
+    p: &Proposal<'_>,
+    now: Micros,
+) -> Result<ApprovalRecord> {
+    let (Some(action), Some((digest, _))) = (p.action, p.args) else {
+        return Err(Error::InvalidArgument(
+            "an action that needs approval is reserved with its action name and the digest of \
+             its arguments"
+                .into(),
+        ));
+    };
+    let mut tx = PgTx { c, sql: &store.sql };
+    let found = tx
+        .approvals(Pick::Granted(action, digest, p.key))
+        .map_err(|e| store.write_failed("reserve_effect", p.key, e))?;
+    planner::plan_consume(found.into_iter().next(), action, p.action_id, now)
+}
+
+/// Mark the grant `used` (a compare-and-set from `granted`: single use). Another call that
+/// used it first makes this one [`Error::ApprovalNeeded`], and its transaction rolls back.
+pub(super) fn mark_used(
+    store: &PostgresStore,
+    c: &mut Client,
+    key: &str,
+    used: &ApprovalRecord,
+    now: Micros,
+) -> Result<()> {
+    let mut tx = PgTx { c, sql: &store.sql };
+    let n = tx
+        .cas_approval(ApprovalState::Granted, used, now)
+        .map_err(|e| store.write_failed("reserve_effect", key, e))?;
+    if n != 1 {
+        return Err(Error::ApprovalNeeded(format!(
+            "the approval of '{}' for these arguments was used by another call",
+            used.action
+        )));
+    }
+    Ok(())
+}

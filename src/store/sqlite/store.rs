@@ -1,0 +1,191 @@
+//! The SQLite store's handle: its file, its pool and its transactions.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rusqlite::Connection;
+
+use super::conn::{
+    init_schema, open_connection, open_error, open_pinned, Conn, ConnectionInit, Manager,
+};
+use super::identity::{FileId, Held};
+use super::sql::select;
+use crate::env::now_micros;
+use crate::error::{Error, Result};
+use crate::record::{EffectRecord, Micros};
+use crate::store::pool::{Pool, Pooled};
+use crate::store::recovery::{reread_failed, Commit, Reread};
+use crate::url::SqliteOptions;
+
+pub struct SqliteStore {
+    pub(super) opts: SqliteOptions,
+    pool: Arc<Pool<Manager>>,
+    /// The database file as the store opened it, held open (see [`identity`]).
+    held: Held,
+}
+
+impl SqliteStore {
+    /// Open (creating if missing) the store file. The folder is created if needed.
+    pub fn open(opts: SqliteOptions) -> Result<SqliteStore> {
+        SqliteStore::open_with(opts, None)
+    }
+
+    /// [`SqliteStore::open`], running `init` on every pooled connection (to load an extension,
+    /// set a pragma, or install a hook). The fresh connection that re-reads a row after an
+    /// unknown `COMMIT` does not run it.
+    pub fn open_with(mut opts: SqliteOptions, init: Option<ConnectionInit>) -> Result<SqliteStore> {
+        if opts.path.is_relative() {
+            let cwd = std::env::current_dir().map_err(|e| open_error(&opts.path, e))?;
+            opts.path = cwd.join(&opts.path);
+        }
+        if opts.path.is_dir() {
+            return Err(open_error(&opts.path, "it is a directory, not a file"));
+        }
+        if let Some(parent) = opts.path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                open_error(
+                    &opts.path,
+                    format!("cannot create folder {}: {e}", parent.display()),
+                )
+            })?;
+        }
+        let made = open_connection(&opts)?; // creates the file if there is none
+        let held = Held::open(&opts.path)?;
+        let (first, file) = open_pinned(&opts)?;
+        drop(made);
+        held.check(&opts.path, file)?; // the file the first connection sets up is the one held
+        init_schema(&first, &opts.path)?;
+        drop(first);
+        let pool = Arc::new(Pool::new(
+            Manager {
+                opts: opts.clone(),
+                init,
+            },
+            8,
+            opts.busy_timeout + Duration::from_secs(5),
+        ));
+        // No SQLite connection may stay open across a fork (see `store::fork`).
+        let weak = Arc::downgrade(&pool);
+        crate::store::fork::register(weak);
+        Ok(SqliteStore { opts, pool, held })
+    }
+
+    pub(super) fn conn(&self) -> Result<Pooled<'_, Manager>> {
+        self.pool.get().map_err(|e| {
+            Error::StoreWriteFailed(format!(
+                "cannot get a connection to the SQLite store at {}: {e}; nothing was written",
+                self.opts.path.display()
+            ))
+        })
+    }
+
+    pub(super) fn failed(&self, what: &str, key: &str, e: impl std::fmt::Display) -> Error {
+        Error::StoreWriteFailed(format!(
+            "{what} for effect '{key}' failed in the SQLite store at {}: {e}; nothing was \
+             committed, so the write may be retried",
+            self.opts.path.display()
+        ))
+    }
+
+    /// The path still names the file this store opened, and `conn` (the file a connection
+    /// opened) is it: checked by every write transaction under the write lock (see
+    /// [`identity`]).
+    pub(super) fn check_identity(&self, conn: Option<FileId>) -> Result<()> {
+        self.held.check(&self.opts.path, conn)
+    }
+
+    /// A fresh connection (not pooled) for a re-read, refused unless it has the store's file
+    /// open: never re-read (or create) another file at the path.
+    pub(super) fn fresh_conn(&self) -> Result<Connection> {
+        let (conn, file) = open_pinned(&self.opts)?;
+        self.check_identity(file)?;
+        Ok(conn)
+    }
+
+    /// `BEGIN IMMEDIATE`, the file's identity check, `body`, `COMMIT`. Errors before `COMMIT`
+    /// roll back and are failed writes; an error on `COMMIT` is reported as [`Commit::Unknown`].
+    pub(super) fn txn<T>(
+        &self,
+        conn: &mut Conn,
+        what: &str,
+        key: &str,
+        body: impl FnOnce(&Connection) -> Result<T>,
+    ) -> Result<Commit<T>> {
+        let begun = conn
+            .conn
+            .prepare_cached("BEGIN IMMEDIATE")
+            .and_then(|mut s| s.execute([]));
+        if let Err(e) = begun {
+            if !conn.conn.is_autocommit() {
+                let _ = conn.conn.execute_batch("ROLLBACK");
+            }
+            return Err(self.failed(what, key, e));
+        }
+        let value = match self
+            .check_identity(conn.file)
+            .and_then(|_| body(&conn.conn))
+        {
+            Ok(v) => v,
+            Err(e) => {
+                if conn.conn.execute_batch("ROLLBACK").is_err() {
+                    conn.broken = true;
+                }
+                return Err(e);
+            }
+        };
+        match conn
+            .conn
+            .prepare_cached("COMMIT")
+            .and_then(|mut s| s.execute([]))
+        {
+            Ok(_) => Ok(Commit::Landed(value)),
+            Err(e) => {
+                if !conn.conn.is_autocommit() {
+                    let _ = conn.conn.execute_batch("ROLLBACK");
+                }
+                conn.broken = true;
+                Ok(Commit::Unknown(value, e.to_string()))
+            }
+        }
+    }
+
+    /// A pooled connection for a read: failing to get one is a store error, not a write's.
+    pub(super) fn read_conn(&self) -> Result<Pooled<'_, Manager>> {
+        self.pool.get().map_err(|e| {
+            Error::Store(format!(
+                "cannot get a connection to the SQLite store at {}: {e}",
+                self.opts.path.display()
+            ))
+        })
+    }
+
+    pub(super) fn read(&self, key: &str) -> Result<Option<EffectRecord>> {
+        let conn = self.read_conn()?;
+        select(&conn.conn, key).map_err(|e| {
+            Error::Store(format!(
+                "reading effect '{key}' from the SQLite store at {} failed: {e}",
+                self.opts.path.display()
+            ))
+        })
+    }
+}
+
+impl Reread for SqliteStore {
+    /// The row and this host's clock: SQLite has no other.
+    fn reread(&self, what: &str, key: &str, why: &str) -> Result<(Option<EffectRecord>, Micros)> {
+        let fresh = self
+            .fresh_conn()
+            .and_then(|c| select(&c, key).map_err(|e| Error::Store(e.to_string())));
+        let found =
+            fresh.map_err(|e| reread_failed(&self.store_name(), what, key, why, &e.to_string()))?;
+        Ok((found, now_micros()))
+    }
+
+    fn store_name(&self) -> String {
+        format!("the SQLite store at {}", self.opts.path.display())
+    }
+
+    fn failed_commit_may_land_later(&self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,75 @@
+//! What a store URL says: the SQLite file and its settings, or the PostgreSQL server, schema,
+//! pool, bound and TLS settings.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// SQLite's `PRAGMA synchronous` level for the WAL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Synchronous {
+    /// fsync the WAL on every commit: a committed reservation survives power loss (default).
+    Full,
+    /// fsync at checkpoints only: faster; the last commits can be lost on power loss.
+    Normal,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SqliteOptions {
+    pub path: PathBuf,
+    pub synchronous: Synchronous,
+    /// How long a writer waits for SQLite's write lock before the write fails.
+    pub busy_timeout: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum StoreUrl {
+    Sqlite(SqliteOptions),
+    /// `url` is the driver's connection URL: without our own options (`schema`, `pool_size`,
+    /// `timeout`) and the TLS ones, which `tls` holds.
+    Postgres {
+        url: String,
+        schema: String,
+        /// At most this many connections per store (per process): `pool_size`, default 16.
+        pool_size: usize,
+        /// The bound on every exchange with the server (`timeout`, seconds; default 30).
+        timeout: Duration,
+        tls: PgTls,
+    },
+}
+
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// libpq's `sslmode`, as libpq means it (`allow` is refused: it tries plaintext first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SslMode {
+    /// Plaintext only.
+    Disable,
+    /// TLS when the server offers it (no certificate check), else plaintext (the default).
+    Prefer,
+    /// TLS or nothing; the certificate is checked against `sslrootcert` only if one is given.
+    Require,
+    /// TLS, and the server's certificate chain must lead to a root in `sslrootcert`.
+    VerifyCa,
+    /// As `VerifyCa`, and the certificate must name the host connected to.
+    VerifyFull,
+}
+
+/// The TLS settings of a PostgreSQL URL (libpq's names and meanings).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PgTls {
+    pub mode: SslMode,
+    /// `sslrootcert`: PEM file of trusted roots; `None`: `~/.postgresql/root.crt` for the
+    /// verify modes, as libpq does.
+    pub root_cert: Option<PathBuf>,
+    /// `sslcert` / `sslkey`: a client certificate and its key (PEM), for servers that ask.
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+/// The bound on each exchange with a PostgreSQL server unless the URL sets `timeout`.
+pub const DEFAULT_PG_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Connections per PostgreSQL store unless the URL sets `pool_size`.
+pub const DEFAULT_POOL_SIZE: usize = 16;
+/// The largest `pool_size` accepted (a server's `max_connections` is far lower in practice).
+pub const MAX_POOL_SIZE: usize = 1000;
