@@ -61,11 +61,45 @@ pub enum Error {
     #[error("{0}")]
     StoreWriteFailed(String),
     /// The outcome of a COMMIT is unknown and the re-read that should settle it failed.
-    #[error("{0}")]
-    StoreUnresolved(String),
+    /// `effect_key` and `action_id` name the write's key and attempt (set by the store's
+    /// entry points: [`Error::naming`]); `None` where the write had none.
+    #[error("{message}")]
+    StoreUnresolved {
+        message: String,
+        effect_key: Option<String>,
+        action_id: Option<String>,
+    },
     /// Any other store failure: cannot open, corrupt file, newer schema.
     #[error("{0}")]
     Store(String),
+}
+
+impl Error {
+    /// A [`Error::StoreUnresolved`] whose key and attempt the caller fills in
+    /// ([`Error::naming`]).
+    pub fn unresolved(message: String) -> Error {
+        Error::StoreUnresolved {
+            message,
+            effect_key: None,
+            action_id: None,
+        }
+    }
+
+    /// This error, with a `StoreUnresolved`'s key and attempt named where they are not yet.
+    pub fn naming(self, key: &str, action_id: Option<&str>) -> Error {
+        match self {
+            Error::StoreUnresolved {
+                message,
+                effect_key,
+                action_id: id,
+            } => Error::StoreUnresolved {
+                message,
+                effect_key: effect_key.or_else(|| Some(key.to_owned())),
+                action_id: id.or_else(|| action_id.map(str::to_owned)),
+            },
+            other => other,
+        }
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -24,7 +24,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::AtomicPtr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use pyo3::prelude::*;
@@ -36,8 +36,9 @@ use super::store::PyStore;
 use crate::error::Error;
 use crate::planner::Proposal;
 use crate::record::{EffectRecord, Micros};
+use crate::store::fork::{self, this_process, PerProcess};
 use crate::store::outcome::record_retrying;
-use crate::store::{fork, Store};
+use crate::store::Store;
 
 /// The most core threads running store steps at once; more steps wait in the queue.
 pub const MAX_THREADS: usize = 16;
@@ -190,37 +191,28 @@ struct Pool {
 }
 
 /// Replaced by a fresh one in a forked child, the old one leaked (a parent's thread may have
-/// held its lock at the instant of the fork), as `store::fork` does with its gate.
+/// held its lock at the instant of the fork): `store::fork::this_process`.
 static POOL: AtomicPtr<Pool> = AtomicPtr::new(std::ptr::null_mut());
 
 fn pool() -> &'static Pool {
-    let pid = std::process::id();
-    let mut p = POOL.load(Ordering::Acquire);
-    // SAFETY: a published `Pool` is never freed.
-    if p.is_null() || unsafe { (*p).pid } != pid {
-        let fresh = Box::into_raw(Box::new(Pool {
-            pid,
-            queue: Mutex::new(Queue {
-                jobs: VecDeque::new(),
-                threads: 0,
-                idle: 0,
-                queued: 0,
-                ended: 0,
-            }),
-            more: Condvar::new(),
-            ended: Condvar::new(),
-        }));
-        p = match POOL.compare_exchange(p, fresh, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => fresh,
-            Err(theirs) => {
-                // SAFETY: `fresh` came from Box::into_raw above and was never shared.
-                drop(unsafe { Box::from_raw(fresh) });
-                theirs
-            }
-        };
+    this_process(&POOL, |pid| Pool {
+        pid,
+        queue: Mutex::new(Queue {
+            jobs: VecDeque::new(),
+            threads: 0,
+            idle: 0,
+            queued: 0,
+            ended: 0,
+        }),
+        more: Condvar::new(),
+        ended: Condvar::new(),
+    })
+}
+
+impl PerProcess for Pool {
+    fn pid(&self) -> u32 {
+        self.pid
     }
-    // SAFETY: as above.
-    unsafe { &*p }
 }
 
 fn queue(p: &Pool) -> MutexGuard<'_, Queue> {

@@ -1,5 +1,5 @@
 //! The one mapping from core errors to Python exceptions: each variant builds its class from
-//! `ctrlrun.errors` with its typed fields. A refusal that found a row carries the core's row
+//! `ctrlrun.errors` with its typed fields (`StoreUnresolved` its key and attempt). A refusal that found a row carries the core's row
 //! (`EffectRow`) and the converter `ctrlrun.store.decode.record_from_core`, which turns it into
 //! the exception's `.record` on first access (refusals are a hot path; most callers never look).
 
@@ -20,22 +20,27 @@ fn build(py: Python<'_>, err: Error) -> PyResult<PyErr> {
     })?;
     let errors = errors.bind(py);
     let kwargs = PyDict::new(py);
-    let (class, message, row): (&str, String, Option<Box<EffectRecord>>) = match err {
-        Error::InvalidArgument(m) => ("InvalidArgument", m, None),
-        Error::EffectKey(m) => ("EffectKeyError", m, None),
-        Error::ApprovalNeeded(m) => ("ApprovalNeeded", m, None),
-        Error::StoreWriteFailed(m) => ("StoreWriteFailed", m, None),
-        Error::StoreUnresolved(m) => ("StoreUnresolved", m, None),
-        Error::Store(m) => ("StoreError", m, None),
+    // Each class's fields, named as its Python constructor takes them.
+    let (class, message, row, state): (&str, String, Option<Box<EffectRecord>>, _) = match err {
+        Error::InvalidArgument(m) => ("InvalidArgument", m, None, None),
+        Error::EffectKey(m) => ("EffectKeyError", m, None, None),
+        Error::ApprovalNeeded(m) => ("ApprovalNeeded", m, None, None),
+        Error::StoreWriteFailed(m) => ("StoreWriteFailed", m, None, None),
+        Error::Store(m) => ("StoreError", m, None, None),
+        Error::StoreUnresolved {
+            message,
+            effect_key,
+            action_id,
+        } => {
+            kwargs.set_item("effect_key", effect_key)?;
+            kwargs.set_item("action_id", action_id)?;
+            ("StoreUnresolved", message, None, None)
+        }
         Error::Duplicate {
             kind,
             record,
             message,
-        } => {
-            kwargs.set_item("state", kind.as_str())?;
-            kwargs.set_item("effect_key", &record.effect_key)?;
-            ("DuplicateEffect", message, Some(record))
-        }
+        } => ("DuplicateEffect", message, Some(record), Some(kind)),
         Error::Conflict {
             kind,
             record,
@@ -43,21 +48,22 @@ fn build(py: Python<'_>, err: Error) -> PyResult<PyErr> {
             other_action,
             message,
         } => {
-            kwargs.set_item("state", kind.as_str())?;
-            kwargs.set_item("effect_key", &record.effect_key)?;
             kwargs.set_item("fields", fields)?;
             kwargs.set_item("other_action", other_action)?;
-            ("EffectConflict", message, Some(record))
+            ("EffectConflict", message, Some(record), Some(kind))
         }
         Error::Ambiguous { record, message } => {
-            kwargs.set_item("effect_key", &record.effect_key)?;
             kwargs.set_item("action_id", &record.action_id)?;
-            ("AmbiguousEffect", message, Some(record))
+            ("AmbiguousEffect", message, Some(record), None)
         }
     };
-    let exc = errors
-        .getattr(class)?
-        .call((message,), Some(&kwargs))?;
+    if let Some(kind) = state {
+        kwargs.set_item("state", kind.as_str())?;
+    }
+    if let Some(record) = &row {
+        kwargs.set_item("effect_key", &record.effect_key)?;
+    }
+    let exc = errors.getattr(class)?.call((message,), Some(&kwargs))?;
     if let Some(record) = row {
         let decode = DECODE.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
             Ok(py

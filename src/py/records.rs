@@ -6,8 +6,8 @@ use pyo3::prelude::*;
 use crate::approval::ApprovalRecord;
 use crate::planner::Transition;
 use crate::receipt::Receipt;
-use crate::record::EffectRecord;
 use crate::receipt::Verification as ReceiptCheck;
+use crate::record::EffectRecord;
 
 /// One effect row as stored (times in microseconds since the epoch, UTC); converted by
 /// `ctrlrun.store.decode.record_from_core`.
@@ -167,7 +167,15 @@ impl From<ReceiptCheck> for ReceiptCheckRow {
 
 /// The outcome (or start) an attempt records: the kind of a transition, with its payload
 /// passed beside it (the result JSON of `COMMIT`, the error text of `FAIL` and `AMBIGUOUS`).
-#[pyclass(eq, eq_int, hash, frozen, from_py_object, name = "Step", module = "ctrlrun._core")]
+#[pyclass(
+    eq,
+    eq_int,
+    hash,
+    frozen,
+    from_py_object,
+    name = "Step",
+    module = "ctrlrun._core"
+)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Step {
     #[pyo3(name = "BEGIN")]

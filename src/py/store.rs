@@ -188,11 +188,11 @@ impl PyStore {
         request_id: &str,
         grant: bool,
         by: &str,
-        note: Option<&str>,
+        note: Option<String>,
         now_us: Option<Micros>,
     ) -> PyResult<ApprovalRow> {
         self.call(py, |s| {
-            s.decide_approval(request_id, grant, by, note, now_us)
+            s.decide_approval(request_id, grant, by, note.as_deref(), now_us)
         })
         .map(ApprovalRow::from)
     }
@@ -212,10 +212,11 @@ impl PyStore {
     fn list_approvals(
         &self,
         py: Python<'_>,
-        state: Option<&str>,
+        state: Option<String>,
         now_us: Option<Micros>,
     ) -> PyResult<Vec<ApprovalRow>> {
         let state = state
+            .as_deref()
             .map(|st| {
                 ApprovalState::parse(st).ok_or_else(|| {
                     Error::InvalidArgument(format!(
@@ -283,9 +284,8 @@ impl PyStore {
         payload: Option<String>,
         now_us: Option<Micros>,
     ) -> PyResult<()> {
-        let t = step.with(payload);
-        let pauses = parse_pauses(pauses);
         let store = self.get().py_err(py)?;
+        let (t, pauses) = (step.with(payload), parse_pauses(pauses));
         py.detach(|| {
             record_retrying(step.as_str(), key, now_us, &pauses, |now| {
                 let _pass = store.fork_sensitive().then(fork::pass);
@@ -326,7 +326,8 @@ impl PyStore {
     }
 
     fn get_effect(&self, py: Python<'_>, key: &str) -> PyResult<Option<EffectRow>> {
-        self.call(py, |s| s.get(key)).map(|r| r.map(EffectRow::from))
+        self.call(py, |s| s.get(key))
+            .map(|r| r.map(EffectRow::from))
     }
 
     /// The records the filters select, oldest first; with `limit`, the first that many.

@@ -151,7 +151,9 @@ pub trait Store: Approvals + Receipts + Retention + Engine {
     /// granted approval must be used in the same transaction (`Error::ApprovalNeeded` when
     /// none is in force). The store sets the attempt token and the holder.
     fn propose(&self, proposal: Proposal<'_>, now: Option<Micros>) -> Result<EffectRecord> {
+        let (key, action_id) = (proposal.key, proposal.action_id);
         self.reserve_row(proposal, now)
+            .map_err(|e| e.naming(key, Some(action_id)))
     }
 
     /// A later transition (docs/spec.md §4) as a compare-and-set; returns the row written.
@@ -165,7 +167,9 @@ pub trait Store: Approvals + Receipts + Retention + Engine {
     ) -> Result<EffectRecord> {
         self.check_transition(transition)?;
         let call = TransitionCall::new(key, action_id, attempt, transition, self.fixed_now(now))?;
-        let row = self.write_transition(&call, true)?;
+        let row = self
+            .write_transition(&call, true)
+            .map_err(|e| e.naming(key, Some(action_id)))?;
         Ok(row.expect("a transition that landed reads its row back"))
     }
 
@@ -181,7 +185,9 @@ pub trait Store: Approvals + Receipts + Retention + Engine {
     ) -> Result<()> {
         self.check_transition(transition)?;
         let call = TransitionCall::new(key, action_id, attempt, transition, self.fixed_now(now))?;
-        self.write_transition(&call, false).map(|_| ())
+        self.write_transition(&call, false)
+            .map(|_| ())
+            .map_err(|e| e.naming(key, Some(action_id)))
     }
 
     /// Move a live lease of an `executing` attempt to `until` (not earlier than today's expiry).
@@ -205,6 +211,7 @@ pub trait Store: Approvals + Receipts + Retention + Engine {
             now,
             plan: &plan,
         })
+        .map_err(|e| e.naming(key, Some(action_id)))
     }
 
     /// A person settles an `ambiguous` effect as `committed` or `failed`.
@@ -227,10 +234,11 @@ pub trait Store: Approvals + Receipts + Retention + Engine {
             now,
             plan: &plan,
         })
+        .map_err(|e| e.naming(key, None))
     }
 
     fn get(&self, key: &str) -> Result<Option<EffectRecord>> {
-        self.read_row(key)
+        self.read_row(key).map_err(|e| e.naming(key, None))
     }
 }
 

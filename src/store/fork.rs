@@ -34,24 +34,47 @@ struct Shared {
     changed: Condvar,
 }
 
-impl Shared {
-    fn new() -> *mut Shared {
-        Box::into_raw(Box::new(Shared {
-            pid: std::process::id(),
-            gate: Mutex::new(Gate {
-                forking: 0,
-                inside: 0,
-                pools: Vec::new(),
-            }),
-            changed: Condvar::new(),
-        }))
+impl PerProcess for Shared {
+    fn pid(&self) -> u32 {
+        self.pid
     }
 }
 
 /// Replaced by a fresh one in a forked child (a parent's thread may have held the old lock at
-/// the instant of the fork, and the old one says a fork is in progress); the old one is leaked,
-/// never freed, so references to it stay valid.
+/// the instant of the fork, and the old one says a fork is in progress): see [`this_process`].
 static SHARED: AtomicPtr<Shared> = AtomicPtr::new(std::ptr::null_mut());
+
+/// A value kept once per process in a static slot.
+pub(crate) trait PerProcess: Sync + 'static {
+    /// The process that made it.
+    fn pid(&self) -> u32;
+}
+
+/// This process's value in `slot`, made by `make(pid)` on first use and in a forked child,
+/// whose parent's value is leaked, never freed (one of the parent's threads may have held its
+/// lock at the instant of the fork), so references to a published value stay valid.
+pub(crate) fn this_process<T: PerProcess>(
+    slot: &'static AtomicPtr<T>,
+    make: impl FnOnce(u32) -> T,
+) -> &'static T {
+    let pid = std::process::id();
+    let p = slot.load(Ordering::Acquire);
+    // SAFETY: a published value is never freed.
+    if !p.is_null() && unsafe { (*p).pid() } == pid {
+        return unsafe { &*p };
+    }
+    let fresh = Box::into_raw(Box::new(make(pid)));
+    let p = match slot.compare_exchange(p, fresh, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => fresh,
+        Err(theirs) => {
+            // SAFETY: `fresh` came from Box::into_raw above and was never shared.
+            drop(unsafe { Box::from_raw(fresh) });
+            theirs
+        }
+    };
+    // SAFETY: as above.
+    unsafe { &*p }
+}
 
 thread_local! {
     /// Passes this thread holds (a logging handler run during a store call may call a store).
@@ -59,22 +82,15 @@ thread_local! {
 }
 
 fn shared() -> &'static Shared {
-    let pid = std::process::id();
-    let mut p = SHARED.load(Ordering::Acquire);
-    // SAFETY: a published `Shared` is never freed (see SHARED).
-    if p.is_null() || unsafe { (*p).pid } != pid {
-        let fresh = Shared::new();
-        p = match SHARED.compare_exchange(p, fresh, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => fresh,
-            Err(theirs) => {
-                // SAFETY: `fresh` came from Box::into_raw above and was never shared.
-                drop(unsafe { Box::from_raw(fresh) });
-                theirs
-            }
-        };
-    }
-    // SAFETY: as above.
-    unsafe { &*p }
+    this_process(&SHARED, |pid| Shared {
+        pid,
+        gate: Mutex::new(Gate {
+            forking: 0,
+            inside: 0,
+            pools: Vec::new(),
+        }),
+        changed: Condvar::new(),
+    })
 }
 
 fn gate(s: &'static Shared) -> MutexGuard<'static, Gate> {
@@ -163,8 +179,8 @@ pub fn release() {
 }
 
 /// After `fork()`, in the child: a fresh gate (the child has no calls in flight and no pools of
-/// its own; its parent's stores refuse use here). [`shared`] would also notice the new pid.
+/// its own; its parent's stores refuse use here), made now by [`shared`], which sees the new pid.
 pub fn release_in_child() {
     HELD.with(|h| h.set(0));
-    SHARED.store(Shared::new(), Ordering::Release);
+    shared();
 }

@@ -31,7 +31,7 @@ pub fn record_retrying(
         });
         let failed = match write(at) {
             Ok(()) => return Ok(()),
-            Err(e @ (Error::StoreWriteFailed(_) | Error::StoreUnresolved(_))) => e,
+            Err(e @ (Error::StoreWriteFailed(_) | Error::StoreUnresolved { .. })) => e,
             // Not to be re-issued (a closed store, a broken clock): after an unknown try the
             // unknown is still the answer, unless the row itself refuses the write.
             Err(e) => {
@@ -46,7 +46,7 @@ pub fn record_retrying(
             return Err(unknown.unwrap_or(failed));
         };
         log::warn!(target: "ctrlrun", "ctrlrun: recording {kind} for '{key}' failed ({failed}); retrying");
-        if unknown.is_none() && matches!(failed, Error::StoreUnresolved(_)) {
+        if unknown.is_none() && matches!(failed, Error::StoreUnresolved { .. }) {
             unknown = Some(failed);
         }
         std::thread::sleep(*pause);
@@ -78,9 +78,7 @@ mod tests {
     }
 
     fn unknown() -> Result<()> {
-        Err(Error::StoreUnresolved(
-            "the first try may have landed".into(),
-        ))
+        Err(Error::unresolved("the first try may have landed".into()))
     }
 
     fn unsent() -> Result<()> {
@@ -91,11 +89,13 @@ mod tests {
     fn an_unknown_try_is_the_answer_whatever_the_later_tries_met() {
         let (done, made) = run(vec![unknown(), unsent(), unsent(), unsent()]);
         assert_eq!(made, 4);
-        assert!(matches!(done, Err(Error::StoreUnresolved(m)) if m.contains("may have landed")));
+        assert!(
+            matches!(done, Err(Error::StoreUnresolved { message: m, .. }) if m.contains("may have landed"))
+        );
         let closed = Err(Error::InvalidArgument("the store is closed".into()));
         let (done, made) = run(vec![unsent(), unknown(), closed]);
         assert_eq!(made, 3);
-        assert!(matches!(done, Err(Error::StoreUnresolved(_))));
+        assert!(matches!(done, Err(Error::StoreUnresolved { .. })));
     }
 
     #[test]

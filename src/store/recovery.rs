@@ -126,7 +126,7 @@ pub(crate) fn reread_failed(
         }
         _ => "nothing more was written; read the effect to see whether the write landed",
     };
-    Error::StoreUnresolved(format!(
+    Error::unresolved(format!(
         "the COMMIT of {what} for effect '{key}' in {store_name} may or may not have landed \
          ({why}), and re-reading the row on a fresh connection failed ({cause}); {next}"
     ))
@@ -254,7 +254,7 @@ pub(crate) fn settle_write(
             // Where the lost COMMIT may still land, a failed retry does not mean that nothing
             // was committed.
             Err(Error::StoreWriteFailed(m)) if store.failed_commit_may_land_later() => {
-                Err(Error::StoreUnresolved(format!(
+                Err(Error::unresolved(format!(
                     "the COMMIT of {what} for effect '{key}' in {} may or may not have landed \
                      ({why}), and the write tried again failed ({m}); nothing more was written \
                      and the executor was not run",
@@ -273,7 +273,7 @@ pub(crate) fn settle_write(
 fn failed_twice(store: &impl Reread, again: &str, what: &str, key: &str, why: &str) -> Error {
     let name = store.store_name();
     if store.failed_commit_may_land_later() {
-        Error::StoreUnresolved(format!(
+        Error::unresolved(format!(
             "the {again} COMMIT of {what} for effect '{key}' in {name} failed again ({why}); \
              nothing more was written"
         ))

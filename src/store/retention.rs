@@ -202,7 +202,7 @@ pub struct PruneStep<'a> {
 
 /// A prune batch whose `COMMIT` failed in `store_name`.
 pub(crate) fn batch_unknown(store_name: &str, why: &str) -> Error {
-    Error::StoreUnresolved(format!(
+    Error::unresolved(format!(
         "pruning effects in {store_name}: the COMMIT failed ({why}), so this batch may or may \
          not be removed; running the prune again finishes it"
     ))

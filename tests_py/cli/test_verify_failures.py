@@ -95,15 +95,14 @@ SITECUSTOMIZE = textwrap.dedent("""\
         import ctrlrun.call.runner as _p
         _orig = _p.run
         if _mode == "twice":
-            def _run(store, key, lease_us, fn, args, kwargs, spec=None, heartbeat=False):
+            def _run(call, fn, args, kwargs, hb=False):
                 def both(*a, **k):
                     fn(*a, **k)
                     return fn(*a, **k)
-                return _orig(store, key, lease_us, both, args, kwargs, spec, heartbeat)
+                return _orig(call, both, args, kwargs, hb)
             _p.run = _run
         elif _mode == "unreserved":
-            _p.run = (lambda store, key, lease_us, fn, args, kwargs, spec=None, heartbeat=False:
-                      fn(*args, **kwargs))
+            _p.run = lambda call, fn, args, kwargs, hb=False: fn(*args, **kwargs)
     """)
 
 

@@ -19,7 +19,7 @@ from ctrlrun.call.approval import poll_interval, refusal
 from ctrlrun.call.heartbeat import Heartbeat
 from ctrlrun.call.outcome import Outcome
 from ctrlrun.call.steps import OUTCOME_PAUSES, REFUSALS, Call
-from ctrlrun.errors import ApprovalNeeded, StoreUnresolved
+from ctrlrun.errors import ApprovalNeeded
 from ctrlrun.store.api import Store
 from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
 
@@ -48,8 +48,6 @@ def _reserving(call: Call) -> asyncio.Future[int]:
             call.attempt = done.result().attempt
             out.set_result(call.attempt)
         else:
-            if isinstance(exc, StoreUnresolved):
-                call.unresolved(exc)
             out.set_exception(exc)
 
     landed.add_done_callback(settle)

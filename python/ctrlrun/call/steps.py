@@ -187,8 +187,7 @@ class Call:
             # reservation returned records it as failed, since the body never started.
             self.attempt = attempt
             return attempt
-        except StoreUnresolved as exc:
-            self.unresolved(exc)
+        except StoreUnresolved:  # names this key and attempt (the core's), if it did land
             raise
         except BaseException as exc:
             if attempt is not None:
@@ -201,10 +200,6 @@ class Call:
         spec = self.spec
         said = () if spec is None else (spec.action, spec.parts, spec.approval_ttl is not None)
         return (self.key, self.action_id, self.lease_us, self.store.now_us(), True, *said)
-
-    def unresolved(self, exc: StoreUnresolved) -> None:
-        """Name the attempt an operator looks for, if the reservation did land."""
-        exc.effect_key, exc.action_id = self.key, self.action_id
 
     def ask(self) -> ApprovalRecord:
         """This call's approval request: the one that stands for its action and arguments, or

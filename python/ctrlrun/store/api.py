@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
 from ctrlrun import _core
-from ctrlrun.errors import InvalidArgument, StoreUnresolved
+from ctrlrun.errors import InvalidArgument
 from ctrlrun.store.approvals import ApprovalRecord, approval_from_core
 from ctrlrun.store.decode import record_from_core
 from ctrlrun.store.durations import to_micros
@@ -46,8 +46,8 @@ def datetime_to_micros(dt: datetime, what: str = "datetime") -> int:
 def _api(method: F) -> F:
     """A Store API method: text arguments (key, action id, error, resolver) must be valid
     Unicode (a lone surrogate, which no store can keep as text, is ``InvalidArgument`` before
-    anything is written, not the ``UnicodeEncodeError`` of the conversion), and a
-    ``StoreUnresolved`` names the call's key and action id."""
+    anything is written, not the ``UnicodeEncodeError`` of the conversion). (A
+    ``StoreUnresolved`` names the call's key and action id as the core raised it.)"""
 
     @functools.wraps(method)
     def checked(self: Store, key: str, *args: Any, **kwargs: Any) -> Any:
@@ -62,12 +62,6 @@ def _api(method: F) -> F:
             if not _raised_by_a_call_in(exc, 2):
                 raise  # from deeper down (a clock, a conversion): not the caller's arguments
             raise InvalidArgument(f"{method.__name__}: {exc}") from None
-        except StoreUnresolved as exc:
-            exc.effect_key = key
-            action_id = args[0] if args else kwargs.get("action_id")
-            if method.__name__ not in ("resolve_effect", "get_effect"):
-                exc.action_id = action_id
-            raise
 
     return checked  # type: ignore[return-value]
 

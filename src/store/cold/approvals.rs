@@ -164,7 +164,7 @@ fn write<S: ColdStore>(
     match s.fresh(|tx| tx.approvals(Pick::Id(&ours.request_id))) {
         Ok(rows) => match first(rows) {
             Some(found) if landed(&found, &ours) => Ok(ours),
-            _ if s.failed_commit_may_land_later() => Err(Error::StoreUnresolved(format!(
+            _ if s.failed_commit_may_land_later() => Err(Error::unresolved(format!(
                 "the COMMIT of {what} for approval request '{id}' failed ({why}) and a re-read \
                  did not find it written; it may still land. Read the request before deciding \
                  again"
@@ -175,7 +175,7 @@ fn write<S: ColdStore>(
                 s.store_name()
             ))),
         },
-        Err(e) => Err(Error::StoreUnresolved(format!(
+        Err(e) => Err(Error::unresolved(format!(
             "the COMMIT of {what} for approval request '{id}' failed ({why}) and re-reading \
              it failed ({e}); read the request to see whether it landed"
         ))),
