@@ -1,5 +1,5 @@
 //! The digests of a call's arguments: from each argument's canonical JSON text (made by the
-//! binding, `python/ctrlrun/_fingerprint.py`), a `sha256:` digest per argument and one of the whole,
+//! binding, `python/ctrlrun/call/fingerprint.py`), a `sha256:` digest per argument and one of the whole,
 //! which is the digest of the canonical JSON object of all of them (keys sorted). One place
 //! computes them, for the reservation's row and for an approval request alike.
 

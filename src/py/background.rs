@@ -3,7 +3,7 @@
 //! to log), each finished step handed to its event loop through a [`Completions`] inbox that
 //! wakes the loop once.
 //!
-//! Why not Python worker threads (`ctrlrun/_io_threads.py`, still used for every other store
+//! Why not Python worker threads (`python/ctrlrun/call/io_threads.py`, still used for every other store
 //! call of an async caller): such a worker needs the GIL to start the step and again to hand
 //! it back, so it waits for whatever the event loop runs meanwhile. Behind the MCP gateway the
 //! loop runs the SDK's own tasks after each hand-off, and a step spent about 160 µs waiting to

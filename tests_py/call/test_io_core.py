@@ -1,5 +1,5 @@
 """The reservation and the outcome write of ``async def`` protected calls, run on the core's
-own threads (src/py/background.rs, python/ctrlrun/_io_core.py): at most 16 of them however
+own threads (src/py/background.rs, python/ctrlrun/call/io_core.py): at most 16 of them however
 many calls are in flight; a step still queued at exit is finished; a step that ends after its
 loop closed keeps nothing open; a forked child gets threads of its own. Real SQLite stores."""
 

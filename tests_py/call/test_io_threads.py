@@ -1,5 +1,5 @@
 """The worker threads of ``async def`` protected calls' store calls besides the reservation
-and the outcome (python/ctrlrun/_io_threads.py; those two: test_io_core.py): one pipe per event
+and the outcome (python/ctrlrun/call/io_threads.py; those two: test_io_core.py): one pipe per event
 loop, closed with the loop; at most 16 threads however many jobs are in flight; and the plain
 executor on a loop that cannot watch a pipe. Real SQLite stores."""
 

@@ -1,5 +1,5 @@
 """``ctrlrun gateway``: an MCP server on stdio in front of one upstream MCP server, reserving
-each tool call the policy gives an effect template (see ``_gateway``)."""
+each tool call the policy gives an effect template (see ``ctrlrun.gateway``)."""
 
 from __future__ import annotations
 

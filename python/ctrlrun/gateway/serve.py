@@ -91,7 +91,7 @@ def _stop_on_sigterm() -> None:
     """SIGTERM (how an agent host stops an MCP server) ends the gateway as Ctrl-C does: the
     running loop's own SIGINT handler (``asyncio.Runner``'s) cancels the main task, so each
     call in flight is cancelled at an await and records its outcome (``ambiguous``), never
-    left ``executing``. Where the SDK's own transport serves (``_gateway_stdio``), it reads
+    left ``executing``. Where the SDK's own transport serves (``ctrlrun.gateway.stdio``), it reads
     stdin on a thread that only a line or the end of the input wakes, which would hold the
     exit until the agent closes it: past
     ``SIGTERM_GRACE``, once the store writes queued have finished, the process ends anyway.

@@ -38,7 +38,7 @@ from mcp.server.stdio import stdio_server
 #: Lines read ahead of the SDK before the loop stops reading stdin (the agent then waits).
 READ_AHEAD = 32
 #: How long an agent that has closed stdin, and does not read, is waited for; shorter than the
-#: gateway's grace after a SIGTERM (``_gateway_serve.SIGTERM_GRACE``).
+#: gateway's grace after a SIGTERM (``ctrlrun.gateway.serve.SIGTERM_GRACE``).
 FLUSH_AT_END = 2.0
 
 _restores: List[Callable[[], None]] = []

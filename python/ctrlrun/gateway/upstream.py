@@ -86,7 +86,7 @@ class Upstream:
     """The upstream MCP server's session, or, for an upstream that never started, why
     (``down``): then nothing is ever sent. Over HTTP (``http``), a call whose POST never got a
     connection, or was refused because the upstream no longer knows the session, is known
-    (``_gateway_http``), and a connection that failed is opened again by the next request that
+    (``ctrlrun.gateway.http``), and a connection that failed is opened again by the next request that
     needs it (``reconnect``, set by the server, bounded by ``timeout``: a restarted upstream
     needs no restart of the gateway)."""
 
