@@ -5,11 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-
-def ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
-    if a is None or b is None or b == 0:
-        return None
-    return a / b
+from bench._measures import Measures, ratio
 
 
 def fmt_ratio(x: Optional[float]) -> str:
@@ -42,80 +38,11 @@ def report(
 ) -> Tuple[str, Dict[str, Any], bool]:
     """The text of every table, the targets, and whether every contention run of ctrlrun ran
     each key exactly once. ``bench`` is run.py's ``Bench``, measured."""
-    by_id: Dict[Tuple[str, str], Any] = {(s.backend, s.id): s for s in bench.specs}
-
-    def med(backend: str, rid: str) -> Optional[Dict[str, Any]]:
-        s = by_id.get((backend, rid))
-        return s.median() if s else None
-
-    def p50(backend: str, rid: str) -> Optional[float]:
-        m = med(backend, rid)
-        return None if m is None else m["p50_us"]
-
-    def mean(backend: str, rid: str) -> Optional[float]:
-        """Mean time per call in µs: the timed loop's wall time / calls."""
-        m = med(backend, rid)
-        return None if m is None or not m.get("per_s_wall") else 1e6 / m["per_s_wall"]
-
-    def total(backend: str, rid: str) -> Optional[float]:
-        m = med(backend, rid)
-        return None if m is None else m["total_s"]
-
+    m = Measures(bench)
+    p50, mean, total, target, async_targets = m.p50, m.mean, m.total, m.target, m.async_targets
+    targets = m.targets
     out: List[str] = []
-    targets: List[Dict[str, Any]] = []
     all_once = True
-
-    def target(
-        backend: str,
-        name: str,
-        value: Optional[float],
-        goal: str,
-        ok: Optional[bool],
-        note: str = "",
-    ) -> None:
-        verdict = "n/a" if ok is None else ("MET" if ok else "MISSED")
-        targets.append(
-            {
-                "backend": backend,
-                "check": name,
-                "measured": value,
-                "goal": goal,
-                "verdict": verdict,
-                "note": note,
-            }
-        )
-
-    def cpu(backend: str, rid: str) -> Optional[float]:
-        m = med(backend, rid)
-        return None if m is None else m["cpu_us_per_call"]
-
-    def async_targets(
-        backend: str, sfx: str, label: str, goal: str, limit: float, floors: Tuple[str, ...]
-    ) -> None:
-        """Issue 14: async p50 and client CPU against sync's, beside the same ratios for the
-        floors awaited off the loop (_floor_async.py): the part of the target that keeping the
-        store's I/O off the event loop takes by itself."""
-        met = (lambda r: None if r is None else r <= limit) if goal != "info" else (lambda r: None)
-        r = ratio(p50(backend, f"ctrlrun.async{sfx}"), p50(backend, f"ctrlrun.sync{sfx}"))
-        target(backend, f"async p50 / sync p50{label}", r, goal, met(r))
-        for f in floors:
-            r = ratio(p50(backend, f"floor.{f}.async{sfx}"), p50(backend, f"floor.{f}{sfx}"))
-            target(backend, f"  the same, floor {f}: async / sync{label}", r, "info", None)
-        last = floors[-1]
-        r = ratio(p50(backend, f"ctrlrun.async{sfx}"), p50(backend, f"floor.{last}.async{sfx}"))
-        target(backend, f"  ctrlrun async p50 / floor {last} async p50{label}", r, "info", None)
-        cpu_goal = "<= 1.5x" if goal != "info" else "info"
-        r = ratio(cpu(backend, f"ctrlrun.async{sfx}"), cpu(backend, f"ctrlrun.sync{sfx}"))
-        target(
-            backend,
-            f"async client CPU / sync client CPU{label}",
-            r,
-            cpu_goal,
-            None if cpu_goal == "info" or r is None else r <= 1.5,
-        )
-        for f in floors:
-            r = ratio(cpu(backend, f"floor.{f}.async{sfx}"), cpu(backend, f"floor.{f}{sfx}"))
-            target(backend, f"  the same, floor {f}: async CPU / sync CPU{label}", r, "info", None)
 
     for backend in ("sqlite", "postgres", "pgbouncer"):
         specs = [s for s in bench.specs if s.backend == backend]

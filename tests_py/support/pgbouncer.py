@@ -164,3 +164,8 @@ class PgBouncer:
     def stop(self) -> None:
         self.kill()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def branches(caplog) -> list:
+    """The store's recovery branches logged on ``ctrlrun.store`` (the name before the colon)."""
+    return [r.getMessage().split(":", 1)[0] for r in caplog.records if r.name == "ctrlrun.store"]
