@@ -6,7 +6,7 @@ read by one converter each in ``ctrlrun.store``.
 """
 
 from pathlib import Path
-from typing import Any, Callable, Final, List, Optional, Tuple, final
+from typing import Any, Callable, Final, List, Optional, Sequence, Tuple, final
 
 __all__ = [
     "Template",
@@ -19,6 +19,7 @@ __all__ = [
     "open_store",
     "drop_scratch_schema",
     "sqlite_path",
+    "url_backend",
     "arg_digests",
     "before_fork",
     "after_fork_in_parent",
@@ -125,6 +126,8 @@ class Store:
     @property
     def url(self) -> str: ...
     @property
+    def backend(self) -> str: ...
+    @property
     def closed(self) -> bool: ...
     def reserve(
         self,
@@ -175,7 +178,7 @@ class Store:
     ) -> EffectRow: ...
     def record_outcome(
         self,
-        pauses: List[float],
+        pauses: Sequence[float],
         key: str,
         action_id: str,
         attempt: Optional[int],
@@ -217,6 +220,7 @@ class Store:
 
 def open_store(url: str) -> Store: ...
 def sqlite_path(url: str) -> Optional[Path]: ...
+def url_backend(url: str) -> str: ...
 def drop_scratch_schema(url: str) -> None: ...
 def arg_digests(parts: List[Tuple[str, str]]) -> Tuple[str, str]: ...
 def before_fork() -> None: ...
@@ -250,7 +254,7 @@ def transition_in_background(
     store: Store,
     completions: Completions,
     token: int,
-    pauses: List[float],
+    pauses: Sequence[float],
     key: str,
     action_id: str,
     attempt: Optional[int],

@@ -23,7 +23,6 @@ a temporary store kept for the session, package, module or class running then.
 from __future__ import annotations
 
 import os
-import uuid
 from pathlib import Path
 from typing import Any, Iterator, List, Literal
 
@@ -32,6 +31,7 @@ import pytest
 from ctrlrun import _core
 from ctrlrun.store.api import Store, open_store, set_default_store, use_when_default_is_unset
 from ctrlrun.store.records import EffectRecord, EffectState
+from ctrlrun.store.scratch import scratch_schema_url
 from ctrlrun.testing import (
     MovableClock,
     assert_committed_once,
@@ -87,10 +87,7 @@ def ctrlrun_postgres_store(ctrlrun_clock: MovableClock) -> Iterator[Store]:
     base = os.environ.get(POSTGRES_ENV)
     if not base:
         pytest.skip(f"{POSTGRES_ENV} is not set")
-    base, _, query = base.partition("?")
-    params = [p for p in query.split("&") if p and not p.startswith("schema=")]
-    schema = _core.SCRATCH_SCHEMA_PREFIX + uuid.uuid4().hex[:12]
-    url = f"{base}?{'&'.join([*params, 'schema=' + schema])}"
+    url = scratch_schema_url(base)
     store = open_store(url, clock=ctrlrun_clock)
     try:
         yield from _as_default(store)

@@ -26,6 +26,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store::open_store, m)?)?;
     m.add_function(wrap_pyfunction!(store::drop_scratch_schema, m)?)?;
     m.add_function(wrap_pyfunction!(store::sqlite_path, m)?)?;
+    m.add_function(wrap_pyfunction!(store::url_backend, m)?)?;
     m.add_function(wrap_pyfunction!(store::arg_digests, m)?)?;
     #[cfg(unix)]
     {

@@ -11,7 +11,7 @@ use crate::planner::Proposal;
 use crate::record::Micros;
 use crate::store::outcome::record_retrying;
 use crate::store::retention::{self, EffectFilter, Prune};
-use crate::store::{fork, Store};
+use crate::store::{fork, Backend, Store};
 
 /// A store handle. Every method releases the GIL while it talks to the database.
 /// Timestamps are integer microseconds since the Unix epoch (UTC); `now_us=None` uses the
@@ -20,6 +20,8 @@ use crate::store::{fork, Store};
 pub struct PyStore {
     inner: RwLock<Option<Arc<dyn Store>>>,
     description: String,
+    /// Which database it writes to (`Store::backend`), kept for after `close()`.
+    backend: Backend,
     /// The process that opened it: connections do not survive a `fork()`.
     pid: u32,
 }
@@ -80,12 +82,24 @@ pub fn open_store(py: Python<'_>, url: String) -> PyResult<PyStore> {
             crate::store::open_store(&url)
         })
         .py_err(py)?;
-    let description = store.describe();
+    let (description, backend) = (store.describe(), store.backend());
     Ok(PyStore {
         inner: RwLock::new(Some(store)),
         description,
+        backend,
         pid: std::process::id(),
     })
+}
+
+/// `sqlite` or `postgres`: the database a store URL names. Raises `InvalidArgument` for a
+/// malformed URL.
+#[pyfunction]
+pub fn url_backend(py: Python<'_>, url: &str) -> PyResult<&'static str> {
+    Ok(match crate::url::parse(url).py_err(py)? {
+        crate::url::StoreUrl::Sqlite(_) => Backend::Sqlite,
+        crate::url::StoreUrl::Postgres { .. } => Backend::Postgres,
+    }
+    .as_str())
 }
 
 /// The file a SQLite store URL names (made absolute against the working directory), or
@@ -123,6 +137,12 @@ impl PyStore {
     #[getter]
     fn url(&self) -> &str {
         &self.description
+    }
+
+    /// `sqlite` or `postgres`: the database this store writes to.
+    #[getter]
+    fn backend(&self) -> &'static str {
+        self.backend.as_str()
     }
 
     /// With `begin=True` a granted row is written `executing` at once (the caller runs the body

@@ -125,3 +125,16 @@ def test_the_logged_postgres_store_shows_no_password(pg, caplog):
     finally:
         _store.store_for_url(url).close()
         pg.drop_schema(schema)
+
+
+def test_a_store_and_its_url_name_their_backend(backend, store_url, store):
+    """``Store.backend`` and ``_core.url_backend`` say which database, from the core (no
+    guessing from the URL's text in Python); a malformed URL is refused, not guessed at."""
+    from ctrlrun import _core
+
+    assert store.backend == backend
+    assert _core.url_backend(store_url) == backend
+    store.close()
+    assert store.backend == backend  # still known once closed
+    with pytest.raises(InvalidArgument):
+        _core.url_backend("mysql://nowhere/db")

@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from ctrlrun import _core
 from ctrlrun._policy import Policy, load_policy
 from ctrlrun.store.api import Store, default_url, open_store
+from ctrlrun.store.scratch import scratch_schema_url
 
 __all__ = ["WorkerOutcome", "Row", "Verdict", "judge_g3", "judge_g4", "run_verify"]
 
@@ -172,13 +173,11 @@ def judge_g4(
 def scratch_store(user_url: str) -> Tuple[str, Callable[[], None]]:
     """A scratch store on the same backend as ``user_url`` (never the user's data) and the
     function that removes it. Raises ``InvalidArgument`` for a URL no store accepts."""
-    sqlite_file = _core.sqlite_path(user_url)  # validates the URL (scheme, options)
-    if sqlite_file is None:
-        base, _, query = user_url.partition("?")
-        params = [p for p in query.split("&") if p and not p.startswith("schema=")]
-        schema = _core.SCRATCH_SCHEMA_PREFIX + uuid.uuid4().hex[:12]
-        url = f"{base}?{'&'.join([*params, 'schema=' + schema])}"
+    if _core.url_backend(user_url) == "postgres":  # validates the URL (scheme, options)
+        url = scratch_schema_url(user_url)
         return url, lambda: _core.drop_scratch_schema(url)
+    sqlite_file = _core.sqlite_path(user_url)
+    assert sqlite_file is not None
     query = user_url.partition("?")[2] if "://" in user_url else ""
     parent = os.path.dirname(str(sqlite_file))
     folder = tempfile.mkdtemp(

@@ -111,8 +111,12 @@ class Store(ReceiptMethods, RetentionMethods):
     @property
     def url(self) -> str:
         """Where the store lives (``sqlite:////abs/path.db``; never a password)."""
-        url: str = self.core.url
-        return url
+        return self.core.url
+
+    @property
+    def backend(self) -> str:
+        """``"sqlite"`` or ``"postgres"``: the database this store writes to."""
+        return self.core.backend
 
     @property
     def clock(self) -> Optional[Clock]:

@@ -118,7 +118,7 @@ class ReceiptMethods:
     """The receipt methods of :class:`ctrlrun.Store` (kept here, with the records they read)."""
 
     __slots__ = ()
-    core: Any
+    core: _core.Store
 
     def list_receipts(
         self, key: Optional[str] = None, *, limit: Optional[int] = None

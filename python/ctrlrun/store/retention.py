@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Callable, Iterable, List, Optional, Union
 
+from ctrlrun import _core
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.store.decode import record_from_core
 from ctrlrun.store.durations import to_micros
@@ -54,7 +55,7 @@ class RetentionMethods:
     """The listing and retention methods of :class:`ctrlrun.Store`."""
 
     __slots__ = ()
-    core: Any
+    core: _core.Store
     now_us: Callable[[], Optional[int]]  # Store's: the movable clock, or None
 
     def list_effects(
