@@ -32,8 +32,9 @@ fn build(py: Python<'_>, err: Error) -> PyResult<PyErr> {
             effect_key,
             action_id,
         } => {
-            kwargs.set_item("effect_key", effect_key)?;
-            kwargs.set_item("action_id", action_id)?;
+            for (name, value) in [("effect_key", effect_key), ("action_id", action_id)] {
+                kwargs.set_item(name, value)?;
+            }
             ("StoreUnresolved", message, None, None)
         }
         Error::Duplicate {

@@ -13,31 +13,30 @@ mod template;
 
 use pyo3::prelude::*;
 
+/// Add each class and function to the module `m`.
+macro_rules! export {
+    ($m:ident; classes $($class:ty),*; functions $($f:path),* $(,)?) => {
+        $( $m.add_class::<$class>()?; )*
+        $( $m.add_function(wrap_pyfunction!($f, $m)?)?; )*
+    };
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     logging::install();
-    m.add_class::<template::PyTemplate>()?;
-    m.add_class::<store::PyStore>()?;
-    m.add_class::<records::EffectRow>()?;
-    m.add_class::<records::ApprovalRow>()?;
-    m.add_class::<records::ReceiptRow>()?;
-    m.add_class::<records::ReceiptCheckRow>()?;
-    m.add_class::<records::Step>()?;
-    m.add_function(wrap_pyfunction!(store::open_store, m)?)?;
-    m.add_function(wrap_pyfunction!(store::drop_scratch_schema, m)?)?;
-    m.add_function(wrap_pyfunction!(store::sqlite_path, m)?)?;
-    m.add_function(wrap_pyfunction!(store::url_backend, m)?)?;
-    m.add_function(wrap_pyfunction!(store::arg_digests, m)?)?;
+    export!(m;
+        classes template::PyTemplate, store::PyStore, records::EffectRow, records::ApprovalRow,
+            records::ReceiptRow, records::ReceiptCheckRow, records::Step;
+        functions store::open_store, store::drop_scratch_schema, store::sqlite_path,
+            store::url_backend, store::arg_digests, fork::before_fork, fork::after_fork_in_parent,
+            fork::after_fork_in_child,
+    );
     #[cfg(unix)]
-    {
-        m.add_class::<background::Completions>()?;
-        m.add_function(wrap_pyfunction!(background::reserve_in_background, m)?)?;
-        m.add_function(wrap_pyfunction!(background::transition_in_background, m)?)?;
-        m.add_function(wrap_pyfunction!(background::finish_background, m)?)?;
-    }
-    m.add_function(wrap_pyfunction!(fork::before_fork, m)?)?;
-    m.add_function(wrap_pyfunction!(fork::after_fork_in_parent, m)?)?;
-    m.add_function(wrap_pyfunction!(fork::after_fork_in_child, m)?)?;
+    export!(m;
+        classes background::Completions;
+        functions background::reserve_in_background, background::transition_in_background,
+            background::finish_background,
+    );
     m.add(
         "SCRATCH_SCHEMA_PREFIX",
         crate::store::postgres::SCRATCH_PREFIX,
