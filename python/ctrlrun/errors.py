@@ -21,6 +21,7 @@ Exceptions pickle with their attributes (they cross process boundaries in worker
 
 from __future__ import annotations
 
+import types
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from ctrlrun.store.records import EffectRecord
@@ -83,9 +84,13 @@ class _FoundRecord(Exception):
         return self._record
 
     def __reduce__(self) -> Tuple[Any, ...]:
-        # Pickled with the record converted (the core's row does not cross processes).
-        state = {k: v for k, v in self.__dict__.items() if k not in ("_row", "_decode")}
-        state["_record"] = self.record
+        # The core's row crosses processes as plain data, still converted on first access
+        # there: a row no record can hold (edited by hand) raises when read, not when pickled.
+        state = dict(self.__dict__)
+        row = state.get("_row")
+        if row is not None:
+            names = [n for n in dir(type(row)) if not n.startswith("_")]
+            state["_row"] = types.SimpleNamespace(**{n: getattr(row, n) for n in names})
         return (type(self), self.args, state)
 
 

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ctrlrun import DuplicateEffect, NotExecuted
+from ctrlrun import DuplicateEffect, NotExecuted, StoreError
 
 EXPORTER = InMemorySpanExporter()
 READER = InMemoryMetricReader()
@@ -163,3 +163,22 @@ def test_each_gateway_call_is_one_span(store, spans, tmp_path, monkeypatch):
     assert refused.attributes["ctrlrun.outcome"] == "refused_committed"
     digest = hashlib.sha256(b"refund:pi_t").hexdigest()
     assert done.attributes["ctrlrun.effect_key.sha256"] == digest
+
+
+def test_a_store_that_cannot_be_opened_is_observed_as_an_error(mode, tmp_path, spans):
+    """The call with neither replay nor wait opens its store inside its span, as the others
+    do: a store error is a span with its error type and a call counted ``error``."""
+    action = f"shop.unopened.{mode.name}"
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+
+    @mode.protect(action, effect="pay:{order}", store=str(blocker / "s.db"))
+    def pay(order: str) -> str:
+        return "paid"
+
+    with pytest.raises(StoreError):
+        mode.call(pay, "o1")
+    (span,) = spans(action)
+    assert span.attributes["ctrlrun.outcome"] == "error"
+    assert span.attributes["error.type"] == "StoreError"
+    assert calls_by_outcome(action) == {"error": 1}

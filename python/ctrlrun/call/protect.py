@@ -257,10 +257,11 @@ def protect(
                 key, spec = bound(route, args, kwargs)
                 watched = observe(name, key)
                 if not (route[2] or wait_s):  # no replay, no wait: a refusal is raised as it is
-                    call = Call(await store_ref.aget(), key, lease_us, spec)
                     if watched is None:
+                        call = Call(await store_ref.aget(), key, lease_us, spec)
                         return await _runner_async.run(call, fn, args, kwargs, heartbeat)
-                    with watched:
+                    with watched:  # a store that cannot be opened is observed too
+                        call = Call(await store_ref.aget(), key, lease_us, spec)
                         return await _runner_async.run(call, fn, args, kwargs, heartbeat)
                 started = time.monotonic()
                 with watched or UNOBSERVED as seen:
@@ -285,10 +286,12 @@ def protect(
             key, spec = bound(route, args, kwargs)
             watched = observe(name, key)
             if not (route[2] or wait_s):  # no replay, no wait: a refusal is raised as it is
-                call = Call(store_ref.get(), key, lease_us, spec)
                 if watched is None:
-                    return _runner.run(call, fn, args, kwargs, heartbeat)
-                with watched:
+                    return _runner.run(
+                        Call(store_ref.get(), key, lease_us, spec), fn, args, kwargs, heartbeat
+                    )
+                with watched:  # a store that cannot be opened is observed too
+                    call = Call(store_ref.get(), key, lease_us, spec)
                     return _runner.run(call, fn, args, kwargs, heartbeat)
             started = time.monotonic()
             with watched or UNOBSERVED as seen:

@@ -21,7 +21,7 @@ def to_micros(value: Union[timedelta, int, float], what: str, most_us: int, most
             raise InvalidArgument(f"{what} must be a finite number of seconds, got {value!r}")
         if abs(value) > most_us:  # compared exactly: an int too large for a float is no error
             raise InvalidArgument(f"{what} must be at most {most}, got {value!r}")
-        us = round(value * 1_000_000)
+        us = int(round(value * 1_000_000))  # noqa: RUF046 - a NumPy < 2 float rounds to a float
     else:
         raise InvalidArgument(
             f"{what} must be a timedelta or a number of seconds, got {type(value).__name__}"

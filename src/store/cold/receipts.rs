@@ -30,11 +30,11 @@ fn verify<S: ColdStore>(s: &S) -> Result<Verification> {
     let found = s.snapshot(|tx| {
         let heads = tx.receipt_heads()?;
         let mut verifier = Verifier::new();
-        let mut after = 0i64;
+        let mut after: Option<i64> = None;
         loop {
             let page = tx.receipts_after(after, PAGE)?;
             for receipt in &page {
-                after = receipt.id;
+                after = Some(receipt.id);
                 verifier.add(receipt);
             }
             if page.len() < PAGE || (S::VERIFY_STOPS_AT_BREAK && verifier.is_broken()) {

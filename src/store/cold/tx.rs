@@ -85,8 +85,13 @@ pub(crate) trait ColdTx {
     /// Every row's chain head, as a receipt of the row (see [`crate::receipt::Verifier`]).
     fn receipt_heads(&mut self) -> Result<Vec<Receipt>, Self::Err>;
 
-    /// Up to `page` receipts with an id above `after`, in id order.
-    fn receipts_after(&mut self, after: i64, page: usize) -> Result<Vec<Receipt>, Self::Err>;
+    /// Up to `page` receipts with an id above `after` (from the first, whatever its id, when
+    /// `None`: a receipt written by hand with id 0 or below is read too), in id order.
+    fn receipts_after(
+        &mut self,
+        after: Option<i64>,
+        page: usize,
+    ) -> Result<Vec<Receipt>, Self::Err>;
 }
 
 /// A store as the cold paths use it.

@@ -179,9 +179,10 @@ impl ColdTx for PgTx<'_> {
         decode(self.c.query_typed(&sql, &[])?, rows::receipt)
     }
 
-    fn receipts_after(&mut self, after: i64, page: usize) -> Fallible<Vec<Receipt>> {
+    fn receipts_after(&mut self, after: Option<i64>, page: usize) -> Fallible<Vec<Receipt>> {
         let sql = format!(
-            "SELECT {RECEIPT_COLUMNS} FROM {r} WHERE id > $1 ORDER BY id LIMIT {page}",
+            "SELECT {RECEIPT_COLUMNS} FROM {r} WHERE $1::int8 IS NULL OR id > $1 \
+             ORDER BY id LIMIT {page}",
             r = self.sql.receipts
         );
         decode(self.c.query_typed(&sql, &[(&after, Type::INT8)])?, |r| {

@@ -164,13 +164,18 @@ impl ColdTx for SqliteTx<'_> {
         self.all(HEADS, [], |r| rows::receipt(r))
     }
 
-    fn receipts_after(&mut self, after: i64, page: usize) -> rusqlite::Result<Vec<Receipt>> {
+    fn receipts_after(
+        &mut self,
+        after: Option<i64>,
+        page: usize,
+    ) -> rusqlite::Result<Vec<Receipt>> {
         let page = i64::try_from(page).unwrap_or(i64::MAX);
         self.all(
             &format!(
-                "SELECT {RECEIPT_COLUMNS} FROM ctrlrun_receipts WHERE id > ?1 ORDER BY id LIMIT ?2"
+                "SELECT {RECEIPT_COLUMNS} FROM ctrlrun_receipts \
+                 WHERE ?1 IS NULL OR id > ?1 ORDER BY id LIMIT ?2"
             ),
-            [after, page],
+            rusqlite::params![after, page],
             |r| rows::receipt(r),
         )
     }
