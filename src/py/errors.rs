@@ -3,12 +3,13 @@
 //! (`EffectRow`) and the converter `ctrlrun.store.decode.record_from_core`, which turns it into
 //! the exception's `.record` on first access (refusals are a hot path; most callers never look).
 
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyModule};
 
 use super::records::EffectRow;
-use crate::error::Error;
+use crate::error::{DuplicateKind, Error};
 use crate::record::EffectRecord;
 
 static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
@@ -21,27 +22,35 @@ fn build(py: Python<'_>, err: Error) -> PyResult<PyErr> {
     let errors = errors.bind(py);
     let kwargs = PyDict::new(py);
     // Each class's fields, named as its Python constructor takes them.
-    let (class, message, row, state): (&str, String, Option<Box<EffectRecord>>, _) = match err {
-        Error::InvalidArgument(m) => ("InvalidArgument", m, None, None),
-        Error::EffectKey(m) => ("EffectKeyError", m, None, None),
-        Error::ApprovalNeeded(m) => ("ApprovalNeeded", m, None, None),
-        Error::StoreWriteFailed(m) => ("StoreWriteFailed", m, None, None),
-        Error::Store(m) => ("StoreError", m, None, None),
+    let (class, message, row, state): (_, String, Option<Box<EffectRecord>>, _) = match err {
+        Error::InvalidArgument(m) => (intern!(py, "InvalidArgument"), m, None, None),
+        Error::EffectKey(m) => (intern!(py, "EffectKeyError"), m, None, None),
+        Error::ApprovalNeeded(m) => (intern!(py, "ApprovalNeeded"), m, None, None),
+        Error::StoreWriteFailed(m) => (intern!(py, "StoreWriteFailed"), m, None, None),
+        Error::Store(m) => (intern!(py, "StoreError"), m, None, None),
         Error::StoreUnresolved {
             message,
             effect_key,
             action_id,
         } => {
-            for (name, value) in [("effect_key", effect_key), ("action_id", action_id)] {
+            for (name, value) in [
+                (intern!(py, "effect_key"), effect_key),
+                (intern!(py, "action_id"), action_id),
+            ] {
                 kwargs.set_item(name, value)?;
             }
-            ("StoreUnresolved", message, None, None)
+            (intern!(py, "StoreUnresolved"), message, None, None)
         }
         Error::Duplicate {
             kind,
             record,
             message,
-        } => ("DuplicateEffect", message, Some(record), Some(kind)),
+        } => (
+            intern!(py, "DuplicateEffect"),
+            message,
+            Some(record),
+            Some(kind),
+        ),
         Error::Conflict {
             kind,
             record,
@@ -49,20 +58,29 @@ fn build(py: Python<'_>, err: Error) -> PyResult<PyErr> {
             other_action,
             message,
         } => {
-            kwargs.set_item("fields", fields)?;
-            kwargs.set_item("other_action", other_action)?;
-            ("EffectConflict", message, Some(record), Some(kind))
+            kwargs.set_item(intern!(py, "fields"), fields)?;
+            kwargs.set_item(intern!(py, "other_action"), other_action)?;
+            (
+                intern!(py, "EffectConflict"),
+                message,
+                Some(record),
+                Some(kind),
+            )
         }
         Error::Ambiguous { record, message } => {
-            kwargs.set_item("action_id", &record.action_id)?;
-            ("AmbiguousEffect", message, Some(record), None)
+            kwargs.set_item(intern!(py, "action_id"), &record.action_id)?;
+            (intern!(py, "AmbiguousEffect"), message, Some(record), None)
         }
     };
     if let Some(kind) = state {
-        kwargs.set_item("state", kind.as_str())?;
+        let state = match kind {
+            DuplicateKind::Committed => intern!(py, "committed"),
+            DuplicateKind::InProgress => intern!(py, "in_progress"),
+        };
+        kwargs.set_item(intern!(py, "state"), state)?;
     }
     if let Some(record) = &row {
-        kwargs.set_item("effect_key", &record.effect_key)?;
+        kwargs.set_item(intern!(py, "effect_key"), &record.effect_key)?;
     }
     let exc = errors.getattr(class)?.call((message,), Some(&kwargs))?;
     if let Some(record) = row {
@@ -72,8 +90,8 @@ fn build(py: Python<'_>, err: Error) -> PyResult<PyErr> {
                 .getattr("record_from_core")?
                 .unbind())
         })?;
-        exc.setattr("_row", Py::new(py, EffectRow::from(*record))?)?;
-        exc.setattr("_decode", decode.bind(py))?;
+        exc.setattr(intern!(py, "_row"), Py::new(py, EffectRow::from(*record))?)?;
+        exc.setattr(intern!(py, "_decode"), decode.bind(py))?;
     }
     Ok(PyErr::from_value(exc))
 }
