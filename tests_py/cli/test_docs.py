@@ -43,7 +43,7 @@ import pytest
 import ctrlrun
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]
 LANGUAGES = ("python", "console", "yaml", "text")
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 EXIT = re.compile(r"#\s*exit\s+(\d+)\s*$")

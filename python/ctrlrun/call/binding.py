@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ctrlrun import _core
 from ctrlrun._policy import current_policy
+from ctrlrun.call.injected import injected_parameters
 from ctrlrun.errors import ActionDenied, EffectKeyError, InvalidArgument
 
 
@@ -63,6 +64,7 @@ class KeyBinder:
     __slots__ = (
         "by_keyword",
         "defaults",
+        "injected",
         "names",
         "optional",
         "positional",
@@ -90,7 +92,15 @@ class KeyBinder:
                     f"is bound from named parameters only, so *args/**kwargs are refused"
                 )
         self.names: List[str] = list(template.placeholders)
+        self.injected = injected_parameters(fn, self.signature)
         for name in self.names:
+            if name in self.injected:
+                raise EffectKeyError(
+                    f"protect({action!r}): effect template {template.source!r} names "
+                    f"'{name}', which the agent framework fills in ({self.qualname}'s "
+                    f"parameter is annotated with its type): it changes from call to call, so "
+                    f"it can never name the consequence. Name the parameters that do"
+                )
             if name not in params:
                 raise EffectKeyError(
                     f"protect({action!r}): effect template {template.source!r} names "
@@ -140,6 +150,8 @@ class KeyBinder:
         for name, default in self.optional:
             if name not in arguments:
                 arguments[name] = default
+        for name in self.injected:  # the framework's, not the call's: never its identity
+            arguments.pop(name, None)
         return key, arguments
 
     def key(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> str:

@@ -18,7 +18,9 @@ from ctrlrun._telemetry import UNOBSERVED, observe
 from ctrlrun.call import io_threads as _io_threads
 from ctrlrun.call import runner as _runner
 from ctrlrun.call import runner_async as _runner_async
+from ctrlrun.call import seams
 from ctrlrun.call.binding import Gate, PolicyWarning, Route
+from ctrlrun.call.protected import Protected
 from ctrlrun.call.steps import Call, Spec, after_refusal, extend_lease, idempotency_token
 from ctrlrun.errors import DuplicateEffect, InvalidArgument
 from ctrlrun.store.api import Store, default_store, lease_to_micros, store_at_hand, store_for_url
@@ -148,6 +150,19 @@ def protect(
     ``DuplicateEffect``, ``AmbiguousEffect``, ``StoreError`` and its subclasses; and whatever
     the executor raised.
     """
+    options = {
+        "effect": effect,
+        "lease": lease,
+        "store": store,
+        "decision": decision,
+        "approval_ttl": approval_ttl,
+        "approval_timeout": approval_timeout,
+        "fingerprint_exclude": fingerprint_exclude,
+        "replay": replay,
+        "wait": wait,
+        "heartbeat": heartbeat,
+        "result_encoder": result_encoder,
+    }
     if not isinstance(name, str) or not name.strip() or not name.isprintable():
         raise InvalidArgument(f"protect(): the action name must be a printable str, got {name!r}")
     if len(name) > 1000:
@@ -220,6 +235,9 @@ def protect(
         return key, spec
 
     def decorate(fn: F) -> F:
+        tool = seams.protect_tool(fn, name, options)  # a framework's tool object
+        if tool is not None:
+            return tool  # type: ignore[no-any-return]
         if not callable(fn):
             raise InvalidArgument(f"protect({name!r}) decorates a function, got {fn!r}")
         if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
@@ -227,7 +245,9 @@ def protect(
                 f"protect({name!r}): {fn.__qualname__} is a generator; its effect would happen "
                 f"across many resumptions, so it cannot be reserved once. Protect a plain function"
             )
+        seams.refuse_registered(name, fn)
         gate = Gate(name, fn, template, decision, ttl, replay)
+        as_tuple = seams.tuple_maker(fn)
         try:
             params = inspect.signature(fn).parameters if exclude else {}
         except (TypeError, ValueError) as exc:
@@ -246,6 +266,8 @@ def protect(
                 f"placeholder(s) {', '.join(in_key)}; they are always part of "
                 f"the call's identity"
             )
+
+        about = Protected(name, options, gate, bound, lease_us, store_ref.get, store_ref.aget)
 
         if inspect.iscoroutinefunction(fn):
 
@@ -272,10 +294,11 @@ def protect(
                         except DuplicateEffect as dup:
                             replayed, value = after_refusal(dup, route[2], wait_s, started, seen)
                             if replayed:
-                                return value
+                                return value if as_tuple is None else as_tuple(value)
                         await asyncio.sleep(value)
 
             async_wrapper.__ctrlrun_action__ = name  # type: ignore[attr-defined]
+            async_wrapper.__ctrlrun__ = about  # type: ignore[attr-defined]
             return async_wrapper  # type: ignore[return-value]
 
         @functools.wraps(fn)
@@ -302,10 +325,11 @@ def protect(
                     except DuplicateEffect as dup:
                         replayed, value = after_refusal(dup, route[2], wait_s, started, seen)
                         if replayed:
-                            return value
+                            return value if as_tuple is None else as_tuple(value)
                     time.sleep(value)
 
         wrapper.__ctrlrun_action__ = name  # type: ignore[attr-defined]
+        wrapper.__ctrlrun__ = about  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]
 
     return decorate

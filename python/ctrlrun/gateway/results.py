@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional
 
 from mcp import types
 
-from ctrlrun import errors
+from ctrlrun.integrations._common import refusal_of
 
 
 @dataclass(frozen=True)
@@ -48,10 +48,6 @@ def answer(f: Forwarded) -> types.CallToolResult:
     return not_forwarded(f.action, f.key, f.kind, f.why)
 
 
-def _iso(dt: Any) -> Optional[str]:
-    return None if dt is None else dt.isoformat().replace("+00:00", "Z")
-
-
 def _result(text: str, payload: Dict[str, Any]) -> types.CallToolResult:
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)],
@@ -61,73 +57,15 @@ def _result(text: str, payload: Dict[str, Any]) -> types.CallToolResult:
 
 
 def refusal_result(action: str, key: Optional[str], exc: Exception) -> types.CallToolResult:
-    """A refusal: nothing was sent to the upstream."""
-    payload: Dict[str, Any] = {"action": action, "effect_key": key}
-    if isinstance(exc, errors.EffectConflict):
-        payload.update(
-            refused="conflict",
-            fields=list(exc.fields),
-            state=exc.state,
-            other_action=exc.other_action,
+    """A refusal: nothing was sent to the upstream (the words every integration uses)."""
+    refusal = refusal_of(exc, action, key)
+    if refusal is None:
+        return _result(
+            f"refused: {exc}", {"action": action, "effect_key": key, "refused": "invalid"}
         )
-        differ = ", ".join(exc.fields) or "the action"
-        text = (
-            f"conflict: {key} was already used with other arguments ({differ} differ); it is "
-            f"{exc.state}. Do not retry with these arguments"
-        )
-    elif isinstance(exc, errors.DuplicateEffect):
-        try:
-            record = exc.record
-        except errors.CTRLRunError as unreadable:  # a row edited by hand into what no record holds
-            return not_forwarded(
-                action,
-                key,
-                "store",
-                (
-                    f"{key} is taken ({exc.state}), but its row cannot be read: {unreadable}; "
-                    f"nothing was sent. Do not retry"
-                ),
-            )
-        # (a refusal from the store always carries its row; None only for one made by hand)
-        if exc.state == "committed":
-            at = _iso(record.updated_at) if record is not None else None
-            payload.update(
-                refused="committed",
-                committed_at=at,
-                attempt=record.attempt if record is not None else None,
-            )
-            text = f"already done: {key} committed at {at}; do not retry"
-        else:
-            until = _iso(record.lease_expires_at) if record is not None else None
-            payload.update(refused="in_progress", lease_expires_at=until)
-            text = f"in progress: {key} is being done by another call (its lease runs until {until}); do not retry now"
-    elif isinstance(exc, errors.AmbiguousEffect):
-        payload.update(refused="ambiguous")
-        text = (
-            f"unknown outcome: {key} may or may not have happened; a person must check and "
-            f"settle it (`ctrlrun resolve {key} --committed` or `--failed`). Do not retry"
-        )
-    elif isinstance(exc, errors.ApprovalRequired):
-        payload.update(
-            refused="approval_required",
-            request_id=exc.request_id,
-            expires_at=_iso(exc.expires_at),
-            arguments=exc.arguments,
-            not_bound=list(exc.not_bound),
-        )
-        text = (
-            f"needs approval: request {exc.request_id} for {action} is pending; a person "
-            f"approves it with `ctrlrun approve {exc.request_id} --by NAME`, then call again "
-            f"with the same arguments"
-        )
-    elif isinstance(exc, errors.ActionDenied):
-        payload.update(refused="denied", request_id=exc.request_id, denied_by=exc.denied_by)
-        who = f" by {exc.denied_by}" if exc.denied_by else ""
-        text = f"denied{who}: {exc}. Do not retry"
-    else:
-        payload.update(refused="invalid")
-        text = f"refused: {exc}"
-    return _result(text, payload)
+    if refusal.kind == "unreadable":
+        return not_forwarded(action, key, "store", refusal.text.replace("was run", "was sent"))
+    return _result(refusal.text, refusal.payload)
 
 
 def not_forwarded(action: str, key: Optional[str], kind: str, message: str) -> types.CallToolResult:
