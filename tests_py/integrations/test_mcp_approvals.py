@@ -106,7 +106,8 @@ def connection(request) -> str:
     return str(request.param)
 
 
-def test_url_elicitation_sends_the_person_to_the_approval_page(store_url, mode, connection):
+def test_url_elicitation_sends_the_person_to_the_approval_page(store_url, mode, connection, caplog):
+    caplog.set_level(logging.DEBUG)
     store = ctrlrun.open_store(store_url)
     server = MCPServer("shop")
     runs: List[str] = []
@@ -146,6 +147,7 @@ def test_url_elicitation_sends_the_person_to_the_approval_page(store_url, mode, 
     record = store.get_approval(rid)
     assert record.decided_by == "carol" and record.state.value == "used"
     assert again.is_error and again.structured_content["ctrlrun"]["refused"] == "committed"
+    assert tracebacks(caplog) == []
     store.close()
 
 
