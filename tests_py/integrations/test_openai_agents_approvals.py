@@ -129,7 +129,7 @@ def test_a_decision_made_in_ctrlrun_is_honoured(store_url, mode):
     # a grant made before the call: the run is not interrupted at all
     other = {"payment_id": "pi_2", "amount": 7}
     paused = run(agent(t, [("refund", other, "call_2")], "ok"), "go")
-    store.grant_approval(store.list_approvals()[-1].request_id, by="carol")
+    store.grant_approval(store.list_approvals("pending")[-1].request_id, by="carol")
     fresh = run(agent(t, [("refund", other, "call_3")], "ok"), "go")
     assert not fresh.interruptions and outputs(fresh) == ["refunded pi_2"]
     assert paused.interruptions and runs == ["pi_1", "pi_2"]
@@ -138,7 +138,7 @@ def test_a_decision_made_in_ctrlrun_is_honoured(store_url, mode):
     third = {"payment_id": "pi_3", "amount": 1}
     target = agent(t, [("refund", third, "call_4")], "ok")
     state = run(target, "go").to_state()
-    store.deny_approval(store.list_approvals()[-1].request_id, by="frank")
+    store.deny_approval(store.list_approvals("pending")[-1].request_id, by="frank")
     assert oa.apply_decisions(state) == []
     assert outputs(run(target, state))[0].startswith("denied by frank: ")
     assert runs == ["pi_1", "pi_2"]
@@ -148,7 +148,7 @@ def test_a_decision_made_in_ctrlrun_is_honoured(store_url, mode):
     fourth = {"payment_id": "pi_4", "amount": 1}
     target = agent(t, [("refund", fourth, "call_6")], "ok")
     state = run(target, "go").to_state()
-    store.grant_approval(store.list_approvals()[-1].request_id, by="carol")
+    store.grant_approval(store.list_approvals("pending")[-1].request_id, by="carol")
     assert outputs(run(agent(t, [("refund", fourth, "call_7")], "ok"), "go")) == ["refunded pi_4"]
     assert oa.apply_decisions(state) == []
     assert outputs(run(target, state))[0].startswith("already done: refund:pi_4 committed")
@@ -206,7 +206,8 @@ def test_under_function_tool_an_approval_is_asked_in_the_tools_answer(store_url,
     state = run(target, "go").to_state()
     state.approve(state.get_interruptions()[0])
     assert outputs(run(target, state)) == ["paid o1"] and runs == ["pi_1", "o1"]
-    assert store.list_approvals()[-1].decided_by == "openai-agents"
+    (paid,) = [r for r in store.list_approvals() if r.action == "pay"]
+    assert paid.state.value == "used" and paid.decided_by == "openai-agents"
     store.close()
 
 
@@ -218,3 +219,43 @@ def test_the_sdk_cannot_edit_arguments_on_approval():
         "approval_item",
         "always_approve",
     ]
+
+
+def test_the_policy_and_the_tools_own_needs_approval(store_url, mode, tmp_path, monkeypatch):
+    """An action the policy file says ``approve`` gets the SDK's needs_approval too; a tool's
+    own needs_approval still asks whenever it says so, even with a ctrlrun grant in force."""
+    store = ctrlrun.open_store(store_url)
+    policy = tmp_path / "ctrlrun.yaml"
+    policy.write_text(
+        "schema: ctrlrun.policy/v2\nactions:\n  stripe.refund:\n    decision: approve\n"
+    )
+    monkeypatch.setenv("CTRLRUN_CONFIG", str(policy))
+    runs: list = []
+    t = refund_tool(mode, store, runs, decision="allow")
+    assert run(agent(t, [("refund", ARGS, "call_1")], "ok"), "go").interruptions
+
+    async def large(ctx, params, call_id) -> bool:  # the application's own rule
+        return params["amount"] > 1000
+
+    def pay(order: str, amount: int) -> str:
+        """Pay an order."""
+        runs.append(order)
+        return f"paid {order}"
+
+    paying = oa.protect("pay", effect="pay:{order}", store=store, decision="approve")(
+        function_tool(mode.executor(pay), needs_approval=large)
+    )
+    for order, amount, asked in (("small", 5, False), ("big", 5000, True)):
+        args = {"order": order, "amount": amount}
+        assert run(agent(paying, [("pay", args, "c1")], "ok"), "go").interruptions
+        store.grant_approval(store.list_approvals("pending")[-1].request_id, by="carol")
+        target = agent(paying, [("pay", args, "c2")], "ok")
+        result = run(target, "go")
+        assert bool(result.interruptions) is asked
+        if asked:  # the grant made in ctrlrun answers the application's own question too
+            state = result.to_state()
+            assert oa.apply_decisions(state) == []
+            result = run(target, state)
+        assert outputs(result) == [f"paid {order}"]
+    assert runs == ["small", "big"]
+    store.close()

@@ -136,9 +136,10 @@ def _tool_function(fn: Callable[..., Any], approved_by: Approver) -> Callable[..
         @functools.wraps(fn)
         async def run_async(ctx: Any, *args: Any, **kwargs: Any) -> Any:
             parts = tool.parts(ctx, args)
-            if _sdk_approved(ctx):
-                record = await _arequest_for(tool, parts, kwargs)
-                await io_threads.run(lambda: _decided_here(tool, record, ctx))
+            if _sdk_approved(ctx):  # the store's I/O on a worker thread
+                await io_threads.run(
+                    lambda: _decided_here(tool, _request_for(tool, parts, kwargs), ctx)
+                )
             return await answered(*parts, **kwargs)
 
         wrapper: Callable[..., Any] = run_async
@@ -211,42 +212,21 @@ def _request_for(
         return None
 
 
-async def _arequest_for(
-    tool: _Tool, parts: Tuple[Any, ...], kwargs: Dict[str, Any]
-) -> Optional[ApprovalRecord]:
-    """:func:`_request_for` without blocking the event loop."""
-    about = tool.about
-    try:
-        key = about.key(*parts, **kwargs)
-        if key is None:
-            return None
-        store = await about.astore()
-        if _answered_without_asking(await io_threads.run(lambda: store.get_effect(key))):
-            return None
-        record = await about.aapproval(*parts, **kwargs)
-        if record is not None and record.state is ApprovalState.PENDING:
-            if _answered_without_asking(await io_threads.run(lambda: store.get_effect(key))):
-                return None
-        return record
-    except REFUSALS:
-        return None
-
-
 def _needs_approval(tool: _Tool, own: Any) -> Callable[..., Any]:
     """The SDK ``needs_approval`` of a protected tool: a person is asked when ctrlrun has no
     decision in force for the call's arguments (or when the tool's own setting says so)."""
 
     async def needs_approval(ctx: Any, params: Dict[str, Any], call_id: str) -> bool:
-        if own is True:
+        # ctrlrun's request first, so that it stands (to be decided with `ctrlrun approve`)
+        # even when the tool's own setting is what asks
+        parts = tool.parts(ctx, ())
+        record = await io_threads.run(lambda: _request_for(tool, parts, dict(params)))
+        if record is not None and record.state is ApprovalState.PENDING:
             return True
-        if callable(own):
-            said = own(ctx, params, call_id)
-            if inspect.isawaitable(said):
-                said = await said
-            if said:
-                return True
-        record = await _arequest_for(tool, tool.parts(ctx, ()), dict(params))
-        return record is not None and record.state is ApprovalState.PENDING
+        said = own(ctx, params, call_id) if callable(own) else own
+        if inspect.isawaitable(said):
+            said = await said
+        return bool(said)
 
     needs_approval.__ctrlrun_agents__ = tool  # type: ignore[attr-defined]
     return needs_approval
