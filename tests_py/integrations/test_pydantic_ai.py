@@ -200,6 +200,32 @@ def test_arguments_that_make_no_key_ask_the_model_to_retry(store_url, mode):
     store.close()
 
 
+def test_a_body_that_did_nothing_lets_the_model_retry(store_url, mode):
+    store = ctrlrun.open_store(store_url)
+    script = Script()
+    agent = Agent(FunctionModel(script))
+    tries: List[int] = []
+
+    @agent.tool_plain
+    @pai.protect("refund", effect="refund:{payment_id}", store=store)
+    @mode.executor
+    def refund(payment_id: str) -> str:
+        tries.append(1)
+        if len(tries) == 1:
+            raise ctrlrun.NotExecuted("the card network refused the connection")
+        return "refunded"
+
+    script.add([call("refund", "c1", payment_id="pi_1")], [call("refund", "c2", payment_id="pi_1")])
+    told = returns(agent.run_sync("go"))
+    assert told["c1"].outcome == "retried" and told["c2"].content == "refunded"
+    assert "failed: the card network refused the connection; refund:pi_1 recorded failed" in str(
+        told["c1"].content
+    )
+    row = store.get_effect("refund:pi_1")
+    assert row is not None and row.state.value == "committed" and row.attempt == 2
+    store.close()
+
+
 def test_run_context_is_not_part_of_a_calls_identity(store_url, mode):
     store = ctrlrun.open_store(store_url)
     for replay in (False, True):

@@ -99,7 +99,7 @@ def test_edited_arguments_are_granted_as_a_new_request_and_the_original_denied(
     store.close()
 
 
-def test_a_grant_made_with_the_store_is_honoured(store_url, mode):
+def test_a_decision_made_with_the_store_stands(store_url, mode):
     store = ctrlrun.open_store(store_url)
     shop = Shop("tool_plain", mode, store, decision="approve")
     result, rid = deferred(shop, "pi_1", 5)
@@ -117,6 +117,12 @@ def test_a_grant_made_with_the_store_is_honoured(store_url, mode):
     direct = shop.run([call("refund", "c2", payment_id="pi_2", amount=7)])
     assert direct.output == "finished" and returns(direct)["c2"].content == "refunded pi_2 7"
     assert shop.runs == [("pi_1", 5), ("pi_2", 7)]
+    # denied with `ctrlrun deny` while the run waits: approving it through pydantic-ai is too late
+    paused, denied = deferred(shop, "pi_3", 9, id="c3")
+    store.deny_approval(denied, by="ops:cy", note="fraud")
+    told = returns(resume(shop, paused, approvals={"c3": ToolApproved()}))["c3"].content
+    assert told.startswith("denied by ops:cy: ") and shop.runs[-1] == ("pi_2", 7)
+    assert store.get_approval(denied).decided_by == "ops:cy"  # type: ignore[union-attr]
     store.close()
 
 

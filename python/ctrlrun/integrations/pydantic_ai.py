@@ -44,12 +44,12 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from ctrlrun.call import io_threads
 from ctrlrun.call.protect import protect as _protect
-from ctrlrun.errors import CTRLRunError, InvalidArgument
+from ctrlrun.errors import CTRLRunError, InvalidArgument, NotExecuted
 from ctrlrun.integrations._common import REFUSALS, Protected, Refusal, answering, protected
 from ctrlrun.integrations._common import refusal_of as _refusal_of
 from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
 
-__all__ = ["protect", "protect_tool", "answer", "Approvals", "DEFAULT_APPROVER"]
+__all__ = ["protect", "protect_tool", "answer", "failed", "Approvals", "DEFAULT_APPROVER"]
 
 #: Who a decision made through pydantic-ai is recorded as, when nobody is named.
 DEFAULT_APPROVER = "pydantic-ai"
@@ -72,6 +72,46 @@ def answer(refusal: Refusal) -> Any:
     return refusal.text
 
 
+def failed(exc: NotExecuted, key: Optional[str]) -> ModelRetry:
+    """The ``ModelRetry`` for a body that raised ``NotExecuted`` (provably nothing was done;
+    the key is recorded ``failed``, so a retry runs)."""
+    done = f"{key} recorded failed (nothing was done)" if key else "nothing was done"
+    return ModelRetry(f"failed: {exc}; {done}, so a retry may run")
+
+
+def _key(about: Optional[Protected], args: Any, kwargs: Any) -> Optional[str]:
+    try:
+        return None if about is None else about.key(*args, **kwargs)
+    except Exception:  # the refusal itself is what the model must hear
+        return None
+
+
+def _answered(guarded: Callable[..., Any]) -> Callable[..., Any]:
+    """A protected function answering as pydantic-ai expects: a refusal by :func:`answer`,
+    ``NotExecuted`` by :func:`failed`."""
+    about = protected(guarded)
+    inner = answering(guarded, answer)
+    if inspect.iscoroutinefunction(inner):
+
+        @functools.wraps(inner)
+        async def answered_async(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await inner(*args, **kwargs)
+            except NotExecuted as exc:
+                raise failed(exc, _key(about, args, kwargs)) from exc
+
+        return answered_async
+
+    @functools.wraps(inner)
+    def answered(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return inner(*args, **kwargs)
+        except NotExecuted as exc:
+            raise failed(exc, _key(about, args, kwargs)) from exc
+
+    return answered
+
+
 def protect(name: str, **options: Any) -> Callable[[Any], Any]:
     """``ctrlrun.protect(name, **options)`` whose refusals are pydantic-ai tool results
     (:func:`answer`). Decorates a function (under ``@agent.tool`` / ``@agent.tool_plain``; a
@@ -83,7 +123,7 @@ def protect(name: str, **options: Any) -> Callable[[Any], Any]:
             return protect_tool(fn, name, options)
         held = [fn]
         del fn  # (see _fresh)
-        return answering(_fresh(core, held), answer)
+        return _answered(_fresh(core, held))
 
     return decorate
 
@@ -98,7 +138,7 @@ def protect_tool(tool: Tool[Any], name: str, options: Dict[str, Any]) -> Tool[An
             f"protect({name!r}): the Tool {tool.name!r} is already in {holder}, which would call "
             f"it unprotected; protect the Tool (or its function) before giving it to the agent"
         )
-    guarded = answering(_fresh(_protect(name, **options), [_passing(tool.function)]), answer)
+    guarded = _answered(_fresh(_protect(name, **options), [_passing(tool.function)]))
     made = copy.copy(tool)
     made.function = guarded
     made.function_schema = replace(tool.function_schema, function=guarded)
@@ -242,12 +282,10 @@ class _ProtectedToolset(WrapperToolset[Any]):
         token = _DEFERS.set(True)
         try:
             return await super().call_tool(name, tool_args, ctx, tool)
-        except REFUSALS as exc:  # a function protected by ctrlrun.protect itself
-            args = [ctx] if takes_ctx else []
-            try:
-                key = about.key(*args, **tool_args)
-            except Exception:  # the refusal itself is what the model must hear
-                key = None
+        except NotExecuted as exc:  # (a function protected by ctrlrun.protect itself)
+            raise failed(exc, _key(about, [ctx] if takes_ctx else [], tool_args)) from exc
+        except REFUSALS as exc:
+            key = _key(about, [ctx] if takes_ctx else [], tool_args)
             own = getattr(exc, "effect_key", None)
             refusal = None if key and own and own != key else _refusal_of(exc, about.action, key)
             if refusal is None:
