@@ -8,9 +8,10 @@ order at decoration. Given a ``pydantic_ai.Tool`` (also through ``ctrlrun.protec
 a protected copy of it (:func:`protect_tool`).
 
 A refusal is the tool's return value, the text the model reads ("already done: ...; do not
-retry"), and the run goes on. Only a call whose arguments make no key (``Refusal.retryable``)
-raises ``ModelRetry``, since other arguments could succeed. The parallel twin of a call in the
-same model response gets the refusal text while the first call runs on.
+retry"), and the run goes on. ``ModelRetry`` is raised only where a call again could succeed:
+arguments that make no key (``Refusal.retryable``), and a body that raised ``NotExecuted`` (its
+key recorded ``failed``). The parallel twin of a call in the same model response gets the
+refusal text while the first call runs on, uncancelled.
 
 A call that needs a person's approval (``decision="approve"``) raises pydantic-ai's own
 ``ApprovalRequired`` when the agent has the :class:`Approvals` capability, so the run ends with
