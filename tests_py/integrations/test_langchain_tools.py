@@ -12,7 +12,7 @@ import pytest
 from langchain_core.callbacks import Callbacks
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import InjectedToolCallId, StructuredTool, tool
+from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, tool
 
 import ctrlrun
 from ctrlrun.errors import InvalidArgument
@@ -228,8 +228,16 @@ def test_only_a_structured_tool_is_protected_and_once(store_url):
         """One string in."""
         return text
 
-    with pytest.raises(InvalidArgument, match="below @tool"):
-        lc.protect("s", effect="s:{text}", store=store_url)(single)
+    class Lookup(BaseTool):  # a program's own tool class
+        name: str = "lookup"
+        description: str = "Look a payment up."
+
+        def _run(self, payment_id: str) -> str:
+            return payment_id
+
+    for other, protect in ((single, lc.protect), (Lookup(), ctrlrun.protect)):
+        with pytest.raises(InvalidArgument, match="below @tool"):
+            protect("s", effect="s:{text}", store=store_url)(other)
 
     @tool
     @lc.protect("r", effect="r:{payment_id}", store=store_url)
@@ -237,8 +245,15 @@ def test_only_a_structured_tool_is_protected_and_once(store_url):
         """Refund."""
         return "ok"
 
-    with pytest.raises(InvalidArgument, match="already protected as 'r'"):
-        ctrlrun.protect("r2", effect="r:{payment_id}", store=store_url)(refund)
+    @lc.protect("r", effect="r:{payment_id}", store=store_url)
+    @tool
+    def refund_above(payment_id: str) -> str:
+        """Refund."""
+        return "ok"
+
+    for t in (refund, refund_above):  # under @tool, or above it: protected once
+        with pytest.raises(InvalidArgument, match="already protected as 'r'"):
+            ctrlrun.protect("r2", effect="r:{payment_id}", store=store_url)(t)
 
     both = StructuredTool.from_function(
         func=lambda payment_id: "sync", coroutine=None, name="x", description="x"

@@ -310,19 +310,19 @@ def protect_tool(tool: BaseTool, name: str, options: Dict[str, Any]) -> Protecte
     """``tool`` (a ``StructuredTool``, as ``@tool`` makes) with its function protected by
     ``ctrlrun.protect(name, **options)``: the same name, description, argument schema and
     ``response_format``; a refusal answered as an error ``ToolMessage`` (or its text)."""
-    if type(tool) is not StructuredTool:
-        raise InvalidArgument(
-            f"protect({name!r}) above a {type(tool).__name__}: only a StructuredTool (what "
-            f"@tool makes of a function) can be protected as a tool; put "
-            f"ctrlrun.integrations.langchain.protect below @tool, next to the function"
-        )
-    for fn in (tool.func, tool.coroutine):
+    for fn in (getattr(tool, "func", None), getattr(tool, "coroutine", None)):
         already = protected(fn)
         if already is not None:
             raise InvalidArgument(
                 f"protect({name!r}) above @tool: {tool.name!r}'s function is already protected "
                 f"as {already.action!r}; protect it once"
             )
+    if type(tool) is not StructuredTool:
+        raise InvalidArgument(
+            f"protect({name!r}) above a {type(tool).__name__}: only a StructuredTool (what "
+            f"@tool makes of a function) can be protected as a tool; put "
+            f"ctrlrun.integrations.langchain.protect below @tool, next to the function"
+        )
     marker = object()
     tool_name, pair = tool.name, tool.response_format == "content_and_artifact"
 
