@@ -72,20 +72,20 @@ def test_a_grant_through_resume_is_recorded_and_runs_once(store_url, mode, order
     store.close()
 
 
-@pytest.mark.parametrize("by", (None, "bob"))
-def test_a_denial_through_resume_is_recorded_and_told(store_url, mode, by):
+def test_a_denial_through_resume_is_recorded_and_told(store_url, mode):
     store = ctrlrun.open_store(store_url)
     runs: list = []
-    agent, asked = _paused(store, mode, runs)
-    resume = {"approved": False} if by is None else {"approved": False, "by": by, "note": "no"}
-    agent.run(mode, Command(resume=resume))
-    told = _told(agent)
-    who = by or "langgraph"  # no name given: the denial is recorded as LangGraph's
-    assert told.status == "error" and told.content.startswith(f"denied by {who}: ")
-    assert told.artifact["request_id"] == asked["request_id"] and runs == []
-    record = store.get_approval(asked["request_id"])
-    assert (record.state.value, record.decided_by) == ("denied", who)
-    assert store.get_effect("refund:pi_1") is None
+    for payment_id, by in (("pi_1", None), ("pi_2", "bob")):
+        agent, asked = _paused(store, mode, runs, payment_id)
+        resume = {"approved": False} if by is None else {"approved": False, "by": by, "note": "no"}
+        agent.run(mode, Command(resume=resume))
+        told = _told(agent)
+        who = by or "langgraph"  # no name given: the denial is recorded as LangGraph's
+        assert told.status == "error" and told.content.startswith(f"denied by {who}: ")
+        assert told.artifact["request_id"] == asked["request_id"] and runs == []
+        record = store.get_approval(asked["request_id"])
+        assert (record.state.value, record.decided_by) == ("denied", who)
+        assert store.get_effect(f"refund:{payment_id}") is None
     store.close()
 
 

@@ -17,10 +17,10 @@ from langchain_core.tools import InjectedToolCallId
 from langgraph.prebuilt import InjectedState, ToolRuntime
 
 import ctrlrun
-from tests_py.integrations.test_langchain_support import ORDERS, Agent, asks, call, make_tool
+from tests_py.integrations.test_langchain_support import Agent, asks, call, make_tool
 
 
-@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("order", ("above", "below"))  # core_above: test_langchain_tools.py
 def test_the_model_is_given_the_refusal(store_url, mode, order):
     store = ctrlrun.open_store(store_url)
     runs: list = []
