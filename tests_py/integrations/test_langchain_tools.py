@@ -21,7 +21,7 @@ from ctrlrun.integrations._common import protected
 from tests_py.integrations.test_langchain_support import ORDERS, call, invoke, make_tool
 
 
-def _refund(store, runs):
+def _refund(runs):
     def refund(payment_id: str, amount: int) -> str:
         """Refund a payment."""
         runs.append((payment_id, amount))
@@ -35,12 +35,7 @@ def test_either_order_answers_a_refusal_as_a_tool_result(store_url, mode, order)
     store = ctrlrun.open_store(store_url)
     runs: list = []
     t = make_tool(
-        mode,
-        order,
-        "billing.refund",
-        _refund(store, runs),
-        effect="refund:{payment_id}",
-        store=store,
+        mode, order, "billing.refund", _refund(runs), effect="refund:{payment_id}", store=store
     )
     assert (t.name, t.description) == ("refund", "Refund a payment.")
     assert set(t.tool_call_schema.model_json_schema()["properties"]) == {"payment_id", "amount"}
@@ -71,7 +66,7 @@ def test_plain_core_protect_under_tool_still_raises(store_url, mode):
         mode,
         "core_below",
         "billing.refund",
-        _refund(store, runs),
+        _refund(runs),
         effect="refund:{payment_id}",
         store=store,
     )
