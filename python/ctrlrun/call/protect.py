@@ -101,7 +101,8 @@ def protect(
             that change on every retry, such as a request id).
         replay: a call whose key is already ``committed`` by a call with the same arguments
             returns that call's stored result instead of raising ``DuplicateEffect``. The result
-            is as stored: JSON round-tripped (a tuple comes back as a list, a dataclass as
+            is as stored: JSON round-tripped (a tuple comes back as a tuple when the function is
+            annotated to return one, ``tuple[...]`` or a ``NamedTuple``, else as a list; a dataclass as
             its stored form); one stored as unserializable still raises. Other arguments
             still raise ``EffectConflict``; ``in_progress`` and ``ambiguous`` still refuse.
             The policy's ``replay:`` for ``name`` wins where it states one.
