@@ -25,6 +25,7 @@ INJECTED: FrozenSet[Tuple[str, str]] = frozenset(
         ("langchain_core", "RunnableConfig"),
         ("langchain_core", "InjectedToolArg"),  # InjectedToolCallId, langgraph's InjectedState...
         ("langchain_core", "InjectedToolCallId"),
+        ("langchain_core", "BaseCallbackManager"),  # a tool function's `callbacks: Callbacks`
         ("langgraph", "InjectedState"),
         ("langgraph", "InjectedStore"),
         ("langgraph", "ToolRuntime"),

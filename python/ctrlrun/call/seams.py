@@ -44,10 +44,10 @@ _REGISTRARS: Tuple[Tuple[str, str, str, str], ...] = (
 )
 
 
-def _package_classes(obj: Any) -> Tuple[str, Tuple[str, ...]]:
-    cls = type(obj)
-    top = cls.__module__.split(".", 1)[0]
-    return top, tuple(c.__name__ for c in cls.__mro__ if c.__module__.split(".", 1)[0] == top)
+def _framework_classes(obj: Any) -> Tuple[Tuple[str, str], ...]:
+    """(top-level package, class name) along ``obj``'s MRO: a subclass defined elsewhere (a
+    program's own ``BaseTool``, an integration's protected tool) is still the framework's."""
+    return tuple((c.__module__.split(".", 1)[0], c.__name__) for c in type(obj).__mro__)
 
 
 def protect_tool(obj: Any, name: str, options: Dict[str, Any]) -> Any:
@@ -55,9 +55,9 @@ def protect_tool(obj: Any, name: str, options: Dict[str, Any]) -> Any:
     objects; else ``None``."""
     if isinstance(obj, type) or inspect.isfunction(obj) or inspect.ismethod(obj):
         return None
-    top, names = _package_classes(obj)
+    found = _framework_classes(obj)
     for package, classes, integration in _TOOL_OBJECTS:
-        if top == package and any(c in names for c in classes):
+        if any((package, c) in found for c in classes):
             module = importlib.import_module(f"ctrlrun.integrations.{integration}")
             return module.protect_tool(obj, name, options)
     return None
