@@ -19,7 +19,7 @@ from pydantic_ai.models.test import TestModel
 
 import ctrlrun
 from ctrlrun.errors import EffectKeyError, InvalidArgument
-from ctrlrun.integrations._common import protected, refusal_of
+from ctrlrun.integrations._common import answering, protected, refusal_of
 
 
 class Pair(NamedTuple):
@@ -158,4 +158,40 @@ def test_refusal_words_are_the_gateways(store_url):
     invalid = refusal_of(bad.value, "r")
     assert invalid is not None and invalid.kind == "invalid" and invalid.retryable
     assert refusal_of(ValueError("the tool's own"), "r") is None
+    store.close()
+
+
+def test_a_nested_calls_refusal_is_the_tools_own_error(store_url, mode):
+    """A refusal that came out of a body that ran is never told as this call's refusal."""
+    store = ctrlrun.open_store(store_url)
+    ran = []
+
+    @ctrlrun.protect("email", effect="email:{to}", store=store)
+    def email(to: str) -> str:
+        return "sent"
+
+    async def refund_body(payment_id: str, to: str) -> str:
+        ran.append(payment_id)
+        email(to)
+        return "refunded"
+
+    async def unreserved_body(to: str) -> str:
+        email(to)
+        return "sent again"
+
+    refund = answering(
+        ctrlrun.protect("refund", effect="refund:{payment_id}", store=store)(
+            mode.executor(refund_body)
+        ),
+        lambda r: r,
+    )
+    with pytest.raises(EffectKeyError):  # email('') makes no key: the body ran, not refused
+        mode.call(refund, "pi_1", "")
+    assert ran == ["pi_1"] and store.get_effect("refund:pi_1").state.value == "ambiguous"
+    email("a@x")
+    notify = answering(ctrlrun.protect("notify")(mode.executor(unreserved_body)), lambda r: r)
+    with pytest.raises(ctrlrun.DuplicateEffect):  # email:a@x is committed by the call above
+        mode.call(notify, "a@x")
+    said = mode.call(refund, "pi_1", "b@x")  # this call's own refusal is still told
+    assert said.kind == "ambiguous"
     store.close()

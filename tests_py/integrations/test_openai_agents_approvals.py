@@ -259,3 +259,35 @@ def test_the_policy_and_the_tools_own_needs_approval(store_url, mode, tmp_path, 
         assert outputs(result) == [f"paid {order}"]
     assert runs == ["small", "big"]
     store.close()
+
+
+def test_the_grant_is_bound_to_the_arguments_the_call_runs_with(store_url, mode):
+    """The model's JSON (an int for a float parameter) is validated before anything is bound:
+    the SDK pauses such a call by itself, and the person's grant is recorded for the
+    arguments the function is given (10.0), the ones its reservation uses."""
+    store = ctrlrun.open_store(store_url)
+    runs: list = []
+
+    def refund(payment_id: str, amount: float) -> str:
+        """Refund a payment."""
+        runs.append((payment_id, amount))
+        return f"refunded {payment_id}"
+
+    t = tool(
+        mode,
+        "above",
+        "stripe.refund",
+        refund,
+        effect="refund:{payment_id}",
+        store=store,
+        decision="approve",
+    )
+    target = agent(t, [("refund", {"payment_id": "pi_9", "amount": 10}, "call_1")], "ok")
+    paused = run(target, "refund")
+    (item,) = paused.interruptions
+    state = paused.to_state()
+    state.approve(item)
+    resumed = run(target, state)
+    assert outputs(resumed) == ["refunded pi_9"] and runs == [("pi_9", 10.0)]
+    assert requests(store) == [("used", {"payment_id": "pi_9", "amount": 10.0}, "openai-agents")]
+    store.close()

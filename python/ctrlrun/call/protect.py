@@ -21,8 +21,15 @@ from ctrlrun.call import runner_async as _runner_async
 from ctrlrun.call import seams
 from ctrlrun.call.binding import Gate, PolicyWarning, Route
 from ctrlrun.call.protected import Protected
-from ctrlrun.call.steps import Call, Spec, after_refusal, extend_lease, idempotency_token
-from ctrlrun.errors import DuplicateEffect, InvalidArgument
+from ctrlrun.call.steps import (
+    Call,
+    Spec,
+    after_refusal,
+    extend_lease,
+    idempotency_token,
+    through_body,
+)
+from ctrlrun.errors import CTRLRunError, DuplicateEffect, InvalidArgument
 from ctrlrun.store.api import Store, default_store, lease_to_micros, store_at_hand, store_for_url
 
 __all__ = ["protect", "idempotency_token", "extend_lease", "DEFAULT_LEASE", "PolicyWarning"]
@@ -276,7 +283,10 @@ def protect(
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
                 route = gate.route()
                 if route is None:
-                    return await fn(*args, **kwargs)
+                    try:
+                        return await fn(*args, **kwargs)
+                    except CTRLRunError as exc:  # a nested call's: never this call's refusal
+                        raise through_body(exc)  # noqa: B904 - the same exception
                 key, spec = bound(route, args, kwargs)
                 watched = observe(name, key)
                 if not (route[2] or wait_s):  # no replay, no wait: a refusal is raised as it is
@@ -306,7 +316,10 @@ def protect(
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             route = gate.route()
             if route is None:
-                return fn(*args, **kwargs)
+                try:
+                    return fn(*args, **kwargs)
+                except CTRLRunError as exc:  # a nested call's: never this call's refusal
+                    raise through_body(exc)  # noqa: B904 - the same exception
             key, spec = bound(route, args, kwargs)
             watched = observe(name, key)
             if not (route[2] or wait_s):  # no replay, no wait: a refusal is raised as it is

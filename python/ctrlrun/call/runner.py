@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from ctrlrun.call.approval import refusal, wait_for_decision
 from ctrlrun.call.heartbeat import Heartbeat
-from ctrlrun.call.steps import REFUSALS, Args, Call, Kwargs
+from ctrlrun.call.steps import REFUSALS, Args, Call, Kwargs, through_body
 from ctrlrun.errors import ApprovalNeeded
 
 
@@ -37,12 +37,13 @@ def run(call: Call, fn: Callable[..., Any], args: Args, kwargs: Kwargs, hb: bool
     try:
         result = fn(*args, **kwargs)
     except BaseException as exc:
+        through_body(exc)
         if beat is not None:
             beat.stop()
         try:
             call.record(call.raised(exc))
         except REFUSALS as refused:
-            raise call.refused(refused, exc)  # noqa: B904 - refused() sets the cause chain itself
+            raise through_body(call.refused(refused, exc))  # noqa: B904 - refused() chains
         raise
     finally:
         call.leave()

@@ -18,7 +18,7 @@ from ctrlrun.call import io_threads as _io_threads
 from ctrlrun.call.approval import poll_interval, refusal
 from ctrlrun.call.heartbeat import Heartbeat
 from ctrlrun.call.outcome import Outcome
-from ctrlrun.call.steps import OUTCOME_PAUSES, REFUSALS, Call
+from ctrlrun.call.steps import OUTCOME_PAUSES, REFUSALS, Call, through_body
 from ctrlrun.errors import ApprovalNeeded
 from ctrlrun.store.api import Store
 from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
@@ -133,7 +133,7 @@ async def _record_raise(call: Call, exc: BaseException) -> None:
     try:
         await _finish(_recording(call, call.raised(exc)))
     except REFUSALS as refused:
-        raise call.refused(refused, exc)  # noqa: B904 - refused() sets the cause chain itself
+        raise through_body(call.refused(refused, exc))  # noqa: B904 - refused() chains
     except asyncio.CancelledError:
         if isinstance(exc, asyncio.CancelledError):
             return  # the outcome write goes on in its thread; the cancellation propagates
@@ -203,6 +203,7 @@ async def run(
     try:
         result = await fn(*args, **kwargs)
     except BaseException as exc:
+        through_body(exc)
         if beat is not None:
             beat.stop(wait=False)  # never join a thread on the event loop
         await _record_raise(call, exc)

@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from datetime import timedelta
-from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple, Union
+from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple, TypeVar, Union
 
 from ctrlrun import _core
 from ctrlrun._telemetry import body_started
@@ -54,6 +54,23 @@ Kwargs = Dict[str, Any]
 # the store's refusal, or the write that could not be recorded. Anything else (an interrupt)
 # propagates as it is.
 REFUSALS = (StoreError, DuplicateEffect, AmbiguousEffect, InvalidArgument)
+
+
+#: Set on an exception that came out of a protected function's body (or out of recording
+#: what the body did): whatever it is, this call ran, so it is never this call's refusal.
+THROUGH_BODY = "__ctrlrun_through_body__"
+
+E = TypeVar("E", bound=BaseException)
+
+
+def through_body(exc: E) -> E:
+    """Mark ``exc`` as raised after the body began (a nested protected call's refusal
+    included); returns it."""
+    try:
+        setattr(exc, THROUGH_BODY, True)
+    except (AttributeError, TypeError):  # an exception type without attributes: not ctrlrun's
+        pass
+    return exc
 
 
 def idempotency_token() -> str:

@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, Optional
 
 from ctrlrun import errors
 from ctrlrun.call.protected import Protected, protected
+from ctrlrun.call.steps import THROUGH_BODY
 
 __all__ = ["Refusal", "refusal_of", "answering", "protected", "Protected", "REFUSALS"]
 
@@ -101,7 +102,10 @@ def _duplicate(action: str, key: Optional[str], exc: errors.DuplicateEffect) -> 
 def refusal_of(exc: BaseException, action: str, key: Optional[str] = None) -> Optional[Refusal]:
     """What the model is told of ``exc``, raised by a protected call of ``action`` (``key``:
     its effect key, when the exception does not carry it); ``None`` when ``exc`` is not a
-    refusal."""
+    refusal, or came out of a body that ran (a nested protected call's refusal: the tool's
+    own error, since this call did run)."""
+    if getattr(exc, THROUGH_BODY, False):
+        return None
     if isinstance(exc, errors.DuplicateEffect):
         return _duplicate(action, exc.effect_key or key, exc)
     base: Dict[str, Any] = {"action": action, "effect_key": key}

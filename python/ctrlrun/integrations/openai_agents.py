@@ -212,15 +212,23 @@ def _request_for(
         return None
 
 
-def _needs_approval(tool: _Tool, own: Any) -> Callable[..., Any]:
+def _needs_approval(tool: _Tool, own: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
     """The SDK ``needs_approval`` of a protected tool: a person is asked when ctrlrun has no
     decision in force for the call's arguments (or when the tool's own setting says so)."""
 
     async def needs_approval(ctx: Any, params: Dict[str, Any], call_id: str) -> bool:
         # ctrlrun's request first, so that it stands (to be decided with `ctrlrun approve`)
         # even when the tool's own setting is what asks
-        parts = tool.parts(ctx, ())
-        record = await io_threads.run(lambda: _request_for(tool, parts, dict(params)))
+        # the arguments as the function is given them (validated, coerced: `amount: float`
+        # given 10 is 10.0), so the request asked is the one a grant and the call bind to
+        try:
+            args, kwargs = _call_args(fn, params)
+        except Exception:  # arguments the schema refuses: the call itself will say so
+            args, kwargs = None, None
+        record = None
+        if kwargs is not None:
+            parts = tool.parts(ctx, tuple(args))
+            record = await io_threads.run(lambda: _request_for(tool, parts, kwargs))
         if record is not None and record.state is ApprovalState.PENDING:
             return True
         said = own(ctx, params, call_id) if callable(own) else own
@@ -287,7 +295,7 @@ def protect_tool(
     assert ours is not None
     ours.asks_anyway = tool.needs_approval is not False
     if _asks_approval(name, options):
-        out.needs_approval = _needs_approval(ours, tool.needs_approval)
+        out.needs_approval = _needs_approval(ours, tool.needs_approval, fn)
     return out
 
 
@@ -337,13 +345,20 @@ def _tool_of(item: ToolApprovalItem) -> Tuple[Optional[_Tool], Any]:
 
 def _arguments(tool: _Tool, function_tool: Any, item: ToolApprovalItem) -> Tuple[Any, Any]:
     """The call's arguments (positional, by name) as the tool function would be given them."""
-    from agents.function_schema import function_schema
-
-    schema = function_schema(function_tool.__wrapped__, strict_json_schema=False)
     raw = item.arguments
     data = json.loads(raw) if raw else {}
-    args, kwargs = schema.to_call_args(schema.params_pydantic_model(**(data or {})))
+    args, kwargs = _call_args(function_tool.__wrapped__, data or {})
     return tool.parts(None, tuple(args)), kwargs
+
+
+def _call_args(fn: Callable[..., Any], data: Dict[str, Any]) -> Tuple[Any, Dict[str, Any]]:
+    """The model's JSON arguments validated by the tool's schema, as the function is given
+    them (positional, by name)."""
+    from agents.function_schema import function_schema
+
+    schema = function_schema(fn, strict_json_schema=False)
+    args, kwargs = schema.to_call_args(schema.params_pydantic_model(**data))
+    return args, kwargs
 
 
 def _standing(
