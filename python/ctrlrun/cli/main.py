@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional
 
 import click
 
-from ctrlrun.cli import approvals, gateway, receipts, retention
+from ctrlrun.cli import approvals, console, gateway, receipts, retention
 from ctrlrun.cli._common import as_json, die, open_existing, store_option
 from ctrlrun.cli.table import lease_text, printable, table
 from ctrlrun.errors import CTRLRunError
@@ -226,6 +226,8 @@ for command in (
     approvals.approvals,
     approvals.approve,
     approvals.deny,
+    console.console,
+    console.approvers,
     gateway.gateway,
     receipts.receipts,
 ):

@@ -1,0 +1,101 @@
+"""What every console route shares: the console's state, who is signed in, reading a form
+(bounded), the CSRF check, and the refusals (never a traceback, never a 500 for what a
+person did)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+from urllib.parse import parse_qsl, quote
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+
+from ctrlrun.console.identity import Identity
+from ctrlrun.console.pages import FRAGMENT_HEADER, SECURITY_HEADERS, render
+from ctrlrun.console.sessions import same_token
+from ctrlrun.console.state import ConsoleState
+
+__all__ = ["state_of", "read_form", "csrf_ok", "signed_out", "problem", "MAX_FORM", "MAX_NOTE"]
+
+#: The largest form body read (bytes); a note's longest length (characters).
+MAX_FORM, MAX_NOTE = 64 * 1024, 2000
+
+
+class FormTooLarge(Exception):
+    pass
+
+
+def state_of(request: Request) -> ConsoleState:
+    state: ConsoleState = request.app.state.console
+    return state
+
+
+async def read_form(request: Request) -> Dict[str, str]:
+    """A URL-encoded form body as a dict (the first value of each name); bounded by
+    ``MAX_FORM``; anything else (multipart, JSON) reads as empty and so fails the CSRF check."""
+    kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM:
+            raise FormTooLarge
+    if kind != "application/x-www-form-urlencoded":
+        return {}
+    try:
+        text = bytes(body).decode("utf-8")
+        pairs = parse_qsl(text, keep_blank_values=True, strict_parsing=False, max_num_fields=50)
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    out: Dict[str, str] = {}
+    for name, value in pairs:
+        out.setdefault(name, value)
+    return out
+
+
+def csrf_ok(form: Dict[str, str], identity: Identity) -> bool:
+    return same_token(form.get("csrf"), identity.csrf)
+
+
+def signed_out(request: Request) -> Response:
+    """A page asked for without a signed-in identity: to the sign-in page (a form post or the
+    page script: refused, nothing done)."""
+    if request.method != "GET" or request.headers.get(FRAGMENT_HEADER) == "1":
+        return problem(
+            request,
+            None,
+            "Sign in first: nothing was done.",
+            401 if request.method == "GET" else 403,
+        )
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return RedirectResponse(f"/signin?next={quote(target, safe='')}", status_code=303)
+
+
+def problem(
+    request: Request,
+    identity: Optional[Identity],
+    title: str,
+    status: int,
+    back: Optional[str] = None,
+) -> HTMLResponse:
+    return render(request, "error.html", identity, status=status, title=title, back=back)
+
+
+def too_large() -> Response:
+    return PlainTextResponse("form too large", status_code=413, headers=SECURITY_HEADERS)
+
+
+def redirect(path: str) -> Response:
+    return RedirectResponse(path, status_code=303)
+
+
+def safe_next(value: Any) -> str:
+    """Where to go after signing in: a path of this console only."""
+    if (
+        isinstance(value, str)
+        and value.startswith("/")
+        and not value.startswith("//")
+        and "\\" not in value
+        and not any(ord(c) < 0x20 for c in value)
+    ):
+        return value
+    return "/approvals"
