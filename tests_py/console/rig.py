@@ -17,8 +17,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 import httpx
 from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 import ctrlrun

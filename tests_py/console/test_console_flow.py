@@ -10,8 +10,8 @@ from selenium.webdriver.common.by import By
 
 from ctrlrun import EffectState
 from tests_py.console.rig import (
-    Agent,
     HAS_REQUESTED_BY,
+    Agent,
     pending_of,
     sign_in,
     text_of,
