@@ -11,7 +11,8 @@ $(VENV)/.tools: pyproject.toml Makefile
 	$(PY) -m pip install --quiet "maturin>=1.16,<2" "pytest>=7" "click>=8.1" "PyYAML>=6" "mypy==2.4.*" "mcp>=2.3,<3" \
 		"mcp-server-git==2026.10.19" "opentelemetry-sdk>=1.30" \
 		"ruff==0.17.6" "types-PyYAML>=6" \
-		"langchain-core==1.8.3" "langgraph==1.2.24" "openai-agents==0.24.0" "pydantic-ai-slim==2.68.0"
+		"langchain-core==1.8.3" "langgraph==1.2.24" "openai-agents==0.24.0" "pydantic-ai-slim==2.68.0" \
+		"jinja2==3.1.6" "selenium==4.51.0"
 	touch $@
 
 ## dev: build the extension (incremental) and install the package into .venv, editable

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-import httpx
+import httpx2 as httpx
 import pytest
 from selenium.webdriver.common.by import By
 

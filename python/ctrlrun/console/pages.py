@@ -50,7 +50,7 @@ def _when(dt: Optional[datetime]) -> str:
 def _span(seconds: float) -> str:
     s = int(abs(seconds))
     if s < 60:
-        return f"{s}s"
+        return "<1m"
     if s < 3600:
         return f"{s // 60}m"
     if s < 86400:
