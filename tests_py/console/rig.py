@@ -70,7 +70,10 @@ class Console:
 def wait_for(what: Callable[[], Any], timeout: float = 20.0, why: str = "") -> Any:
     deadline = time.monotonic() + timeout
     while True:
-        got = what()
+        try:
+            got = what()
+        except StaleElementReferenceException:  # the page was being replaced: look again
+            got = None
         if got:
             return got
         if time.monotonic() > deadline:
