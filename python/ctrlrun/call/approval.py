@@ -46,14 +46,25 @@ def ask(
     arguments: Dict[str, Any],
     ttl: timedelta,
     not_bound: Tuple[str, ...] = (),
+    requested_by: Optional[str] = None,
+    approvals_needed: int = 1,
 ) -> ApprovalRecord:
     """The request that stands for ``action`` with these arguments, or a new pending one.
     ``not_bound``: the names in ``arguments`` the digest leaves out, kept with them (under a
-    key no parameter can have) so that every reader shows them as not bound."""
+    key no parameter can have) so that every reader shows them as not bound. A new request
+    records ``requested_by`` (who can never grant it) and needs ``approvals_needed``
+    distinct people to grant it."""
     shown = {**arguments, NOT_BOUND: list(not_bound)} if not_bound else arguments
     text = json.dumps(shown, sort_keys=True, separators=(",", ":"))
     t = store.core.request_approval(
-        action, digest, effect_key, text, int(ttl / timedelta(microseconds=1)), store.now_us()
+        action,
+        digest,
+        effect_key,
+        text,
+        int(ttl / timedelta(microseconds=1)),
+        store.now_us(),
+        requested_by,
+        approvals_needed,
     )
     return approval_from_core(t)
 
