@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from ctrlrun.errors import ActionDenied, ApprovalRequired
+from ctrlrun.notify import hooks as notify
 from ctrlrun.store.api import Store
 from ctrlrun.store.approvals import NOT_BOUND, ApprovalRecord, ApprovalState, approval_from_core
 
@@ -52,10 +53,13 @@ def ask(
     key no parameter can have) so that every reader shows them as not bound."""
     shown = {**arguments, NOT_BOUND: list(not_bound)} if not_bound else arguments
     text = json.dumps(shown, sort_keys=True, separators=(",", ":"))
+    now, before = store.now_us(), notify.now_us()
     t = store.core.request_approval(
-        action, digest, effect_key, text, int(ttl / timedelta(microseconds=1)), store.now_us()
+        action, digest, effect_key, text, int(ttl / timedelta(microseconds=1)), now
     )
-    return approval_from_core(t)
+    record = approval_from_core(t)
+    notify.requested(store, t, record, now, before)  # approval.requested, if this wrote it
+    return record
 
 
 def poll_interval(waited: float) -> float:
