@@ -70,6 +70,7 @@ class ApprovalRow:
     requested_by: Final[Optional[str]]
     approvals_needed: Final[int]
     granted_by: Final[List[str]]
+    created: Final[bool]
 
 @final
 class ApproverRow:

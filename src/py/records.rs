@@ -72,6 +72,9 @@ pub struct ApprovalRow {
     requested_by: Option<String>,
     approvals_needed: i64,
     granted_by: Vec<String>,
+    /// Whether the call that returned it wrote it (a new request); only `request_approval`
+    /// says so, every read gives false.
+    created: bool,
 }
 
 impl From<ApprovalRecord> for ApprovalRow {
@@ -94,6 +97,17 @@ impl From<ApprovalRecord> for ApprovalRow {
             requested_by: r.requested_by,
             approvals_needed: r.approvals_needed,
             granted_by: r.granted_by,
+            created: false,
+        }
+    }
+}
+
+impl ApprovalRow {
+    /// The row `request_approval` returns: `created` when it wrote the request.
+    pub(super) fn asked((r, created): (ApprovalRecord, bool)) -> Self {
+        ApprovalRow {
+            created,
+            ..ApprovalRow::from(r)
         }
     }
 }

@@ -201,8 +201,8 @@ impl PyStore {
             requested_by,
             approvals_needed,
         };
-        self.call(py, |s| s.request_approval(&ask, now_us))
-            .map(ApprovalRow::from)
+        self.call(py, |s| s.ask_approval(&ask, now_us))
+            .map(ApprovalRow::asked)
     }
 
     #[pyo3(signature = (request_id, grant, by, note=None, now_us=None))]

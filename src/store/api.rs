@@ -19,7 +19,17 @@ pub trait Approvals {
         &self,
         ask: &ApprovalAsk<'_>,
         now: Option<Micros>,
-    ) -> Result<ApprovalRecord>;
+    ) -> Result<ApprovalRecord> {
+        self.ask_approval(ask, now).map(|(r, _)| r)
+    }
+
+    /// [`Approvals::request_approval`], and whether this call wrote the request (a new one)
+    /// rather than found it standing.
+    fn ask_approval(
+        &self,
+        ask: &ApprovalAsk<'_>,
+        now: Option<Micros>,
+    ) -> Result<(ApprovalRecord, bool)>;
 
     /// A person grants or denies a pending request.
     fn decide_approval(

@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from ctrlrun.errors import ActionDenied, ApprovalRequired
+from ctrlrun.notify import hooks as notify
 from ctrlrun.store.api import Store
 from ctrlrun.store.approvals import NOT_BOUND, ApprovalRecord, ApprovalState, approval_from_core
 
@@ -66,7 +67,9 @@ def ask(
         requested_by,
         approvals_needed,
     )
-    return approval_from_core(t)
+    record = approval_from_core(t)
+    notify.requested(t.created, record)  # approval.requested, if this call wrote it
+    return record
 
 
 def poll_interval(waited: float) -> float:

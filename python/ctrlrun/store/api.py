@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
 from ctrlrun import _core
 from ctrlrun.errors import InvalidArgument
+from ctrlrun.notify import hooks as notify
 from ctrlrun.store.approvals import ApprovalRecord, approval_from_core
 from ctrlrun.store.approvers import ApproverMethods
 from ctrlrun.store.decode import record_from_core
@@ -272,7 +273,6 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods):
         return self._decide(request_id, False, by, note)
 
     def _decide(self, request_id: str, grant: bool, by: str, note: Optional[str]) -> ApprovalRecord:
-
         try:
             t = self.core.decide_approval(request_id, grant, by, note, self.now_us())
         except UnicodeEncodeError:
@@ -285,7 +285,7 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods):
             raise InvalidArgument(
                 f"the request id, name and note must be str: {exc}; nothing was written"
             ) from None
-        return approval_from_core(t)
+        return notify.decided(approval_from_core(t))  # approval.granted / approval.denied
 
     def close(self) -> None:
         """Release the store's connections; later calls raise ``InvalidArgument``."""
