@@ -1,6 +1,6 @@
 """What decorating a tool costs at start-up, per integration, with every framework loaded: the
-core's "already registered by a framework?" check searches the heap only when something besides
-the decorator holds the function (see ctrlrun/call/seams.py). Run: ``python -m bench.decoration_cost``."""
+core's "already registered by a framework?" check reads the decorating frames' namespaces (see
+ctrlrun/call/seams.py). Run: ``python -m bench.decoration_cost``."""
 
 from __future__ import annotations
 

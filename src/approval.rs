@@ -44,7 +44,18 @@ pub struct ApprovalRecord {
     pub used_at: Option<Micros>,
     /// The action id of the attempt whose reservation consumed the grant.
     pub used_by: Option<String>,
+    /// The principal that asked (the agent's name, as the decorator or gateway says it): it
+    /// can never grant this request.
+    pub requested_by: Option<String>,
+    /// How many distinct people must grant it (1 to [`MAX_APPROVERS`]).
+    pub approvals_needed: i64,
+    /// Who granted it so far, in order; the request is `granted` once there are
+    /// `approvals_needed` of them.
+    pub granted_by: Vec<String>,
 }
+
+/// The most approvers an action may require.
+pub const MAX_APPROVERS: i64 = 10;
 
 impl ApprovalRecord {
     /// The state at `now`: a pending request or a grant past `expires_at` is expired.
@@ -72,6 +83,19 @@ pub struct ApprovalAsk<'a> {
     pub effect_key: &'a str,
     pub arguments: &'a str,
     pub ttl: Micros,
+    pub requested_by: Option<&'a str>,
+    pub approvals_needed: i64,
+}
+
+/// A person who may decide approval requests and resolve effects in the console: the name a
+/// grant records, and the hash of their secret (its format is the console's; the store keeps
+/// it as text and never sees the secret).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApproverRecord {
+    pub name: String,
+    pub secret_hash: String,
+    pub created_at: Micros,
+    pub updated_at: Micros,
 }
 
 /// A new request id: `apr_` + 32 hex digits from the OS's random source.

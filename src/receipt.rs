@@ -144,6 +144,9 @@ impl Event {
 }
 
 /// What writing an approval request in `state` is, as a receipt names it.
+/// The event of one grant of several a request needs (it stays `pending`).
+pub const GRANTED_IN_PART: &str = "granted in part";
+
 pub fn approval_event(state: ApprovalState) -> &'static str {
     match state {
         ApprovalState::Pending => "requested",

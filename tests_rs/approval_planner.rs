@@ -18,6 +18,8 @@ fn ask() -> ApprovalAsk<'static> {
         effect_key: "refund:pi_1",
         arguments: "{\"amount\":500}",
         ttl: TTL,
+        requested_by: None,
+        approvals_needed: 1,
     }
 }
 

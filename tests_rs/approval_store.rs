@@ -17,6 +17,8 @@ fn ask(key: &str) -> ApprovalAsk<'_> {
         effect_key: key,
         arguments: "{\"amount\":500}",
         ttl: TTL,
+        requested_by: None,
+        approvals_needed: 1,
     }
 }
 
@@ -156,7 +158,108 @@ fn a_grant_is_bound_to_its_effect_key(b: Backend) {
     assert_eq!(mine.approval_id.as_deref(), Some(r.request_id.as_str()));
 }
 
+fn an_action_needing_two_approvers_is_granted_by_two_others_than_who_asked(b: Backend) {
+    let f = Fixture::new(b);
+    let two = ApprovalAsk {
+        requested_by: Some("refund-agent"),
+        approvals_needed: 2,
+        ..ask("k")
+    };
+    let r = f.store.request_approval(&two, Some(T0)).unwrap();
+    assert_eq!(
+        (r.requested_by.as_deref(), r.approvals_needed),
+        (Some("refund-agent"), 2)
+    );
+    let own = f
+        .store
+        .decide_approval(&r.request_id, true, "refund-agent", None, Some(T0 + 1));
+    assert!(assert_invalid(own).contains("cannot grant"));
+    let half = f
+        .store
+        .decide_approval(&r.request_id, true, "alice", Some("ok"), Some(T0 + 2))
+        .unwrap();
+    assert_eq!(
+        (half.state, half.granted_by.clone()),
+        (ApprovalState::Pending, vec!["alice".to_owned()])
+    );
+    // no grant in force yet, and alice cannot count twice
+    let early = f.store.propose(approved("k", A1), Some(T0 + 3));
+    assert!(matches!(early, Err(Error::ApprovalNeeded(_))), "{early:?}");
+    let twice = f
+        .store
+        .decide_approval(&r.request_id, true, "alice", None, Some(T0 + 4));
+    assert!(assert_invalid(twice).contains("already granted"));
+    let full = f
+        .store
+        .decide_approval(&r.request_id, true, "bob", None, Some(T0 + 5))
+        .unwrap();
+    assert_eq!(full.state, ApprovalState::Granted);
+    assert_eq!(full.granted_by, vec!["alice".to_owned(), "bob".to_owned()]);
+    assert_eq!(
+        f.store.get_approval(&r.request_id, Some(T0 + 6)).unwrap(),
+        Some(full)
+    );
+    let kinds: Vec<String> = f
+        .store
+        .list_receipts(Some("k"), None)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.kind)
+        .collect();
+    assert_eq!(kinds, ["requested", "granted in part", "granted"]);
+    assert!(f.store.verify_receipts().unwrap().broken.is_none());
+    f.store.propose(approved("k", A1), Some(T0 + 7)).unwrap();
+}
+
+fn approver_accounts_are_added_reset_listed_and_removed(b: Backend) {
+    let f = Fixture::new(b);
+    let a = f
+        .store
+        .put_approver("alice", "scrypt$1", true, Some(T0))
+        .unwrap();
+    assert_eq!((a.created_at, a.updated_at), (T0, T0));
+    let again = f
+        .store
+        .put_approver("alice", "scrypt$2", true, Some(T0 + 1));
+    assert!(assert_invalid(again).contains("already exists"));
+    let reset = f
+        .store
+        .put_approver("alice", "scrypt$3", false, Some(T0 + 2))
+        .unwrap();
+    assert_eq!(
+        (
+            reset.secret_hash.as_str(),
+            reset.created_at,
+            reset.updated_at
+        ),
+        ("scrypt$3", T0, T0 + 2)
+    );
+    let nobody = f.store.put_approver("bob", "scrypt$1", false, Some(T0));
+    assert!(assert_invalid(nobody).contains("no approver"));
+    for bad in [" alice", "", "a\nb"] {
+        assert_invalid(f.store.put_approver(bad, "scrypt$1", true, None));
+    }
+    assert_invalid(f.store.put_approver("carol", "has space", true, None));
+    f.store
+        .put_approver("bob", "scrypt$1", true, Some(T0))
+        .unwrap();
+    let names: Vec<String> = f
+        .store
+        .list_approvers()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
+    assert_eq!(names, ["alice", "bob"]);
+    assert_eq!(f.store.get_approver("alice").unwrap(), Some(reset));
+    assert!(f.store.remove_approver("alice").unwrap());
+    assert!(!f.store.remove_approver("alice").unwrap());
+    assert_eq!(f.store.get_approver("alice").unwrap(), None);
+}
+
 on_both_backends!(
+    an_action_needing_two_approvers_is_granted_by_two_others_than_who_asked,
+    approver_accounts_are_added_reset_listed_and_removed,
     a_grant_is_bound_to_its_effect_key,
     asking_finds_one_request_and_a_grant_is_used_once,
     a_refused_reservation_leaves_the_grant_unused,

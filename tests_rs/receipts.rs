@@ -118,6 +118,8 @@ fn approval_events_form_their_own_chain(b: Backend) {
         effect_key: "refund:1",
         arguments: "{}",
         ttl: 60_000_000,
+        requested_by: None,
+        approvals_needed: 1,
     };
     let r = f.store.request_approval(&ask, Some(T0)).unwrap();
     f.store
@@ -162,6 +164,8 @@ fn an_expired_request_asked_again_records_its_expiry(b: Backend) {
         effect_key: "refund:2",
         arguments: "{}",
         ttl: 60_000_000,
+        requested_by: None,
+        approvals_needed: 1,
     };
     let old = f.store.request_approval(&ask, Some(T0)).unwrap();
     let new = f

@@ -230,6 +230,8 @@ fn an_open_approval_keeps_its_row(b: Backend) {
         effect_key: key,
         arguments: "{}",
         ttl: 100 * DAY,
+        requested_by: None,
+        approvals_needed: 1,
     };
     f.store
         .request_approval(&ask("k1"), Some(T0 + 39 * DAY))

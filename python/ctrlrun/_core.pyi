@@ -67,6 +67,17 @@ class ApprovalRow:
     note: Final[Optional[str]]
     used_at: Final[Optional[int]]
     used_by: Final[Optional[str]]
+    requested_by: Final[Optional[str]]
+    approvals_needed: Final[int]
+    granted_by: Final[List[str]]
+    created: Final[bool]
+
+@final
+class ApproverRow:
+    name: Final[str]
+    secret_hash: Final[str]
+    created_at: Final[int]
+    updated_at: Final[int]
 
 @final
 class ReceiptRow:
@@ -148,6 +159,8 @@ class Store:
         arguments: str,
         ttl_us: int,
         now_us: Optional[int] = None,
+        requested_by: Optional[str] = None,
+        approvals_needed: int = 1,
     ) -> ApprovalRow: ...
     def decide_approval(
         self,
@@ -195,7 +208,12 @@ class Store:
         now_us: Optional[int] = None,
     ) -> EffectRow: ...
     def resolve(
-        self, key: str, state: str, resolver: str, now_us: Optional[int] = None
+        self,
+        key: str,
+        state: str,
+        resolver: str,
+        now_us: Optional[int] = None,
+        note: Optional[str] = None,
     ) -> EffectRow: ...
     def get_effect(self, key: str) -> Optional[EffectRow]: ...
     def list_effects(
@@ -226,6 +244,12 @@ def arg_digests(parts: List[Tuple[str, str]]) -> Tuple[str, str]: ...
 def before_fork() -> None: ...
 def after_fork_in_parent() -> None: ...
 def after_fork_in_child() -> None: ...
+def put_approver(
+    store: Store, name: str, secret_hash: str, create: bool, now_us: Optional[int] = None
+) -> ApproverRow: ...
+def get_approver(store: Store, name: str) -> Optional[ApproverRow]: ...
+def list_approvers(store: Store) -> List[ApproverRow]: ...
+def remove_approver(store: Store, name: str) -> bool: ...
 
 # POSIX only (src/py/background.rs): the store steps of async protected calls on core threads.
 @final

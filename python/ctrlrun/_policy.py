@@ -12,6 +12,14 @@ carry them (tools called through a gateway).
         on_tool_error: ambiguous # gateway: what an upstream tool error means (or failed)
         call_timeout: 30s        # gateway: how long a forwarded call may take
         replay: true             # a committed duplicate gets the stored result (same arguments)
+        approvals: 2             # approve only: distinct people who must grant (1..10)
+        escalate_after: 10m      # approve only: pending this long notifies again (once)
+        notify: []               # this action's webhooks, in place of the global list
+    console_url: https://ctrlrun.example.com:8780   # the links in notifications
+    notify:                      # webhooks told of approvals and ambiguous effects
+      - {url_env: SLACK_WEBHOOK_URL, format: slack}
+      - {url: https://hooks.example.com/ctrlrun, format: json, secret_env: HOOK_SECRET}
+    escalate_after: 30m
 
 Found at ``CTRLRUN_CONFIG``, else ``ctrlrun.yaml`` in the working directory; no file means no
 policy. Parsed with PyYAML; every error is a :class:`~ctrlrun.PolicyError` naming the file, the
@@ -30,6 +38,12 @@ from typing import Dict, List, Optional, Tuple
 import yaml
 
 from ctrlrun import _core
+from ctrlrun._policy_notify import NotifyTarget, parse_console_url, parse_targets
+from ctrlrun._policy_yaml import absent, integer
+from ctrlrun._policy_yaml import duration as _duration
+from ctrlrun._policy_yaml import fail as _fail
+from ctrlrun._policy_yaml import mapping as _mapping
+from ctrlrun._policy_yaml import scalar as _scalar
 from ctrlrun.errors import InvalidArgument, PolicyError
 
 __all__ = ["Policy", "ActionPolicy", "load_policy", "current_policy", "SCHEMA", "DEFAULT_FILE"]
@@ -37,6 +51,8 @@ __all__ = ["Policy", "ActionPolicy", "load_policy", "current_policy", "SCHEMA", 
 SCHEMA = "ctrlrun.policy/v2"
 DEFAULT_FILE = "ctrlrun.yaml"
 DECISIONS = ("allow", "approve", "deny")
+#: The most distinct approvers ``approvals: N`` may ask for.
+MAX_APPROVALS = 10
 
 
 @dataclass(frozen=True)
@@ -61,74 +77,57 @@ class ActionPolicy:
     #: A committed duplicate with the same arguments gets the stored result instead of a
     #: refusal (``None``: not stated; a decorator's own ``replay=`` stays in force).
     replay: Optional[bool] = None
+    #: ``approvals: N`` (``approve`` only): how many distinct people must grant a request
+    #: (``None``: not stated, one).
+    approvals: Optional[int] = None
+    #: This action's own ``notify`` list, which replaces the global one (``None``: not stated,
+    #: the global list applies; ``()``: no notifications for this action).
+    notify: Optional[Tuple[NotifyTarget, ...]] = None
+    #: ``escalate_after`` (``approve`` only; ``None``: the global one, if any).
+    escalate_after: Optional[timedelta] = None
 
 
 @dataclass(frozen=True)
 class Policy:
     path: str
     actions: Dict[str, ActionPolicy] = field(default_factory=dict)
+    #: ``console_url``: the console's address, for the links in notifications.
+    console_url: Optional[str] = None
+    #: The global ``notify`` list (an action's own list replaces it).
+    notify: Tuple[NotifyTarget, ...] = ()
+    #: The global ``escalate_after``: a request pending longer notifies again (once).
+    escalate_after: Optional[timedelta] = None
+    #: Whether any ``notify`` list names a target: the one check an event makes when none does.
+    notifies: bool = False
 
     def unreserved(self) -> List[ActionPolicy]:
         """Allowed actions with no effect template: writes that run without a reservation."""
         return [a for a in self.actions.values() if a.effect is None and a.decision == "allow"]
 
+    def targets(self, action: Optional[str]) -> Tuple[NotifyTarget, ...]:
+        """Where the events of ``action`` go: its own ``notify`` list, else the global one."""
+        entry = None if action is None else self.actions.get(action)
+        if entry is not None and entry.notify is not None:
+            return entry.notify
+        return self.notify
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def _duration(path: str, node: yaml.Node, fieldname: str) -> timedelta:
-    """``90``, ``90s``, ``15m``, ``2h`` or ``1d``: from 1 second to 30 days."""
-    numeric = isinstance(node, yaml.ScalarNode) and node.tag in (
-        "tag:yaml.org,2002:int",
-        "tag:yaml.org,2002:float",
-    )
-    text = (str(node.value) if numeric else _scalar(path, node, fieldname)).strip()
-    number, unit = (text[:-1], text[-1]) if text[-1:] in _UNITS else (text, "s")
-    try:
-        seconds = float(number) * _UNITS[unit]
-    except ValueError:
-        seconds = float("nan")
-    if not (1 <= seconds <= 30 * 86400):
-        raise _fail(
-            path,
-            node,
-            fieldname,
-            f"is {text!r}; expected a duration such as 90s, 15m, 2h or 1d (from 1 second to 30 days)",
-        )
-    return timedelta(seconds=seconds)
+    def escalation(self, action: Optional[str]) -> Optional[timedelta]:
+        """How long a request of ``action`` may be pending before it escalates (``None``:
+        never)."""
+        entry = None if action is None else self.actions.get(action)
+        if entry is not None and entry.escalate_after is not None:
+            return entry.escalate_after
+        return self.escalate_after
 
 
-def _fail(path: str, node: Optional[yaml.Node], fieldname: str, problem: str) -> PolicyError:
-    line = node.start_mark.line + 1 if node is not None else None
-    where = f"{path}:{line}" if line is not None else path
-    return PolicyError(f"{where}: {fieldname}: {problem}", file=path, line=line, field=fieldname)
+_TOP_KEYS = ("schema", "actions", "console_url", "notify", "escalate_after")
+_ACTION_KEYS = (
+    "effect, decision, approval_ttl, approvals, on_tool_error, call_timeout, replay, notify "
+    "and escalate_after"
+)
 
 
-def _scalar(path: str, node: yaml.Node, fieldname: str) -> str:
-    if not isinstance(node, yaml.ScalarNode) or node.tag != "tag:yaml.org,2002:str":
-        raise _fail(path, node, fieldname, "must be a string")
-    return str(node.value)
-
-
-def _mapping(path: str, node: yaml.Node, fieldname: str) -> List[Tuple[yaml.Node, yaml.Node]]:
-    if not isinstance(node, yaml.MappingNode):
-        raise _fail(path, node, fieldname, "must be a mapping")
-    seen: Dict[str, yaml.Node] = {}
-    for k, _ in node.value:
-        name = _scalar(path, k, f"{fieldname} key")
-        if name in seen:
-            raise _fail(
-                path,
-                k,
-                f"{fieldname}.{name}",
-                f"appears twice (first on line {seen[name].start_mark.line + 1})",
-            )
-        seen[name] = k
-    return list(node.value)
-
-
-def parse_policy(text: str, path: str) -> Policy:
-    """Parse policy text; raises PolicyError naming ``path``, the line and the field."""
+def _compose(text: str, path: str) -> yaml.Node:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
@@ -142,10 +141,21 @@ def parse_policy(text: str, path: str) -> Policy:
         ) from None
     if root is None:
         raise PolicyError(f"{path}: the policy file is empty", file=path, line=None, field=None)
+    return root
+
+
+def parse_policy(text: str, path: str) -> Policy:
+    """Parse policy text; raises PolicyError naming ``path``, the line and the field."""
+    root = _compose(text, path)
     top = {str(k.value): (k, v) for k, v in _mapping(path, root, "policy")}
     for name, (k, _) in top.items():
-        if name not in ("schema", "actions"):
-            raise _fail(path, k, name, "unknown key (expected schema and actions)")
+        if name not in _TOP_KEYS:
+            raise _fail(
+                path,
+                k,
+                name,
+                "unknown key (expected schema, actions, console_url, notify and escalate_after)",
+            )
     if "schema" not in top:
         raise _fail(path, root, "schema", f"missing; write `schema: {SCHEMA}`")
     schema_node = top["schema"][1]
@@ -154,89 +164,99 @@ def parse_policy(text: str, path: str) -> Policy:
             path, schema_node, "schema", f"is {schema_node.value!r}; this version reads {SCHEMA!r}"
         )
     actions: Dict[str, ActionPolicy] = {}
-    if "actions" in top:
-        actions_node = top["actions"][1]
-        if not (
-            isinstance(actions_node, yaml.ScalarNode) and actions_node.value in ("", "~", "null")
-        ):
-            for k, v in _mapping(path, actions_node, "actions"):
-                name = str(k.value)
-                fieldname = f"actions.{name}"
-                if not name.strip() or not name.isprintable():
-                    raise _fail(path, k, fieldname, "an action name must be printable text")
-                effect: Optional[str] = None
-                decision = "allow"
-                approval_ttl: Optional[timedelta] = None
-                ttl_node: Optional[yaml.Node] = None
-                decided = False
-                on_tool_error = "ambiguous"
-                call_timeout: Optional[timedelta] = None
-                replay: Optional[bool] = None
-                for ek, ev in _mapping(path, v, fieldname):
-                    key = str(ek.value)
-                    if key == "effect":
-                        effect = _scalar(path, ev, f"{fieldname}.effect")
-                        try:
-                            _core.Template(effect)
-                        except InvalidArgument as exc:
-                            raise _fail(path, ev, f"{fieldname}.effect", str(exc)) from None
-                    elif key == "decision":
-                        decided = True
-                        decision = _scalar(path, ev, f"{fieldname}.decision")
-                        if decision not in DECISIONS:
-                            raise _fail(
-                                path,
-                                ev,
-                                f"{fieldname}.decision",
-                                f"is {decision!r}; expected allow, approve or deny",
-                            )
-                    elif key == "approval_ttl":
-                        ttl_node = ev
-                        approval_ttl = _duration(path, ev, f"{fieldname}.approval_ttl")
-                    elif key == "on_tool_error":
-                        on_tool_error = _scalar(path, ev, f"{fieldname}.on_tool_error")
-                        if on_tool_error not in ("ambiguous", "failed"):
-                            raise _fail(
-                                path,
-                                ev,
-                                f"{fieldname}.on_tool_error",
-                                f"is {on_tool_error!r}; expected ambiguous or failed",
-                            )
-                    elif key == "call_timeout":
-                        call_timeout = _duration(path, ev, f"{fieldname}.call_timeout")
-                    elif key == "replay":
-                        if not (
-                            isinstance(ev, yaml.ScalarNode) and ev.tag == "tag:yaml.org,2002:bool"
-                        ):
-                            raise _fail(path, ev, f"{fieldname}.replay", "must be true or false")
-                        replay = str(ev.value).lower() in ("true", "yes", "on")
-                    else:
-                        raise _fail(
-                            path,
-                            ek,
-                            f"{fieldname}.{key}",
-                            "unknown key (expected effect, decision, approval_ttl, "
-                            "on_tool_error, call_timeout and replay)",
-                        )
-                if approval_ttl is not None and decision != "approve":
-                    raise _fail(
-                        path,
-                        ttl_node,
-                        f"{fieldname}.approval_ttl",
-                        "applies to decision: approve only",
-                    )
-                actions[name] = ActionPolicy(
-                    name,
-                    effect,
-                    decision,
-                    k.start_mark.line + 1,
-                    approval_ttl,
-                    decided,
-                    on_tool_error,
-                    call_timeout,
-                    replay,
-                )
-    return Policy(path, actions)
+    if "actions" in top and not absent(top["actions"][1]):
+        for k, v in _mapping(path, top["actions"][1], "actions"):
+            entry = _action(path, k, v)
+            actions[entry.name] = entry
+    console_url = None
+    if "console_url" in top:
+        console_url = parse_console_url(path, top["console_url"][1], "console_url")
+    targets: Tuple[NotifyTarget, ...] = ()
+    if "notify" in top:
+        targets = parse_targets(path, top["notify"][1], "notify")
+    escalate_after = None
+    if "escalate_after" in top:
+        escalate_after = _duration(path, top["escalate_after"][1], "escalate_after")
+    notifies = bool(targets) or any(a.notify for a in actions.values())
+    return Policy(path, actions, console_url, targets, escalate_after, notifies)
+
+
+def _action(path: str, k: yaml.Node, v: yaml.Node) -> ActionPolicy:
+    """One entry of ``actions``."""
+    name = str(k.value)
+    fieldname = f"actions.{name}"
+    if not name.strip() or not name.isprintable():
+        raise _fail(path, k, fieldname, "an action name must be printable text")
+    effect: Optional[str] = None
+    decision = "allow"
+    decided = False
+    on_tool_error = "ambiguous"
+    call_timeout: Optional[timedelta] = None
+    replay: Optional[bool] = None
+    notify: Optional[Tuple[NotifyTarget, ...]] = None
+    ttl: Optional[timedelta] = None
+    escalate: Optional[timedelta] = None
+    approvals: Optional[int] = None
+    # the approve-only keys given, by name: their nodes (for the error if the decision is not)
+    only_approve: Dict[str, yaml.Node] = {}
+    for ek, ev in _mapping(path, v, fieldname):
+        key = str(ek.value)
+        sub = f"{fieldname}.{key}"
+        if key == "effect":
+            effect = _scalar(path, ev, sub)
+            try:
+                _core.Template(effect)
+            except InvalidArgument as exc:
+                raise _fail(path, ev, sub, str(exc)) from None
+        elif key == "decision":
+            decided = True
+            decision = _scalar(path, ev, sub)
+            if decision not in DECISIONS:
+                raise _fail(path, ev, sub, f"is {decision!r}; expected allow, approve or deny")
+        elif key == "approval_ttl":
+            only_approve[key], ttl = ev, _duration(path, ev, sub)
+        elif key == "escalate_after":
+            only_approve[key], escalate = ev, _duration(path, ev, sub)
+        elif key == "approvals":
+            only_approve[key], approvals = ev, integer(path, ev, sub, 1, MAX_APPROVALS)
+        elif key == "on_tool_error":
+            on_tool_error = _scalar(path, ev, sub)
+            if on_tool_error not in ("ambiguous", "failed"):
+                raise _fail(path, ev, sub, f"is {on_tool_error!r}; expected ambiguous or failed")
+        elif key == "call_timeout":
+            call_timeout = _duration(path, ev, sub)
+        elif key == "replay":
+            if not (isinstance(ev, yaml.ScalarNode) and ev.tag == "tag:yaml.org,2002:bool"):
+                raise _fail(path, ev, sub, "must be true or false")
+            replay = str(ev.value).lower() in ("true", "yes", "on")
+        elif key == "notify":
+            notify = parse_targets(path, ev, sub)
+        else:
+            raise _fail(path, ek, sub, f"unknown key (expected {_ACTION_KEYS})")
+    if decision != "approve":
+        for key, node in only_approve.items():
+            raise _fail(path, node, f"{fieldname}.{key}", "applies to decision: approve only")
+    if ttl is not None and escalate is not None and escalate >= ttl:
+        raise _fail(
+            path,
+            only_approve["escalate_after"],
+            f"{fieldname}.escalate_after",
+            "is not shorter than approval_ttl: the request would expire before it escalates",
+        )
+    return ActionPolicy(
+        name,
+        effect,
+        decision,
+        k.start_mark.line + 1,
+        ttl,
+        decided,
+        on_tool_error,
+        call_timeout,
+        replay,
+        approvals,
+        notify,
+        escalate,
+    )
 
 
 def load_policy(path: str) -> Policy:

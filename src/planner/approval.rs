@@ -2,7 +2,7 @@
 //! and the single use of a grant by a reservation.
 
 use super::rules::{breaks_a_line, format_micros, MAX_LEASE};
-use crate::approval::{ApprovalAsk, ApprovalRecord, ApprovalState};
+use crate::approval::{ApprovalAsk, ApprovalRecord, ApprovalState, ApproverRecord, MAX_APPROVERS};
 use crate::error::{Error, Result};
 use crate::record::Micros;
 
@@ -79,6 +79,15 @@ pub fn plan_request(
             ask.ttl
         )));
     }
+    if !(1..=MAX_APPROVERS).contains(&ask.approvals_needed) {
+        return Err(Error::InvalidArgument(format!(
+            "an action may require from 1 to {MAX_APPROVERS} approvers, got {}",
+            ask.approvals_needed
+        )));
+    }
+    if let Some(who) = ask.requested_by {
+        check_person("requested_by", who)?;
+    }
     if ask.args_digest.is_empty() {
         return Err(Error::InvalidArgument(
             "an approval request needs the digest of the call's arguments".into(),
@@ -118,6 +127,9 @@ pub fn plan_request(
             note: None,
             used_at: None,
             used_by: None,
+            requested_by: ask.requested_by.map(str::to_owned),
+            approvals_needed: ask.approvals_needed,
+            granted_by: Vec::new(),
         },
     })
 }
@@ -159,6 +171,35 @@ pub fn plan_decision(
             )))
         }
     }
+    if grant {
+        if r.requested_by.as_deref() == Some(by) {
+            return Err(Error::InvalidArgument(format!(
+                "{by} asked for approval request '{request_id}' and cannot grant it: a request \
+                 is granted by someone other than who asked; nothing was written"
+            )));
+        }
+        if r.granted_by.iter().any(|g| g == by) {
+            return Err(Error::InvalidArgument(format!(
+                "{by} already granted approval request '{request_id}'; it needs {} distinct \
+                 approvers ({} so far), nothing was written",
+                r.approvals_needed,
+                r.granted_by.len()
+            )));
+        }
+    }
+    let mut granted_by = r.granted_by.clone();
+    if grant {
+        granted_by.push(by.to_owned());
+    }
+    if grant && (granted_by.len() as i64) < r.approvals_needed {
+        // One grant of several: the request stays pending, for its time, with who granted.
+        return Ok(ApprovalRecord {
+            decided_by: Some(by.to_owned()),
+            note: note.map(str::to_owned),
+            granted_by,
+            ..r
+        });
+    }
     Ok(ApprovalRecord {
         state: if grant {
             ApprovalState::Granted
@@ -169,6 +210,7 @@ pub fn plan_decision(
         decided_by: Some(by.to_owned()),
         note: note.map(str::to_owned),
         expires_at: now.saturating_add(r.ttl),
+        granted_by,
         ..r
     })
 }
@@ -193,5 +235,61 @@ pub fn plan_consume(
             "the action '{action}' needs an approval granted for these arguments, and none is in \
              force"
         ))),
+    }
+}
+
+/// An approver's name is one printable line of at most 200 characters, with no space at
+/// either end (the name a sign-in types and a grant records).
+pub fn check_approver_name(name: &str) -> Result<()> {
+    check_person("an approver's name", name)?;
+    if name.trim() != name {
+        return Err(Error::InvalidArgument(format!(
+            "an approver's name has no space at either end, got {name:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// The account to write for `name` with `secret_hash`: a new one (`create`, refused when
+/// `found` exists) or `found` with a new secret (refused when there is none).
+pub fn plan_approver(
+    found: Option<ApproverRecord>,
+    name: &str,
+    secret_hash: &str,
+    create: bool,
+    now: Micros,
+) -> Result<ApproverRecord> {
+    check_approver_name(name)?;
+    if secret_hash.is_empty()
+        || secret_hash.len() > 1000
+        || secret_hash
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(Error::InvalidArgument(
+            "an approver's secret hash is 1 to 1000 characters of text without spaces; nothing \
+             was written"
+                .into(),
+        ));
+    }
+    match (found, create) {
+        (Some(_), true) => Err(Error::InvalidArgument(format!(
+            "an approver named {name:?} already exists; nothing was written (reset its secret \
+             instead)"
+        ))),
+        (None, false) => Err(Error::InvalidArgument(format!(
+            "no approver named {name:?} exists in this store; nothing was written"
+        ))),
+        (None, true) => Ok(ApproverRecord {
+            name: name.to_owned(),
+            secret_hash: secret_hash.to_owned(),
+            created_at: now,
+            updated_at: now,
+        }),
+        (Some(r), false) => Ok(ApproverRecord {
+            secret_hash: secret_hash.to_owned(),
+            updated_at: now,
+            ..r
+        }),
     }
 }

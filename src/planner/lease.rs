@@ -68,6 +68,18 @@ pub fn plan_resolution(
     resolver: &str,
     now: Micros,
 ) -> Result<EffectRecord> {
+    plan_resolution_noted(row, key, target, (resolver, None), now)
+}
+
+/// [`plan_resolution`] by `(resolver, note)`: the note (why) follows the resolution in the
+/// row's error text.
+pub fn plan_resolution_noted(
+    row: Option<EffectRecord>,
+    key: &str,
+    target: EffectState,
+    (resolver, why): (&str, Option<&str>),
+    now: Micros,
+) -> Result<EffectRecord> {
     check_resolver(resolver)?;
     if !matches!(target, EffectState::Committed | EffectState::Failed) {
         return Err(Error::InvalidArgument(format!(
@@ -103,7 +115,10 @@ pub fn plan_resolution(
             )))
         }
     };
-    let note = format!("resolved as {target} by {resolver}");
+    let note = match why {
+        Some(why) if !why.is_empty() => format!("resolved as {target} by {resolver}: {why}"),
+        _ => format!("resolved as {target} by {resolver}"),
+    };
     let error = if earlier.is_empty() {
         note
     } else {

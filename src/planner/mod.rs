@@ -8,9 +8,10 @@ mod reservation;
 mod rules;
 mod transition;
 pub use approval::{
-    check_note, check_request_id, plan_consume, plan_decision, plan_request, RequestPlan,
+    check_approver_name, check_note, check_request_id, plan_approver, plan_consume, plan_decision,
+    plan_request, RequestPlan,
 };
-pub use lease::{plan_extension, plan_resolution};
+pub use lease::{plan_extension, plan_resolution, plan_resolution_noted};
 pub use refusal::{refuse_by_row, Conflict, Refusal};
 pub use reservation::{plan_reservation, Proposal, ReservationPlan};
 pub(crate) use rules::breaks_a_line;

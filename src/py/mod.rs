@@ -1,6 +1,7 @@
 //! `ctrlrun._core`: the thin PyO3 layer. It converts arguments, releases the GIL around every
 //! store call, and maps core errors to Python exceptions in one place (`errors.rs`).
 
+mod approvers;
 mod args;
 #[cfg(unix)]
 mod background;
@@ -26,10 +27,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     logging::install();
     export!(m;
         classes template::PyTemplate, store::PyStore, records::EffectRow, records::ApprovalRow,
-            records::ReceiptRow, records::ReceiptCheckRow, records::Step;
+            records::ReceiptRow, records::ReceiptCheckRow, records::Step, records::ApproverRow;
         functions store::open_store, store::drop_scratch_schema, store::sqlite_path,
             store::url_backend, store::arg_digests, fork::before_fork, fork::after_fork_in_parent,
-            fork::after_fork_in_child,
+            fork::after_fork_in_child, approvers::put_approver, approvers::get_approver,
+            approvers::list_approvers, approvers::remove_approver,
     );
     #[cfg(unix)]
     export!(m;

@@ -3,7 +3,7 @@
 
 use pyo3::prelude::*;
 
-use crate::approval::ApprovalRecord;
+use crate::approval::{ApprovalRecord, ApproverRecord};
 use crate::planner::Transition;
 use crate::receipt::Receipt;
 use crate::receipt::Verification as ReceiptCheck;
@@ -69,6 +69,12 @@ pub struct ApprovalRow {
     note: Option<String>,
     used_at: Option<i64>,
     used_by: Option<String>,
+    requested_by: Option<String>,
+    approvals_needed: i64,
+    granted_by: Vec<String>,
+    /// Whether the call that returned it wrote it (a new request); only `request_approval`
+    /// says so, every read gives false.
+    created: bool,
 }
 
 impl From<ApprovalRecord> for ApprovalRow {
@@ -88,6 +94,40 @@ impl From<ApprovalRecord> for ApprovalRow {
             note: r.note,
             used_at: r.used_at,
             used_by: r.used_by,
+            requested_by: r.requested_by,
+            approvals_needed: r.approvals_needed,
+            granted_by: r.granted_by,
+            created: false,
+        }
+    }
+}
+
+impl ApprovalRow {
+    /// The row `request_approval` returns: `created` when it wrote the request.
+    pub(super) fn asked((r, created): (ApprovalRecord, bool)) -> Self {
+        ApprovalRow {
+            created,
+            ..ApprovalRow::from(r)
+        }
+    }
+}
+
+/// One approver account as stored (times in microseconds since the epoch, UTC).
+#[pyclass(frozen, get_all, name = "ApproverRow", module = "ctrlrun._core")]
+pub struct ApproverRow {
+    name: String,
+    secret_hash: String,
+    created_at: i64,
+    updated_at: i64,
+}
+
+impl From<ApproverRecord> for ApproverRow {
+    fn from(r: ApproverRecord) -> Self {
+        ApproverRow {
+            name: r.name,
+            secret_hash: r.secret_hash,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
         }
     }
 }

@@ -46,7 +46,7 @@ impl PyStore {
 
     /// Run `call` on the store with the GIL released, behind the fork gate when the store
     /// needs it (SQLite: see `store::fork`), and convert its error.
-    fn call<T: Send>(
+    pub(super) fn call<T: Send>(
         &self,
         py: Python<'_>,
         call: impl FnOnce(&dyn Store) -> Result<T, Error> + Send,
@@ -178,7 +178,7 @@ impl PyStore {
 
     /// Ask for an approval (see `Store.request_approval` in Rust): the request that stands, or
     /// a new pending one.
-    #[pyo3(signature = (action, args_digest, effect_key, arguments, ttl_us, now_us=None))]
+    #[pyo3(signature = (action, args_digest, effect_key, arguments, ttl_us, now_us=None, requested_by=None, approvals_needed=1))]
     #[allow(clippy::too_many_arguments)]
     fn request_approval(
         &self,
@@ -189,6 +189,8 @@ impl PyStore {
         arguments: &str,
         ttl_us: Micros,
         now_us: Option<Micros>,
+        requested_by: Option<&str>,
+        approvals_needed: i64,
     ) -> PyResult<ApprovalRow> {
         let ask = ApprovalAsk {
             action,
@@ -196,9 +198,11 @@ impl PyStore {
             effect_key,
             arguments,
             ttl: ttl_us,
+            requested_by,
+            approvals_needed,
         };
-        self.call(py, |s| s.request_approval(&ask, now_us))
-            .map(ApprovalRow::from)
+        self.call(py, |s| s.ask_approval(&ask, now_us))
+            .map(ApprovalRow::asked)
     }
 
     #[pyo3(signature = (request_id, grant, by, note=None, now_us=None))]
@@ -331,7 +335,7 @@ impl PyStore {
         .map(EffectRow::from)
     }
 
-    #[pyo3(signature = (key, state, resolver, now_us=None))]
+    #[pyo3(signature = (key, state, resolver, now_us=None, note=None))]
     fn resolve(
         &self,
         py: Python<'_>,
@@ -339,9 +343,10 @@ impl PyStore {
         state: &str,
         resolver: &str,
         now_us: Option<Micros>,
+        note: Option<&str>,
     ) -> PyResult<EffectRow> {
         let target = parse_state(state).py_err(py)?;
-        self.call(py, |s| s.resolve(key, target, resolver, now_us))
+        self.call(py, |s| s.resolve_noted(key, target, resolver, note, now_us))
             .map(EffectRow::from)
     }
 

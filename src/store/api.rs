@@ -4,7 +4,7 @@
 use super::engine::{Backend, Engine, RowWrite};
 use super::recovery::TransitionCall;
 use super::retention::{self, Cursor, EffectFilter, Prune, PruneBatch, PruneStep};
-use crate::approval::{ApprovalAsk, ApprovalRecord, ApprovalState};
+use crate::approval::{ApprovalAsk, ApprovalRecord, ApprovalState, ApproverRecord};
 use crate::error::Result;
 use crate::planner::{self, Proposal, Transition};
 use crate::receipt::{Event, Receipt, Verification};
@@ -19,7 +19,17 @@ pub trait Approvals {
         &self,
         ask: &ApprovalAsk<'_>,
         now: Option<Micros>,
-    ) -> Result<ApprovalRecord>;
+    ) -> Result<ApprovalRecord> {
+        self.ask_approval(ask, now).map(|(r, _)| r)
+    }
+
+    /// [`Approvals::request_approval`], and whether this call wrote the request (a new one)
+    /// rather than found it standing.
+    fn ask_approval(
+        &self,
+        ask: &ApprovalAsk<'_>,
+        now: Option<Micros>,
+    ) -> Result<(ApprovalRecord, bool)>;
 
     /// A person grants or denies a pending request.
     fn decide_approval(
@@ -42,6 +52,29 @@ pub trait Approvals {
         state: Option<ApprovalState>,
         now: Option<Micros>,
     ) -> Result<Vec<ApprovalRecord>>;
+}
+
+/// The accounts of the people who decide in the console (see [`ApproverRecord`]), kept in the
+/// same database (written once for both backends, in `cold/approvers.rs`).
+pub trait Approvers {
+    /// Create the account `name` (`create`; refused when it exists), or set the secret hash of
+    /// the existing one.
+    fn put_approver(
+        &self,
+        name: &str,
+        secret_hash: &str,
+        create: bool,
+        now: Option<Micros>,
+    ) -> Result<ApproverRecord>;
+
+    /// The account `name`, if there is one.
+    fn get_approver(&self, name: &str) -> Result<Option<ApproverRecord>>;
+
+    /// Every account, by name.
+    fn list_approvers(&self) -> Result<Vec<ApproverRecord>>;
+
+    /// Delete the account `name`; whether there was one.
+    fn remove_approver(&self, name: &str) -> Result<bool>;
 }
 
 /// Receipts: one per committed write, chained per effect key and per approval request (each
@@ -114,7 +147,7 @@ pub trait Retention: Engine {
 ///
 /// `now` overrides the backend's clock (tests move time with it); `None` uses the backend's
 /// clock. `attempt` narrows a compare-and-set to one attempt; the decorator always passes it.
-pub trait Store: Approvals + Receipts + Retention + Engine {
+pub trait Store: Approvals + Approvers + Receipts + Retention + Engine {
     /// The store's location for messages (never a password).
     fn describe(&self) -> String {
         self.location()
@@ -222,9 +255,24 @@ pub trait Store: Approvals + Receipts + Retention + Engine {
         resolver: &str,
         now: Option<Micros>,
     ) -> Result<EffectRecord> {
+        self.resolve_noted(key, target, resolver, None, now)
+    }
+
+    /// [`Store::resolve`], with the person's note (why) kept in the row's error text.
+    fn resolve_noted(
+        &self,
+        key: &str,
+        target: EffectState,
+        resolver: &str,
+        note: Option<&str>,
+        now: Option<Micros>,
+    ) -> Result<EffectRecord> {
         planner::check_resolver(resolver)?;
+        if let Some(note) = note {
+            planner::check_note(note)?;
+        }
         let plan = |found: Option<EffectRecord>, n: Micros| {
-            planner::plan_resolution(found, key, target, resolver, n)
+            planner::plan_resolution_noted(found, key, target, (resolver, note), n)
         };
         let (what, event, now) = ("resolve_effect", Event::Resolution, self.fixed_now(now));
         self.replace_row(RowWrite {
@@ -242,4 +290,4 @@ pub trait Store: Approvals + Receipts + Retention + Engine {
     }
 }
 
-impl<S: Engine + Approvals + Receipts + Retention> Store for S {}
+impl<S: Engine + Approvals + Approvers + Receipts + Retention> Store for S {}

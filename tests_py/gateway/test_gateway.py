@@ -4,6 +4,7 @@ talks to ``ctrlrun gateway`` in its own process, which starts a real upstream MC
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from typing import Optional
@@ -121,6 +122,41 @@ def test_an_approve_action_runs_once_after_a_person_approves(tmp_path, store_url
     assert store.get_approval(info["request_id"]).state.value == "used"
     kinds = [(r.chain, r.kind) for r in store.list_receipts("refund:pi_7")]
     assert ("approval", "consumed") in kinds and ("effect", "outcome") in kinds
+
+
+def test_the_gateways_requests_name_who_asked_who_never_grants_them(tmp_path, store_url, store):
+    rig = Rig(
+        tmp_path,
+        store_url,
+        POLICY.replace(
+            '    effect: "refund:{payment_id}"\n',
+            '    effect: "refund:{payment_id}"\n    decision: approve\n    approvals: 2\n',
+        ),
+        options=["--requested-by", "support-agent"],
+    )
+    (asked,) = rig.calls(("refund", {"payment_id": "pi_8", "amount": 80}))
+    request_id = ctrl(asked)["request_id"]
+    record = store.get_approval(request_id)
+    assert (record.requested_by, record.approvals_needed) == ("support-agent", 2)
+
+    def approve(by: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "ctrlrun", "approve", request_id, "--by", by],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "CTRLRUN_STORE": store_url},
+        )
+
+    own = approve("support-agent")
+    assert own.returncode == 2 and "cannot grant it" in own.stderr
+    assert approve("ops:alice").returncode == 0
+    (still,) = rig.calls(("refund", {"payment_id": "pi_8", "amount": 80}))
+    assert ctrl(still)["refused"] == "approval_required" and rig.runs() == []
+    assert approve("ops:bob").returncode == 0
+    (ran,) = rig.calls(("refund", {"payment_id": "pi_8", "amount": 80}))
+    assert not ran.is_error and len(rig.runs()) == 1
+    assert store.get_approval(request_id).granted_by == ("ops:alice", "ops:bob")
 
 
 def test_a_tool_error_is_ambiguous_unless_the_policy_says_failed(tmp_path, store_url, store):

@@ -5,7 +5,7 @@ already registered is refused at decoration, a tool object is handed to its inte
 
 from __future__ import annotations
 
-from typing import Annotated, NamedTuple, Optional, Tuple
+from typing import Annotated, Any, NamedTuple, Optional, Tuple
 
 import pytest
 from agents import RunContextWrapper
@@ -14,11 +14,13 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import InjectedToolCallId
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from pydantic_ai import Agent, RunContext
+from pydantic_ai import Agent, FunctionToolset, RunContext
 from pydantic_ai.models.test import TestModel
 
 import ctrlrun
 from ctrlrun.errors import EffectKeyError, InvalidArgument
+from ctrlrun.integrations import mcp as ctrlrun_mcp
+from ctrlrun.integrations import pydantic_ai as ctrlrun_pai
 from ctrlrun.integrations._common import answering, protected, refusal_of
 
 
@@ -109,6 +111,81 @@ def test_a_function_a_framework_registered_is_refused_naming_the_order():
         return "ok"
 
     assert protected(refund3) is not None
+
+
+# Held by the module: a registry a global of the frame that decorates.
+MODULE_AGENT = Agent(TestModel())
+MODULE_SERVER = MCPServer("module")
+
+
+def test_a_registered_function_is_refused_wherever_the_frame_holds_its_registry():
+    """The agent, toolset or server is found among the namespaces of the frames calling
+    ``protect``: a module global, a variable of an enclosing function (the decorating
+    function's closure, or a local of a caller still running), a class body's name."""
+    order = r"below @agent\.tool|below @server\.tool\(\)"
+    with pytest.raises(InvalidArgument, match=order):
+
+        @ctrlrun.protect("r", effect="refund:{payment_id}")
+        @MODULE_AGENT.tool_plain
+        def global_agent(payment_id: str) -> str:
+            return "ok"
+
+    with pytest.raises(InvalidArgument, match=order):
+
+        @ctrlrun.protect("r", effect="refund:{payment_id}")
+        @MODULE_SERVER.tool()
+        def global_server(payment_id: str) -> str:
+            return "ok"
+
+    def enclosing() -> None:
+        agent, server, toolset = Agent(TestModel()), MCPServer("shop"), FunctionToolset()
+
+        def closure() -> None:  # the registries are this frame's free variables
+            with pytest.raises(InvalidArgument, match=order):
+
+                @ctrlrun.protect("r", effect="refund:{payment_id}")
+                @agent.tool_plain
+                def on_agent(payment_id: str) -> str:
+                    return "ok"
+
+            with pytest.raises(InvalidArgument, match=order):
+
+                @ctrlrun_pai.protect("r", effect="refund:{payment_id}")
+                @toolset.tool_plain
+                def on_toolset(payment_id: str) -> str:
+                    return "ok"
+
+            with pytest.raises(InvalidArgument, match=order):
+
+                @ctrlrun_mcp.protect("r", effect="refund:{payment_id}")
+                @server.tool()
+                def on_server(payment_id: str) -> str:
+                    return "ok"
+
+        closure()
+
+        def register(register_tool: Any) -> None:  # only the caller's frame holds the registry
+            with pytest.raises(InvalidArgument, match=order):
+
+                @ctrlrun.protect("r", effect="refund:{payment_id}")
+                @register_tool
+                def through_a_caller(payment_id: str) -> str:
+                    return "ok"
+
+        register(agent.tool_plain)
+        register(server.tool())
+
+    enclosing()
+
+    with pytest.raises(InvalidArgument, match=order):
+
+        class Tools:
+            server = MCPServer("in a class")
+
+            @ctrlrun.protect("r", effect="refund:{payment_id}")
+            @server.tool()
+            def in_a_class(payment_id: str) -> str:
+                return "ok"
 
 
 def test_replay_gives_back_the_tuple_a_function_returns(store_url, mode):

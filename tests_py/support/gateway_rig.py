@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Dict, List, Optional
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence
 
 import anyio
 from mcp.client.session import ClientSession
@@ -33,9 +33,15 @@ actions:
 
 class Rig:
     def __init__(
-        self, tmp_path: Path, store_url: str, policy: str, upstream: Optional[List[str]] = None
+        self,
+        tmp_path: Path,
+        store_url: str,
+        policy: str,
+        upstream: Optional[List[str]] = None,
+        options: Sequence[str] = (),
     ) -> None:
         self.upstream = upstream or ["--", sys.executable, str(HERE / "mcp_upstream.py")]
+        self.options = list(options)  # more of the gateway's options
         self.tmp = tmp_path
         self.store_url = store_url
         self.log = tmp_path / "upstream.log"
@@ -65,6 +71,7 @@ class Rig:
                 str(self.policy),
                 "--store",
                 self.store_url,
+                *self.options,
                 *self.upstream,
             ],
             env=env,

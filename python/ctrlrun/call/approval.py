@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from ctrlrun.errors import ActionDenied, ApprovalRequired
+from ctrlrun.notify import hooks as notify
 from ctrlrun.store.api import Store
 from ctrlrun.store.approvals import NOT_BOUND, ApprovalRecord, ApprovalState, approval_from_core
 
@@ -46,16 +47,29 @@ def ask(
     arguments: Dict[str, Any],
     ttl: timedelta,
     not_bound: Tuple[str, ...] = (),
+    requested_by: Optional[str] = None,
+    approvals_needed: int = 1,
 ) -> ApprovalRecord:
     """The request that stands for ``action`` with these arguments, or a new pending one.
     ``not_bound``: the names in ``arguments`` the digest leaves out, kept with them (under a
-    key no parameter can have) so that every reader shows them as not bound."""
+    key no parameter can have) so that every reader shows them as not bound. A new request
+    records ``requested_by`` (who can never grant it) and needs ``approvals_needed``
+    distinct people to grant it."""
     shown = {**arguments, NOT_BOUND: list(not_bound)} if not_bound else arguments
     text = json.dumps(shown, sort_keys=True, separators=(",", ":"))
     t = store.core.request_approval(
-        action, digest, effect_key, text, int(ttl / timedelta(microseconds=1)), store.now_us()
+        action,
+        digest,
+        effect_key,
+        text,
+        int(ttl / timedelta(microseconds=1)),
+        store.now_us(),
+        requested_by,
+        approvals_needed,
     )
-    return approval_from_core(t)
+    record = approval_from_core(t)
+    notify.requested(t.created, record)  # approval.requested, if this call wrote it
+    return record
 
 
 def poll_interval(waited: float) -> float:

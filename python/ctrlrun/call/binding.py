@@ -181,7 +181,9 @@ class KeyBinder:
 
 #: What :meth:`Gate.route` decides for a call: the key binder, the approval's time to live
 #: (``approve`` only) and whether a committed duplicate replays its stored result.
-Route = Tuple["KeyBinder", Optional[timedelta], bool]
+# The binder, for an ``approve`` action the approval's time to live, whether a committed
+# duplicate replays, and how many distinct people must grant an approval.
+Route = Tuple["KeyBinder", Optional[timedelta], bool, int]
 
 
 class Gate:
@@ -250,7 +252,7 @@ class Gate:
                 self._unreserved(self.decision)
                 return None
             ttl = self._ttl(None) if self.decision == "approve" else None
-            return self.own, ttl, self.replay
+            return self.own, ttl, self.replay, 1
         assert policy is not None
         # The policy's decision wins where it states one; an entry that only gives a template
         # leaves the decorator's decision in force.
@@ -278,6 +280,7 @@ class Gate:
             )
         ttl = self._ttl(entry.approval_ttl) if decision == "approve" else None
         replay = self.replay if entry.replay is None else entry.replay
+        approvals = (getattr(entry, "approvals", None) or 1) if decision == "approve" else 1
         if self.own is not None:
             if entry.effect is not None and entry.effect != self.own.template.source:
                 if not self.warned:
@@ -290,7 +293,7 @@ class Gate:
                         PolicyWarning,
                         stacklevel=3,
                     )
-            return self.own, ttl, replay
+            return self.own, ttl, replay, approvals
         if entry.effect is None:
             self._unreserved(decision)
             return None
@@ -298,7 +301,7 @@ class Gate:
         if binder is None:
             binder = KeyBinder(_core.Template(entry.effect), self.fn, self.name)
             self.from_policy[entry.effect] = binder
-        return binder, ttl, replay
+        return binder, ttl, replay, approvals
 
     def _unreserved(self, decision: str) -> None:
         """No template anywhere: the call runs unreserved, which an ``approve`` action must

@@ -84,6 +84,7 @@ def protect(
     wait: Union[int, float] = 0,
     heartbeat: bool = False,
     result_encoder: Optional[Callable[[Any], Any]] = None,
+    requested_by: Optional[str] = None,
 ) -> Callable[[F], F]:
     """Make a side-effecting function run at most once per effect key.
 
@@ -128,6 +129,9 @@ def protect(
             by ``json.dumps`` for each such object, nested ones too). Dataclasses and pydantic
             models need none: they are stored as their JSON form. A value still not JSON is
             stored as its repr. The caller always gets the function's own return value.
+        requested_by: ``approve`` only: who asks, recorded on each approval request (the
+            agent's name, say). That principal can never grant the request (no
+            self-approval), in the console, the CLI or the API.
 
     Every reserved call stores a fingerprint of its arguments (a digest of their canonical
     form, and one per argument). A later call on the same key with different arguments, or
@@ -170,6 +174,7 @@ def protect(
         "wait": wait,
         "heartbeat": heartbeat,
         "result_encoder": result_encoder,
+        "requested_by": requested_by,
     }
     if not isinstance(name, str) or not name.strip() or not name.isprintable():
         raise InvalidArgument(f"protect(): the action name must be a printable str, got {name!r}")
@@ -228,10 +233,23 @@ def protect(
             f"protect({name!r}): heartbeat must be True or False, got {heartbeat!r}"
         )
 
+    if requested_by is not None and (
+        not isinstance(requested_by, str)
+        or not requested_by.strip()
+        or not requested_by.isprintable()
+        or len(requested_by) > 200
+    ):
+        raise InvalidArgument(
+            f"protect({name!r}): requested_by names who asks (one printable line of at most "
+            f"200 characters), got {requested_by!r}"
+        )
+
     def bound(route: Route, args: Any, kwargs: Any) -> Tuple[str, Spec]:
         """The call's key, and what it says about itself (its fingerprint, its approval)."""
         key, arguments = route[0].bind(args, kwargs)
-        spec = Spec(name, arguments, exclude, route[1], timeout, result_encoder)
+        spec = Spec(
+            name, arguments, exclude, route[1], timeout, result_encoder, requested_by, route[3]
+        )
         if route[1] is not None and spec.left_out:
             # an approval binds exactly the arguments a person is shown: none may be left out
             raise InvalidArgument(

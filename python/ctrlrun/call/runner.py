@@ -9,6 +9,7 @@ from ctrlrun.call.approval import refusal, wait_for_decision
 from ctrlrun.call.heartbeat import Heartbeat
 from ctrlrun.call.steps import REFUSALS, Args, Call, Kwargs, through_body
 from ctrlrun.errors import ApprovalNeeded
+from ctrlrun.notify import hooks as notify
 
 
 def run(call: Call, fn: Callable[..., Any], args: Args, kwargs: Kwargs, hb: bool = False) -> Any:
@@ -41,9 +42,11 @@ def run(call: Call, fn: Callable[..., Any], args: Args, kwargs: Kwargs, hb: bool
         if beat is not None:
             beat.stop()
         try:
-            call.record(call.raised(exc))
+            ending = call.raised(exc)
+            call.record(ending)
         except REFUSALS as refused:
             raise through_body(call.refused(refused, exc))  # noqa: B904 - refused() chains
+        notify.recorded(call, ending)  # effect.ambiguous, when the policy says where to
         raise
     finally:
         call.leave()

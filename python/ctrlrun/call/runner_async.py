@@ -20,6 +20,7 @@ from ctrlrun.call.heartbeat import Heartbeat
 from ctrlrun.call.outcome import Outcome
 from ctrlrun.call.steps import OUTCOME_PAUSES, REFUSALS, Call, through_body
 from ctrlrun.errors import ApprovalNeeded
+from ctrlrun.notify import hooks as notify
 from ctrlrun.store.api import Store
 from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
 
@@ -130,8 +131,11 @@ async def _record_raise(call: Call, exc: BaseException) -> None:
     """Record what the executor's exception ``exc`` says; a refused write is raised in its
     place. A cancellation meanwhile lets the write go on in its thread: if ``exc`` is itself
     a cancellation it propagates as it is, else the new cancellation does."""
+    ending = call.raised(exc)
     try:
-        await _finish(_recording(call, call.raised(exc)))
+        written = _recording(call, ending)
+        notify.on_written(call, ending, written)  # effect.ambiguous once an ambiguous one lands
+        await _finish(written)
     except REFUSALS as refused:
         raise through_body(call.refused(refused, exc))  # noqa: B904 - refused() chains
     except asyncio.CancelledError:

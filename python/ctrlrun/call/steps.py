@@ -135,18 +135,21 @@ def after_refusal(
 class Spec:
     """What a protected call says about itself besides its key: its action name, its
     arguments (``parts``: name and canonical JSON text, which the core hashes onto the row),
-    and for an ``approve`` action the approval's time to live and how long to wait for a
-    decision."""
+    and for an ``approve`` action the approval's time to live, how long to wait for a
+    decision, who asks (``requested_by``, who can never grant it) and how many distinct people
+    must grant it."""
 
     __slots__ = (
         "action",
         "approval_timeout",
         "approval_ttl",
+        "approvals_needed",
         "arguments",
         "encoder",
         "exclude",
         "left_out",
         "parts",
+        "requested_by",
     )
 
     def __init__(
@@ -157,6 +160,8 @@ class Spec:
         approval_ttl: Optional[timedelta],
         approval_timeout: float,
         encoder: Optional[Callable[[Any], Any]] = None,
+        requested_by: Optional[str] = None,
+        approvals_needed: int = 1,
     ) -> None:
         self.encoder = encoder
         self.action = action
@@ -165,6 +170,8 @@ class Spec:
         self.parts, self.left_out = texts(arguments, exclude)
         self.approval_ttl = approval_ttl
         self.approval_timeout = approval_timeout
+        self.requested_by = requested_by
+        self.approvals_needed = approvals_needed
 
     def fingerprint(self) -> Fingerprint:
         """The whole fingerprint (digests and what an approver is shown): asked for only by an
@@ -232,6 +239,8 @@ class Call:
             fp.arguments,
             spec.approval_ttl,
             fp.not_bound,
+            spec.requested_by,
+            spec.approvals_needed,
         )
 
     def granted(self, record: ApprovalRecord) -> None:

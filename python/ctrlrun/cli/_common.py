@@ -4,6 +4,7 @@ the one-line error exit, and times as ISO text."""
 from __future__ import annotations
 
 import enum
+import getpass
 import os
 import sys
 from datetime import datetime
@@ -65,3 +66,13 @@ def as_json(record: Any, names: str) -> Dict[str, Any]:
 def iso(dt: Optional[datetime]) -> Optional[str]:
     """An aware UTC datetime as ISO text ending in ``Z``, or ``None``."""
     return None if dt is None else dt.isoformat().replace("+00:00", "Z")
+
+
+def cli_user() -> str:
+    """Who a command records when no ``--by`` is given: ``cli:<OS user>``. It is what the OS
+    says the user is, not an authentication: anyone who can reach the store can write any
+    name (docs/console.md, "What the CLI's identity means")."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except Exception:  # no user name the OS can give (no passwd entry, no LOGNAME)
+        return "cli:unknown"

@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional
 
 import click
 
-from ctrlrun.cli._common import as_json, die, iso, open_existing, store_option
+from ctrlrun.cli._common import as_json, cli_user, die, iso, open_existing, store_option
 from ctrlrun.cli.table import printable
 from ctrlrun.errors import CTRLRunError
 from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
@@ -103,16 +103,21 @@ def _decision(grant: bool, who: str, doc: str) -> click.Command:
 
     @click.command("approve" if grant else "deny", help=doc)
     @click.argument("request_id")
-    @click.option("--by", "by", metavar="NAME", required=True, help=who)
+    @click.option("--by", "by", metavar="NAME", default=None, help=who)
     @click.option("--note", metavar="TEXT", default=None, help="Why (kept on the request).")
     @store_option
-    def command(request_id: str, by: str, note: Optional[str], store_url: Optional[str]) -> None:
-        decide(grant, request_id, by, note, store_url)
+    def command(
+        request_id: str, by: Optional[str], note: Optional[str], store_url: Optional[str]
+    ) -> None:
+        decide(grant, request_id, by or cli_user(), note, store_url)
 
     return command
 
 
 approve = _decision(
-    True, "Who approves.", "Grant a pending approval request (single use: one run of its call)."
+    True,
+    "Who approves (default cli:<OS user>).",
+    "Grant a pending approval request (single use: one run of its call). An action that "
+    "needs several approvers is granted once that many distinct people have.",
 )
-deny = _decision(False, "Who denies.", "Deny a pending approval request.")
+deny = _decision(False, "Who denies (default cli:<OS user>).", "Deny a pending approval request.")

@@ -3,6 +3,7 @@ each tool call the policy gives an effect template (see ``ctrlrun.gateway``)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from typing import Any, Optional, Tuple
@@ -39,6 +40,13 @@ _ALIAS = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
     help="How long a forwarded call may take (per action: call_timeout).",
 )
 @click.option(
+    "--requested-by",
+    metavar="NAME",
+    default=None,
+    help="Who asks for the approvals of the calls relayed (the agent's name): recorded on "
+    "each request, and never able to grant it.",
+)
+@click.option(
     "--upstream-url",
     metavar="URL",
     default=None,
@@ -58,6 +66,7 @@ def gateway(
     alias: str,
     policy: Optional[str],
     call_timeout: float,
+    requested_by: Optional[str],
     upstream_url: Optional[str],
     listen: Optional[str],
     store_url: Optional[str],
@@ -73,6 +82,10 @@ def gateway(
     if bool(upstream) == (upstream_url is not None):
         die("name the upstream once: a command after `--`, or --upstream-url")
     address = _address(listen) if listen is not None else None
+    if requested_by is not None and (
+        not requested_by.strip() or not requested_by.isprintable() or len(requested_by) > 200
+    ):
+        die(f"--requested-by {requested_by!r}: one printable line of at most 200 characters")
     try:
         import anyio
 
@@ -104,7 +117,15 @@ def gateway(
     shown = redacted(upstream_url) if upstream_url is not None else None
     what = shown or (command[0] if command else "")
     try:
-        anyio.run(_gateway_serve.serve, alias, store, command, upstream_url, address, call_timeout)
+        anyio.run(
+            functools.partial(_gateway_serve.serve, requested_by=requested_by),
+            alias,
+            store,
+            command,
+            upstream_url,
+            address,
+            call_timeout,
+        )
     except KeyboardInterrupt:
         pass
     except BaseException as exc:  # the task groups wrap what failed in exception groups

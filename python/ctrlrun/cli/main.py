@@ -6,7 +6,6 @@ refused request or an unreachable store (one line on stderr, no traceback).
 
 from __future__ import annotations
 
-import getpass
 import json
 import sys
 from datetime import datetime, timezone
@@ -15,7 +14,7 @@ from typing import Any, Dict, List, Optional
 import click
 
 from ctrlrun.cli import approvals, console, gateway, receipts, retention
-from ctrlrun.cli._common import as_json, die, open_existing, store_option
+from ctrlrun.cli._common import as_json, cli_user, die, open_existing, store_option
 from ctrlrun.cli.table import lease_text, printable, table
 from ctrlrun.errors import CTRLRunError
 from ctrlrun.store.records import EffectRecord, EffectState
@@ -122,9 +121,15 @@ def effects_show(key: str, as_json: bool, store_url: Optional[str]) -> None:
 @click.option(
     "--by", "resolver", metavar="NAME", default=None, help="Who decided (default cli:<OS user>)."
 )
+@click.option("--note", metavar="TEXT", default=None, help="Why (kept on the record).")
 @store_option
 def resolve(
-    key: str, committed: bool, failed: bool, resolver: Optional[str], store_url: Optional[str]
+    key: str,
+    committed: bool,
+    failed: bool,
+    resolver: Optional[str],
+    note: Optional[str],
+    store_url: Optional[str],
 ) -> None:
     """Settle an ambiguous effect (or a held one whose lease lapsed) as committed or failed,
     after checking the remote system."""
@@ -132,13 +137,10 @@ def resolve(
         raise click.UsageError("say what happened: exactly one of --committed or --failed")
     target = "committed" if committed else "failed"
     if resolver is None:
-        try:
-            resolver = f"cli:{getpass.getuser()}"
-        except Exception:
-            resolver = "cli:unknown"
+        resolver = cli_user()
     store = open_existing(store_url)
     try:
-        rec = store.resolve_effect(key, target, resolver)
+        rec = store.resolve_effect(key, target, resolver, note)
     except CTRLRunError as exc:
         die(str(exc))
     click.echo(f"{rec.effect_key}: {rec.state.value} (resolved by {rec.resolved_by})")

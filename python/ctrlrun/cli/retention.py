@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 import json
 import re
 import sys
@@ -11,7 +10,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import click
 
-from ctrlrun.cli._common import die, open_existing, store_option
+from ctrlrun.cli._common import cli_user, die, open_existing, store_option
 from ctrlrun.errors import CTRLRunError
 from ctrlrun.store.retention import PRUNABLE_STATES
 
@@ -48,10 +47,7 @@ class Age(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.3 
 
 
 def _who() -> str:
-    try:
-        return f"cli:{getpass.getuser()}"
-    except Exception:
-        return "cli:unknown"
+    return cli_user()
 
 
 @click.command("prune")

@@ -84,8 +84,12 @@ class Gateway:
         call_timeout: float,
         tools: List[types.Tool],
         relay: Optional[Relay] = None,
+        requested_by: Optional[str] = None,
     ) -> None:
         self.alias = alias
+        #: Who asks for the approvals this gateway's calls need (``--requested-by``): that
+        #: principal can never grant them.
+        self.requested_by = requested_by
         self.relay = relay or Relay()
         self.relay.tools_changed = self.forget_tools
         self.store = store
@@ -245,7 +249,15 @@ class Gateway:
                 if entry.decision == "approve"
                 else None
             )
-            spec = Spec(action, arguments, frozenset(), ttl, 0.0)
+            spec = Spec(
+                action,
+                arguments,
+                frozenset(),
+                ttl,
+                0.0,
+                requested_by=self.requested_by,
+                approvals_needed=getattr(entry, "approvals", None) or 1,
+            )
         except CTRLRunError as exc:
             return Forwarded(action, None, "invalid", f"{exc}; nothing was sent")
         if ttl is not None and spec.left_out:

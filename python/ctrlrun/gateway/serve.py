@@ -133,6 +133,7 @@ async def serve(
     url: Optional[str],
     listen: Optional[Tuple[str, int]],
     call_timeout: float,
+    requested_by: Optional[str] = None,
 ) -> None:
     """Start the upstream, then serve agents (on this process's stdin and stdout, or over
     streamable HTTP on ``listen``) until they are done."""
@@ -160,7 +161,14 @@ async def serve(
                     file=sys.stderr,
                     flush=True,
                 )
-                gateway = Gateway(alias, store, Upstream(None, None, down=why), call_timeout, [])
+                gateway = Gateway(
+                    alias,
+                    store,
+                    Upstream(None, None, down=why),
+                    call_timeout,
+                    [],
+                    requested_by=requested_by,
+                )
                 await _run(
                     Server(
                         f"ctrlrun-gateway-{alias}",
@@ -173,7 +181,9 @@ async def serve(
                 return
             assert upstream.session is not None
             announce(alias, store, shown, tools)
-            gateway = Gateway(alias, store, upstream, call_timeout, tools, relay)
+            gateway = Gateway(
+                alias, store, upstream, call_timeout, tools, relay, requested_by=requested_by
+            )
 
             async def reconnect() -> None:
                 # A new connection in a task of its own, as the first; bounded as the first.

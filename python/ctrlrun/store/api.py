@@ -12,7 +12,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
 from ctrlrun import _core
 from ctrlrun.errors import InvalidArgument
+from ctrlrun.notify import hooks as notify
 from ctrlrun.store.approvals import ApprovalRecord, approval_from_core
+from ctrlrun.store.approvers import ApproverMethods
 from ctrlrun.store.decode import record_from_core
 from ctrlrun.store.durations import to_micros
 from ctrlrun.store.receipts import ReceiptMethods
@@ -77,7 +79,7 @@ def lease_to_micros(lease: Union[timedelta, int, float], what: str = "lease") ->
     return to_micros(lease, what, _MAX_LEASE_US, "ten years")
 
 
-class Store(ReceiptMethods, RetentionMethods):
+class Store(ReceiptMethods, RetentionMethods, ApproverMethods):
     """A durable table of effect records (SQLite file or PostgreSQL database).
 
     Safe to share across threads; every call releases the GIL while it waits on the database.
@@ -214,7 +216,7 @@ class Store(ReceiptMethods, RetentionMethods):
 
     @_api
     def resolve_effect(
-        self, key: str, state: Union[EffectState, str], resolver: str
+        self, key: str, state: Union[EffectState, str], resolver: str, note: Optional[str] = None
     ) -> EffectRecord:
         """A person settles an ``ambiguous`` effect as ``committed`` or ``failed``.
 
@@ -222,8 +224,12 @@ class Store(ReceiptMethods, RetentionMethods):
         settled the same way: the lapse and the resolution are written together. ``resolver``
         names who decided, one printable line (``"ops:alice"``). Anything else (a live lease,
         ``committed``, ``failed``) is refused with ``InvalidArgument`` naming the state found.
+        ``note``: why (one line, at most 2,000 characters), kept after the resolution in the
+        record's ``error`` text.
         """
-        return record_from_core(self.core.resolve(key, _state_text(state), resolver, self.now_us()))
+        return record_from_core(
+            self.core.resolve(key, _state_text(state), resolver, self.now_us(), note)
+        )
 
     @_api
     def get_effect(self, key: str) -> Optional[EffectRecord]:
@@ -267,7 +273,6 @@ class Store(ReceiptMethods, RetentionMethods):
         return self._decide(request_id, False, by, note)
 
     def _decide(self, request_id: str, grant: bool, by: str, note: Optional[str]) -> ApprovalRecord:
-
         try:
             t = self.core.decide_approval(request_id, grant, by, note, self.now_us())
         except UnicodeEncodeError:
@@ -280,7 +285,7 @@ class Store(ReceiptMethods, RetentionMethods):
             raise InvalidArgument(
                 f"the request id, name and note must be str: {exc}; nothing was written"
             ) from None
-        return approval_from_core(t)
+        return notify.decided(approval_from_core(t))  # approval.granted / approval.denied
 
     def close(self) -> None:
         """Release the store's connections; later calls raise ``InvalidArgument``."""

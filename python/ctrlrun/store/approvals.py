@@ -50,6 +50,12 @@ class ApprovalRecord:
         ttl: how long a request waits, and a decision stands.
         decided_at / decided_by / note: the person's decision, if any.
         used_at / used_by: when and by which attempt (action id) the grant was used.
+        requested_by: who asked (the decorator's or gateway's ``requested_by``, e.g. the
+            agent's name), or ``None``; they can never grant it.
+        approvals_needed: how many distinct people must grant it (the policy's
+            ``approvals:``); until then it stays ``pending``.
+        granted_by: who granted it so far, in order (``decided_by`` is the latest of them
+            while it is pending).
     """
 
     request_id: str
@@ -67,6 +73,9 @@ class ApprovalRecord:
     used_at: Optional[datetime]
     used_by: Optional[str]
     not_bound: Tuple[str, ...] = ()
+    requested_by: Optional[str] = None
+    approvals_needed: int = 1
+    granted_by: Tuple[str, ...] = ()
 
     def to_json(self) -> Dict[str, Any]:
         """A JSON-ready dict (times as ISO 8601 text)."""
@@ -97,4 +106,6 @@ def approval_from_core(row: _core.ApprovalRow) -> ApprovalRecord:
     if isinstance(shown, dict) and NOT_BOUND in shown:
         names = shown.pop(NOT_BOUND)
         not_bound = tuple(str(n) for n in names) if isinstance(names, list) else ()
-    return from_row(ApprovalRecord, row, arguments=shown, not_bound=not_bound)
+    return from_row(
+        ApprovalRecord, row, arguments=shown, not_bound=not_bound, granted_by=tuple(row.granted_by)
+    )

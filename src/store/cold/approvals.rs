@@ -16,11 +16,11 @@ fn first(rows: Vec<ApprovalRecord>) -> Option<ApprovalRecord> {
 }
 
 impl<S: ColdStore> Approvals for S {
-    fn request_approval(
+    fn ask_approval(
         &self,
         ask: &ApprovalAsk<'_>,
         now: Option<Micros>,
-    ) -> Result<ApprovalRecord> {
+    ) -> Result<(ApprovalRecord, bool)> {
         request(self, ask, now)
     }
 
@@ -53,12 +53,15 @@ impl<S: ColdStore> Approvals for S {
     }
 }
 
+/// The request that stands for `ask`, or a new one; and whether it is new (written by this
+/// call).
 fn request<S: ColdStore>(
     s: &S,
     ask: &ApprovalAsk<'_>,
     now: Option<Micros>,
-) -> Result<ApprovalRecord> {
+) -> Result<(ApprovalRecord, bool)> {
     const WHAT: &str = "request_approval";
+    let created = std::cell::Cell::new(false);
     let fixed = s.fixed_now(now);
     let id = new_request_id()?;
     let call = Pick::Latest(ask.action, ask.args_digest, ask.effect_key);
@@ -77,6 +80,7 @@ fn request<S: ColdStore>(
                     tx.cas_approval(from, &old, now).map_err(fail)?;
                 }
                 if tx.insert_approval(&new, now).map_err(fail)? == 1 {
+                    created.set(true);
                     return Ok(new);
                 }
                 // Another caller's request for the same action and arguments won the unique
@@ -95,7 +99,8 @@ fn request<S: ColdStore>(
     // a request that stands wrote nothing; a new one landed if it is there
     let landed =
         |found: &ApprovalRecord, ours: &ApprovalRecord| found.request_id == ours.request_id;
-    write(s, WHAT, &id, body, landed)
+    let found = write(s, WHAT, &id, body, landed)?;
+    Ok((found, created.get()))
 }
 
 /// A person's decision `(grant, by, note)` on the pending request `id`.

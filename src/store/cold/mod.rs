@@ -2,6 +2,7 @@
 //! both backends implement ([`tx`]), and the columns and row decoding they share ([`rows`]).
 
 mod approvals;
+mod approvers;
 mod receipts;
 pub(crate) mod rows;
 mod tx;

@@ -1,7 +1,7 @@
 //! The columns both backends read, in one order, their decoding into records, and the values
 //! the approval writes bind, in their statements' parameter order.
 
-use crate::approval::{ApprovalRecord, ApprovalState};
+use crate::approval::{ApprovalRecord, ApprovalState, ApproverRecord};
 use crate::planner::Expected;
 use crate::receipt::{self, Event, Receipt};
 use crate::record::{EffectRecord, EffectState, Micros};
@@ -23,7 +23,10 @@ pub(crate) const EFFECT_COLUMNS: &str = effect_columns!();
 /// An approval request's columns, in [`approval`]'s order.
 pub(crate) const APPROVAL_COLUMNS: &str = "request_id, action, args_digest, effect_key, \
      arguments, state, requested_at, ttl, expires_at, decided_at, decided_by, note, used_at, \
-     used_by";
+     used_by, requested_by, approvals_needed, granted_by";
+
+/// An approver account's columns, in [`approver`]'s order.
+pub(crate) const APPROVER_COLUMNS: &str = "name, secret_hash, created_at, updated_at";
 
 /// A receipt's columns, in [`receipt`]'s order.
 pub(crate) const RECEIPT_COLUMNS: &str = "id, chain, effect_key, request_id, seq, prev_hash, \
@@ -92,6 +95,23 @@ pub(crate) fn approval<C: Cells>(row: &C) -> Result<ApprovalRecord, C::Err> {
         note: row.opt_text(11)?,
         used_at: row.opt_int(12)?,
         used_by: row.opt_text(13)?,
+        requested_by: row.opt_text(14)?,
+        // A request written before version 6 of the schema needed one approver.
+        approvals_needed: row.opt_int(15)?.unwrap_or(1),
+        granted_by: row
+            .opt_text(16)?
+            .map(|t| t.split('\n').map(str::to_owned).collect())
+            .unwrap_or_default(),
+    })
+}
+
+/// A row of [`APPROVER_COLUMNS`].
+pub(crate) fn approver<C: Cells>(row: &C) -> Result<ApproverRecord, C::Err> {
+    Ok(ApproverRecord {
+        name: row.text(0)?,
+        secret_hash: row.text(1)?,
+        created_at: row.int(2)?,
+        updated_at: row.int(3)?,
     })
 }
 
@@ -167,12 +187,14 @@ pub(crate) fn expected_values<'a>(
     ]
 }
 
-/// The values of an approval request's `INSERT`: [`APPROVAL_COLUMNS`], then the time written,
-/// the receipt's event and the writing process.
+/// The values of an approval request's `INSERT`: [`APPROVAL_COLUMNS`] up to `used_by`, the
+/// time written, the receipt's event and the writing process, then `requested_by`,
+/// `approvals_needed` and `granted_by`.
 pub(crate) fn approval_insert<'a>(
     r: &'a ApprovalRecord,
     now: Micros,
     writer: &'a str,
+    granted: Option<&'a str>,
 ) -> Vec<Value<'a>> {
     let mut values = vec![
         text(&r.request_id),
@@ -186,22 +208,35 @@ pub(crate) fn approval_insert<'a>(
     ];
     values.extend(decided(r));
     values.extend(written(r, now, writer));
+    values.extend([
+        Value::Text(r.requested_by.as_deref()),
+        Value::Int(Some(r.approvals_needed)),
+        Value::Text(granted),
+    ]);
     values
+}
+
+/// Who granted so far, one per line (a name is one line), or none: the `granted_by` text the
+/// writes bind.
+pub(crate) fn granted_text(r: &ApprovalRecord) -> Option<String> {
+    (!r.granted_by.is_empty()).then(|| r.granted_by.join("\n"))
 }
 
 /// The values of an approval request's compare-and-set from state `from`: the fields a
 /// decision or a use writes, the request and its expected state, the time written, the
-/// receipt's event and the writing process.
+/// receipt's event and the writing process, then `granted_by`.
 pub(crate) fn approval_cas<'a>(
     from: ApprovalState,
     r: &'a ApprovalRecord,
     now: Micros,
     writer: &'a str,
+    granted: Option<&'a str>,
 ) -> Vec<Value<'a>> {
     let mut values = vec![text(r.state.as_str())];
     values.extend(decided(r));
     values.extend([text(&r.request_id), text(from.as_str())]);
     values.extend(written(r, now, writer));
+    values.push(Value::Text(granted));
     values
 }
 
@@ -221,7 +256,13 @@ fn decided(r: &ApprovalRecord) -> [Value<'_>; 6] {
 fn written<'a>(r: &ApprovalRecord, now: Micros, writer: &'a str) -> [Value<'a>; 3] {
     [
         Value::Int(Some(now)),
-        text(receipt::approval_event(r.state)),
+        text(
+            if r.state == ApprovalState::Pending && !r.granted_by.is_empty() {
+                receipt::GRANTED_IN_PART
+            } else {
+                receipt::approval_event(r.state)
+            },
+        ),
         text(writer),
     ]
 }

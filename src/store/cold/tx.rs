@@ -3,7 +3,7 @@
 //! ([`ColdStore`]). The read-plan-write logic over them is written once, in this module's
 //! siblings; only the statements' text stays with each backend.
 
-use crate::approval::{ApprovalRecord, ApprovalState};
+use crate::approval::{ApprovalRecord, ApprovalState, ApproverRecord};
 use crate::error::{Error, Result};
 use crate::receipt::Receipt;
 use crate::record::Micros;
@@ -69,6 +69,16 @@ pub(crate) trait ColdTx {
         r: &ApprovalRecord,
         now: Micros,
     ) -> Result<u64, Self::Err>;
+
+    /// The approver accounts, by name (only `name`'s when given).
+    fn approvers(&mut self, name: Option<&str>) -> Result<Vec<ApproverRecord>, Self::Err>;
+
+    /// Insert the account `r` unless its name has one (`create`), or else write its secret
+    /// hash and update time over the account of that name: rows written.
+    fn put_approver(&mut self, r: &ApproverRecord, create: bool) -> Result<u64, Self::Err>;
+
+    /// Delete the account `name`: rows deleted.
+    fn delete_approver(&mut self, name: &str) -> Result<u64, Self::Err>;
 
     /// Hold the effect row of `key` (if any) until the transaction ends, so that a prune
     /// cannot remove it under a request being made for it.

@@ -8,13 +8,13 @@ use tokio_postgres::Row;
 use super::client::{Client, PgError};
 use super::sql::{typed, Sql};
 use super::store::{check_key, PostgresStore};
-use crate::approval::{ApprovalRecord, ApprovalState};
+use crate::approval::{ApprovalRecord, ApprovalState, ApproverRecord};
 use crate::env::holder;
 use crate::error::{Error, Result};
 use crate::planner::{self, Proposal};
 use crate::receipt::Receipt;
 use crate::record::Micros;
-use crate::store::cold::rows::{self, Cells, APPROVAL_COLUMNS, RECEIPT_COLUMNS};
+use crate::store::cold::rows::{self, Cells, APPROVAL_COLUMNS, APPROVER_COLUMNS, RECEIPT_COLUMNS};
 use crate::store::cold::{At, ColdStore, ColdTx, Pick};
 use crate::store::recovery::Commit;
 
@@ -101,11 +101,13 @@ impl ColdTx for PgTx<'_> {
 
     fn insert_approval(&mut self, r: &ApprovalRecord, now: Micros) -> Fallible<u64> {
         let writer = holder();
-        let values = rows::approval_insert(r, now, &writer);
+        let granted = rows::granted_text(r);
+        let values = rows::approval_insert(r, now, &writer, granted.as_deref());
         let sql = format!(
             "INSERT INTO {table} ({APPROVAL_COLUMNS}, updated_at, last_event, written_by, \
              receipt_seq, receipt_prev, receipt_hash) VALUES \
-             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, 1, \
+             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $18, $19, $20, $15, \
+             $16, $17, 1, \
              NULL, {hash}('approval', $4, $1, '1', NULL, $15::text, $16, $2, $14, NULL, $6, $3, \
              $1, $11, $17)) ON CONFLICT DO NOTHING",
             table = self.sql.approvals,
@@ -121,11 +123,12 @@ impl ColdTx for PgTx<'_> {
         now: Micros,
     ) -> Fallible<u64> {
         let writer = holder();
-        let values = rows::approval_cas(from, r, now, &writer);
+        let granted = rows::granted_text(r);
+        let values = rows::approval_cas(from, r, now, &writer, granted.as_deref());
         let sql = format!(
             "UPDATE {table} SET state = $1, expires_at = $2, decided_at = $3, decided_by = $4, \
              note = $5, used_at = $6, used_by = $7, updated_at = $10, last_event = $11, \
-             written_by = $12, receipt_seq = COALESCE(receipt_seq, 0) + 1, \
+             written_by = $12, granted_by = $13, receipt_seq = COALESCE(receipt_seq, 0) + 1, \
              receipt_prev = receipt_hash, receipt_hash = {hash}('approval', effect_key, \
              request_id, (COALESCE(receipt_seq, 0) + 1)::text, receipt_hash, $10::text, $11, \
              action, $7, NULL, $1, args_digest, request_id, $4, $12) \
@@ -134,6 +137,46 @@ impl ColdTx for PgTx<'_> {
             hash = self.sql.receipt_hash
         );
         Ok(self.c.execute_typed(&sql, &typed(&values))?)
+    }
+
+    fn approvers(&mut self, name: Option<&str>) -> Fallible<Vec<ApproverRecord>> {
+        let sql = format!(
+            "SELECT {APPROVER_COLUMNS} FROM {} WHERE $1::text IS NULL OR name = $1 ORDER BY name",
+            self.sql.approvers
+        );
+        decode(
+            self.c.query_typed(&sql, &[(&name, Type::TEXT)])?,
+            rows::approver,
+        )
+    }
+
+    fn put_approver(&mut self, r: &ApproverRecord, create: bool) -> Fallible<u64> {
+        let table = &self.sql.approvers;
+        if create {
+            let sql = format!(
+                "INSERT INTO {table} (name, secret_hash, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO NOTHING"
+            );
+            let params: [(&(dyn ToSql + Sync), Type); 4] = [
+                (&r.name, Type::TEXT),
+                (&r.secret_hash, Type::TEXT),
+                (&r.created_at, Type::INT8),
+                (&r.updated_at, Type::INT8),
+            ];
+            return Ok(self.c.execute_typed(&sql, &params)?);
+        }
+        let sql = format!("UPDATE {table} SET secret_hash = $2, updated_at = $3 WHERE name = $1");
+        let params: [(&(dyn ToSql + Sync), Type); 3] = [
+            (&r.name, Type::TEXT),
+            (&r.secret_hash, Type::TEXT),
+            (&r.updated_at, Type::INT8),
+        ];
+        Ok(self.c.execute_typed(&sql, &params)?)
+    }
+
+    fn delete_approver(&mut self, name: &str) -> Fallible<u64> {
+        let sql = format!("DELETE FROM {} WHERE name = $1", self.sql.approvers);
+        Ok(self.c.execute_typed(&sql, &[(&name, Type::TEXT)])?)
     }
 
     /// `FOR KEY SHARE` on the key's effect row: a prune that locked it first removes it before

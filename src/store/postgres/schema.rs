@@ -9,13 +9,13 @@ use super::conn::describe;
 use crate::error::{Error, Result};
 
 /// The schema version this build writes (`ctrlrun_meta.schema_version`).
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// How each older version is brought to the next (`MIGRATIONS[v - 1]` takes version `v` to
 /// `v + 1`), all in one transaction with the version's update. `{t}` is the effects table, `{a}`
-/// the approvals table, `{r}` the receipts table, `{s}` the schema (quoted). A new schema gets
+/// the approvals table, `{r}` the receipts table, `{p}` the approvers table, `{s}` the schema (quoted). A new schema gets
 /// version 1's tables and then every step.
-const MIGRATIONS: [&str; 6] = [
+const MIGRATIONS: [&str; 7] = [
     // 1 -> 2: the per-attempt token (rows written before keep NULL).
     "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS attempt_token text",
     // 2 -> 3: who holds a key and with which arguments; approvals.
@@ -157,6 +157,16 @@ const MIGRATIONS: [&str; 6] = [
     // functions, whose plans the server keeps per session (see `Sql::functions`). Processes
     // of version 6 go on sending the statements themselves.
     "{hot_functions}",
+    // 7 -> 8: who asked for a request, how many distinct people must grant it and who did
+    // (one name per line); the accounts of the people who decide in the console.
+    "ALTER TABLE {a} ADD COLUMN IF NOT EXISTS requested_by text,
+         ADD COLUMN IF NOT EXISTS approvals_needed bigint,
+         ADD COLUMN IF NOT EXISTS granted_by text;
+     CREATE TABLE IF NOT EXISTS {p} (
+         name        text   NOT NULL PRIMARY KEY,
+         secret_hash text   NOT NULL,
+         created_at  bigint NOT NULL,
+         updated_at  bigint NOT NULL)",
 ];
 
 pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) -> Result<()> {
@@ -326,6 +336,7 @@ fn migrate(client: &mut Client, schema: &str) -> std::result::Result<(), PgError
         let table = format!("\"{schema}\".ctrlrun_effects");
         let approvals = format!("\"{schema}\".ctrlrun_approvals");
         let receipts = format!("\"{schema}\".ctrlrun_receipts");
+        let approvers = format!("\"{schema}\".ctrlrun_approvers");
         let quoted = format!("\"{schema}\"");
         for step in &MIGRATIONS[(version - 1) as usize..] {
             let step = step
@@ -334,6 +345,7 @@ fn migrate(client: &mut Client, schema: &str) -> std::result::Result<(), PgError
                 .replace("{t}", &table)
                 .replace("{a}", &approvals)
                 .replace("{r}", &receipts)
+                .replace("{p}", &approvers)
                 .replace("{s}", &quoted);
             client.batch_execute("a schema migration", &step)?;
         }

@@ -36,6 +36,8 @@ pub(super) use super::statements::{now_expr, COLUMNS};
 pub(super) struct Sql {
     /// The approvals table, schema-qualified (its statements are in `approvals.rs`).
     pub(super) approvals: String,
+    /// The approver accounts, schema-qualified.
+    pub(super) approvers: String,
     /// The receipts table and the function that hashes a receipt (see [`crate::receipt`]),
     /// schema-qualified.
     pub(super) receipt_hash: String,
@@ -53,6 +55,7 @@ impl Sql {
         let s = Statements::new(schema);
         Sql {
             approvals: format!("\"{schema}\".ctrlrun_approvals"),
+            approvers: format!("\"{schema}\".ctrlrun_approvers"),
             receipts: format!("\"{schema}\".ctrlrun_receipts"),
             receipt_hash: format!("\"{schema}\".ctrlrun_receipt_hash"),
             effects: format!("\"{schema}\".ctrlrun_effects"),

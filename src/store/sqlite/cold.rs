@@ -6,13 +6,15 @@ use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{params_from_iter, Connection, Row};
 
 use super::store::SqliteStore;
-use crate::approval::{ApprovalRecord, ApprovalState};
+use crate::approval::{ApprovalRecord, ApprovalState, ApproverRecord};
 use crate::env::{holder, now_micros};
 use crate::error::{Error, Result};
 use crate::planner;
 use crate::receipt::Receipt;
 use crate::record::Micros;
-use crate::store::cold::rows::{self, Cells, Value, APPROVAL_COLUMNS, RECEIPT_COLUMNS};
+use crate::store::cold::rows::{
+    self, Cells, Value, APPROVAL_COLUMNS, APPROVER_COLUMNS, RECEIPT_COLUMNS,
+};
 use crate::store::cold::{At, ColdStore, ColdTx, Pick};
 use crate::store::recovery::Commit;
 
@@ -50,7 +52,8 @@ fn insert_approval() -> String {
     format!(
         "INSERT INTO ctrlrun_approvals ({APPROVAL_COLUMNS}, updated_at, last_event, written_by, \
          receipt_seq, receipt_prev, receipt_hash) VALUES \
-         (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, 1, NULL, \
+         (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?18, ?19, ?20, ?15, ?16, \
+         ?17, 1, NULL, \
          ctrlrun_receipt_hash('approval', ?4, ?1, 1, NULL, ?15, ?16, ?2, ?14, NULL, ?6, ?3, \
          ?1, ?11, ?17))"
     )
@@ -59,7 +62,7 @@ fn insert_approval() -> String {
 /// An approval request's compare-and-set ([`rows::approval_cas`]'s values).
 const CAS_APPROVAL: &str = "UPDATE ctrlrun_approvals SET state = ?1, expires_at = ?2, \
      decided_at = ?3, decided_by = ?4, note = ?5, used_at = ?6, used_by = ?7, updated_at = ?10, \
-     last_event = ?11, written_by = ?12, receipt_seq = COALESCE(receipt_seq, 0) + 1, \
+     last_event = ?11, written_by = ?12, granted_by = ?13, receipt_seq = COALESCE(receipt_seq, 0) + 1, \
      receipt_prev = receipt_hash, receipt_hash = ctrlrun_receipt_hash('approval', effect_key, \
      request_id, COALESCE(receipt_seq, 0) + 1, receipt_hash, ?10, ?11, action, ?7, NULL, ?1, \
      args_digest, request_id, ?4, ?12) WHERE request_id = ?8 AND state = ?9";
@@ -106,7 +109,8 @@ impl ColdTx for SqliteTx<'_> {
 
     fn insert_approval(&mut self, r: &ApprovalRecord, now: Micros) -> rusqlite::Result<u64> {
         let writer = holder();
-        let values = rows::approval_insert(r, now, &writer);
+        let granted = rows::granted_text(r);
+        let values = rows::approval_insert(r, now, &writer, granted.as_deref());
         let n = self
             .c
             .prepare_cached(&insert_approval())?
@@ -121,11 +125,52 @@ impl ColdTx for SqliteTx<'_> {
         now: Micros,
     ) -> rusqlite::Result<u64> {
         let writer = holder();
-        let values = rows::approval_cas(from, r, now, &writer);
+        let granted = rows::granted_text(r);
+        let values = rows::approval_cas(from, r, now, &writer, granted.as_deref());
         let n = self
             .c
             .prepare_cached(CAS_APPROVAL)?
             .execute(params_from_iter(values))?;
+        Ok(n as u64)
+    }
+
+    fn approvers(&mut self, name: Option<&str>) -> rusqlite::Result<Vec<ApproverRecord>> {
+        let sql = format!(
+            "SELECT {APPROVER_COLUMNS} FROM ctrlrun_approvers WHERE ?1 IS NULL OR name = ?1 \
+             ORDER BY name"
+        );
+        self.all(&sql, [name], |r| rows::approver(r))
+    }
+
+    fn put_approver(&mut self, r: &ApproverRecord, create: bool) -> rusqlite::Result<u64> {
+        let n = if create {
+            self.c
+                .prepare_cached(
+                    "INSERT INTO ctrlrun_approvers (name, secret_hash, created_at, updated_at) \
+                     VALUES (?1, ?2, ?3, ?4) ON CONFLICT (name) DO NOTHING",
+                )?
+                .execute(rusqlite::params![
+                    r.name,
+                    r.secret_hash,
+                    r.created_at,
+                    r.updated_at
+                ])?
+        } else {
+            self.c
+                .prepare_cached(
+                    "UPDATE ctrlrun_approvers SET secret_hash = ?2, updated_at = ?3 \
+                     WHERE name = ?1",
+                )?
+                .execute(rusqlite::params![r.name, r.secret_hash, r.updated_at])?
+        };
+        Ok(n as u64)
+    }
+
+    fn delete_approver(&mut self, name: &str) -> rusqlite::Result<u64> {
+        let n = self
+            .c
+            .prepare_cached("DELETE FROM ctrlrun_approvers WHERE name = ?1")?
+            .execute([name])?;
         Ok(n as u64)
     }
 

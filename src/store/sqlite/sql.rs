@@ -8,7 +8,7 @@ use crate::record::{EffectRecord, Micros};
 use crate::store::cold::rows::{self, effect_columns, text, Value};
 
 /// The schema version this build writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// The triggers that refuse a write to `$table` that sets no receipt (schema version 4).
 macro_rules! guard_triggers {
@@ -51,7 +51,7 @@ macro_rules! receipt_triggers {
 /// How each older version is brought to the next (`MIGRATIONS[v - 1]` takes version `v` to
 /// `v + 1`), all in the transaction that also writes the new version. A new file gets
 /// [`SCHEMA`] (version 1) and then every step.
-pub(super) const MIGRATIONS: [&str; 4] = [
+pub(super) const MIGRATIONS: [&str; 5] = [
     // 1 -> 2: the per-attempt token (rows written before keep NULL).
     "ALTER TABLE ctrlrun_effects ADD COLUMN attempt_token TEXT;",
     // 2 -> 3: who holds a key and with which arguments; approvals.
@@ -140,6 +140,17 @@ pub(super) const MIGRATIONS: [&str; 4] = [
     "CREATE INDEX ctrlrun_effects_state ON ctrlrun_effects (state, created_at);
      CREATE INDEX ctrlrun_approvals_open_key ON ctrlrun_approvals (effect_key)
          WHERE state IN ('pending', 'granted');",
+    // 5 -> 6: who asked for a request, how many distinct people must grant it and who did;
+    // the accounts of the people who decide in the console.
+    "ALTER TABLE ctrlrun_approvals ADD COLUMN requested_by TEXT;
+     ALTER TABLE ctrlrun_approvals ADD COLUMN approvals_needed INTEGER;
+     ALTER TABLE ctrlrun_approvals ADD COLUMN granted_by TEXT;   -- one name per line
+     CREATE TABLE ctrlrun_approvers (
+         name        TEXT    NOT NULL PRIMARY KEY,
+         secret_hash TEXT    NOT NULL,
+         created_at  INTEGER NOT NULL,
+         updated_at  INTEGER NOT NULL
+     ) WITHOUT ROWID;",
 ];
 
 const SELECT_ONE: &str = concat!(

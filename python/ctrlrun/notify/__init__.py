@@ -1,0 +1,8 @@
+"""Notifications: webhooks told when an approval is requested, decided, expires or escalates,
+and when an effect becomes ``ambiguous`` (docs/notifications.md).
+
+``events`` (what happened), ``bodies`` (the Slack and JSON bodies), ``signing`` (HMAC-SHA256
+of a JSON body), ``delivery`` (one daemon thread per process, a bounded queue, retries),
+``hooks`` (what the call path and the store call when an event happens) and ``watcher`` (the
+time-based events, run by the console). This package imports none of them: the store imports
+``hooks`` and ``watcher`` imports the store."""

@@ -1,0 +1,87 @@
+"""The accounts of the people who decide in the console (``ctrlrun approvers``), as read from
+the store. The store keeps a hash of each secret, never the secret (hashing is
+``ctrlrun.console.passwords``')."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Callable, List, Optional
+
+from ctrlrun import _core
+from ctrlrun.errors import InvalidArgument
+from ctrlrun.store.decode import from_row
+
+__all__ = ["ApproverRecord", "ApproverMethods"]
+
+
+@dataclass(frozen=True)
+class ApproverRecord:
+    """One approver account.
+
+    Attributes:
+        name: what a grant, denial or resolution made in the console records.
+        secret_hash: the hash of the account's secret (its format is the console's).
+        created_at / updated_at: aware UTC datetimes (the last secret change).
+    """
+
+    name: str
+    secret_hash: str
+    created_at: datetime
+    updated_at: datetime
+
+    def __repr__(self) -> str:  # the hash stays out of logs and tracebacks
+        return f"ApproverRecord(name={self.name!r}, created_at={self.created_at.isoformat()})"
+
+
+def _approver(row: _core.ApproverRow) -> ApproverRecord:
+    return from_row(ApproverRecord, row)
+
+
+def _call(what: str, call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except (UnicodeEncodeError, TypeError) as exc:
+        raise InvalidArgument(
+            f"{what}: a name and a secret hash are str without lone surrogates ({type(exc).__name__}); "
+            "nothing was written"
+        ) from None
+
+
+class ApproverMethods:
+    """The approver account methods of :class:`ctrlrun.Store`."""
+
+    __slots__ = ()
+    core: _core.Store
+    now_us: Callable[[], Optional[int]]
+
+    def add_approver(self, name: str, secret_hash: str) -> ApproverRecord:
+        """Create the account ``name`` with the hash of its secret; ``InvalidArgument`` when
+        the name has one."""
+        row = _call(
+            "add_approver",
+            lambda: _core.put_approver(self.core, name, secret_hash, True, self.now_us()),
+        )
+        return _approver(row)
+
+    def set_approver_secret(self, name: str, secret_hash: str) -> ApproverRecord:
+        """Replace the secret hash of the account ``name``; ``InvalidArgument`` when there is
+        none."""
+        row = _call(
+            "set_approver_secret",
+            lambda: _core.put_approver(self.core, name, secret_hash, False, self.now_us()),
+        )
+        return _approver(row)
+
+    def get_approver(self, name: str) -> Optional[ApproverRecord]:
+        """The account ``name``, or ``None``."""
+        row = _call("get_approver", lambda: _core.get_approver(self.core, name))
+        return None if row is None else _approver(row)
+
+    def list_approvers(self) -> List[ApproverRecord]:
+        """Every account, by name."""
+        return [_approver(r) for r in _core.list_approvers(self.core)]
+
+    def remove_approver(self, name: str) -> bool:
+        """Delete the account ``name``; whether there was one."""
+        return bool(_call("remove_approver", lambda: _core.remove_approver(self.core, name)))
