@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import inspect
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,18 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SECRET = "a secret for the screenshots"
 
 
-def _accounts_in_store() -> None:
-    # Until the core keeps approver accounts, the tests' stand-in keeps them in memory.
-    if not hasattr(ctrlrun.Store, "add_approver"):
-        sys.path.insert(0, str(ROOT))
-        from tests_py.console import standin
-
-        standin.install()
-
-
 def _fill(store: ctrlrun.Store) -> Dict[str, Any]:
-    asked = "requested_by" in inspect.signature(ctrlrun.protect).parameters
-    extra: Dict[str, Any] = {"requested_by": "support-agent"} if asked else {}
+    extra: Dict[str, Any] = {"requested_by": "support-agent"}
 
     @ctrlrun.protect(
         "billing.refund",
@@ -93,7 +81,6 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "docs" / "img"))
     out = Path(parser.parse_args().out)
     out.mkdir(parents=True, exist_ok=True)
-    _accounts_in_store()
     with tempfile.TemporaryDirectory() as tmp:
         store = ctrlrun.open_store(f"sqlite:///{tmp}/state.db")
         accounts.add(store, "alice", SECRET)

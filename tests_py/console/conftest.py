@@ -8,10 +8,7 @@ from typing import Iterator
 import pytest
 
 import ctrlrun
-from tests_py.console import standin
 from tests_py.console.rig import Console, chrome
-
-standin.install()
 
 
 @pytest.fixture(scope="module")

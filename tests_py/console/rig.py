@@ -5,7 +5,6 @@ would never send (a forged form)."""
 
 from __future__ import annotations
 
-import inspect
 import os
 import re
 import subprocess
@@ -21,7 +20,6 @@ from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
-import ctrlrun
 from ctrlrun.console import accounts
 from ctrlrun.console.app import build_app
 from ctrlrun.console.listen import ConsoleServer
@@ -31,8 +29,6 @@ from ctrlrun.store.api import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "correct horse battery staple"
-#: Whether this build's ``protect`` takes ``requested_by`` (the lead's part of issue 33).
-HAS_REQUESTED_BY = "requested_by" in inspect.signature(ctrlrun.protect).parameters
 
 
 def chrome() -> webdriver.Chrome:
@@ -164,8 +160,6 @@ class Agent:
         self.marker = tmp / f"ran-{abs(hash(payment_id))}.txt"
         env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
         env.pop("CTRLRUN_CONFIG", None)
-        if requested_by and not HAS_REQUESTED_BY:
-            requested_by = ""
         self.proc = subprocess.Popen(
             [
                 sys.executable,

@@ -21,14 +21,7 @@ from tests_py.console.rig import ROOT, csrf_in
 from tests_py.support.certs import make_certs
 from tests_py.support.cli import assert_one_line_error, free_port
 
-# The commands run in a subprocess start through this, so that the approver stand-in (until the
-# core has accounts: tests_py/console/standin.py) is in place there too.
-LAUNCH = [
-    sys.executable,
-    "-c",
-    "import sys; from tests_py.console import standin; standin.install(); "
-    "from ctrlrun.cli.main import main; sys.argv[0] = 'ctrlrun'; main()",
-]
+LAUNCH = [sys.executable, "-m", "ctrlrun"]
 
 
 def env() -> dict:
@@ -137,9 +130,6 @@ def test_the_default_is_loopback_8780():
 
 
 def test_approvers_add_list_reset_remove(tmp_path, monkeypatch):
-    from tests_py.console import standin
-
-    standin.install()
     store_url = f"sqlite:///{tmp_path}/s.db"
     runner = CliRunner()
     added = runner.invoke(cli, ["approvers", "add", "alice", "--store", store_url])

@@ -9,15 +9,7 @@ import json
 from selenium.webdriver.common.by import By
 
 from ctrlrun import EffectState
-from tests_py.console.rig import (
-    HAS_REQUESTED_BY,
-    Agent,
-    pending_of,
-    sign_in,
-    text_of,
-    texts,
-    wait_for,
-)
+from tests_py.console.rig import Agent, pending_of, sign_in, text_of, texts, wait_for
 from tests_py.support.cli import make_ambiguous
 
 
@@ -35,8 +27,7 @@ def test_a_grant_in_the_browser_lets_the_waiting_call_run_once(
         shown = wait_for(lambda: texts(browser, row), why="the pending row to appear by itself")[0]
         assert "acme.refund" in shown and "refund:pi_100" in shown and "4200" in shown
         assert "customer called" in shown and "not bound" in shown  # trace is excluded
-        if HAS_REQUESTED_BY:
-            assert "agent-7" in shown
+        assert "agent-7" in shown
         browser.get(f"{console.url}/approvals/{r.request_id}")
         assert agent.runs() == [] and agent.proc.poll() is None  # still waiting
         browser.find_element(By.ID, "grant-note").send_keys("checked with the customer")

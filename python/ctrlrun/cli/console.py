@@ -110,7 +110,10 @@ def console(
             "ctrlrun console: no approver account yet; add one with 'ctrlrun approvers add NAME'",
             err=True,
         )
-    watcher = start_notifications(store, console_url or server.url)
+    try:
+        watcher = start_notifications(store, console_url, server.url)
+    except CTRLRunError as exc:
+        _fail(exc)
     try:
         server.serve()
     finally:

@@ -1,38 +1,30 @@
-"""Starting the notification watcher (``ctrlrun.notify.watcher``) beside the console, when the
+"""Starting the notification watcher (``ctrlrun.notify.watcher``) beside the console when the
 policy configures notifications: the time-based events (expiry, escalation, a lease that
 lapsed) come from it."""
 
 from __future__ import annotations
 
-import importlib
-import logging
-from typing import Any, Optional
+from typing import Optional
 
+from ctrlrun._policy import Policy, current_policy
+from ctrlrun.notify.watcher import Watcher, start_watcher
 from ctrlrun.store.api import Store
 
 __all__ = ["start_notifications"]
 
-log = logging.getLogger("ctrlrun.console")
 
-
-def _configured(policy: Any) -> bool:
+def _configured(policy: Optional[Policy]) -> bool:
     if policy is None:
         return False
-    if getattr(policy, "notify", None):
-        return True
-    return any(getattr(a, "notify", None) for a in getattr(policy, "actions", {}).values())
+    return bool(policy.notify) or any(a.notify for a in policy.actions.values())
 
 
-def start_notifications(store: Store, console_url: Optional[str]) -> Optional[Any]:
+def start_notifications(store: Store, given_url: Optional[str], serving: str) -> Optional[Watcher]:
     """The watcher started (its ``stop()`` ends it), or ``None`` when the policy configures no
-    notification (or this build has no watcher)."""
-    from ctrlrun._policy import current_policy
-
-    if not _configured(current_policy()):
+    notification. Its links use ``--console-url`` (``given_url``), else the policy's
+    ``console_url``, else the address the console serves (``serving``)."""
+    policy = current_policy()
+    if not _configured(policy):
         return None
-    try:
-        watcher = importlib.import_module("ctrlrun.notify.watcher")
-    except ImportError:
-        log.warning("console: the policy configures notifications, but this ctrlrun has no watcher")
-        return None
-    return watcher.start_watcher(store, console_url=console_url)
+    assert policy is not None
+    return start_watcher(store, console_url=given_url or policy.console_url or serving)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta, timezone
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional
 from urllib.parse import quote
 
 import jinja2
@@ -106,24 +106,4 @@ def effect_url(key: str) -> str:
     return "/effects/" + quote(key, safe="")
 
 
-def requested_by(r: Any) -> Optional[str]:
-    """Who asked for an approval (``None`` before the store records it)."""
-    return getattr(r, "requested_by", None)
-
-
-def granted_by(r: Any) -> Tuple[str, ...]:
-    """The people who granted a request so far (a granted request of one approver predating
-    the count: its decider)."""
-    found = getattr(r, "granted_by", None)
-    if found is not None:
-        return tuple(found)
-    state = getattr(r.state, "value", r.state)
-    return (r.decided_by,) if state in ("granted", "used") and r.decided_by else ()
-
-
-def needed(r: Any) -> int:
-    return int(getattr(r, "approvals_needed", 1) or 1)
-
-
 _env.filters["effect_url"] = effect_url
-_env.globals.update(requested_by=requested_by, granted_by=granted_by, needed=needed)

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ctrlrun.console.identity import Identity, identify
-from ctrlrun.console.pages import render, requested_by
+from ctrlrun.console.pages import render
 from ctrlrun.console.state import ConsoleState
 from ctrlrun.console.web import (
     MAX_NOTE,
@@ -147,16 +147,6 @@ async def _decide(request: Request, granting: bool) -> Response:
                 f"The note is longer than {MAX_NOTE} characters; nothing was done.",
             )
         try:
-            current = state.store.get_approval(request_id)
-            if current is not None and requested_by(current) == me.account:
-                return _detail(
-                    request,
-                    state,
-                    me,
-                    request_id,
-                    409,
-                    f"{me.account} asked for this request, so it cannot decide it (no self-approval); nothing was done.",
-                )
             decide = state.store.grant_approval if granting else state.store.deny_approval
             r = decide(request_id, me.account, note)
         except CTRLRunError as exc:

@@ -4,7 +4,6 @@ the signed-in account."""
 
 from __future__ import annotations
 
-import inspect
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional
 
@@ -27,7 +26,6 @@ from ctrlrun.console.web import (
     too_large,
 )
 from ctrlrun.errors import CTRLRunError
-from ctrlrun.store.api import Store
 from ctrlrun.store.records import EffectRecord, EffectState
 
 __all__ = ["effects_page", "effect_page", "resolve"]
@@ -36,8 +34,6 @@ __all__ = ["effects_page", "effect_page", "resolve"]
 LISTED = 500
 OUTCOMES = ("committed", "failed")
 HELD = (EffectState.RESERVED, EffectState.EXECUTING)
-#: Whether this store's ``resolve_effect`` keeps a note.
-_TAKES_NOTE = "note" in inspect.signature(Store.resolve_effect).parameters
 
 DONE = {"resolved": "You settled this effect."}
 
@@ -159,10 +155,7 @@ async def resolve(request: Request) -> Response:
                 f"The note is longer than {MAX_NOTE} characters; nothing was done.",
             )
         try:
-            if _TAKES_NOTE:
-                state.store.resolve_effect(key, outcome, me.account, note=note)  # type: ignore[call-arg,unused-ignore]
-            else:
-                state.store.resolve_effect(key, outcome, me.account)
+            state.store.resolve_effect(key, outcome, me.account, note)
         except CTRLRunError as exc:
             return _detail(request, state, me, key, 409, str(exc))
         return redirect(effect_url(key) + "?done=resolved")
