@@ -267,10 +267,14 @@ impl PyStore {
             .map(|v| v.into_iter().map(ReceiptRow::from).collect())
     }
 
-    /// What a check of every receipt chain found.
-    fn verify_receipts(&self, py: Python<'_>) -> PyResult<ReceiptCheckRow> {
-        self.call(py, |s| s.verify_receipts())
-            .map(ReceiptCheckRow::from)
+    /// What a check of every receipt chain (or of `key`'s alone) found.
+    #[pyo3(signature = (key=None))]
+    fn verify_receipts(&self, py: Python<'_>, key: Option<&str>) -> PyResult<ReceiptCheckRow> {
+        self.call(py, |s| match key {
+            None => s.verify_receipts(),
+            Some(k) => s.verify_key_receipts(k),
+        })
+        .map(ReceiptCheckRow::from)
     }
 
     /// `step` with its payload: the result JSON of `COMMIT`, the error text of `FAIL` and

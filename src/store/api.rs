@@ -86,6 +86,10 @@ pub trait Receipts {
 
     /// Check every chain: each receipt's hash, each chain's order, each row's head.
     fn verify_receipts(&self) -> Result<Verification>;
+
+    /// [`Receipts::verify_receipts`] for the chains of one key only (its effect's and its
+    /// approval requests'), reading that key's receipts and rows alone.
+    fn verify_key_receipts(&self, key: &str) -> Result<Verification>;
 }
 
 /// Listing by filter and retention (each backend implements it in its `retention.rs`; see

@@ -77,7 +77,7 @@ def test_an_ambiguous_effect_is_settled_in_the_browser_with_its_receipts(browser
     assert "provider reset the connection" in rows[0].text  # what is known: the error
     rows[0].find_element(By.TAG_NAME, "a").click()
     wait_for(lambda: browser.find_elements(By.ID, "resolve"))
-    assert "Every receipt chain in the store verifies" in browser.find_element(By.ID, "chain").text
+    assert "This key's receipt chains verify" in browser.find_element(By.ID, "chain").text
     kinds = texts(browser, "#receipts tbody tr")
     assert len(kinds) == 2 and "reservation" in kinds[0] and "outcome ambiguous" in kinds[1]
     browser.find_element(By.ID, "outcome-committed").click()

@@ -153,6 +153,7 @@ def test_verify_finds_a_changed_deleted_or_reordered_receipt(
     ok = cli("receipts", "verify", "--store", store_url)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.startswith("receipts intact: 4 receipts in 2 chains"), ok.stdout
+    assert store.verify_receipts("mail:bob").ok and store.verify_receipts("mail:bob").chains == 1
     raw.run(tamper.format(a=a, b=b))
     bad = cli("receipts", "verify", "--store", store_url)
     assert bad.returncode == 1, (bad.stdout, bad.stderr)
@@ -166,6 +167,16 @@ def test_verify_finds_a_changed_deleted_or_reordered_receipt(
     check = store.verify_receipts()
     assert not check.ok and check.broken_key == "mail:bob"
     assert check.broken_receipt == (None if broken is None else {"a": a, "b": b}[broken])
+    # one key's chains alone (what the console shows): the same finding for bob, alice intact
+    mine = store.verify_receipts("mail:bob")
+    assert (mine.ok, mine.broken_key, mine.broken_receipt, mine.reason) == (
+        check.ok,
+        check.broken_key,
+        check.broken_receipt,
+        check.reason,
+    )
+    alone = store.verify_receipts("mail:alice")
+    assert alone.ok and (alone.receipts, alone.chains) == (2, 1)
     as_json = json.loads(cli("receipts", "verify", "--json", "--store", store_url).stdout)
     assert as_json["ok"] is False and as_json["broken_key"] == "mail:bob"
 

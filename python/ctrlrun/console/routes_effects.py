@@ -86,7 +86,7 @@ def _detail(
                 request, me, f"No effect is recorded under key {key!r}.", 404, "/effects"
             )
         receipts = state.store.list_receipts(key)
-        check = state.store.verify_receipts()
+        check = state.store.verify_receipts(key)  # this key's chains: reads nothing else
     except CTRLRunError as exc:
         return problem(request, me, f"The store could not be read: {exc}", 503)
     lapsed = _lapsed(rec)

@@ -137,9 +137,17 @@ class ReceiptMethods:
             raise InvalidArgument(f"{key!r} is not an effect key") from None
         return [receipt_from_core(t) for t in found]
 
-    def verify_receipts(self) -> ReceiptCheck:
+    def verify_receipts(self, key: Optional[str] = None) -> ReceiptCheck:
         """Check every chain: each receipt against its hash (a changed receipt), each chain's
         order (a deleted or reordered receipt), each row's head against its last receipt (a
         deleted last receipt), and that a chain without a row ends with a ``pruned`` receipt
-        (a row deleted outside ctrlrun). Reports the first thing wrong."""
-        return check_from_core(self.core.verify_receipts())
+        (a row deleted outside ctrlrun). Reports the first thing wrong. With ``key``, only
+        that key's chains (its effect's and its approval requests'), reading nothing else."""
+        if key is not None and not isinstance(key, str):
+            raise InvalidArgument(f"verify_receipts: key must be a str, got {key!r}")
+        try:
+            return check_from_core(self.core.verify_receipts(key))
+        except UnicodeEncodeError:
+            raise InvalidArgument(
+                "verify_receipts: a key with a lone surrogate names no effect"
+            ) from None

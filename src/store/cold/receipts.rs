@@ -23,12 +23,27 @@ impl<S: ColdStore> Receipts for S {
     fn verify_receipts(&self) -> Result<Verification> {
         verify(self)
     }
+
+    fn verify_key_receipts(&self, key: &str) -> Result<Verification> {
+        self.check_text(key)?;
+        let found = self.snapshot(|tx| {
+            let heads = tx.receipt_heads(Some(key))?;
+            let mut receipts = tx.latest_receipts(Some(key), None)?;
+            receipts.reverse(); // oldest first, as the verifier reads them
+            let mut verifier = Verifier::new();
+            for receipt in &receipts {
+                verifier.add(receipt);
+            }
+            Ok(verifier.finish(heads))
+        })?;
+        found.map_err(|e| self.read_failed("receipts", e))
+    }
 }
 
 /// The heads and every receipt, from one snapshot.
 fn verify<S: ColdStore>(s: &S) -> Result<Verification> {
     let found = s.snapshot(|tx| {
-        let heads = tx.receipt_heads()?;
+        let heads = tx.receipt_heads(None)?;
         let mut verifier = Verifier::new();
         let mut after: Option<i64> = None;
         loop {

@@ -92,8 +92,9 @@ pub(crate) trait ColdTx {
         limit: Option<u64>,
     ) -> Result<Vec<Receipt>, Self::Err>;
 
-    /// Every row's chain head, as a receipt of the row (see [`crate::receipt::Verifier`]).
-    fn receipt_heads(&mut self) -> Result<Vec<Receipt>, Self::Err>;
+    /// Every row's chain head (only `key`'s rows when given), as a receipt of the row (see
+    /// [`crate::receipt::Verifier`]).
+    fn receipt_heads(&mut self, key: Option<&str>) -> Result<Vec<Receipt>, Self::Err>;
 
     /// Up to `page` receipts with an id above `after` (from the first, whatever its id, when
     /// `None`: a receipt written by hand with id 0 or below is read too), in id order.

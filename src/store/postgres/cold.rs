@@ -206,20 +206,32 @@ impl ColdTx for PgTx<'_> {
         decode(found, rows::receipt)
     }
 
-    fn receipt_heads(&mut self) -> Fallible<Vec<Receipt>> {
+    fn receipt_heads(&mut self, key: Option<&str>) -> Fallible<Vec<Receipt>> {
+        // One key's rows: its effect row by the key's digest (the primary key), its requests.
+        let (of_effect, of_request) = match key {
+            None => ("", ""),
+            Some(_) => (
+                "key_digest = pg_catalog.sha256(pg_catalog.convert_to($1::text, 'UTF8')) AND ",
+                "effect_key = $1::text AND ",
+            ),
+        };
         let sql = format!(
             "SELECT 0::int8, 'effect', effect_key, NULL::text, receipt_seq, receipt_prev, \
              receipt_hash, updated_at, last_event, action, action_id, attempt, state, \
              args_digest, approval_id, resolved_by, written_by \
-             FROM {e} WHERE receipt_hash IS NOT NULL UNION ALL \
+             FROM {e} WHERE {of_effect}receipt_hash IS NOT NULL UNION ALL \
              SELECT 0::int8, 'approval', effect_key, request_id, receipt_seq, receipt_prev, \
              receipt_hash, updated_at, last_event, action, used_by, NULL::int8, state, \
              args_digest, request_id, decided_by, written_by \
-             FROM {a} WHERE receipt_hash IS NOT NULL",
+             FROM {a} WHERE {of_request}receipt_hash IS NOT NULL",
             e = self.sql.effects,
             a = self.sql.approvals
         );
-        decode(self.c.query_typed(&sql, &[])?, rows::receipt)
+        let rows = match key {
+            None => self.c.query_typed(&sql, &[])?,
+            Some(k) => self.c.query_typed(&sql, &[(&k, Type::TEXT)])?,
+        };
+        decode(rows, rows::receipt)
     }
 
     fn receipts_after(&mut self, after: Option<i64>, page: usize) -> Fallible<Vec<Receipt>> {

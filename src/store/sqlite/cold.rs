@@ -75,6 +75,19 @@ const HEADS: &str = "SELECT 0, 'effect', effect_key, NULL, receipt_seq, receipt_
      receipt_hash, updated_at, last_event, action, used_by, NULL, state, args_digest, \
      request_id, decided_by, written_by FROM ctrlrun_approvals WHERE receipt_hash IS NOT NULL";
 
+/// [`HEADS`] of one key's rows (`?1`): its effect row by the primary key, its requests.
+fn heads_of_key() -> String {
+    HEADS
+        .replace(
+            "FROM ctrlrun_effects WHERE",
+            "FROM ctrlrun_effects WHERE effect_key = ?1 AND",
+        )
+        .replace(
+            "FROM ctrlrun_approvals WHERE",
+            "FROM ctrlrun_approvals WHERE effect_key = ?1 AND",
+        )
+}
+
 /// A transaction (or a read) on one SQLite connection.
 pub(crate) struct SqliteTx<'t> {
     pub(crate) c: &'t Connection,
@@ -205,8 +218,11 @@ impl ColdTx for SqliteTx<'_> {
         }
     }
 
-    fn receipt_heads(&mut self) -> rusqlite::Result<Vec<Receipt>> {
-        self.all(HEADS, [], |r| rows::receipt(r))
+    fn receipt_heads(&mut self, key: Option<&str>) -> rusqlite::Result<Vec<Receipt>> {
+        match key {
+            None => self.all(HEADS, [], |r| rows::receipt(r)),
+            Some(key) => self.all(&heads_of_key(), [key], |r| rows::receipt(r)),
+        }
     }
 
     fn receipts_after(
