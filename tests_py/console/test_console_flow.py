@@ -96,3 +96,40 @@ def test_an_ambiguous_effect_is_settled_in_the_browser_with_its_receipts(browser
         for r in browser.find_elements(By.CSS_SELECTOR, "#ambiguous tbody tr")
     ]
     assert keys == ["charge:newer"]
+
+
+def test_an_action_needing_two_approvers_waits_for_a_second_person(
+    browser, console, store_url, tmp_path
+):
+    (tmp_path / "ctrlrun.yaml").write_text(  # the agent's working directory: its policy
+        "schema: ctrlrun.policy/v2\n"
+        "actions:\n"
+        "  acme.refund:\n"
+        "    effect: 'refund:{payment_id}'\n"
+        "    decision: approve\n"
+        "    approvals: 2\n"
+    )
+    console.add("carol")
+    agent = Agent(tmp_path, store_url, "pi_300", requested_by="agent-9")
+    try:
+        r = pending_of(console.store, "refund:pi_300")
+        assert r.approvals_needed == 2
+        sign_in(browser, console, "alice")
+        browser.get(f"{console.url}/approvals/{r.request_id}")
+        browser.find_element(By.ID, "grant").click()
+        wait_for(lambda: "1 of 2: alice" in text_of(browser), why="one grant of two")
+        assert texts(browser, "#state") == ["pending"] and agent.runs() == []
+        browser.find_element(By.ID, "grant").click()  # alice again: refused, nothing written
+        wait_for(lambda: "already granted" in text_of(browser), why="a second grant refused")
+        assert console.store.get_approval(r.request_id).granted_by == ("alice",)
+        assert agent.proc.poll() is None and agent.runs() == []
+        sign_in(browser, console, "carol")
+        browser.get(f"{console.url}/approvals/{r.request_id}")
+        browser.find_element(By.ID, "grant").click()
+        done = agent.finish()
+    finally:
+        agent.kill()
+    assert done.returncode == 0, done.stderr
+    assert agent.runs() == ["pi_300"]
+    used = console.store.get_approval(r.request_id)
+    assert used.state.value == "used" and used.granted_by == ("alice", "carol")
