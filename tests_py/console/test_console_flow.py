@@ -133,3 +133,33 @@ def test_an_action_needing_two_approvers_waits_for_a_second_person(
     assert agent.runs() == ["pi_300"]
     used = console.store.get_approval(r.request_id)
     assert used.state.value == "used" and used.granted_by == ("alice", "carol")
+
+
+def test_a_request_nobody_decided_in_time_is_shown_expired_by_itself(browser, console):
+    import ctrlrun
+
+    @ctrlrun.protect(
+        "acme.close",
+        effect="close:{account}",
+        store=console.store,
+        decision="approve",
+        approval_ttl=2,
+    )
+    def close(account: str) -> None:
+        raise AssertionError("never runs without a grant")
+
+    try:
+        close("acct-1")
+    except ctrlrun.ApprovalRequired as exc:
+        request_id = exc.request_id
+    sign_in(browser, console, "alice")
+    browser.get(console.url + "/approvals")
+    row = f'#pending tr[data-request="{request_id}"]'
+    assert texts(browser, row), "pending first"
+    # nobody decides: the live list moves it to the recent ones, as expired, without a reload
+    gone = f'#recent tr[data-request="{request_id}"] .state'
+    assert wait_for(lambda: texts(browser, gone), why="the expired row")[0] == "expired"
+    assert not texts(browser, row)
+    browser.get(f"{console.url}/approvals/{request_id}")
+    assert texts(browser, "#state") == ["expired"]
+    assert not browser.find_elements(By.ID, "grant")  # nothing left to decide
