@@ -12,6 +12,7 @@ __all__ = [
     "Template",
     "EffectRow",
     "ApprovalRow",
+    "ApproverRow",
     "ReceiptRow",
     "ReceiptCheckRow",
     "Step",
@@ -24,6 +25,10 @@ __all__ = [
     "before_fork",
     "after_fork_in_parent",
     "after_fork_in_child",
+    "put_approver",
+    "get_approver",
+    "list_approvers",
+    "remove_approver",
     "SCRATCH_SCHEMA_PREFIX",
     "__version__",
     # POSIX only:
