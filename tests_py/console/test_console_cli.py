@@ -47,6 +47,11 @@ def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         (["--certfile", "/no/c.pem", "--keyfile", "/no/k.pem"], ["cannot be loaded"]),
         (["--trust-proxy-header", "X-Forwarded-User"], ["needs --trusted-proxy"]),
         (["--trust-proxy-header", "X-User", "--trusted-proxy", "nope"], ["not an IP address"]),
+        (["--trust-proxy-header", "X User", "--trusted-proxy", "10.0.0.5"], ["not a header"]),
+        (["--trust-proxy-header", "X-User:", "--trusted-proxy", "10.0.0.5"], ["not a header"]),
+        (["--console-url", "javascript:alert(1)"], ["--console-url must be an https:// URL"]),
+        (["--console-url", "http://example.com"], ["http:// to a host that is not loopback"]),
+        (["--console-url", "https://u:pw@example.com"], ["must not carry a user name"]),
     ],
 )
 def test_bad_console_options_are_one_clean_line(args, needles, tmp_path):

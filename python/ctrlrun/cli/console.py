@@ -11,7 +11,7 @@ import click
 
 from ctrlrun.cli._common import die, iso, open_existing, store_option
 from ctrlrun.cli.table import printable
-from ctrlrun.errors import CTRLRunError
+from ctrlrun.errors import CTRLRunError, InvalidArgument
 from ctrlrun.store.api import Store, default_store, open_store
 
 
@@ -25,6 +25,17 @@ def _open(url: Optional[str]) -> Store:
 
 def _fail(exc: CTRLRunError) -> NoReturn:
     die(str(exc))
+
+
+def _console_url(given: str) -> str:
+    """``--console-url`` checked as the policy's ``console_url`` is (it makes the links)."""
+    from ctrlrun._policy_notify import url_problem
+
+    url = given.strip()
+    problem = url_problem(url, "--console-url", query_allowed=False)
+    if problem is not None:
+        raise InvalidArgument(problem)
+    return url.rstrip("/")
 
 
 @click.command()
@@ -88,6 +99,8 @@ def console(
         host, port = parse_listen(listen)
         tls = check_tls(certfile, keyfile)
         check_listen(host, tls, allow_insecure_listen)
+        if console_url is not None:
+            console_url = _console_url(console_url)
         settings = Settings(
             secure_cookies=tls,
             proxy_header=proxy_header,

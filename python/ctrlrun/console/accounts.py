@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from ctrlrun.console.passwords import dummy_check, hash_secret, verify_secret
+from ctrlrun.errors import InvalidArgument
 from ctrlrun.store.api import Store
 from ctrlrun.store.approvers import ApproverRecord
 
@@ -32,7 +33,13 @@ def listed(store: Store) -> List[ApproverRecord]:
 
 
 def get(store: Store, name: str) -> Optional[ApproverRecord]:
-    return store.get_approver(name)
+    """The account ``name``, or ``None``; also for a name no account can have (a space at
+    either end, too long, a control character: what a sign-in form or a proxy header may
+    carry)."""
+    try:
+        return store.get_approver(name)
+    except InvalidArgument:
+        return None
 
 
 def check(store: Store, name: str, secret: str) -> Optional[ApproverRecord]:

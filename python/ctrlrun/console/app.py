@@ -19,6 +19,8 @@ from ctrlrun.console import routes_auth as auth
 from ctrlrun.console import routes_effects as effects
 from ctrlrun.console.pages import SECURITY_HEADERS
 from ctrlrun.console.state import ConsoleState
+from ctrlrun.console.web import problem
+from ctrlrun.errors import StoreError
 
 __all__ = ["build_app"]
 
@@ -37,8 +39,12 @@ class _Headers:
             await self.app(scope, receive, send)
             return
 
+        started = False
+
         async def sending(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 have = {k.lower() for k, _ in message.get("headers", [])}
                 extra = [
                     (k.encode(), v.encode())
@@ -48,7 +54,14 @@ class _Headers:
                 message["headers"] = list(message.get("headers", [])) + extra
             await send(message)
 
-        await self.app(scope, receive, sending)
+        try:
+            await self.app(scope, receive, sending)
+        except Exception:
+            # Starlette re-raises what reached its error page once that page is sent (logged
+            # by ``_failed``): stop it here, so the server neither logs a traceback nor drops
+            # the connection.
+            if not started:
+                raise
 
 
 async def _home(request: Request) -> Response:
@@ -61,6 +74,13 @@ async def _failed(request: Request, exc: Exception) -> Response:
         "<!doctype html><title>Error</title><p>The console could not do that; see its log.</p>",
         status_code=500,
     )
+
+
+async def _store_failed(request: Request, exc: Exception) -> Response:
+    """The store could not be reached or read (a database gone, say): said on the page, the
+    details (the store's address among them) in the log only: who asked is not known yet."""
+    log.error("console: %s %s: the store failed: %s", request.method, request.url.path, exc)
+    return problem(request, None, "The store could not be used; see the console's log.", 503)
 
 
 def build_app(state: ConsoleState) -> Any:
@@ -79,6 +99,8 @@ def build_app(state: ConsoleState) -> Any:
         Route("/effects/{key:path}", effects.effect_page, methods=["GET"]),
         Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
     ]
-    app = Starlette(routes=routes, exception_handlers={Exception: _failed})
+    app = Starlette(
+        routes=routes, exception_handlers={StoreError: _store_failed, Exception: _failed}
+    )
     app.state.console = state
     return _Headers(app)

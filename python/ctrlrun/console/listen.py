@@ -107,6 +107,11 @@ class ConsoleServer:
             ssl_certfile=certfile,
             ssl_keyfile=keyfile,
             server_header=False,
+            # The client's address is the peer's, never one an X-Forwarded-For header names
+            # (uvicorn believes those from loopback by default): the sign-in limit and the
+            # trusted-proxy check rest on it.
+            proxy_headers=False,
+            forwarded_allow_ips=[],
         )
         self.server = uvicorn.Server(config)
         self._thread: Optional[threading.Thread] = None

@@ -4,6 +4,7 @@ limiter (in memory)."""
 from __future__ import annotations
 
 import ipaddress
+import re
 import secrets
 from dataclasses import dataclass, field
 from typing import FrozenSet, Optional, Sequence, Union
@@ -14,6 +15,9 @@ from ctrlrun.errors import InvalidArgument
 from ctrlrun.store.api import Store
 
 __all__ = ["Settings", "ConsoleState", "networks"]
+
+#: An HTTP header name (RFC 9110's token).
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 
@@ -50,6 +54,11 @@ class Settings:
     console_url: Optional[str] = None
 
     def __post_init__(self) -> None:
+        if self.proxy_header is not None and not _HEADER_NAME.fullmatch(self.proxy_header):
+            raise InvalidArgument(
+                f"--trust-proxy-header {self.proxy_header!r} is not a header name (letters, "
+                f"digits and -, such as X-Forwarded-User)"
+            )
         if self.proxy_header is not None and not self.trusted_proxies:
             raise InvalidArgument(
                 "--trust-proxy-header needs --trusted-proxy ADDR: the header is taken only from "
