@@ -141,7 +141,7 @@ def test_the_store_sends_only_unnamed_statements_and_no_session_settings(pg, sch
         ]
         rest = [q for q in proxy.simple if q not in ddl and q not in migration + durable + hot]
         assert len(ddl) == 1 and b"SET " not in ddl[0].upper()
-        assert len(migration) == 5 and not any(
+        assert len(migration) == 6 and not any(
             b"SET LOCAL" in q.upper() or b"SET SESSION" in q.upper() for q in migration
         )
         # the one SET LOCAL outside a BEGIN is inside the function's body

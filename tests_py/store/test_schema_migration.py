@@ -20,7 +20,7 @@ from ctrlrun import DuplicateEffect, EffectState
 from tests_py.support.stores import sqlite_url
 
 # the schema version this build writes (PostgreSQL's 5 adds `ctrlrun_durable()`, a function)
-CURRENT = {"sqlite": 5, "postgres": 7}
+CURRENT = {"sqlite": 6, "postgres": 8}
 NEW_COLUMNS = [
     "attempt_token",
     "action",
@@ -166,6 +166,9 @@ def test_a_version_1_store_is_migrated_and_its_rows_keep_their_meaning(v1_store,
         assert store.commit_effect("refund:new", grant.action_id, 7, attempt=1).result == 7
         assert done.holder is None and grant.record.holder.endswith(f":{os.getpid()}")
         assert store.list_approvals() == []
+        # the accounts table and who asks (version 6 on SQLite, 8 on PostgreSQL)
+        assert store.add_approver("alice", "scrypt$x").name == "alice"
+        assert [a.name for a in store.list_approvers()] == ["alice"]
         # rows written before receipts have none; the new key's writes start its chain
         assert store.list_receipts("refund:done") == []
         assert [r.kind for r in store.list_receipts("refund:new")] == [
