@@ -29,6 +29,7 @@ class Receiver:
         self.got: List[Got] = []
         self.answers: List[int] = []  # status codes to answer first, in order; then 200
         self.delay = 0.0
+        self.trickle = 0.0  # > 0: answer one byte of the status line every that many seconds
         self.headers_out: Dict[str, str] = {}
         self._cond = threading.Condition()
         owner = self
@@ -43,6 +44,14 @@ class Receiver:
                     owner._cond.notify_all()
                 if owner.delay:
                     time.sleep(owner.delay)
+                if owner.trickle:  # a receiver that keeps each read alive, never finishing
+                    try:
+                        for byte in b"HTTP/1.1 200 OK" * 100:
+                            self.wfile.write(bytes([byte]))
+                            self.wfile.flush()
+                            time.sleep(owner.trickle)
+                    except OSError:
+                        return  # the sender gave up
                 self.send_response(code)
                 for name, value in owner.headers_out.items():
                     self.send_header(name, value)

@@ -171,6 +171,15 @@ def test_a_slow_receiver_times_out(receiver, here):
     assert time.monotonic() - started < 0.9
 
 
+def test_a_receiver_trickling_bytes_is_cut_at_the_attempts_deadline(receiver, here, caplog):
+    caplog.set_level(logging.WARNING, logger="ctrlrun.notify")
+    receiver.trickle = 0.05  # each byte comes well within the socket's 0.3 s timeout
+    started = time.monotonic()
+    assert not quick(timeout=0.3, pauses=()).deliver(Delivery(target(receiver.url()), EVENT, None))
+    assert time.monotonic() - started < 2.0  # the whole attempt: about twice the timeout
+    assert any("deadline" in r.getMessage() for r in caplog.records)
+
+
 def test_a_full_queue_drops_and_logs(receiver, here, caplog):
     caplog.set_level(logging.WARNING, logger="ctrlrun.notify")
     receiver.delay = 0.3

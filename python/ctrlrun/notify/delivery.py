@@ -12,17 +12,18 @@ starts its own thread for its own notifications. At interpreter exit what is que
 from __future__ import annotations
 
 import atexit
+import http.client
 import logging
 import os
+import socket
 import ssl
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 import uuid
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, Dict, Optional, Set, Tuple
+from typing import Callable, Deque, Dict, Optional, Set, Tuple
 
 from ctrlrun._policy_notify import NotifyTarget, env_value, redact, secret_problem, url_problem
 from ctrlrun.notify.bodies import render
@@ -54,17 +55,33 @@ class Delivery:
     console_url: Optional[str]
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A webhook that answers with a redirect is an error: following it could send the body
-    somewhere the policy never named (over http, say)."""
+def _connection(url: str, timeout: float) -> Tuple[http.client.HTTPConnection, str]:
+    """A connection to the webhook's host (TLS verified for https) and the request target.
+    No redirect is ever followed: one could send the body somewhere the policy never named."""
+    parts = urllib.parse.urlsplit(url)
+    host, port = parts.hostname or "", parts.port
+    conn: http.client.HTTPConnection
+    if parts.scheme == "https":
+        conn = http.client.HTTPSConnection(
+            host, port, timeout=timeout, context=ssl.create_default_context()
+        )
+    else:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return conn, target
 
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
 
-
-def _opener() -> urllib.request.OpenerDirector:
-    context = ssl.create_default_context()
-    return urllib.request.build_opener(_NoRedirect(), urllib.request.HTTPSHandler(context=context))
+def _cut(conn: http.client.HTTPConnection, fired: threading.Event) -> None:
+    """The attempt's deadline passed: shut its socket, which ends a read that a receiver
+    trickling bytes keeps alive (each byte restarts the socket's own timeout). What was read
+    by then counts for nothing (``fired``): a cut answer can parse as a whole one."""
+    fired.set()
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 class _Failed(Exception):
@@ -96,7 +113,6 @@ class Dispatcher:
         self._busy = 0  # queued or being sent
         self._thread: Optional[threading.Thread] = None
         self._warned: Set[Tuple[str, str]] = set()
-        self._opener = _opener()
 
     def submit(self, item: Delivery) -> bool:
         """Queue ``item``; ``False`` (logged) when the queue is full. Never blocks on I/O."""
@@ -223,22 +239,36 @@ class Dispatcher:
         return False  # pragma: no cover - the loop returns
 
     def _post(self, url: str, body: bytes, headers: Dict[str, str]) -> None:
-        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+        """One attempt, bounded as a whole: the socket's timeout bounds each wait, and a timer
+        shuts the socket at twice that, however the receiver paces its bytes."""
         try:
-            with self._opener.open(request, timeout=self.timeout) as answer:
-                answer.read(65536)
-        except urllib.error.HTTPError as exc:
-            code = exc.code
-            after = _retry_after(exc.headers.get("Retry-After")) if code == 429 else None
-            exc.close()
+            conn, target = _connection(url, self.timeout)
+        except (ValueError, http.client.HTTPException) as exc:
+            raise _Failed(f"no answer ({type(exc).__name__})", False) from None
+        fired = threading.Event()
+        watchdog = threading.Timer(2 * self.timeout, _cut, (conn, fired))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            conn.request("POST", target, body=body, headers=headers)
+            answer = conn.getresponse()
+            answer.read(65536)
+            code, retry_after = answer.status, answer.getheader("Retry-After")
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            if fired.is_set():
+                raise _Failed("no whole answer within the attempt's deadline", True) from None
+            why = f"{type(exc).__name__}: {_scrubbed(str(exc), url)}"
+            raise _Failed(f"no answer ({why})", True) from None
+        finally:
+            watchdog.cancel()
+            conn.close()
+        if fired.is_set():
+            raise _Failed("no whole answer within the attempt's deadline", True)
+        if code >= 300:
+            after = _retry_after(retry_after) if code == 429 else None
             retry = code >= 500 or code in _RETRIED
             kind = "a redirect (not followed)" if 300 <= code < 400 else f"HTTP {code}"
-            raise _Failed(f"the webhook answered {kind}", retry, after) from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise _Failed(
-                f"no answer ({type(reason).__name__}: {_scrubbed(str(reason), url)})", True
-            ) from None
+            raise _Failed(f"the webhook answered {kind}", retry, after)
 
 
 def _retry_after(value: Optional[str]) -> Optional[float]:
