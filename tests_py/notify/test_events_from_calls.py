@@ -301,3 +301,34 @@ def test_a_broken_notify_hook_never_raises_into_the_call(mode, store, receiver, 
     request = asked(mode, refund, "pi_7", 1)
     assert store.grant_approval(request.request_id, by="alice").state.value == "granted"
     assert mode.call(refund, "pi_7", 1) == {"refunded": 1}
+
+
+def test_a_console_links_the_decisions_made_there_to_itself(mode, store, receiver, here):
+    from ctrlrun.console.notifications import start_notifications
+    from ctrlrun.notify import hooks
+
+    policy(
+        here,
+        f"""\
+        schema: ctrlrun.policy/v2
+        notify:
+          - {{url: "{receiver.url()}", format: json, secret_env: NOTIFY_TEST_SECRET}}
+        actions:
+          acme.refund:
+            effect: "refund:{{payment_id}}"
+            decision: approve
+        """,
+    )
+    watcher = start_notifications(store, "https://approvals.example:8780", "http://127.0.0.1:1")
+    try:
+        assert watcher is not None
+        request = asked(mode, refunds(mode, store, []), "pi_5", 5)
+        store.grant_approval(request.request_id, by="alice")
+        events = bodies(receiver, 2)
+        assert [e["link"] for e in events] == [
+            f"https://approvals.example:8780/approvals/{request.request_id}"
+        ] * 2
+    finally:
+        hooks.serve_links_from(None)
+        if watcher is not None:
+            watcher.stop()

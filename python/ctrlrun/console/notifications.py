@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ctrlrun._policy import Policy, current_policy
+from ctrlrun.notify import hooks
 from ctrlrun.notify.watcher import Watcher, start_watcher
 from ctrlrun.store.api import Store
 
@@ -27,4 +28,6 @@ def start_notifications(store: Store, given_url: Optional[str], serving: str) ->
     if not _configured(policy):
         return None
     assert policy is not None
-    return start_watcher(store, console_url=given_url or policy.console_url or serving)
+    url = given_url or policy.console_url or serving
+    hooks.serve_links_from(url)  # the decisions made here link to this console too
+    return start_watcher(store, console_url=url)

@@ -18,7 +18,15 @@ from ctrlrun.notify import delivery
 from ctrlrun.notify.events import Event, approval_event, effect_event
 from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
 
-__all__ = ["emit", "requested", "decided", "ambiguous", "recorded", "on_written"]
+__all__ = [
+    "emit",
+    "serve_links_from",
+    "requested",
+    "decided",
+    "ambiguous",
+    "recorded",
+    "on_written",
+]
 
 log = logging.getLogger("ctrlrun.notify")
 
@@ -29,9 +37,21 @@ def _policy() -> Optional[Policy]:
     return policy if policy is not None and policy.notifies else None
 
 
+# The console this process serves (``ctrlrun console`` sets it): the links of the decisions
+# made here point at it when the policy names none.
+_serving_console: Optional[str] = None
+
+
+def serve_links_from(console_url: Optional[str]) -> None:
+    """Links of events this process tells point at ``console_url`` when the policy has no
+    ``console_url`` (``ctrlrun console`` says where it is reached)."""
+    global _serving_console
+    _serving_console = console_url
+
+
 def emit(policy: Policy, event: Event, console_url: Optional[str] = None) -> int:
     """Queue ``event`` for every target of its action; how many were queued."""
-    link_base = console_url or policy.console_url
+    link_base = console_url or _serving_console or policy.console_url
     sent = 0
     for target in policy.targets(event.action):
         sent += delivery.submit(delivery.Delivery(target, event, link_base))
