@@ -186,6 +186,7 @@ DESIGNS: Dict[str, Callable[[str, str], Tuple[Call, Callable[[], None]]]] = {
     "floor-min": floor_design("min"),
     "floor-receipts": floor_design("receipts"),
 }
+DESIGNS.update(importlib.import_module("_frames_sql").DESIGNS)  # PROTOTYPE schema designs
 
 
 def measure(name: str, workdir: str, n: int, prefill: int, sync: str) -> Dict[str, Any]:
