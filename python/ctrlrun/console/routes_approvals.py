@@ -6,22 +6,19 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ctrlrun.console.identity import Identity, identify
+from ctrlrun.console.identity import Identity
 from ctrlrun.console.pages import render
 from ctrlrun.console.state import ConsoleState
 from ctrlrun.console.web import (
     MAX_NOTE,
     FormTooLarge,
-    csrf_ok,
+    as_signed_in,
     problem,
     read_form,
     redirect,
-    signed_out,
-    state_of,
     too_large,
 )
 from ctrlrun.errors import CTRLRunError
@@ -48,12 +45,7 @@ def _lists(state: ConsoleState) -> Dict[str, List[ApprovalRecord]]:
 
 
 async def approvals_page(request: Request) -> Response:
-    state = state_of(request)
-
-    def page() -> Response:
-        me = identify(state, request)
-        if me is None:
-            return signed_out(request)
+    def page(state: ConsoleState, me: Identity) -> Response:
         try:
             found = _lists(state)
         except CTRLRunError as exc:
@@ -67,7 +59,7 @@ async def approvals_page(request: Request) -> Response:
             recent=found["recent"],
         )
 
-    return await run_in_threadpool(page)
+    return await as_signed_in(request, page)
 
 
 def _detail(
@@ -100,16 +92,8 @@ def _detail(
 
 
 async def approval_page(request: Request) -> Response:
-    state = state_of(request)
     request_id = request.path_params["request_id"]
-
-    def page() -> Response:
-        me = identify(state, request)
-        if me is None:
-            return signed_out(request)
-        return _detail(request, state, me, request_id)
-
-    return await run_in_threadpool(page)
+    return await as_signed_in(request, lambda state, me: _detail(request, state, me, request_id))
 
 
 async def grant(request: Request) -> Response:
@@ -121,19 +105,13 @@ async def deny(request: Request) -> Response:
 
 
 async def _decide(request: Request, granting: bool) -> Response:
-    state = state_of(request)
     request_id = request.path_params["request_id"]
     try:
         form = await read_form(request)
     except FormTooLarge:
         return too_large()
 
-    def act() -> Response:
-        me = identify(state, request)
-        if me is None:
-            return signed_out(request)
-        if not csrf_ok(form, me):
-            return problem(request, me, "The form was stale or forged: nothing was done.", 403)
+    def act(state: ConsoleState, me: Identity) -> Response:
         if not REQUEST_ID.fullmatch(request_id):
             return problem(request, me, f"No approval request {request_id!r}.", 404, "/approvals")
         note = form.get("note", "").strip() or None
@@ -154,4 +132,4 @@ async def _decide(request: Request, granting: bool) -> Response:
         done = "denied" if not granting else ("partly" if r.state.value == "pending" else "granted")
         return redirect(f"/approvals/{request_id}?done={done}")
 
-    return await run_in_threadpool(act)
+    return await as_signed_in(request, act, form)

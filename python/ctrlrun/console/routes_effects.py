@@ -7,22 +7,19 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ctrlrun.console.identity import Identity, identify
+from ctrlrun.console.identity import Identity
 from ctrlrun.console.pages import effect_url, render
 from ctrlrun.console.state import ConsoleState
 from ctrlrun.console.web import (
     MAX_NOTE,
     FormTooLarge,
-    csrf_ok,
+    as_signed_in,
     problem,
     read_form,
     redirect,
-    signed_out,
-    state_of,
     too_large,
 )
 from ctrlrun.errors import CTRLRunError
@@ -56,19 +53,14 @@ def _listed(state: ConsoleState) -> List[Dict[str, Any]]:
 
 
 async def effects_page(request: Request) -> Response:
-    state = state_of(request)
-
-    def page() -> Response:
-        me = identify(state, request)
-        if me is None:
-            return signed_out(request)
+    def page(state: ConsoleState, me: Identity) -> Response:
         try:
             effects = _listed(state)
         except CTRLRunError as exc:
             return problem(request, me, f"The store could not be read: {exc}", 503)
         return render(request, "effects.html", me, fragment="_effects_live.html", effects=effects)
 
-    return await run_in_threadpool(page)
+    return await as_signed_in(request, page)
 
 
 def _detail(
@@ -108,32 +100,18 @@ def _detail(
 
 
 async def effect_page(request: Request) -> Response:
-    state = state_of(request)
     key = request.path_params["key"]
-
-    def page() -> Response:
-        me = identify(state, request)
-        if me is None:
-            return signed_out(request)
-        return _detail(request, state, me, key)
-
-    return await run_in_threadpool(page)
+    return await as_signed_in(request, lambda state, me: _detail(request, state, me, key))
 
 
 async def resolve(request: Request) -> Response:
-    state = state_of(request)
     key = request.path_params["key"]
     try:
         form = await read_form(request)
     except FormTooLarge:
         return too_large()
 
-    def act() -> Response:
-        me = identify(state, request)
-        if me is None:
-            return signed_out(request)
-        if not csrf_ok(form, me):
-            return problem(request, me, "The form was stale or forged: nothing was done.", 403)
+    def act(state: ConsoleState, me: Identity) -> Response:
         outcome = form.get("outcome", "")
         if outcome not in OUTCOMES:
             return _detail(
@@ -160,4 +138,4 @@ async def resolve(request: Request) -> Response:
             return _detail(request, state, me, key, 409, str(exc))
         return redirect(effect_url(key) + "?done=resolved")
 
-    return await run_in_threadpool(act)
+    return await as_signed_in(request, act, form)

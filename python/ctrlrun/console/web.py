@@ -4,13 +4,14 @@ person did)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 from urllib.parse import parse_qsl, quote
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
-from ctrlrun.console.identity import Identity
+from ctrlrun.console.identity import Identity, identify
 from ctrlrun.console.pages import FRAGMENT_HEADER, SECURITY_HEADERS, render
 from ctrlrun.console.sessions import same_token
 from ctrlrun.console.state import ConsoleState
@@ -54,6 +55,27 @@ async def read_form(request: Request) -> Dict[str, str]:
 
 def csrf_ok(form: Dict[str, str], identity: Identity) -> bool:
     return same_token(form.get("csrf"), identity.csrf)
+
+
+async def as_signed_in(
+    request: Request,
+    body: Callable[[ConsoleState, Identity], Response],
+    form: Optional[Dict[str, str]] = None,
+) -> Response:
+    """``body`` for the signed-in person, on a worker thread (the store is never read on the
+    event loop). Signed out: to sign in, nothing done. A posted ``form`` must carry the
+    session's CSRF token, else nothing is done."""
+    state = state_of(request)
+
+    def page() -> Response:
+        me = identify(state, request)
+        if me is None:
+            return signed_out(request)
+        if form is not None and not csrf_ok(form, me):
+            return problem(request, me, "The form was stale or forged: nothing was done.", 403)
+        return body(state, me)
+
+    return await run_in_threadpool(page)
 
 
 def signed_out(request: Request) -> Response:
