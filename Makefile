@@ -38,13 +38,15 @@ test-py: dev
 ## bench: release build, then the benchmark against the original product and the engine floors,
 ## then the gateway's cost per tools/call (SQLite, and a throwaway PostgreSQL cluster), then
 ## PostgreSQL throughput with 1, 8 and 64 threads and 64 tasks beside pgbench, then
-## `effects list --prefix` and prune on a 1,000,000-row store beside their floors
+## `effects list --prefix` and prune on a 1,000,000-row store beside their floors, then the
+## SQLite WAL frames and B-tree pages per call beside the floors' (counts, not timings)
 bench: $(VENV)/.tools
 	$(VENV)/bin/maturin develop --release --quiet
 	$(PY) -m bench.run
 	$(PYTHON) tests_py/support/pgserver.py -- $(PY) -m bench.gateway
 	$(PYTHON) tests_py/support/pgserver.py -- $(PY) -m bench.throughput --json bench/throughput.json
 	$(PYTHON) tests_py/support/pgserver.py -- $(PY) -m bench.retention --json bench/retention.json
+	$(PY) -m bench.frames --json bench/frames.json
 
 ## lint: Rust (rustfmt, clippy) and Python (ruff check, ruff format, mypy --strict on the
 ## package), and no import circles in either
