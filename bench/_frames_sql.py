@@ -17,7 +17,9 @@ fields (the same length of output: only sizes matter to page counts).
   receipt share a leaf), the state index over the ``n = 0`` rows, non-terminal only; written
   by two plain statements per transaction (no trigger);
 * ``sql-c-full``: as ``sql-c`` with the state index over every state (what ``effects list
-  --state committed`` and retention use now).
+  --state committed`` and retention use now);
+* ``sql-narrow``: the schema as it is, with the hashes, digests, action ids and tokens bound
+  as bytes instead of hex text (the rows' width, nothing else, changes).
 
 Measured (``python -m bench.frames``, 500 calls after 2000, frames per call: reservation +
 outcome): sql-v6 4.75 + 6.28 = 11.03 (the extension's exactly); sql-a 4.72 + 6.44 = 11.16;
@@ -80,6 +82,12 @@ def receipt_hash(*fields: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def receipt_hash_binary(*fields: object) -> bytes:
+    """``receipt_hash`` as the 32 bytes of the digest, not 64 hex digits (design ``narrow``)."""
+    text = "".join("~" if f is None else f"{len(str(f))}:{f}" for f in fields)
+    return hashlib.sha256(text.encode()).digest()
+
+
 def v6_schema(template: str) -> List[Tuple[str, str, str]]:
     """(type, name, sql) of every object of a new file of the extension's, in creation order."""
     if not os.path.exists(template):
@@ -136,13 +144,14 @@ def state_partial() -> Dict[str, Optional[str]]:
     }
 
 
-def open_triggered(path: str, sync: str, replace: Dict[str, Optional[str]]):
+def open_triggered(path: str, sync: str, replace: Dict[str, Optional[str]], narrow: bool = False):
     template = os.path.join(os.path.dirname(path), "template-v6.db")
     objects = v6_schema(template)
     conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
     assert conn.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
     conn.execute(f"PRAGMA synchronous={sync}")
-    conn.create_function("ctrlrun_receipt_hash", 15, receipt_hash, deterministic=True)
+    hasher = receipt_hash_binary if narrow else receipt_hash
+    conn.create_function("ctrlrun_receipt_hash", 15, hasher, deterministic=True)
     conn.execute("BEGIN IMMEDIATE")
     for _, name, sql in objects:
         sql = replace.get(name, sql)
@@ -167,15 +176,19 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
-def triggered_design(replace: Dict[str, Optional[str]]):
-    """ctrlrun's reservation (SELECT, INSERT_ONE) and outcome (TRANSITION, SELECT)."""
+def triggered_design(replace: Dict[str, Optional[str]], narrow: bool = False):
+    """ctrlrun's reservation (SELECT, INSERT_ONE) and outcome (TRANSITION, SELECT). ``narrow``:
+    the same statements and schema with the digests and ids bound as bytes (a hash 32 bytes,
+    an action id and a token 16) instead of hex text: how much row width costs."""
+    args_digest = hashlib.sha256(b"args").digest() if narrow else ARGS
+    arg_digests = b"key " + args_digest if narrow else "key " + ARGS
 
     def open_design(path: str, sync: str):
-        conn = open_triggered(path, sync, replace)
+        conn = open_triggered(path, sync, replace, narrow)
 
         def call(key: str, mark: Callable[[], None]) -> None:
             key = "bench:" + key
-            aid = "act_" + os.urandom(16).hex()
+            aid = os.urandom(16) if narrow else "act_" + os.urandom(16).hex()
 
             def reserve():
                 assert (
@@ -186,7 +199,8 @@ def triggered_design(replace: Dict[str, Optional[str]]):
                 )
                 now = now_us()
                 row = (key, "executing", aid, 1, now, now, now + LEASE_US, None, None, None)
-                row += (os.urandom(16).hex(), "bench.effect", HOLDER, ARGS, "key " + ARGS, None)
+                token = os.urandom(16) if narrow else os.urandom(16).hex()
+                row += (token, "bench.effect", HOLDER, args_digest, arg_digests, None)
                 assert conn.execute(INSERT_ONE, (*row, "reservation", HOLDER)).rowcount == 1
 
             txn(conn, reserve)
@@ -285,4 +299,5 @@ DESIGNS = {
     "sql-ab": triggered_design({**receipts_clustered(), **state_partial()}),
     "sql-c": chain_design(f"n = 0 AND {NON_TERMINAL}"),
     "sql-c-full": chain_design("n = 0"),
+    "sql-narrow": triggered_design({}, narrow=True),
 }
