@@ -1,8 +1,9 @@
-//! The texts and numbers Python passes for a state or the pauses of an outcome write, as the
+//! The texts and numbers Python passes for a state (of an effect, of an approval) or the pauses of an outcome write, as the
 //! core's values.
 
 use std::time::Duration;
 
+use crate::approval::ApprovalState;
 use crate::error::Error;
 use crate::record::EffectState;
 
@@ -11,6 +12,15 @@ pub(super) fn parse_state(state: &str) -> Result<EffectState, Error> {
         Error::InvalidArgument(format!(
             "unknown effect state {state:?}; expected one of reserved, executing, committed, \
              failed, ambiguous"
+        ))
+    })
+}
+
+pub(super) fn parse_approval_state(state: &str) -> Result<ApprovalState, Error> {
+    ApprovalState::parse(state).ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "unknown approval state {state:?}; expected one of pending, granted, denied, used, \
+             expired"
         ))
     })
 }

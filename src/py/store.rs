@@ -2,10 +2,10 @@ use std::sync::{Arc, RwLock};
 
 use pyo3::prelude::*;
 
-use super::args::{parse_pauses, parse_state};
+use super::args::{parse_approval_state, parse_pauses, parse_state};
 use super::errors::IntoPyResult;
 use super::records::{ApprovalRow, EffectRow, ReceiptCheckRow, ReceiptRow, Step};
-use crate::approval::{ApprovalAsk, ApprovalState};
+use crate::approval::ApprovalAsk;
 use crate::error::Error;
 use crate::planner::Proposal;
 use crate::record::Micros;
@@ -241,14 +241,7 @@ impl PyStore {
     ) -> PyResult<Vec<ApprovalRow>> {
         let state = state
             .as_deref()
-            .map(|st| {
-                ApprovalState::parse(st).ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "unknown approval state {st:?}; expected one of pending, granted, \
-                         denied, used, expired"
-                    ))
-                })
-            })
+            .map(parse_approval_state)
             .transpose()
             .py_err(py)?;
         self.call(py, |s| s.list_approvals(state, now_us))

@@ -30,7 +30,8 @@ from ctrlrun.call.steps import (
     through_body,
 )
 from ctrlrun.errors import CTRLRunError, DuplicateEffect, InvalidArgument
-from ctrlrun.store.api import Store, default_store, lease_to_micros, store_at_hand, store_for_url
+from ctrlrun.store.api import Store, default_store, store_at_hand, store_for_url
+from ctrlrun.store.durations import lease_to_micros
 
 __all__ = ["protect", "idempotency_token", "extend_lease", "DEFAULT_LEASE", "PolicyWarning"]
 

@@ -32,8 +32,9 @@ from ctrlrun.errors import (
     StoreError,
     StoreUnresolved,
 )
-from ctrlrun.store.api import Store, lease_to_micros
+from ctrlrun.store.api import Store
 from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
+from ctrlrun.store.durations import lease_to_micros
 from ctrlrun.store.records import UNSERIALIZABLE_MARKER, EffectRecord
 
 log = logging.getLogger("ctrlrun")

@@ -16,7 +16,7 @@ from ctrlrun.notify import hooks as notify
 from ctrlrun.store.approvals import ApprovalRecord, approval_from_core
 from ctrlrun.store.approvers import ApproverMethods
 from ctrlrun.store.decode import record_from_core
-from ctrlrun.store.durations import to_micros
+from ctrlrun.store.durations import datetime_to_micros, lease_to_micros
 from ctrlrun.store.receipts import ReceiptMethods
 from ctrlrun.store.records import EffectRecord, EffectState, Reservation, result_to_json
 from ctrlrun.store.retention import RetentionMethods
@@ -29,20 +29,6 @@ Clock = Callable[[], datetime]
 
 #: The default SQLite file, relative to the working directory.
 DEFAULT_STATE_PATH = os.path.join(".ctrlrun", "state.db")
-_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-# The longest lease accepted: ten years, far past any real call, and far from int64 overflow
-# when added to a timestamp in the store.
-_MAX_LEASE_US = 10 * 366 * 86_400 * 1_000_000
-
-
-def datetime_to_micros(dt: datetime, what: str = "datetime") -> int:
-    if not isinstance(dt, datetime):
-        raise InvalidArgument(f"{what} must be an aware datetime, got {type(dt).__name__}")
-    if dt.tzinfo is None or dt.utcoffset() is None:
-        raise InvalidArgument(f"{what} must be timezone-aware (UTC), got naive {dt!r}")
-    return (dt - _UNIX_EPOCH) // timedelta(microseconds=1)
 
 
 def _api(method: F) -> F:
@@ -72,11 +58,6 @@ def _raised_by_a_call_in(exc: BaseException, frames: int) -> bool:
     """Whether ``exc`` was raised by a built-in call (the core's, refusing an argument it
     cannot take) made in the innermost of the ``frames`` Python frames it passed through."""
     return sum(1 for _ in traceback.walk_tb(exc.__traceback__)) <= frames
-
-
-def lease_to_micros(lease: Union[timedelta, int, float], what: str = "lease") -> int:
-    """A lease as whole microseconds: a ``timedelta`` or a number of seconds, > 0 and finite."""
-    return to_micros(lease, what, _MAX_LEASE_US, "ten years")
 
 
 class Store(ReceiptMethods, RetentionMethods, ApproverMethods):
@@ -302,8 +283,6 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods):
 
 
 def _utcnow() -> datetime:
-    from datetime import timezone
-
     return datetime.now(timezone.utc)
 
 

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import math
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Union
 
 from ctrlrun.errors import InvalidArgument
 
-__all__ = ["to_micros"]
+__all__ = ["to_micros", "lease_to_micros", "datetime_to_micros"]
+
+_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# The longest lease accepted: ten years, far past any real call, and far from int64 overflow
+# when added to a timestamp in the store.
+_MAX_LEASE_US = 10 * 366 * 86_400 * 1_000_000
 
 
 def to_micros(value: Union[timedelta, int, float], what: str, most_us: int, most: str) -> int:
@@ -31,3 +36,17 @@ def to_micros(value: Union[timedelta, int, float], what: str, most_us: int, most
     if us > most_us:
         raise InvalidArgument(f"{what} must be at most {most}, got {value!r}")
     return us
+
+
+def lease_to_micros(lease: Union[timedelta, int, float], what: str = "lease") -> int:
+    """A lease as whole microseconds: a ``timedelta`` or a number of seconds, > 0 and finite."""
+    return to_micros(lease, what, _MAX_LEASE_US, "ten years")
+
+
+def datetime_to_micros(dt: datetime, what: str = "datetime") -> int:
+    """An aware datetime as microseconds since the epoch (UTC)."""
+    if not isinstance(dt, datetime):
+        raise InvalidArgument(f"{what} must be an aware datetime, got {type(dt).__name__}")
+    if dt.tzinfo is None or dt.utcoffset() is None:
+        raise InvalidArgument(f"{what} must be timezone-aware (UTC), got naive {dt!r}")
+    return (dt - _UNIX_EPOCH) // timedelta(microseconds=1)
