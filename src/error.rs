@@ -72,6 +72,10 @@ pub enum Error {
     /// Any other store failure: cannot open, corrupt file, newer schema.
     #[error("{0}")]
     Store(String),
+    /// A step run without waiting ([`crate::store::nowait`]) would have had to wait; nothing
+    /// was written. Never reaches a caller: the step is handed to a thread instead.
+    #[error("the store step would have had to wait; nothing was written")]
+    WouldWait,
 }
 
 impl Error {

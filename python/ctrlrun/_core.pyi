@@ -35,6 +35,8 @@ __all__ = [
     "Completions",
     "reserve_in_background",
     "transition_in_background",
+    "reserve_soon",
+    "transition_soon",
     "finish_background",
 ]
 
@@ -291,4 +293,29 @@ def transition_in_background(
     payload: Optional[str] = None,
     now_us: Optional[int] = None,
 ) -> None: ...
+def reserve_soon(
+    store: Store,
+    completions: Completions,
+    token: int,
+    key: str,
+    action_id: str,
+    lease_us: int,
+    now_us: Optional[int] = None,
+    begin: bool = False,
+    action: Optional[str] = None,
+    args: Optional[List[Tuple[str, str]]] = None,
+    approval: bool = False,
+) -> Optional[Tuple[bool, Any]]: ...
+def transition_soon(
+    store: Store,
+    completions: Completions,
+    token: int,
+    pauses: Sequence[float],
+    key: str,
+    action_id: str,
+    attempt: Optional[int],
+    outcome: Step,
+    payload: Optional[str] = None,
+    now_us: Optional[int] = None,
+) -> Optional[Tuple[bool, Any]]: ...
 def finish_background() -> None: ...

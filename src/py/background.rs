@@ -26,6 +26,7 @@ use std::os::unix::net::UnixStream;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::AtomicPtr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
 use pyo3::prelude::*;
 
@@ -34,7 +35,7 @@ use super::errors::{to_py, IntoPyResult};
 use super::records::{EffectRow, Step};
 use super::store::PyStore;
 use crate::error::Error;
-use crate::planner::Proposal;
+use crate::planner::{Proposal, Transition};
 use crate::record::{EffectRecord, Micros};
 use crate::store::fork::{self, this_process, PerProcess};
 use crate::store::outcome::record_retrying;
@@ -289,17 +290,22 @@ fn step<T>(
     call: impl FnOnce(&dyn Store) -> Result<T, Error>,
 ) -> Result<T, Error> {
     let pass = store.fork_sensitive().then(fork::pass);
-    let done = std::panic::catch_unwind(AssertUnwindSafe(|| call(&*store))).unwrap_or_else(|p| {
+    let done = unpanicked(|| call(&*store));
+    drop(pass);
+    release(store);
+    done
+}
+
+/// `call`'s end, a panic turned into an error for its caller.
+pub(super) fn unpanicked<T>(call: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
+    std::panic::catch_unwind(AssertUnwindSafe(call)).unwrap_or_else(|p| {
         let why = p
             .downcast_ref::<&str>()
             .map(|s| s.to_string())
             .or_else(|| p.downcast_ref::<String>().cloned())
             .unwrap_or_default();
         Err(Error::Store(format!("the store call panicked: {why}")))
-    });
-    drop(pass);
-    release(store);
-    done
+    })
 }
 
 /// Drop a reference to `store` behind the fork gate: the last one closes a SQLite pool, which
@@ -329,19 +335,55 @@ pub fn reserve_in_background(
     approval: bool,
 ) -> PyResult<()> {
     let store = store.get().py_err(py)?;
+    let reserve = Reserve {
+        digests: args.map(|mut parts| crate::fingerprint::digests(&mut parts)),
+        key,
+        action_id,
+        lease_us,
+        now_us,
+        begin,
+        action,
+        approval,
+    };
+    queue_reserve(store, completions, token, reserve).py_err(py)
+}
+
+/// A reservation's arguments, owned (to go to a core thread).
+pub(super) struct Reserve {
+    pub key: String,
+    pub action_id: String,
+    pub lease_us: Micros,
+    pub now_us: Option<Micros>,
+    pub begin: bool,
+    pub action: Option<String>,
+    /// The arguments' digest and fingerprint (`crate::fingerprint::digests`).
+    pub digests: Option<(String, String)>,
+    pub approval: bool,
+}
+
+impl Reserve {
+    pub fn proposal(&self) -> Proposal<'_> {
+        Proposal {
+            action: self.action.as_deref(),
+            args: self.digests.as_ref().map(|(d, f)| (d.as_str(), f.as_str())),
+            needs_approval: self.approval,
+            ..Proposal::new(&self.key, &self.action_id, self.lease_us, self.begin)
+        }
+    }
+}
+
+/// Queue `r` for a core thread; its end comes back through `completions` under `token`.
+pub(super) fn queue_reserve(
+    store: Arc<dyn Store>,
+    completions: &Completions,
+    token: u64,
+    r: Reserve,
+) -> Result<(), Error> {
     let send = completions.sender();
     submit(Box::new(move || {
-        let digests = args.map(|mut parts| crate::fingerprint::digests(&mut parts));
-        let proposal = Proposal {
-            action: action.as_deref(),
-            args: digests.as_ref().map(|(d, f)| (d.as_str(), f.as_str())),
-            needs_approval: approval,
-            ..Proposal::new(&key, &action_id, lease_us, begin)
-        };
-        let done = step(store, |s| s.propose(proposal, now_us));
+        let done = step(store, |s| s.propose(r.proposal(), r.now_us));
         send(token, Done::Record(done.map(Box::new)));
     }))
-    .py_err(py)
 }
 
 /// `Store.transition_unread` on a core thread, re-issued after each of `pauses` (seconds) as
@@ -364,18 +406,66 @@ pub fn transition_in_background(
     payload: Option<String>,
     now_us: Option<Micros>,
 ) -> PyResult<()> {
-    let t = outcome.with(payload);
-    let pauses = parse_pauses(pauses);
     let store = store.get().py_err(py)?;
+    let t = Outcome {
+        kind: outcome.as_str(),
+        transition: outcome.with(payload),
+        pauses: parse_pauses(pauses),
+        key,
+        action_id,
+        attempt,
+        now_us,
+    };
+    queue_transition(store, completions, token, t, None).py_err(py)
+}
+
+/// An outcome write's arguments, owned (to go to a core thread).
+pub(super) struct Outcome {
+    pub kind: &'static str,
+    pub transition: Transition,
+    pub pauses: Vec<Duration>,
+    pub key: String,
+    pub action_id: String,
+    pub attempt: Option<i64>,
+    pub now_us: Option<Micros>,
+}
+
+impl Outcome {
+    pub fn write_once(&self, s: &dyn Store, now: Option<Micros>) -> Result<(), Error> {
+        s.transition_unread(
+            &self.key,
+            &self.action_id,
+            self.attempt,
+            &self.transition,
+            now,
+        )
+    }
+}
+
+/// Queue `o` for a core thread (`unknown`: a try already made whose end is unknown, which
+/// stays the answer unless a later one settles it); its end comes back through `completions`.
+pub(super) fn queue_transition(
+    store: Arc<dyn Store>,
+    completions: &Completions,
+    token: u64,
+    o: Outcome,
+    unknown: Option<Error>,
+) -> Result<(), Error> {
     let send = completions.sender();
     submit(Box::new(move || {
-        let done = record_retrying(outcome.as_str(), &key, now_us, &pauses, |now| {
-            step(Arc::clone(&store), |s| {
-                s.transition_unread(&key, &action_id, attempt, &t, now)
-            })
+        let done = record_retrying(o.kind, &o.key, o.now_us, &o.pauses, unknown, |now| {
+            step(Arc::clone(&store), |s| o.write_once(s, now))
         });
         release(store);
         send(token, Done::Unit(done));
     }))
-    .py_err(py)
+}
+
+/// Run a checkpoint a step made on the event loop's thread deferred, on a core thread.
+pub(super) fn queue_checkpoint(store: Arc<dyn Store>) -> Result<(), Error> {
+    submit(Box::new(move || {
+        if let Err(e) = step(store, |s| s.checkpoint()) {
+            log::warn!(target: "ctrlrun", "ctrlrun: a deferred WAL checkpoint failed: {e}");
+        }
+    }))
 }

@@ -8,6 +8,8 @@ mod background;
 mod errors;
 mod fork;
 mod logging;
+#[cfg(unix)]
+mod on_loop;
 mod records;
 mod store;
 mod template;
@@ -37,7 +39,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     export!(m;
         classes background::Completions;
         functions background::reserve_in_background, background::transition_in_background,
-            background::finish_background,
+            background::finish_background, on_loop::reserve_soon, on_loop::transition_soon,
     );
     m.add(
         "SCRATCH_SCHEMA_PREFIX",

@@ -308,7 +308,7 @@ impl PyStore {
         let store = self.get().py_err(py)?;
         let (t, pauses) = (step.with(payload), parse_pauses(pauses));
         py.detach(|| {
-            record_retrying(step.as_str(), key, now_us, &pauses, |now| {
+            record_retrying(step.as_str(), key, now_us, &pauses, None, |now| {
                 let _pass = store.fork_sensitive().then(fork::pass);
                 store.transition_unread(key, action_id, attempt, &t, now)
             })

@@ -76,4 +76,22 @@ pub trait Engine: Reread + Send + Sync {
 
     /// [`Store::get`].
     fn read_row(&self, key: &str) -> Result<Option<EffectRecord>>;
+
+    /// Whether a reservation or an outcome write may be tried on a thread that must not wait
+    /// ([`crate::store::nowait`]): true only where a write waits on nothing but locks it can
+    /// ask for without waiting (SQLite at `synchronous=NORMAL`: no fsync on commit).
+    fn writes_without_waiting(&self) -> bool {
+        false
+    }
+
+    /// Whether a commit made without waiting deferred a checkpoint since the last call: the
+    /// caller then runs [`Engine::checkpoint`] on a thread that may wait.
+    fn checkpoint_deferred(&self) -> bool {
+        false
+    }
+
+    /// The deferred checkpoint.
+    fn checkpoint(&self) -> Result<()> {
+        Ok(())
+    }
 }

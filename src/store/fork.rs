@@ -148,6 +148,22 @@ pub fn pass() -> Pass {
     Pass { entered: Some(s) }
 }
 
+/// [`pass`], or `None` at once where it would wait (a fork is being prepared): for a step that
+/// must not wait ([`crate::store::nowait`]).
+pub fn try_pass() -> Option<Pass> {
+    if HELD.with(|h| h.get()) > 0 {
+        return Some(pass()); // nested: never waits
+    }
+    let s = shared();
+    let mut g = gate(s);
+    if g.forking > 0 {
+        return None;
+    }
+    g.inside += 1;
+    HELD.with(|h| h.set(h.get() + 1));
+    Some(Pass { entered: Some(s) })
+}
+
 /// Before `fork()`: hold off new calls, wait for those in flight (but not for the calling
 /// thread's own, if it forks from inside a store call), close idle SQLite connections. Blocks
 /// as long as the slowest call in flight (bounded by the store's busy timeout).

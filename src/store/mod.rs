@@ -5,6 +5,7 @@ pub(crate) mod api;
 pub(crate) mod cold;
 pub(crate) mod engine;
 pub mod fork;
+pub mod nowait;
 pub mod outcome;
 pub mod pool;
 pub mod postgres;

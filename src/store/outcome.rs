@@ -15,15 +15,16 @@ use crate::record::Micros;
 /// Try `write` (given the caller's clock moved on by the time spent, if there is one) until it
 /// succeeds, is refused, or the `pauses` run out; each retry is logged. Returns the write's
 /// end; after tries that all failed, the first unknown one if there was any, else the last.
+/// `unknown`: a try made before this call whose end is unknown (it counts as the first).
 pub fn record_retrying(
     kind: &str,
     key: &str,
     now: Option<Micros>,
     pauses: &[Duration],
+    mut unknown: Option<Error>,
     mut write: impl FnMut(Option<Micros>) -> Result<()>,
 ) -> Result<()> {
     let started = Instant::now();
-    let mut unknown: Option<Error> = None;
     let mut pauses = pauses.iter();
     loop {
         let at = now.map(|n| {
@@ -70,7 +71,7 @@ mod tests {
         let mut tries = tries.into_iter();
         let mut made = 0;
         let pauses = [Duration::ZERO; 3];
-        let done = record_retrying("commit", "k", Some(0), &pauses, |_| {
+        let done = record_retrying("commit", "k", Some(0), &pauses, None, |_| {
             made += 1;
             tries.next().expect("no more tries than pauses + 1")
         });

@@ -125,6 +125,13 @@ impl<M: Manage> Pool<M> {
         }
     }
 
+    /// An idle connection, or `None` at once (never opens one, never waits): for a step that
+    /// must not wait ([`crate::store::nowait`]).
+    pub fn try_idle(&self) -> Option<Pooled<'_, M>> {
+        let conn = self.lock().idle.pop()?;
+        Some(self.lend(conn))
+    }
+
     fn lend(&self, conn: M::Conn) -> Pooled<'_, M> {
         Pooled {
             pool: self,

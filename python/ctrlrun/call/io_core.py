@@ -1,8 +1,11 @@
 """The two store steps every ``async def`` protected call makes (the reservation and the
-outcome write), run on the core's own threads (``_core.reserve_in_background`` and
-``_core.transition_in_background``, src/py/background.rs): the database work starts without
-waiting for the GIL, and the event loop is woken once for the steps that finished meanwhile.
-Every other store call of an async caller goes through ``_io_threads``.
+outcome write): done on the event loop's thread where the store cannot make them wait (SQLite
+at ``synchronous=NORMAL`` with the write lock free at once: ``_core.reserve_soon`` and
+``_core.transition_soon``, src/py/on_loop.rs), else run on the core's own threads
+(src/py/background.rs): the database work starts without waiting for the GIL, and the event
+loop is woken once for the steps that finished meanwhile. Either way the caller gets a future;
+one done on the loop's thread is settled already. Every other store call of an async caller
+goes through ``_io_threads``.
 
 Each event loop has an inbox (``_core.Completions``): a socket the loop watches, and the steps
 finished for it. A step is known by a token; its future lives here, on the loop. Where the core
@@ -24,6 +27,8 @@ from ctrlrun import _core
 from ctrlrun.call.io_threads import PerLoop
 
 _AVAILABLE = hasattr(_core, "Completions")
+_reserve_soon = getattr(_core, "reserve_soon", None)
+_transition_soon = getattr(_core, "transition_soon", None)
 
 
 class _Inbox:
@@ -56,10 +61,17 @@ class _Inbox:
         token = next(self.tokens)
         self.waiting[token] = future
         try:
-            start(store.core, self.completions, token, *args)
+            now = start(store.core, self.completions, token, *args)
         except BaseException:
             del self.waiting[token]
             raise
+        if now is not None:  # done on this thread, nothing queued
+            del self.waiting[token]
+            ok, value = now
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
         return future
 
 
@@ -77,23 +89,23 @@ _inboxes = _registry()
 
 
 def reserve(store: Any, args: Tuple[Any, ...]) -> Optional[asyncio.Future[Any]]:
-    """``store.core.reserve(*args)`` on a core thread: a future of its record tuple, or
+    """``store.core.reserve(*args)`` here or on a core thread: a future of its record tuple, or
     ``None`` where this loop has no inbox."""
     inbox = _inboxes.of(asyncio.get_running_loop())
-    return None if inbox is None else inbox.submit(_core.reserve_in_background, store, args)
+    return None if inbox is None else inbox.submit(_reserve_soon, store, args)
 
 
 def transition(
     store: Any, pauses: Tuple[float, ...], args: Tuple[Any, ...]
 ) -> Optional[asyncio.Future[Any]]:
-    """``store.core.record_outcome(pauses, *args)`` on a core thread (the same retries and
+    """``store.core.record_outcome(pauses, *args)`` here or on a core thread (the same retries and
     the same rule for an unknown try): a future of ``None``, or ``None`` where this loop has
     no inbox."""
     inbox = _inboxes.of(asyncio.get_running_loop())
     return (
         None
         if inbox is None
-        else inbox.submit(_core.transition_in_background, store, (list(pauses), *args))
+        else inbox.submit(_transition_soon, store, (list(pauses), *args))
     )
 
 

@@ -51,7 +51,10 @@ def _reserving(call: Call) -> asyncio.Future[int]:
         else:
             out.set_exception(exc)
 
-    landed.add_done_callback(settle)
+    if landed.done():
+        settle(landed)  # written on this thread: no turn of the loop to wait for
+    else:
+        landed.add_done_callback(settle)
     return out
 
 
@@ -76,7 +79,10 @@ def _recording(call: Call, outcome: Outcome) -> asyncio.Future[None]:
                 call.not_recorded(outcome, exc) if isinstance(exc, Exception) else exc
             )
 
-    landed.add_done_callback(settle)
+    if landed.done():
+        settle(landed)  # written on this thread: no turn of the loop to wait for
+    else:
+        landed.add_done_callback(settle)
     return out
 
 
@@ -84,6 +90,8 @@ async def _finish(work: Awaitable[Any]) -> Any:
     """Await ``work`` to the end even if this task is cancelled meanwhile; a cancellation is
     re-raised only once the work is done (a store write in flight must settle, not be
     abandoned: a caller who sees the cancellation may retry at once)."""
+    if isinstance(work, asyncio.Future) and work.done():
+        return work.result()  # settled already (written on the loop's thread)
     task = asyncio.ensure_future(work)
     _background.add(task)
     task.add_done_callback(_background.discard)

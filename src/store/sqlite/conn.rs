@@ -1,6 +1,7 @@
 //! One pooled SQLite connection and how it is opened.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use rusqlite::{Connection, OpenFlags};
@@ -24,6 +25,30 @@ pub type ConnectionInit = Arc<dyn Fn(&mut Connection) -> rusqlite::Result<()> + 
 pub(super) struct Manager {
     pub(super) opts: SqliteOptions,
     pub(super) init: Option<ConnectionInit>,
+    /// A commit made the log due for a checkpoint that it deferred (see [`defer_checkpoints`]).
+    pub(super) checkpoint_due: Arc<AtomicBool>,
+}
+
+/// SQLite's own threshold for an automatic checkpoint (`wal_autocheckpoint`'s default).
+const AUTOCHECKPOINT_PAGES: i32 = 1000;
+
+/// The log's automatic checkpoint, as SQLite's own (a passive one once a commit leaves
+/// [`AUTOCHECKPOINT_PAGES`] pages in the log), except for a commit made on a thread that
+/// must not wait ([`crate::store::nowait`]): a checkpoint writes the database file and
+/// syncs it, so that commit only marks `due`, and the caller runs it on a thread
+/// ([`crate::store::engine::Engine::checkpoint`]). Its errors are ignored, as SQLite's own
+/// hook ignores them: the commit has landed whatever the checkpoint meets.
+fn defer_checkpoints(conn: &mut Connection, due: Arc<AtomicBool>) -> rusqlite::Result<()> {
+    conn.wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages: i32| {
+        if pages >= AUTOCHECKPOINT_PAGES {
+            if crate::store::nowait::on_loop() {
+                due.store(true, Ordering::Release);
+            } else {
+                let _ = wal.checkpoint();
+            }
+        }
+        Ok(())
+    }))
 }
 
 impl crate::store::pool::Manage for Manager {
@@ -32,6 +57,8 @@ impl crate::store::pool::Manage for Manager {
 
     fn connect(&self) -> Result<Conn> {
         let (mut conn, file) = open_pinned(&self.opts)?;
+        defer_checkpoints(&mut conn, Arc::clone(&self.checkpoint_due))
+            .map_err(|e| open_error(&self.opts.path, e))?;
         if let Some(init) = &self.init {
             init(&mut conn).map_err(|e| open_error(&self.opts.path, e))?;
         }

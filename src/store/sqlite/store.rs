@@ -1,5 +1,6 @@
 //! The SQLite store's handle: its file, its pool and its transactions.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use super::sql::select;
 use crate::env::now_micros;
 use crate::error::{Error, Result};
 use crate::record::{EffectRecord, Micros};
+use crate::store::nowait;
 use crate::store::pool::{Pool, Pooled};
 use crate::store::recovery::{reread_failed, Commit, Reread};
 use crate::url::SqliteOptions;
@@ -22,6 +24,8 @@ pub struct SqliteStore {
     pool: Arc<Pool<Manager>>,
     /// The database file as the store opened it, held open (see [`identity`]).
     held: Held,
+    /// A commit made without waiting deferred the log's checkpoint (see `conn`).
+    checkpoint_due: Arc<AtomicBool>,
 }
 
 impl SqliteStore {
@@ -56,10 +60,12 @@ impl SqliteStore {
         held.check(&opts.path, file)?; // the file the first connection sets up is the one held
         init_schema(&first, &opts.path)?;
         drop(first);
+        let checkpoint_due = Arc::new(AtomicBool::new(false));
         let pool = Arc::new(Pool::new(
             Manager {
                 opts: opts.clone(),
                 init,
+                checkpoint_due: Arc::clone(&checkpoint_due),
             },
             8,
             opts.busy_timeout + Duration::from_secs(5),
@@ -67,16 +73,54 @@ impl SqliteStore {
         // No SQLite connection may stay open across a fork (see `store::fork`).
         let weak = Arc::downgrade(&pool);
         crate::store::fork::register(weak);
-        Ok(SqliteStore { opts, pool, held })
+        Ok(SqliteStore {
+            opts,
+            pool,
+            held,
+            checkpoint_due,
+        })
+    }
+
+    /// A checkpoint was deferred since the last call (and is no longer marked due).
+    pub(super) fn take_checkpoint_due(&self) -> bool {
+        self.checkpoint_due.swap(false, Ordering::AcqRel)
+    }
+
+    /// A passive checkpoint of the log, as SQLite's automatic one (on a thread that may wait).
+    pub(super) fn checkpoint_now(&self) -> Result<()> {
+        let conn = self.read_conn()?;
+        conn.conn
+            .wal_checkpoint_v2(
+                Some(rusqlite::MAIN_DB),
+                rusqlite::wal::CheckpointMode::PASSIVE,
+            )
+            .map(|_| ())
+            .map_err(|e| {
+                Error::Store(format!(
+                    "checkpointing the SQLite store at {} failed: {e}",
+                    self.opts.path.display()
+                ))
+            })
+    }
+
+    /// A pooled connection; inside [`nowait::run`], only an idle one.
+    fn lend(&self) -> Result<Option<Pooled<'_, Manager>>, crate::store::pool::GetError> {
+        if nowait::must_not_wait() {
+            return Ok(self.pool.try_idle());
+        }
+        self.pool.get().map(Some)
     }
 
     pub(super) fn conn(&self) -> Result<Pooled<'_, Manager>> {
-        self.pool.get().map_err(|e| {
-            Error::StoreWriteFailed(format!(
-                "cannot get a connection to the SQLite store at {}: {e}; nothing was written",
-                self.opts.path.display()
-            ))
-        })
+        self.lend()
+            .transpose()
+            .ok_or(Error::WouldWait)?
+            .map_err(|e| {
+                Error::StoreWriteFailed(format!(
+                    "cannot get a connection to the SQLite store at {}: {e}; nothing was written",
+                    self.opts.path.display()
+                ))
+            })
     }
 
     pub(super) fn failed(&self, what: &str, key: &str, e: impl std::fmt::Display) -> Error {
@@ -111,16 +155,29 @@ impl SqliteStore {
         key: &str,
         body: impl FnOnce(&Connection) -> Result<T>,
     ) -> Result<Commit<T>> {
+        // Inside `nowait::run`, the write lock is asked for once, without the busy handler.
+        let no_wait = nowait::must_not_wait();
+        if no_wait && conn.conn.busy_timeout(Duration::ZERO).is_err() {
+            conn.broken = true;
+            return Err(Error::WouldWait);
+        }
         let begun = conn
             .conn
             .prepare_cached("BEGIN IMMEDIATE")
             .and_then(|mut s| s.execute([]));
+        if no_wait && conn.conn.busy_timeout(self.opts.busy_timeout).is_err() {
+            conn.broken = true; // never hand out a connection left without its busy timeout
+        }
         if let Err(e) = begun {
             if !conn.conn.is_autocommit() {
                 let _ = conn.conn.execute_batch("ROLLBACK");
             }
+            if no_wait && is_busy(&e) {
+                return Err(Error::WouldWait);
+            }
             return Err(self.failed(what, key, e));
         }
+        nowait::began();
         let value = match self
             .check_identity(conn.file)
             .and_then(|_| body(&conn.conn))
@@ -151,12 +208,15 @@ impl SqliteStore {
 
     /// A pooled connection for a read: failing to get one is a store error, not a write's.
     pub(super) fn read_conn(&self) -> Result<Pooled<'_, Manager>> {
-        self.pool.get().map_err(|e| {
-            Error::Store(format!(
-                "cannot get a connection to the SQLite store at {}: {e}",
-                self.opts.path.display()
-            ))
-        })
+        self.lend()
+            .transpose()
+            .ok_or(Error::WouldWait)?
+            .map_err(|e| {
+                Error::Store(format!(
+                    "cannot get a connection to the SQLite store at {}: {e}",
+                    self.opts.path.display()
+                ))
+            })
     }
 
     pub(super) fn read(&self, key: &str) -> Result<Option<EffectRecord>> {
@@ -168,6 +228,14 @@ impl SqliteStore {
             ))
         })
     }
+}
+
+/// Another connection holds the lock asked for.
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
 }
 
 impl Reread for SqliteStore {

@@ -224,4 +224,16 @@ impl Engine for SqliteStore {
     fn read_row(&self, key: &str) -> Result<Option<EffectRecord>> {
         self.read(key)
     }
+
+    fn writes_without_waiting(&self) -> bool {
+        self.opts.synchronous == Synchronous::Normal
+    }
+
+    fn checkpoint_deferred(&self) -> bool {
+        self.take_checkpoint_due()
+    }
+
+    fn checkpoint(&self) -> Result<()> {
+        self.checkpoint_now()
+    }
 }

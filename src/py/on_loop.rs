@@ -1,0 +1,142 @@
+//! The two hot store steps of an `async def` protected call (the reservation and the outcome
+//! write), done on the event loop's own thread where they cannot wait, else queued for a core
+//! thread exactly as `background.rs` does.
+//!
+//! Why: a hop to a core thread and back costs two wake-ups of the loop and, on a 2-core
+//! machine, more than the write itself: on SQLite at `synchronous=NORMAL` a protected call
+//! awaited took about 1.9x the time of a sync one (bench/README.md). There a write does no
+//! fsync, so the only waits it can meet are a lock another writer holds, a pool with no idle
+//! connection and a fork being prepared; [`crate::store::nowait`] asks for each once and
+//! gives up before anything is written. Only then is the step queued: the loop never waits.
+//! The GIL stays held: the step is short, and taking it back after releasing it could wait a
+//! whole switch interval for another thread.
+//!
+//! Each returns `None` when the step was queued (its end comes through `completions` under
+//! `token`), else `(ok, value)` as `Completions.take` gives it.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+
+use super::args::parse_pauses;
+use super::background::{
+    queue_checkpoint, queue_reserve, queue_transition, unpanicked, Completions, Outcome, Reserve,
+};
+use super::errors::{to_py, IntoPyResult};
+use super::records::{EffectRow, Step};
+use super::store::PyStore;
+use crate::error::Error;
+use crate::record::Micros;
+use crate::store::{fork, nowait, Store};
+
+type Now = Option<(bool, Py<PyAny>)>;
+
+/// `step` on this thread, if the store allows it and nothing makes it wait (`None` else).
+fn without_waiting<T>(
+    store: &Arc<dyn Store>,
+    step: impl FnOnce(&dyn Store) -> Result<T, Error>,
+) -> Option<Result<T, Error>> {
+    if !store.writes_without_waiting() {
+        return None;
+    }
+    let pass = if store.fork_sensitive() {
+        Some(fork::try_pass()?)
+    } else {
+        None
+    };
+    let done = nowait::run(|| unpanicked(|| step(&**store)));
+    drop(pass);
+    if done.is_some() && store.checkpoint_deferred() {
+        if let Err(e) = queue_checkpoint(Arc::clone(store)) {
+            log::warn!(target: "ctrlrun", "ctrlrun: a deferred WAL checkpoint was not started: {e}");
+        }
+    }
+    done
+}
+
+fn answer<T>(
+    py: Python<'_>,
+    done: Result<T, Error>,
+    value: impl FnOnce(T) -> PyResult<Py<PyAny>>,
+) -> PyResult<Now> {
+    Ok(Some(match done {
+        Ok(v) => (true, value(v)?),
+        Err(e) => (false, to_py(py, e).into_value(py).into_any()),
+    }))
+}
+
+/// `reserve_in_background`, done here when it need not wait.
+#[pyfunction]
+#[pyo3(signature = (store, completions, token, key, action_id, lease_us, now_us=None, begin=false, action=None, args=None, approval=false))]
+#[allow(clippy::too_many_arguments)]
+pub fn reserve_soon(
+    py: Python<'_>,
+    store: &PyStore,
+    completions: &Completions,
+    token: u64,
+    key: String,
+    action_id: String,
+    lease_us: Micros,
+    now_us: Option<Micros>,
+    begin: bool,
+    action: Option<String>,
+    args: Option<Vec<(String, String)>>,
+    approval: bool,
+) -> PyResult<Now> {
+    let store = store.get().py_err(py)?;
+    let reserve = Reserve {
+        digests: args.map(|mut parts| crate::fingerprint::digests(&mut parts)),
+        key,
+        action_id,
+        lease_us,
+        now_us,
+        begin,
+        action,
+        approval,
+    };
+    if let Some(done) = without_waiting(&store, |s| s.propose(reserve.proposal(), now_us)) {
+        return answer(py, done, |row| {
+            Py::new(py, EffectRow::from(row)).map(Py::into_any)
+        });
+    }
+    queue_reserve(store, completions, token, reserve).py_err(py)?;
+    Ok(None)
+}
+
+/// `transition_in_background`, its first try done here when it need not wait. A first try
+/// whose end is unknown is retried on a core thread, and stays the answer unless a later one
+/// settles it (as `crate::store::outcome` keeps it).
+#[pyfunction]
+#[pyo3(signature = (store, completions, token, pauses, key, action_id, attempt, outcome, payload=None, now_us=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn transition_soon(
+    py: Python<'_>,
+    store: &PyStore,
+    completions: &Completions,
+    token: u64,
+    pauses: Vec<f64>,
+    key: String,
+    action_id: String,
+    attempt: Option<i64>,
+    outcome: Step,
+    payload: Option<String>,
+    now_us: Option<Micros>,
+) -> PyResult<Now> {
+    let store = store.get().py_err(py)?;
+    let o = Outcome {
+        kind: outcome.as_str(),
+        transition: outcome.with(payload),
+        pauses: parse_pauses(pauses),
+        key,
+        action_id,
+        attempt,
+        now_us,
+    };
+    let unknown = match without_waiting(&store, |s| o.write_once(s, now_us)) {
+        Some(Err(e @ Error::StoreUnresolved { .. })) => Some(e),
+        Some(done) => return answer(py, done, |()| Ok(py.None())),
+        None => None,
+    };
+    queue_transition(store, completions, token, o, unknown).py_err(py)?;
+    Ok(None)
+}
