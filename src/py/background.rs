@@ -460,12 +460,3 @@ pub(super) fn queue_transition(
         send(token, Done::Unit(done));
     }))
 }
-
-/// Run a checkpoint a step made on the event loop's thread deferred, on a core thread.
-pub(super) fn queue_checkpoint(store: Arc<dyn Store>) -> Result<(), Error> {
-    submit(Box::new(move || {
-        if let Err(e) = step(store, |s| s.checkpoint()) {
-            log::warn!(target: "ctrlrun", "ctrlrun: a deferred WAL checkpoint failed: {e}");
-        }
-    }))
-}

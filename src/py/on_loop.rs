@@ -20,7 +20,7 @@ use pyo3::prelude::*;
 
 use super::args::parse_pauses;
 use super::background::{
-    queue_checkpoint, queue_reserve, queue_transition, unpanicked, Completions, Outcome, Reserve,
+    queue_reserve, queue_transition, unpanicked, Completions, Outcome, Reserve,
 };
 use super::errors::{to_py, IntoPyResult};
 use super::records::{EffectRow, Step};
@@ -46,11 +46,6 @@ fn without_waiting<T>(
     };
     let done = nowait::run(|| unpanicked(|| step(&**store)));
     drop(pass);
-    if done.is_some() && store.checkpoint_deferred() {
-        if let Err(e) = queue_checkpoint(Arc::clone(store)) {
-            log::warn!(target: "ctrlrun", "ctrlrun: a deferred WAL checkpoint was not started: {e}");
-        }
-    }
     done
 }
 

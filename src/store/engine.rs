@@ -83,15 +83,4 @@ pub trait Engine: Reread + Send + Sync {
     fn writes_without_waiting(&self) -> bool {
         false
     }
-
-    /// Whether a commit made without waiting deferred a checkpoint since the last call: the
-    /// caller then runs [`Engine::checkpoint`] on a thread that may wait.
-    fn checkpoint_deferred(&self) -> bool {
-        false
-    }
-
-    /// The deferred checkpoint.
-    fn checkpoint(&self) -> Result<()> {
-        Ok(())
-    }
 }

@@ -102,11 +102,7 @@ def transition(
     the same rule for an unknown try): a future of ``None``, or ``None`` where this loop has
     no inbox."""
     inbox = _inboxes.of(asyncio.get_running_loop())
-    return (
-        None
-        if inbox is None
-        else inbox.submit(_transition_soon, store, (list(pauses), *args))
-    )
+    return None if inbox is None else inbox.submit(_transition_soon, store, (list(pauses), *args))
 
 
 def _after_fork_in_child() -> None:

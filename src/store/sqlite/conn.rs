@@ -35,17 +35,24 @@ const AUTOCHECKPOINT_PAGES: i32 = 1000;
 /// The log's automatic checkpoint, as SQLite's own (a passive one once a commit leaves
 /// [`AUTOCHECKPOINT_PAGES`] pages in the log), except for a commit made on a thread that
 /// must not wait ([`crate::store::nowait`]): a checkpoint writes the database file and
-/// syncs it, so that commit only marks `due`, and the caller runs it on a thread
-/// ([`crate::store::engine::Engine::checkpoint`]). Its errors are ignored, as SQLite's own
-/// hook ignores them: the commit has landed whatever the checkpoint meets.
+/// syncs it, so that commit only marks it `due`, and while it is due no write is made on
+/// such a thread ([`crate::store::engine::Engine::writes_without_waiting`]): the next one is
+/// made on a thread that may wait, and its commit runs the checkpoint. Deferring it to a
+/// job that ran beside the loop's writes let the log grow without end: a log restarts only
+/// when a write begins with every frame checkpointed, which a checkpoint racing new commits
+/// never leaves. Its errors are ignored, as SQLite's own hook ignores them: the commit has
+/// landed whatever the checkpoint meets.
 fn defer_checkpoints(conn: &mut Connection, due: Arc<AtomicBool>) -> rusqlite::Result<()> {
     conn.wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages: i32| {
-        if pages >= AUTOCHECKPOINT_PAGES {
-            if crate::store::nowait::on_loop() {
+        if crate::store::nowait::on_loop() {
+            if pages >= AUTOCHECKPOINT_PAGES {
                 due.store(true, Ordering::Release);
-            } else {
+            }
+        } else {
+            if pages >= AUTOCHECKPOINT_PAGES {
                 let _ = wal.checkpoint();
             }
+            due.store(false, Ordering::Release); // this commit saw to the log
         }
         Ok(())
     }))

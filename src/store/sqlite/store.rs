@@ -81,26 +81,9 @@ impl SqliteStore {
         })
     }
 
-    /// A checkpoint was deferred since the last call (and is no longer marked due).
-    pub(super) fn take_checkpoint_due(&self) -> bool {
-        self.checkpoint_due.swap(false, Ordering::AcqRel)
-    }
-
-    /// A passive checkpoint of the log, as SQLite's automatic one (on a thread that may wait).
-    pub(super) fn checkpoint_now(&self) -> Result<()> {
-        let conn = self.read_conn()?;
-        conn.conn
-            .wal_checkpoint_v2(
-                Some(rusqlite::MAIN_DB),
-                rusqlite::wal::CheckpointMode::PASSIVE,
-            )
-            .map(|_| ())
-            .map_err(|e| {
-                Error::Store(format!(
-                    "checkpointing the SQLite store at {} failed: {e}",
-                    self.opts.path.display()
-                ))
-            })
+    /// A commit made without waiting left the log due for a checkpoint (see `conn`).
+    pub(super) fn checkpoint_due(&self) -> bool {
+        self.checkpoint_due.load(Ordering::Acquire)
     }
 
     /// A pooled connection; inside [`nowait::run`], only an idle one.

@@ -226,14 +226,6 @@ impl Engine for SqliteStore {
     }
 
     fn writes_without_waiting(&self) -> bool {
-        self.opts.synchronous == Synchronous::Normal
-    }
-
-    fn checkpoint_deferred(&self) -> bool {
-        self.take_checkpoint_due()
-    }
-
-    fn checkpoint(&self) -> Result<()> {
-        self.checkpoint_now()
+        self.opts.synchronous == Synchronous::Normal && !self.checkpoint_due()
     }
 }
