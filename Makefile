@@ -41,6 +41,10 @@ test-py: dev
 ## `effects list --prefix` and prune on a 1,000,000-row store beside their floors, then the
 ## SQLite WAL frames and B-tree pages per call beside the floors' (counts, not timings)
 bench: $(VENV)/.tools
+	@command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || { \
+		echo "make bench: pgbouncer is not installed; the pooler rows need it (apt-get install pgbouncer)" >&2; exit 2; }
+	@{ command -v pgbench >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/pgbench >/dev/null 2>&1; } || { \
+		echo "make bench: pgbench is not installed; the throughput floor needs it (apt-get install postgresql)" >&2; exit 2; }
 	$(VENV)/bin/maturin develop --release --quiet
 	$(PY) -m bench.run
 	$(PYTHON) tests_py/support/pgserver.py -- $(PY) -m bench.gateway

@@ -243,6 +243,22 @@ def main() -> None:
             f"async protect)"
         )
         results[label] = rows
+    # Issue 34, item 6, on SQLite NORMAL (the others for information): a reserved tools/call
+    # adds at most the store's two writes plus 0.5 ms over an unreserved one, and the relay adds
+    # no more over a direct call than the bare SDK proxy does.
+    print(f"\n{'check':<58} {'measured':>10} {'goal':>10} verdict")
+    for label, rows in results.items():
+        target = label == "sqlite normal"
+        beyond = rows[BEYOND_ROW]["p50_us"]
+        relay = rows["gateway, not in the policy"]["p50_us"]
+        proxy = rows["bare SDK proxy"]["p50_us"]
+        checks = [
+            (f"{label}: reserved, beyond the two writes", beyond, 500.0, beyond <= 500.0),
+            (f"{label}: relay vs the bare SDK proxy", relay, proxy, relay <= proxy),
+        ]
+        for name, measured, goal, met in checks:
+            verdict = ("MET" if met else "MISSED") if target else "info"
+            print(f"{name:<58} {measured:>7.0f} µs {goal:>7.0f} µs {verdict}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

@@ -1,7 +1,8 @@
 """Throughput under concurrency on PostgreSQL: protected calls with 1, 8 and 64 threads and with
 64 concurrent tasks, beside pgbench running the same two statements with 8 and 32 clients, in
 the same run, pgbench running ctrlrun's own statements (what the server alone costs), and
-pgbench running the receipts floor (what the issues require be written, and no more).
+pgbench running the receipts floor (what the issues require be written, and no more). Each row
+also gives the server's and the client's CPU per call (``bench/_cpu.py``).
 
     python3 tests_py/support/pgserver.py -- python -m bench.throughput [--seconds S] [--repeats N] [--json FILE]
 
@@ -20,32 +21,18 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Dict, List
-from urllib.parse import unquote, urlsplit
 
-from tests_py.support.pgproxy import PgProxy
-from tests_py.support.pgserver import _find_bin
-
-from bench._floor_receipts import PgReceipts, pg_schema_sql
-
-ROOT = Path(__file__).resolve().parent.parent
-
-import ctrlrun  # noqa: E402
-
-PGBENCH_SCRIPT = """\\set k random(1, 4000000000000000000)
-INSERT INTO bench_tp (effect_key, state, action_id, attempt, created_at, updated_at, lease_expires_at) VALUES ('k' || :k, 'reserved', 'act', 1, 0, 0, 30000000) ON CONFLICT (effect_key) DO NOTHING;
-UPDATE bench_tp SET state = 'committed', updated_at = 1, lease_expires_at = NULL, result = '1' WHERE effect_key = 'k' || :k AND action_id = 'act' AND attempt = 1 AND state = 'reserved';
-"""
+import ctrlrun
+from bench._cpu import CpuMeter
+from bench._pgbench import ctrlrun_script, pgbench, receipts_script
 
 
 class Counted:
@@ -94,17 +81,20 @@ def threads(url: str, n: int, seconds: float) -> Dict[str, Any]:
     for t in ts:
         t.start()
     deadline[0] = time.monotonic() + seconds
+    cpu = CpuMeter()
     began = time.monotonic()
     start.wait()
     for t in ts:
         t.join()
     wall = time.monotonic() - began
+    spent = cpu.per_call(sum(done))
     c.store.close()
     return {
         "calls": sum(done),
         "wall_s": wall,
         "calls_per_s": sum(done) / wall,
         "doubles": c.doubles(),
+        **spent,
     }
 
 
@@ -115,6 +105,7 @@ def tasks(url: str, n: int, seconds: float) -> Dict[str, Any]:
         for i in range(20):
             await c.acall(f"warm{c.prefix}{i}")
         deadline = time.monotonic() + seconds
+        cpu = CpuMeter()
         began = time.monotonic()
 
         async def worker(w: int) -> int:
@@ -126,206 +117,13 @@ def tasks(url: str, n: int, seconds: float) -> Dict[str, Any]:
 
         counts = await asyncio.gather(*(worker(w) for w in range(n)))
         wall = time.monotonic() - began
-        return {"calls": sum(counts), "wall_s": wall, "calls_per_s": sum(counts) / wall}
+        spent = cpu.per_call(sum(counts))
+        return {"calls": sum(counts), "wall_s": wall, "calls_per_s": sum(counts) / wall, **spent}
 
     out = asyncio.run(main())
     out["doubles"] = c.doubles()
     c.store.close()
     return out
-
-
-# The values of ctrlrun's statements' parameters for a fresh call, in the order of
-# src/store/postgres/sql.rs (`reserve`, `transition_rows`): keep in step with it.
-KEY = "('tp-k' || CAST(:k AS text))"
-ACT = "'act_0123456789abcdef0123456789abcdef'"
-INSERT_VALUES = [
-    KEY,
-    "'executing'",
-    ACT,
-    "1",
-    "NULL",
-    "30000000",
-    "NULL",
-    "NULL",
-    "NULL",
-    "'tok_0123456789abcdef0123456789ab'",
-    "'bench.tp'",
-    "'bench-1'",
-    "'" + "d" * 64 + "'",
-    '\'{"key": "x"}\'',
-    "NULL",
-    "'reservation'",
-    "'bench-1'",
-]
-OUTCOME_VALUES = [
-    "'committed'",
-    "ARRAY['executing']",
-    "true",
-    "'1'",
-    "NULL",
-    KEY,
-    ACT,
-    "1",
-    "NULL",
-    "'outcome'",
-    "'bench-1'",
-]
-
-
-def ctrlrun_script(url: str) -> str:
-    """A pgbench script of ctrlrun's own statements for a fresh call, as the store sends them
-    (read off the wire through the tests' proxy), on a schema of their own: what the server
-    alone costs for ctrlrun's protocol, with no client work."""
-    u = urlsplit(url)
-    proxy = PgProxy(u.hostname or "127.0.0.1", u.port or 5432)
-    try:
-        schema = f"ctrlrun_scratch_tps_{uuid.uuid4().hex[:8]}"
-        auth = u.netloc.rsplit("@", 1)[0]
-        via = f"postgresql://{auth}@{proxy.host}:{proxy.port}{u.path}?schema={schema}"
-        c = Counted(via)
-        c.call("one")
-        c.store.close()
-        bodies = [sql for _, sql in proxy.parsed]
-    finally:
-        proxy.close()
-    # a fresh call is two calls of the schema's functions (see src/store/postgres/sql.rs)
-    reserve = next(b for b in bodies if b".ctrlrun_reserve($1" in b).decode()
-    outcome = next(b for b in bodies if b".ctrlrun_transition($1" in b).decode()
-
-    def bind(body: str, values: List[str]) -> str:
-        return re.sub(r"\$(\d+)", lambda m: values[int(m.group(1)) - 1], body)
-
-    return (
-        "\\set k random(1, 4000000000000000000)\n"
-        + bind(reserve, INSERT_VALUES)
-        + ";\n"
-        + bind(outcome, OUTCOME_VALUES)
-        + ";\n"
-    )
-
-
-def receipts_script(url: str) -> str:
-    """A pgbench script of the receipts floor (``bench/_floor_receipts.py``) for a fresh call:
-    the two autocommit statements that write what the issues require (the row with its columns
-    and indexes, and each write's receipt in the same statement), on a schema of its own."""
-    schema = f"ctrlrun_scratch_tpr_{uuid.uuid4().hex[:8]}"
-    u = urlsplit(url)
-    env = dict(os.environ, PGPASSWORD=unquote(u.password or ""))
-    subprocess.run(
-        [
-            _find_bin("psql"),
-            "-h",
-            u.hostname or "127.0.0.1",
-            "-p",
-            str(u.port or 5432),
-            "-U",
-            unquote(u.username or "postgres"),
-            "-d",
-            (u.path or "/postgres").lstrip("/") or "postgres",
-            "-qAtc",
-            pg_schema_sql(schema),
-        ],
-        env=env,
-        check=True,
-        capture_output=True,
-    )
-    sql = PgReceipts(schema)
-    digest = "'" + "d" * 64 + "'"
-    values = {
-        "key": "'k' || :k",
-        "aid": ACT,
-        "now": "1",
-        "until": "30000000",
-        "token": "'tok_0123456789abcdef0123456789ab'",
-        "writer": "'bench-1'",
-        "args": digest,
-        "fields": '\'{"key": "x"}\'',
-        "hash": digest,
-        "prev": digest,
-        "result": "'1'",
-    }
-
-    def bind(body: str) -> str:
-        return re.sub(r"%\((\w+)\)s", lambda m: values[m.group(1)], body)
-
-    return (
-        "\\set k random(1, 4000000000000000000)\n"
-        + bind(sql.reserve)
-        + ";\n"
-        + bind(sql.outcome)
-        + ";\n"
-    )
-
-
-def pgbench(
-    url: str, clients: int, seconds: float, script: str = PGBENCH_SCRIPT, mode: str = "prepared"
-) -> Dict[str, Any]:
-    """pgbench with the two statements; the password travels in the environment."""
-    u = urlsplit(url)
-    env = dict(os.environ, PGPASSWORD=unquote(u.password or ""))
-    base = [
-        _find_bin("pgbench"),
-        "-h",
-        u.hostname or "127.0.0.1",
-        "-p",
-        str(u.port or 5432),
-        "-U",
-        unquote(u.username or "postgres"),
-    ]
-    db = (u.path or "/postgres").lstrip("/") or "postgres"
-    psql = [
-        _find_bin("psql"),
-        "-h",
-        u.hostname or "127.0.0.1",
-        "-p",
-        str(u.port or 5432),
-        "-U",
-        unquote(u.username or "postgres"),
-        "-d",
-        db,
-        "-qAtc",
-    ]
-    subprocess.run(
-        [
-            *psql,
-            "DROP TABLE IF EXISTS bench_tp; CREATE TABLE bench_tp ("
-            "effect_key text PRIMARY KEY, state text NOT NULL, action_id text NOT NULL, "
-            "attempt bigint NOT NULL, created_at bigint NOT NULL, updated_at bigint NOT "
-            "NULL, lease_expires_at bigint, result text, error text, resolved_by text)",
-        ],
-        env=env,
-        check=True,
-        capture_output=True,
-    )
-    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
-        f.write(script)
-    try:
-        run = subprocess.run(
-            [
-                *base,
-                "-n",
-                "-M",
-                mode,
-                "-c",
-                str(clients),
-                "-j",
-                str(min(clients, 2)),
-                "-T",
-                str(int(seconds)),
-                "-f",
-                f.name,
-                db,
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    finally:
-        os.unlink(f.name)
-    m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", run.stdout)
-    assert m, run.stdout + run.stderr
-    return {"calls_per_s": float(m.group(1))}
 
 
 def main() -> None:
@@ -385,10 +183,15 @@ def main() -> None:
     print(
         f"\n== PostgreSQL throughput: {args.seconds:g} s per run, {args.repeats} runs, medians =="
     )
-    print(f"{'workload':<44} {'calls/s':>10} {'all runs':>26}")
+    print(
+        f"{'workload':<44} {'calls/s':>10} {'all runs':>26} {'server CPU':>11} {'client CPU':>11}"
+    )
     for name, outs in runs.items():
         each = ", ".join(f"{o['calls_per_s']:,.0f}" for o in outs)
-        print(f"{name:<44} {median[name]:>10,.0f} {each:>26}")
+        server = statistics.median(o["server_cpu_us"] for o in outs)
+        client = statistics.median(o["client_cpu_us"] for o in outs)
+        print(f"{name:<44} {median[name]:>10,.0f} {each:>26} {server:>8,.0f} µs {client:>8,.0f} µs")
+    print("(CPU per call, medians: every postgres process; this process or pgbench)")
     checks = [
         (
             "8 threads vs pgbench 8 clients",

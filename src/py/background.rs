@@ -26,16 +26,16 @@ use std::os::unix::net::UnixStream;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::AtomicPtr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
 
 use pyo3::prelude::*;
 
 use super::args::parse_pauses;
 use super::errors::{to_py, IntoPyResult};
 use super::records::{EffectRow, Step};
+use super::step_args::{Outcome, Reserve};
 use super::store::PyStore;
 use crate::error::Error;
-use crate::planner::{Proposal, Transition};
+
 use crate::record::{EffectRecord, Micros};
 use crate::store::fork::{self, this_process, PerProcess};
 use crate::store::outcome::record_retrying;
@@ -348,30 +348,6 @@ pub fn reserve_in_background(
     queue_reserve(store, completions, token, reserve).py_err(py)
 }
 
-/// A reservation's arguments, owned (to go to a core thread).
-pub(super) struct Reserve {
-    pub key: String,
-    pub action_id: String,
-    pub lease_us: Micros,
-    pub now_us: Option<Micros>,
-    pub begin: bool,
-    pub action: Option<String>,
-    /// The arguments' digest and fingerprint (`crate::fingerprint::digests`).
-    pub digests: Option<(String, String)>,
-    pub approval: bool,
-}
-
-impl Reserve {
-    pub fn proposal(&self) -> Proposal<'_> {
-        Proposal {
-            action: self.action.as_deref(),
-            args: self.digests.as_ref().map(|(d, f)| (d.as_str(), f.as_str())),
-            needs_approval: self.approval,
-            ..Proposal::new(&self.key, &self.action_id, self.lease_us, self.begin)
-        }
-    }
-}
-
 /// Queue `r` for a core thread; its end comes back through `completions` under `token`.
 pub(super) fn queue_reserve(
     store: Arc<dyn Store>,
@@ -417,29 +393,6 @@ pub fn transition_in_background(
         now_us,
     };
     queue_transition(store, completions, token, t, None).py_err(py)
-}
-
-/// An outcome write's arguments, owned (to go to a core thread).
-pub(super) struct Outcome {
-    pub kind: &'static str,
-    pub transition: Transition,
-    pub pauses: Vec<Duration>,
-    pub key: String,
-    pub action_id: String,
-    pub attempt: Option<i64>,
-    pub now_us: Option<Micros>,
-}
-
-impl Outcome {
-    pub fn write_once(&self, s: &dyn Store, now: Option<Micros>) -> Result<(), Error> {
-        s.transition_unread(
-            &self.key,
-            &self.action_id,
-            self.attempt,
-            &self.transition,
-            now,
-        )
-    }
 }
 
 /// Queue `o` for a core thread (`unknown`: a try already made whose end is unknown, which

@@ -11,6 +11,7 @@ mod logging;
 #[cfg(unix)]
 mod on_loop;
 mod records;
+mod step_args;
 mod store;
 mod template;
 

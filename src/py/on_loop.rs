@@ -19,11 +19,10 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 
 use super::args::parse_pauses;
-use super::background::{
-    queue_reserve, queue_transition, unpanicked, Completions, Outcome, Reserve,
-};
+use super::background::{queue_reserve, queue_transition, unpanicked, Completions};
 use super::errors::{to_py, IntoPyResult};
 use super::records::{EffectRow, Step};
+use super::step_args::{Outcome, Reserve};
 use super::store::PyStore;
 use crate::error::Error;
 use crate::record::Micros;
