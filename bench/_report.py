@@ -339,6 +339,31 @@ def report(
                 "<= 1.3x",
                 None if r is None else r <= 1.3,
             )
+            # the same targets with prepared_statements=on (a direct connection's option)
+            prepared = [
+                ("p50", p50(backend, "ctrlrun.sync.prepared"), p50(backend, "floor.auto"), 1.3),
+                ("mean", mean(backend, "ctrlrun.sync.prepared"), mean(backend, "floor.auto"), 1.3),
+                (
+                    "async p50 / sync p50",
+                    p50(backend, "ctrlrun.async.prepared"),
+                    p50(backend, "ctrlrun.sync.prepared"),
+                    1.2,
+                ),
+                (
+                    "duplicate vs one indexed read",
+                    p50(backend, "dup.ctrlrun.prepared"),
+                    read_floor,
+                    1.5,
+                ),
+            ]
+            for what, ours, floor, limit in prepared:
+                r = ratio(ours, floor)
+                label = (
+                    f"prepared_statements=on: {what}"
+                    if what[0] in "ad"
+                    else f"prepared_statements=on: time/call vs 2 autocommit statements, {what}"
+                )
+                target(backend, label, r, f"<= {limit:g}x", None if r is None else r <= limit)
             r = ratio(c, p50(backend, "floor.same"))
             target(
                 backend, "time/call vs raw-driver floor with ctrlrun's statements", r, "info", None

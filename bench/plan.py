@@ -218,11 +218,13 @@ class Bench:
         if row.kind == "contention":
             return self.pg_contend(row.who, base, via, row.variant)
         if row.who == "ctrlrun":
+            options = row.url_options
 
             def run(r: int) -> Dict[str, Any]:
+                url = self.with_schema(base, self.schema())
                 cfg = {
                     "mode": kind,
-                    "url": self.with_schema(base, self.schema()),
+                    "url": f"{url}&{options}" if options else url,
                     "n": n,
                     "warmup": w,
                     "async": is_async,

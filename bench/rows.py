@@ -13,6 +13,7 @@ from typing import List, Optional
 
 SYNCS = ("FULL", "NORMAL")
 PG_DURABILITY = "sync_commit=on"
+PREPARED = "prepared_statements=on"
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class Row:
     sync: str = ""  # SQLite: PRAGMA synchronous, shown as its durability
     prepare: Optional[bool] = None  # PostgreSQL floors: None = prepared unless via the pooler
     direct: bool = False  # PostgreSQL: straight to the server only, not via the pooler
+    url_options: str = ""  # ctrlrun rows: more options of the store URL (``a=b&c=d``)
 
 
 def per_sync(*rows: Row) -> List[Row]:
@@ -126,6 +128,26 @@ SQLITE_ROWS: List[Row] = [
 POSTGRES_ROWS: List[Row] = [
     Row("ctrlrun.sync", "ctrlrun", "ctrlrun, sync", "latency", "latency"),
     Row("ctrlrun.async", "ctrlrun", "ctrlrun, async", "latency", "latency", is_async=True),
+    # a direct connection may prepare its statements (never behind a transaction pooler)
+    Row(
+        "ctrlrun.sync.prepared",
+        "ctrlrun",
+        "ctrlrun, sync, prepared_statements=on",
+        "latency",
+        "latency",
+        direct=True,
+        url_options=PREPARED,
+    ),
+    Row(
+        "ctrlrun.async.prepared",
+        "ctrlrun",
+        "ctrlrun, async, prepared_statements=on",
+        "latency",
+        "latency",
+        is_async=True,
+        direct=True,
+        url_options=PREPARED,
+    ),
     Row("ref.sync", "original", "original {ref}, sync", "latency", "latency"),
     Row(
         "ref.async",
@@ -192,6 +214,15 @@ POSTGRES_ROWS: List[Row] = [
         direct=True,
     ),
     Row("dup.ctrlrun", "ctrlrun", "duplicate: ctrlrun (committed key again)", "dup", "dup"),
+    Row(
+        "dup.ctrlrun.prepared",
+        "ctrlrun",
+        "duplicate: ctrlrun, prepared_statements=on",
+        "dup",
+        "dup",
+        direct=True,
+        url_options=PREPARED,
+    ),
     Row("dup.ref", "original", "duplicate: original {ref}", "dup", "dup"),
     Row("dup.floor", "floor", "floor: one indexed read, {psycopg}", "read", "pg_read"),
     # what a read costs when it is parsed on every call, as ctrlrun's are

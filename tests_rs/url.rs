@@ -176,3 +176,45 @@ fn an_option_given_twice_or_a_bound_of_no_time_is_refused() {
         Ok(StoreUrl::Postgres { .. })
     ));
 }
+
+#[test]
+fn prepared_statements_is_on_or_off_and_off_unless_asked_for() {
+    let prepared = |url: &str| match parse(url) {
+        Ok(StoreUrl::Postgres {
+            prepared_statements,
+            url,
+            ..
+        }) => {
+            assert!(
+                !url.contains("prepared_statements"),
+                "{url}: left for the driver"
+            );
+            prepared_statements
+        }
+        other => panic!("{url:?}: expected a PostgreSQL URL, got {other:?}"),
+    };
+    assert!(!prepared("postgresql://u:s3cr3t@db/x"));
+    assert!(!prepared(
+        "postgresql://u:s3cr3t@db/x?prepared_statements=off"
+    ));
+    assert!(prepared(
+        "postgresql://u:s3cr3t@db/x?schema=a&prepared_statements=on"
+    ));
+    for value in ["", "yes", "true", "ON", "1"] {
+        let url = format!("postgresql://u:s3cr3t@db/x?prepared_statements={value}");
+        match parse(&url) {
+            Err(Error::InvalidArgument(m)) => {
+                assert!(
+                    m.contains("prepared_statements must be on or off"),
+                    "{url}: {m}"
+                );
+                assert!(
+                    m.contains("never behind a transaction pooler"),
+                    "{url}: {m}"
+                );
+                assert!(!m.contains(SECRET), "{url}: the password is shown: {m}");
+            }
+            other => panic!("{url:?}: expected InvalidArgument, got {other:?}"),
+        }
+    }
+}

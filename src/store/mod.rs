@@ -33,8 +33,14 @@ pub fn open_store(url: &str) -> Result<Arc<dyn Store>> {
             pool_size,
             timeout,
             tls,
+            prepared_statements,
         } => Ok(Arc::new(postgres::PostgresStore::open(
-            &url, &schema, pool_size, timeout, &tls,
+            &url,
+            &schema,
+            pool_size,
+            timeout,
+            &tls,
+            prepared_statements,
         )?)),
     }
 }

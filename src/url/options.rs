@@ -25,7 +25,7 @@ pub struct SqliteOptions {
 pub enum StoreUrl {
     Sqlite(SqliteOptions),
     /// `url` is the driver's connection URL: without our own options (`schema`, `pool_size`,
-    /// `timeout`) and the TLS ones, which `tls` holds.
+    /// `timeout`, `prepared_statements`) and the TLS ones, which `tls` holds.
     Postgres {
         url: String,
         schema: String,
@@ -34,6 +34,10 @@ pub enum StoreUrl {
         /// The bound on every exchange with the server (`timeout`, seconds; default 30).
         timeout: Duration,
         tls: PgTls,
+        /// Send the hot statements as named ones prepared once per connection
+        /// (`prepared_statements=on`; default off: every statement unnamed, safe behind any
+        /// transaction pooler).
+        prepared_statements: bool,
     },
 }
 

@@ -1,4 +1,5 @@
-//! PostgreSQL store URLs: our own options (`schema`, `pool_size`, `timeout`), libpq's TLS
+//! PostgreSQL store URLs: our own options (`schema`, `pool_size`, `timeout`,
+//! `prepared_statements`), libpq's TLS
 //! options (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`), and the user info checks; every
 //! other option goes to the driver.
 
@@ -30,6 +31,7 @@ pub(super) fn parse_postgres(url: &str) -> Result<StoreUrl> {
     let mut schema = String::from("public");
     let mut pool_size = DEFAULT_POOL_SIZE;
     let mut timeout = DEFAULT_PG_TIMEOUT;
+    let mut prepared_statements = false;
     let mut tls = PgTls {
         mode: SslMode::Prefer,
         root_cert: None,
@@ -92,6 +94,24 @@ pub(super) fn parse_postgres(url: &str) -> Result<StoreUrl> {
                             "store URL {:?}: timeout must be a number of seconds from 0.1 to \
                              3600 (the bound on every exchange with the server), got {v:?}",
                             shown()
+                        )))
+                    }
+                }
+            }
+            // Named statements, prepared once per connection: for a connection that keeps its
+            // server session (a direct one). Off unless asked for: behind a transaction pooler
+            // a name could meet another client's statement (see src/store/postgres/sql.rs).
+            Some(("prepared_statements", v)) => {
+                prepared_statements = match v {
+                    "on" => true,
+                    "off" => false,
+                    _ => {
+                        return Err(Error::InvalidArgument(format!(
+                            "store URL {:?}: prepared_statements must be on or off, got {:?} \
+                             (on only for a direct connection, never behind a transaction \
+                             pooler)",
+                            shown(),
+                            percent_decode(v)
                         )))
                     }
                 }
@@ -173,6 +193,7 @@ pub(super) fn parse_postgres(url: &str) -> Result<StoreUrl> {
         pool_size,
         timeout,
         tls,
+        prepared_statements,
     })
 }
 

@@ -47,7 +47,9 @@ class PgBouncer:
         pool_mode: str = "transaction",
         pool_size: int = 3,
         query_wait_timeout: int = 120,
+        settings: str = "",
     ) -> None:
+        """``settings``: more lines of the ``[pgbouncer]`` section."""
         assert pool_mode in ("transaction", "session", "statement"), pool_mode
         self.binary = find_pgbouncer()
         self.user, self.password, self.pool_mode = user, password, pool_mode
@@ -83,7 +85,7 @@ class PgBouncer:
                 "max_client_conn = 1000\n"
                 "server_check_delay = 0\n"
                 f"query_wait_timeout = {query_wait_timeout}\nserver_login_retry = 1\n"
-                f"logfile = {self.log}\npidfile = {self.pidfile}\n"
+                f"logfile = {self.log}\npidfile = {self.pidfile}\n" + settings
             )
         if owner:
             for path in (self.root, userlist, self.ini):

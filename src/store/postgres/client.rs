@@ -17,7 +17,7 @@ use tokio::runtime::{Builder, Runtime};
 use tokio_postgres::config::{Host, LoadBalanceHosts};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Config, Row};
+use tokio_postgres::{Config, Row, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// What a connection's start-up is called in a timeout.
@@ -78,6 +78,12 @@ impl PgError {
                 format!("no host could be used ({})", each.join("; "))
             }
             PgError::Driver(e) => match e.as_db_error() {
+                Some(db) if *db.code() == SqlState::INVALID_SQL_STATEMENT_NAME => format!(
+                    "{} (SQLSTATE 26000): the URL sets prepared_statements=on, which needs a \
+                     connection that keeps its server session; behind a transaction pooler \
+                     remove it",
+                    db.message()
+                ),
                 Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
                 None => {
                     // "error connecting to server" alone does not say why: add the causes.
@@ -106,6 +112,11 @@ impl std::fmt::Display for PgError {
 /// The parameters of one statement, with their types spelled out (statements go out unnamed).
 pub(crate) type Params<'a> = &'a [(&'a (dyn ToSql + Sync), Type)];
 
+/// The values of `params` alone (a prepared statement knows their types).
+fn values<'a>(params: Params<'a>) -> Vec<&'a (dyn ToSql + Sync)> {
+    params.iter().map(|(v, _)| *v).collect()
+}
+
 /// The connection's runtime. Dropped, it shuts down without waiting: a host name lookup still
 /// running on its blocking pool (the only threads it ever starts) must not stretch a bound.
 struct Rt(Option<Runtime>);
@@ -133,7 +144,13 @@ pub(crate) struct Client {
     timeout: Duration,
     /// A wait ran out: the connection is abandoned.
     timed_out: bool,
+    /// The statements prepared on this connection (`prepared_statements=on`), by the slot the
+    /// caller gives each (see `sql.rs`).
+    prepared: [Option<Statement>; PREPARED_SLOTS],
 }
+
+/// How many statements one connection keeps prepared at most.
+pub(crate) const PREPARED_SLOTS: usize = 4;
 
 impl Client {
     /// Connect to the first of `hosts` (one driver configuration per host of the URL, see
@@ -202,6 +219,7 @@ impl Client {
             inner,
             timeout,
             timed_out: false,
+            prepared: Default::default(),
         })
     }
 
@@ -223,6 +241,71 @@ impl Client {
 
     pub(crate) fn execute_typed(&mut self, sql: &str, params: Params<'_>) -> PgResult<u64> {
         self.run("a statement", |c| c.execute_typed(sql, params))
+    }
+
+    /// `sql` as a named statement of this connection, prepared (one round trip) the first time
+    /// slot `slot` is asked for, with the types of `params`.
+    pub(crate) fn statement(
+        &mut self,
+        slot: usize,
+        sql: &str,
+        params: Params<'_>,
+    ) -> PgResult<Statement> {
+        if let Some(st) = &self.prepared[slot] {
+            return Ok(st.clone());
+        }
+        let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+        let st = self.run("a statement's preparation", |c| {
+            c.prepare_typed(sql, &types)
+        })?;
+        self.prepared[slot] = Some(st.clone());
+        Ok(st)
+    }
+
+    /// Rows of the prepared statement `st` (from slot `slot`) with `params`.
+    pub(crate) fn query_prepared(
+        &mut self,
+        slot: usize,
+        st: &Statement,
+        params: Params<'_>,
+    ) -> PgResult<Vec<Row>> {
+        let values = values(params);
+        let done = self.run("a statement", |c| c.query(st, &values));
+        self.forget_if_missing(slot, done)
+    }
+
+    /// The one row of the prepared statement `st` (as [`Client::query_typed_one`]).
+    pub(crate) fn query_prepared_one(
+        &mut self,
+        slot: usize,
+        st: &Statement,
+        params: Params<'_>,
+    ) -> PgResult<Row> {
+        let values = values(params);
+        let done = self.run("a statement", |c| c.query_one(st, &values));
+        self.forget_if_missing(slot, done)
+    }
+
+    /// The row, if any, of the prepared statement `st` (as [`Client::query_typed_opt`]).
+    pub(crate) fn query_prepared_opt(
+        &mut self,
+        slot: usize,
+        st: &Statement,
+        params: Params<'_>,
+    ) -> PgResult<Option<Row>> {
+        let values = values(params);
+        let done = self.run("a statement", |c| c.query_opt(st, &values));
+        self.forget_if_missing(slot, done)
+    }
+
+    /// A server that does not know the statement (SQLSTATE 26000: the connection is not the
+    /// session that prepared it, as behind a transaction pooler) ran nothing; the slot is
+    /// prepared again next time.
+    fn forget_if_missing<T>(&mut self, slot: usize, done: PgResult<T>) -> PgResult<T> {
+        if matches!(&done, Err(e) if e.code() == Some(&SqlState::INVALID_SQL_STATEMENT_NAME)) {
+            self.prepared[slot] = None;
+        }
+        done
     }
 
     /// One simple query (several statements in one round trip); `what` names it in a timeout.
@@ -252,6 +335,7 @@ impl Client {
             inner,
             timeout,
             timed_out: abandoned,
+            ..
         } = self;
         let work = work(inner);
         // The timer is made inside `block_on`: it needs the runtime's context.

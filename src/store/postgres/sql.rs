@@ -4,7 +4,7 @@
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
-use super::client::{Client, PgError, PgResult};
+use super::client::{Client, Params, PgError, PgResult};
 
 use crate::env::holder;
 use crate::error::Result;
@@ -33,6 +33,14 @@ pub(super) use super::statements::{now_expr, COLUMNS};
 /// for the server session, whichever client a pooler gives that session to, and the call that
 /// goes out unnamed (`SELECT * FROM s.ctrlrun_select($1, $2)`) is cheap to plan. The values
 /// still travel as bound parameters, never in a statement's text.
+///
+/// With `prepared_statements=on` in the URL (a direct connection, or a pooler that keeps a
+/// client's named statements itself, as PgBouncer 1.21+ with `max_prepared_statements` does)
+/// those calls are named statements instead, each prepared on a connection the first time it
+/// sends it: the server then skips their parse and plan (about 0.1 ms each, measured with
+/// `bench/pg_server_profile.py`). A server that does not know the name (SQLSTATE 26000, so
+/// the connection is not the session that prepared it) runs nothing and the write fails with a
+/// message naming the option.
 pub(super) struct Sql {
     /// The approvals table, schema-qualified (its statements are in `approvals.rs`).
     pub(super) approvals: String,
@@ -48,10 +56,18 @@ pub(super) struct Sql {
     reserve: String,
     cas: String,
     transition: String,
+    /// `prepared_statements=on`: the calls above go out as named statements.
+    prepared: bool,
 }
 
+/// Each hot call's slot among a connection's prepared statements.
+const SELECT: usize = 0;
+const INSERT: usize = 1;
+const RESERVE: usize = 2;
+const TRANSITION: usize = 3;
+
 impl Sql {
-    pub(super) fn new(schema: &str) -> Sql {
+    pub(super) fn new(schema: &str, prepared: bool) -> Sql {
         let s = Statements::new(schema);
         Sql {
             approvals: format!("\"{schema}\".ctrlrun_approvals"),
@@ -64,11 +80,51 @@ impl Sql {
             reserve: call(schema, "ctrlrun_reserve", INSERT_PARAMS),
             cas: s.cas,
             transition: call(schema, "ctrlrun_transition", TRANSITION_PARAMS),
+            prepared,
         }
+    }
+
+    /// The one row of hot call `sql` (slot `slot`), named or unnamed as the URL says.
+    fn one(&self, c: &mut Client, slot: usize, sql: &str, params: Params<'_>) -> PgResult<Row> {
+        if !self.prepared {
+            return c.query_typed_one(sql, params);
+        }
+        let st = c.statement(slot, sql, params)?;
+        c.query_prepared_one(slot, &st, params)
+    }
+
+    /// The row, if any, of hot call `sql`.
+    fn opt(
+        &self,
+        c: &mut Client,
+        slot: usize,
+        sql: &str,
+        params: Params<'_>,
+    ) -> PgResult<Option<Row>> {
+        if !self.prepared {
+            return c.query_typed_opt(sql, params);
+        }
+        let st = c.statement(slot, sql, params)?;
+        c.query_prepared_opt(slot, &st, params)
+    }
+
+    /// The rows of hot call `sql`.
+    fn all(
+        &self,
+        c: &mut Client,
+        slot: usize,
+        sql: &str,
+        params: Params<'_>,
+    ) -> PgResult<Vec<Row>> {
+        if !self.prepared {
+            return c.query_typed(sql, params);
+        }
+        let st = c.statement(slot, sql, params)?;
+        c.query_prepared(slot, &st, params)
     }
 }
 
-/// The statements' executions, each one unnamed exchange with its parameter types spelled out.
+/// The statements' executions, each one exchange with its parameter types spelled out.
 impl Sql {
     pub(super) fn select_row(
         &self,
@@ -76,7 +132,12 @@ impl Sql {
         key: &str,
         now: Option<Micros>,
     ) -> PgResult<Row> {
-        c.query_typed_one(&self.select, &[(&key, Type::TEXT), (&now, Type::INT8)])
+        self.one(
+            c,
+            SELECT,
+            &self.select,
+            &[(&key, Type::TEXT), (&now, Type::INT8)],
+        )
     }
 
     /// Insert the planner's row `r` unless a row is there: the row inserted, or `None`. The
@@ -89,7 +150,7 @@ impl Sql {
         now: Option<Micros>,
     ) -> PgResult<Option<Row>> {
         let args = InsertArgs::of(r, now);
-        c.query_typed_opt(&self.insert, &args.params(r))
+        self.opt(c, INSERT, &self.insert, &args.params(r))
     }
 
     /// [`Sql::insert`] of a key's first row, or, when a row is there, that row read afresh:
@@ -101,7 +162,7 @@ impl Sql {
         now: Option<Micros>,
     ) -> PgResult<(bool, Row)> {
         let args = InsertArgs::of(r, now);
-        let row = c.query_typed_one(&self.reserve, &args.params(r))?;
+        let row = self.one(c, RESERVE, &self.reserve, &args.params(r))?;
         // A column that does not decode is the driver's error (the call's commit is then
         // unknown, and the re-read decides), never a panic.
         let inserted = row.try_get(17).map_err(PgError::Driver)?;
@@ -149,7 +210,7 @@ impl Sql {
             (&kind, Type::TEXT),
             (&writer, Type::TEXT),
         ];
-        c.query_typed(&self.transition, &params)
+        self.all(c, TRANSITION, &self.transition, &params)
     }
 }
 

@@ -61,6 +61,7 @@ impl PostgresStore {
         pool_size: usize,
         timeout: Duration,
         tls: &PgTls,
+        prepared_statements: bool,
     ) -> Result<PostgresStore> {
         let fresh = Manager::for_url(url, timeout, tls)?;
         let description = describe(&fresh.config, schema);
@@ -72,7 +73,7 @@ impl PostgresStore {
         })?;
         init_schema(&mut client, schema, &description)?;
         drop(client);
-        let sql = std::sync::Arc::new(Sql::new(schema));
+        let sql = std::sync::Arc::new(Sql::new(schema, prepared_statements));
         // Waiting for a pooled connection, or for the server: the connect timeout bounds both.
         let pool = Pool::new(fresh.clone(), pool_size, fresh.connect_timeout);
         Ok(PostgresStore {
