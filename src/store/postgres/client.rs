@@ -271,7 +271,7 @@ impl Client {
     ) -> PgResult<Vec<Row>> {
         let values = values(params);
         let done = self.run("a statement", |c| c.query(st, &values));
-        self.forget_if_missing(slot, done)
+        self.forget_after_error(slot, done)
     }
 
     /// The one row of the prepared statement `st` (as [`Client::query_typed_one`]).
@@ -283,7 +283,7 @@ impl Client {
     ) -> PgResult<Row> {
         let values = values(params);
         let done = self.run("a statement", |c| c.query_one(st, &values));
-        self.forget_if_missing(slot, done)
+        self.forget_after_error(slot, done)
     }
 
     /// The row, if any, of the prepared statement `st` (as [`Client::query_typed_opt`]).
@@ -295,14 +295,15 @@ impl Client {
     ) -> PgResult<Option<Row>> {
         let values = values(params);
         let done = self.run("a statement", |c| c.query_opt(st, &values));
-        self.forget_if_missing(slot, done)
+        self.forget_after_error(slot, done)
     }
 
-    /// A server that does not know the statement (SQLSTATE 26000: the connection is not the
-    /// session that prepared it, as behind a transaction pooler) ran nothing; the slot is
-    /// prepared again next time.
-    fn forget_if_missing<T>(&mut self, slot: usize, done: PgResult<T>) -> PgResult<T> {
-        if matches!(&done, Err(e) if e.code() == Some(&SqlState::INVALID_SQL_STATEMENT_NAME)) {
+    /// After any error the slot is prepared again next time: a server that does not know the
+    /// statement (SQLSTATE 26000: the connection is not the session that prepared it, as
+    /// behind a transaction pooler) ran nothing, and one whose plan no longer fits (SQLSTATE
+    /// 0A000 after a schema change) needs a new one.
+    fn forget_after_error<T>(&mut self, slot: usize, done: PgResult<T>) -> PgResult<T> {
+        if done.is_err() {
             self.prepared[slot] = None;
         }
         done

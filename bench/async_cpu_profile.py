@@ -1,0 +1,100 @@
+"""Where an awaited protected call's client CPU goes, beside a sync one, on the store a URL
+names (issue 34, item 3): N fresh calls each way, the process's CPU per call, and with
+``--perf`` a ``perf record`` of the async run (``perf report -i bench/.work/async.perf``).
+
+    python3 tests_py/support/pgserver.py -- python -m bench.async_cpu_profile [--calls N] [--perf]
+
+Without ``--url`` it uses ``CTRLRUN_TEST_POSTGRES_URL`` with a scratch schema.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import ctrlrun
+
+WORK = Path(__file__).resolve().parent / ".work"
+
+
+def cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=3000)
+    ap.add_argument("--url", default=None)
+    ap.add_argument("--perf", action="store_true")
+    args = ap.parse_args()
+    url = args.url or (
+        os.environ["CTRLRUN_TEST_POSTGRES_URL"]
+        + f"?schema=ctrlrun_scratch_acpu_{uuid.uuid4().hex[:8]}"
+    )
+    store = ctrlrun.open_store(url)
+    tag = uuid.uuid4().hex[:8]
+
+    @ctrlrun.protect("bench.cpu", effect="cpu:{key}", store=store)
+    def sync_call(key: str) -> int:
+        return 1
+
+    @ctrlrun.protect("bench.cpu", effect="cpu:{key}", store=store)
+    async def async_call(key: str) -> int:
+        return 1
+
+    for i in range(50):
+        sync_call(f"{tag}-warm-{i}")
+    c0, t0 = cpu(), time.perf_counter()
+    for i in range(args.calls):
+        sync_call(f"{tag}-s-{i}")
+    sync_cpu, sync_wall = cpu() - c0, time.perf_counter() - t0
+
+    async def run() -> tuple:
+        for i in range(50):
+            await async_call(f"{tag}-awarm-{i}")
+        perf = None
+        if args.perf:
+            WORK.mkdir(exist_ok=True)
+            perf = subprocess.Popen(
+                [
+                    "perf",
+                    "record",
+                    "-q",
+                    "-g",
+                    "-F",
+                    "4000",
+                    "-p",
+                    str(os.getpid()),
+                    "-o",
+                    str(WORK / "async.perf"),
+                ]
+            )
+            await asyncio.sleep(0.5)
+        c0, t0 = cpu(), time.perf_counter()
+        for i in range(args.calls):
+            await async_call(f"{tag}-a-{i}")
+        spent = (cpu() - c0, time.perf_counter() - t0)
+        if perf is not None:
+            perf.send_signal(2)
+            perf.wait()
+        return spent
+
+    async_cpu, async_wall = asyncio.run(run())
+    store.close()
+    n = args.calls
+    print(f"sync:  {sync_cpu / n * 1e6:7.1f} µs CPU/call, {sync_wall / n * 1e6:7.1f} µs wall/call")
+    print(
+        f"async: {async_cpu / n * 1e6:7.1f} µs CPU/call, {async_wall / n * 1e6:7.1f} µs wall/call"
+    )
+    print(f"async/sync CPU {async_cpu / sync_cpu:.2f}x, wall {async_wall / sync_wall:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
