@@ -200,6 +200,10 @@ fn prepared_statements_is_on_or_off_and_off_unless_asked_for() {
     assert!(prepared(
         "postgresql://u:s3cr3t@db/x?schema=a&prepared_statements=on"
     ));
+    // the value percent-decoded, as every other option's
+    assert!(prepared(
+        "postgresql://u:s3cr3t@db/x?prepared_statements=%6Fn"
+    ));
     for value in ["", "yes", "true", "ON", "1"] {
         let url = format!("postgresql://u:s3cr3t@db/x?prepared_statements={value}");
         match parse(&url) {

@@ -102,7 +102,7 @@ pub(super) fn parse_postgres(url: &str) -> Result<StoreUrl> {
             // server session (a direct one). Off unless asked for: behind a transaction pooler
             // a name could meet another client's statement (see src/store/postgres/sql.rs).
             Some(("prepared_statements", v)) => {
-                prepared_statements = match v {
+                prepared_statements = match percent_decode(v).as_str() {
                     "on" => true,
                     "off" => false,
                     _ => {

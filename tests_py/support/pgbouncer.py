@@ -29,6 +29,15 @@ def find_pgbouncer() -> str:
     raise RuntimeError("pgbouncer was not found on PATH (Debian: apt-get install pgbouncer)")
 
 
+def pgbouncer_version() -> tuple:
+    """The installed PgBouncer's version, as numbers (``(1, 18, 0)``)."""
+    out = subprocess.run(
+        [find_pgbouncer(), "--version"], capture_output=True, text=True, timeout=30
+    ).stdout
+    first = out.split()[1] if len(out.split()) > 1 else "0"
+    return tuple(int(p) for p in first.split(".") if p.isdigit())
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

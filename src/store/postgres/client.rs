@@ -36,6 +36,10 @@ pub(crate) enum PgError {
     Runtime(std::io::Error),
     /// Each of the URL's hosts failed, in the order tried: (`host:port`, why).
     Hosts(Vec<(String, PgError)>),
+    /// The server does not know a statement this connection prepared (SQLSTATE 26000, with
+    /// `prepared_statements=on`): the connection is not the session that prepared it. The
+    /// server answered with an error, so nothing ran.
+    NotPrepared(tokio_postgres::Error),
 }
 
 pub(crate) type PgResult<T> = std::result::Result<T, PgError>;
@@ -43,7 +47,7 @@ pub(crate) type PgResult<T> = std::result::Result<T, PgError>;
 impl PgError {
     pub(crate) fn code(&self) -> Option<&SqlState> {
         match self {
-            PgError::Driver(e) => e.code(),
+            PgError::Driver(e) | PgError::NotPrepared(e) => e.code(),
             _ => None,
         }
     }
@@ -53,7 +57,7 @@ impl PgError {
         match self {
             PgError::Driver(e) => e.is_closed(),
             PgError::TimedOut { .. } => true,
-            PgError::Runtime(_) | PgError::Hosts(_) => false,
+            PgError::Runtime(_) | PgError::Hosts(_) | PgError::NotPrepared(_) => false,
         }
     }
 
@@ -77,13 +81,13 @@ impl PgError {
                     .collect();
                 format!("no host could be used ({})", each.join("; "))
             }
+            PgError::NotPrepared(e) => format!(
+                "{} (SQLSTATE 26000): the URL sets prepared_statements=on, which is for a \
+                 direct connection only; behind a transaction pooler remove it",
+                e.as_db_error()
+                    .map_or("a prepared statement is missing", |db| db.message())
+            ),
             PgError::Driver(e) => match e.as_db_error() {
-                Some(db) if *db.code() == SqlState::INVALID_SQL_STATEMENT_NAME => format!(
-                    "{} (SQLSTATE 26000): the URL sets prepared_statements=on, which needs a \
-                     connection that keeps its server session; behind a transaction pooler \
-                     remove it",
-                    db.message()
-                ),
                 Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
                 None => {
                     // "error connecting to server" alone does not say why: add the causes.
@@ -303,10 +307,20 @@ impl Client {
     /// behind a transaction pooler) ran nothing, and one whose plan no longer fits (SQLSTATE
     /// 0A000 after a schema change) needs a new one.
     fn forget_after_error<T>(&mut self, slot: usize, done: PgResult<T>) -> PgResult<T> {
-        if done.is_err() {
-            self.prepared[slot] = None;
+        match done {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                self.prepared[slot] = None;
+                Err(match e {
+                    PgError::Driver(d)
+                        if d.code() == Some(&SqlState::INVALID_SQL_STATEMENT_NAME) =>
+                    {
+                        PgError::NotPrepared(d)
+                    }
+                    other => other,
+                })
+            }
         }
-        done
     }
 
     /// One simple query (several statements in one round trip); `what` names it in a timeout.

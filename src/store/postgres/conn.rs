@@ -11,7 +11,8 @@ use super::client::{one_per_host, Client, PgError, PgResult};
 use crate::error::{Error, Result};
 use crate::url::{PgTls, SslMode};
 
-/// One pooled connection. It holds no prepared statement and no session setting.
+/// One pooled connection. It holds no session setting, and no prepared statement unless the
+/// URL sets `prepared_statements=on` (see `sql.rs`).
 pub struct Conn {
     pub(super) client: Client,
     /// Set when the server ended this session; the pool then discards the connection.
@@ -211,6 +212,7 @@ const POOLER_NEVER_SENT: [&str; 2] = ["query_wait_timeout", "server login has be
 pub(super) fn rolled_back(e: &PgError) -> bool {
     use tokio_postgres::error::Severity;
     match e {
+        PgError::NotPrepared(_) => true,
         PgError::Driver(d) => d.as_db_error().is_some_and(|db| {
             db.parsed_severity() == Some(Severity::Error)
                 || (*db.code() == SqlState::PROTOCOL_VIOLATION

@@ -34,13 +34,14 @@ pub(super) use super::statements::{now_expr, COLUMNS};
 /// goes out unnamed (`SELECT * FROM s.ctrlrun_select($1, $2)`) is cheap to plan. The values
 /// still travel as bound parameters, never in a statement's text.
 ///
-/// With `prepared_statements=on` in the URL (a direct connection, or a pooler that keeps a
-/// client's named statements itself, as PgBouncer 1.21+ with `max_prepared_statements` does)
-/// those calls are named statements instead, each prepared on a connection the first time it
-/// sends it: the server then skips their parse and plan (about 0.1 ms each, measured with
-/// `bench/pg_server_profile.py`). A server that does not know the name (SQLSTATE 26000, so
-/// the connection is not the session that prepared it) runs nothing and the write fails with a
-/// message naming the option.
+/// With `prepared_statements=on` in the URL (for a direct connection only) those four calls
+/// (`ctrlrun_select`, `ctrlrun_insert`, `ctrlrun_reserve`, `ctrlrun_transition`) are named
+/// statements instead, each prepared on a connection the first time it sends it: the server
+/// then skips their parse and plan (about 0.1 ms each; `bench/README.md`). The names are the
+/// driver's (`s0`, `s1`, … per process), which is why the option is never for a transaction
+/// pooler. A server that does not know the name (SQLSTATE 26000: the connection is not the
+/// session that prepared it) ran nothing; the error names the option
+/// ([`super::client::PgError::NotPrepared`]).
 pub(super) struct Sql {
     /// The approvals table, schema-qualified (its statements are in `approvals.rs`).
     pub(super) approvals: String,
