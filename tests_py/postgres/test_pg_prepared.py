@@ -156,3 +156,42 @@ def test_behind_a_pooler_that_drops_named_statements_the_option_fails_closed(pg,
     assert runs == Counter({"o1": 1})
     with ctrlrun.open_store(pg.url(schema)) as direct:
         assert direct.get_effect("pay:o1").state is EffectState.COMMITTED
+
+
+def test_a_statement_that_failed_is_prepared_again_and_the_call_then_runs_once(pg, schemas):
+    """The reservation's function renamed away between two calls: the prepared reservation
+    fails on the server (nothing ran, the call is refused before its body), and once the name
+    is back the next call prepares the statement again rather than reusing the one that
+    failed."""
+    proxy = PgProxy(pg.host, pg.port)
+    schema = schemas()
+    runs: Counter = Counter()
+    reserve = (
+        f'"{schema}".ctrlrun_reserve('
+        + ", ".join(["text"] * 3 + ["int8"] * 3 + ["text"] * 11)
+        + ")"
+    )
+    try:
+        store = ctrlrun.open_store(
+            prepared(pg.url(schema, host=proxy.host, port=proxy.port)) + "&pool_size=1"
+        )
+
+        @ctrlrun.protect("pay", effect="pay:{order}", store=store)
+        def pay(order: str) -> str:
+            runs[order] += 1
+            return order
+
+        assert pay("o1") == "o1"
+        pg.psql(f"ALTER FUNCTION {reserve} RENAME TO ctrlrun_reserve_away")
+        with pytest.raises(StoreWriteFailed):
+            pay("o2")
+        pg.psql(
+            f'ALTER FUNCTION "{schema}".ctrlrun_reserve_away{reserve[reserve.index("(") :]} RENAME TO ctrlrun_reserve'
+        )
+        assert pay("o2") == "o2"
+        store.close()
+    finally:
+        proxy.close()
+    assert runs == Counter({"o1": 1, "o2": 1})
+    prepares = [name for name, sql in proxy.parsed if name and HOT[0] in sql]
+    assert len(prepares) == 2 and len(set(prepares)) == 2  # prepared again, under a new name
