@@ -8,7 +8,7 @@ import re
 import subprocess
 import tempfile
 import uuid
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 from urllib.parse import unquote, urlsplit
 
 from tests_py.support.pgproxy import PgProxy
@@ -62,6 +62,28 @@ OUTCOME_VALUES = [
 ]
 
 
+def _client(url: str, program: str) -> Tuple[Dict[str, str], List[str], str]:
+    """The environment (the password travels there), ``program``'s connection arguments and
+    the database name for ``url``."""
+    u = urlsplit(url)
+    env = dict(os.environ, PGPASSWORD=unquote(u.password or ""))
+    args = [
+        _find_bin(program),
+        "-h",
+        u.hostname or "127.0.0.1",
+        "-p",
+        str(u.port or 5432),
+        "-U",
+        unquote(u.username or "postgres"),
+    ]
+    return env, args, (u.path or "/postgres").lstrip("/") or "postgres"
+
+
+def _psql(url: str, sql: str) -> None:
+    env, args, db = _client(url, "psql")
+    subprocess.run([*args, "-d", db, "-qAtc", sql], env=env, check=True, capture_output=True)
+
+
 def ctrlrun_script(url: str) -> str:
     """A pgbench script of ctrlrun's own statements for a fresh call, as the store sends them
     (read off the wire through the tests' proxy), on a schema of their own: what the server
@@ -104,26 +126,7 @@ def receipts_script(url: str) -> str:
     the two autocommit statements that write what the issues require (the row with its columns
     and indexes, and each write's receipt in the same statement), on a schema of its own."""
     schema = f"ctrlrun_scratch_tpr_{uuid.uuid4().hex[:8]}"
-    u = urlsplit(url)
-    env = dict(os.environ, PGPASSWORD=unquote(u.password or ""))
-    subprocess.run(
-        [
-            _find_bin("psql"),
-            "-h",
-            u.hostname or "127.0.0.1",
-            "-p",
-            str(u.port or 5432),
-            "-U",
-            unquote(u.username or "postgres"),
-            "-d",
-            (u.path or "/postgres").lstrip("/") or "postgres",
-            "-qAtc",
-            pg_schema_sql(schema),
-        ],
-        env=env,
-        check=True,
-        capture_output=True,
-    )
+    _psql(url, pg_schema_sql(schema))
     sql = PgReceipts(schema)
     digest = "'" + "d" * 64 + "'"
     values = {
@@ -156,41 +159,13 @@ def pgbench(
     url: str, clients: int, seconds: float, script: str = PGBENCH_SCRIPT, mode: str = "prepared"
 ) -> Dict[str, Any]:
     """pgbench with the two statements; the password travels in the environment."""
-    u = urlsplit(url)
-    env = dict(os.environ, PGPASSWORD=unquote(u.password or ""))
-    base = [
-        _find_bin("pgbench"),
-        "-h",
-        u.hostname or "127.0.0.1",
-        "-p",
-        str(u.port or 5432),
-        "-U",
-        unquote(u.username or "postgres"),
-    ]
-    db = (u.path or "/postgres").lstrip("/") or "postgres"
-    psql = [
-        _find_bin("psql"),
-        "-h",
-        u.hostname or "127.0.0.1",
-        "-p",
-        str(u.port or 5432),
-        "-U",
-        unquote(u.username or "postgres"),
-        "-d",
-        db,
-        "-qAtc",
-    ]
-    subprocess.run(
-        [
-            *psql,
-            "DROP TABLE IF EXISTS bench_tp; CREATE TABLE bench_tp ("
-            "effect_key text PRIMARY KEY, state text NOT NULL, action_id text NOT NULL, "
-            "attempt bigint NOT NULL, created_at bigint NOT NULL, updated_at bigint NOT "
-            "NULL, lease_expires_at bigint, result text, error text, resolved_by text)",
-        ],
-        env=env,
-        check=True,
-        capture_output=True,
+    env, base, db = _client(url, "pgbench")
+    _psql(
+        url,
+        "DROP TABLE IF EXISTS bench_tp; CREATE TABLE bench_tp ("
+        "effect_key text PRIMARY KEY, state text NOT NULL, action_id text NOT NULL, "
+        "attempt bigint NOT NULL, created_at bigint NOT NULL, updated_at bigint NOT "
+        "NULL, lease_expires_at bigint, result text, error text, resolved_by text)",
     )
     with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
         f.write(script)

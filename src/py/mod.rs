@@ -14,6 +14,7 @@ mod records;
 mod step_args;
 mod store;
 mod template;
+mod urls;
 
 use pyo3::prelude::*;
 
@@ -31,8 +32,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     export!(m;
         classes template::PyTemplate, store::PyStore, records::EffectRow, records::ApprovalRow,
             records::ReceiptRow, records::ReceiptCheckRow, records::Step, records::ApproverRow;
-        functions store::open_store, store::drop_scratch_schema, store::sqlite_path,
-            store::url_backend, store::arg_digests, fork::before_fork, fork::after_fork_in_parent,
+        functions store::open_store, urls::drop_scratch_schema, urls::sqlite_path,
+            urls::url_backend, store::arg_digests, fork::before_fork, fork::after_fork_in_parent,
             fork::after_fork_in_child, approvers::put_approver, approvers::get_approver,
             approvers::list_approvers, approvers::remove_approver,
     );

@@ -7,7 +7,8 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::Config;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::client::{one_per_host, Client, PgError, PgResult};
+use super::client::{Client, PgError, PgResult};
+use super::hosts::one_per_host;
 use crate::error::{Error, Result};
 use crate::url::{PgTls, SslMode};
 

@@ -16,6 +16,7 @@
 mod client;
 mod cold;
 mod conn;
+mod hosts;
 mod retention;
 mod schema;
 mod sql;

@@ -1,0 +1,41 @@
+//! What a store URL names, without opening the store: its backend, a SQLite file's path;
+//! and the drop of a throwaway PostgreSQL schema.
+
+use pyo3::prelude::*;
+
+use super::errors::IntoPyResult;
+use crate::store::Backend;
+
+/// `sqlite` or `postgres`: the database a store URL names. Raises `InvalidArgument` for a
+/// malformed URL.
+#[pyfunction]
+pub fn url_backend(py: Python<'_>, url: &str) -> PyResult<&'static str> {
+    Ok(match crate::url::parse(url).py_err(py)? {
+        crate::url::StoreUrl::Sqlite(_) => Backend::Sqlite,
+        crate::url::StoreUrl::Postgres { .. } => Backend::Postgres,
+    }
+    .as_str())
+}
+
+/// The file a SQLite store URL names (made absolute against the working directory), or
+/// `None` for a PostgreSQL URL. Raises `InvalidArgument` for a malformed URL.
+#[pyfunction]
+pub fn sqlite_path(py: Python<'_>, url: &str) -> PyResult<Option<std::path::PathBuf>> {
+    match crate::url::parse(url).py_err(py)? {
+        crate::url::StoreUrl::Sqlite(opts) => Ok(Some(if opts.path.is_absolute() {
+            opts.path
+        } else {
+            std::env::current_dir()
+                .map(|d| d.join(&opts.path))
+                .unwrap_or(opts.path)
+        })),
+        crate::url::StoreUrl::Postgres { .. } => Ok(None),
+    }
+}
+
+/// Drop a `ctrlrun_scratch_*` schema (`ctrlrun verify`, the pytest plugin; refuses any other).
+#[pyfunction]
+pub fn drop_scratch_schema(py: Python<'_>, url: String) -> PyResult<()> {
+    py.detach(|| crate::store::postgres::drop_scratch_schema(&url))
+        .py_err(py)
+}
