@@ -114,7 +114,8 @@ impl std::fmt::Display for PgError {
     }
 }
 
-/// The parameters of one statement, with their types spelled out (statements go out unnamed).
+/// The parameters of one statement, with their types spelled out (an unnamed statement's Parse
+/// carries them; a prepared one was prepared with them).
 pub(crate) type Params<'a> = &'a [(&'a (dyn ToSql + Sync), Type)];
 
 /// The values of `params` alone (a prepared statement knows their types).
