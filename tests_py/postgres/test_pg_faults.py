@@ -24,6 +24,16 @@ from tests_py.support.pgserver import _find_bin
 STORE_LOG = "ctrlrun.store"
 
 
+@pytest.fixture(params=["unnamed", "prepared"])
+def proxied(request, pg, pg_schema, proxy, direct):
+    """The root conftest's store through ``proxy``, once as every URL sends its statements
+    (unnamed) and once with ``prepared_statements=on``: each fault below must end the same."""
+    url = pg.url(pg_schema, host=proxy.host, port=proxy.port)
+    s = ctrlrun.open_store(url + ("&prepared_statements=on" if request.param == "prepared" else ""))
+    yield s
+    s.close()
+
+
 def counted(store, runs, *, raise_not_executed=False):
     @ctrlrun.protect("pay", effect="pay:{order}", store=store)
     def pay(order: str) -> dict:
@@ -371,12 +381,15 @@ def test_a_refusal_is_one_statement_that_writes_nothing(proxy, proxied, direct, 
     receipts = len(direct.list_receipts("pay:o20"))
     xid = f"SELECT xmin FROM \"{pg_schema}\".ctrlrun_effects WHERE effect_key = 'pay:o20'"
     xmin = pg.psql(xid)
-    sent = len(proxy.parsed)
+    parsed, bound = len(proxy.parsed), len(proxy.bound)
     for _ in range(3):
         with pytest.raises(DuplicateEffect) as info:
             pay("o20")
         assert info.value.state == "committed"
-    assert len(proxy.parsed) - sent == 3  # one statement, one round trip, per refusal
+    assert len(proxy.bound) - bound == 3  # one statement, one round trip, per refusal
+    # parsed each time unnamed, or prepared once before (prepared_statements=on)
+    prepared = any(name for name, _ in proxy.parsed)  # the store sends named statements
+    assert len(proxy.parsed) - parsed == (0 if prepared else 3)
     assert runs == ["o20"]
     # the conflicting INSERT wrote nothing: the row, its version and its receipts are as they were
     assert direct.get_effect("pay:o20") == before

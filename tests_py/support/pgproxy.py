@@ -17,8 +17,9 @@ Action on a matching statement (``on="statement"``): ``drop_before`` closes both
 the statement is forwarded (a failure before COMMIT).
 ``refuse_new()`` makes the proxy close every new connection at once; ``delay`` holds the
 server's answer to each client request for that many seconds (once per round trip).
-``parsed`` lists the (statement name, SQL) of every ``Parse`` and ``simple`` the SQL of every
-simple ``Query``, over all connections: what a connection pooler in this place would relay.
+``parsed`` lists the (statement name, SQL) of every ``Parse``, ``bound`` the statement name of
+every ``Bind`` (an execution) and ``simple`` the SQL of every simple ``Query``, over all
+connections: what a connection pooler in this place would relay.
 """
 
 from __future__ import annotations
@@ -134,6 +135,7 @@ class _Conn:
             _portal, rest = body.split(b"\0", 1)
             stmt = rest.split(b"\0", 1)[0]
             self.txn.append(self.statements.get(stmt, b"") + b"\0" + body)
+            self.proxy.bound.append(stmt)
             rule = self.proxy._take_rule("statement", self.txn[-1])
             if rule is not None and rule.action == "call":
                 assert rule.callback is not None
@@ -156,8 +158,10 @@ class _Conn:
                 if rule is not None:
                     return self.act(rule, msg)
         elif kind == b"S" and not self.in_block and self.txn:
-            # the Sync of statements outside BEGIN … COMMIT: where they commit
-            rule = self.proxy._take_rule("commit", b"\n".join(self.txn))
+            # the Sync of statements outside BEGIN … COMMIT: where they commit; a Parse alone
+            # (a statement prepared, nothing run) commits nothing
+            ran = any(b"\0" in part for part in self.txn)  # a Bind: see above
+            rule = self.proxy._take_rule("commit", b"\n".join(self.txn)) if ran else None
             self.txn = []
             if rule is not None:
                 return self.act(rule, msg)
@@ -226,6 +230,7 @@ class PgProxy:
         self.conns: List[_Conn] = []
         self.connections_made = 0
         self.parsed: List[tuple] = []
+        self.bound: List[bytes] = []
         self.simple: List[bytes] = []
         self._lock = threading.Lock()
         self._stopped = False
