@@ -1,0 +1,75 @@
+"""Where a fresh protected call's PostgreSQL server time goes (issue 34, items 4 and 5): pgbench
+with one client runs each variant of the same work for a few seconds, and reports calls per
+second and the server's CPU per call (every ``postgres`` process, ``bench/_cpu.py``).
+
+    python3 tests_py/support/pgserver.py -- python -m bench.pg_server_profile [--seconds S]
+
+The variants:
+* the two-statement floor, prepared and unnamed: what parse and plan cost per statement;
+* ctrlrun's own statements (read off the wire), unnamed as the default URL sends them and
+  prepared as ``prepared_statements=on`` does;
+* the same, prepared, with the receipt triggers of the effects table disabled: what appending
+  the receipts by trigger costs (the run writes no receipts: for measurement only);
+* the receipts floor (``bench/_floor_receipts.py``), prepared and unnamed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from typing import Callable, Dict
+
+from bench._pgbench import _psql, ctrlrun_script, pgbench, receipts_script
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=5.0)
+    args = ap.parse_args()
+    pg = os.environ.get("CTRLRUN_TEST_POSTGRES_URL")
+    if not pg:
+        sys.exit("needs a server: python3 tests_py/support/pgserver.py -- python -m " + __name__)
+    ours = ctrlrun_script(pg)
+    schema = re.search(r'"(ctrlrun_scratch_tps_[0-9a-f]+)"', ours)
+    assert schema, ours
+    table = f'"{schema.group(1)}".ctrlrun_effects'
+    receipts = receipts_script(pg)
+
+    def triggers(on: bool) -> None:
+        verb = "ENABLE" if on else "DISABLE"
+        _psql(
+            pg,
+            f"ALTER TABLE {table} {verb} TRIGGER ctrlrun_effects_receipt_insert; "
+            f"ALTER TABLE {table} {verb} TRIGGER ctrlrun_effects_receipt_update",
+        )
+
+    def without_triggers() -> Dict[str, float]:
+        triggers(False)
+        try:
+            return pgbench(pg, 1, args.seconds, ours, "prepared")
+        finally:
+            triggers(True)
+
+    variants: Dict[str, Callable[[], Dict[str, float]]] = {
+        "floor, prepared": lambda: pgbench(pg, 1, args.seconds),
+        "floor, unnamed": lambda: pgbench(pg, 1, args.seconds, mode="extended"),
+        "ctrlrun's SQL, unnamed (the default)": lambda: pgbench(
+            pg, 1, args.seconds, ours, "extended"
+        ),
+        "ctrlrun's SQL, prepared": lambda: pgbench(pg, 1, args.seconds, ours, "prepared"),
+        "ctrlrun's SQL, prepared, no receipt triggers": without_triggers,
+        "receipts floor, prepared": lambda: pgbench(pg, 1, args.seconds, receipts, "prepared"),
+        "receipts floor, unnamed": lambda: pgbench(pg, 1, args.seconds, receipts, "extended"),
+    }
+    print(f"{'variant (pgbench, 1 client)':<46} {'calls/s':>8} {'server CPU':>11}")
+    for name, run in variants.items():
+        out = run()
+        print(
+            f"{name:<46} {out['calls_per_s']:>8,.0f} {out['server_cpu_us']:>8,.0f} µs", flush=True
+        )
+
+
+if __name__ == "__main__":
+    main()
