@@ -47,6 +47,10 @@ INSERT_VALUES = [
     "'reservation'",
     "'bench-1'",
 ]
+# The parameter types of the two functions (src/store/postgres/statements.rs INSERT_PARAMS,
+# TRANSITION_PARAMS).
+INSERT_TYPES = "text, text, text, int8, int8, int8, text, text, text, text, text, text, text, text, text, text, text"
+OUTCOME_TYPES = "text, text[], bool, text, text, text, text, int8, int8, text, text"
 OUTCOME_VALUES = [
     "'committed'",
     "ARRAY['executing']",
@@ -156,7 +160,12 @@ def receipts_script(url: str) -> str:
 
 
 def pgbench(
-    url: str, clients: int, seconds: float, script: str = PGBENCH_SCRIPT, mode: str = "prepared"
+    url: str,
+    clients: int,
+    seconds: float,
+    script: str = PGBENCH_SCRIPT,
+    mode: str = "prepared",
+    extra: Tuple[str, ...] = (),
 ) -> Dict[str, Any]:
     """pgbench with the two statements; the password travels in the environment."""
     env, base, db = _client(url, "pgbench")
@@ -183,6 +192,7 @@ def pgbench(
                 str(min(clients, 2)),
                 "-T",
                 str(int(seconds)),
+                *extra,
                 "-f",
                 f.name,
                 db,
@@ -199,3 +209,28 @@ def pgbench(
     n = re.search(r"number of transactions actually processed: (\d+)", run.stdout)
     assert n, run.stdout
     return {"calls_per_s": float(m.group(1)), **cpu.per_call(int(n.group(1)))}
+
+
+def executed_script(script: str) -> str:
+    """``ctrlrun_script``'s two calls as SQL-level prepared statements: each session
+    ``PREPARE``s them once (the client variable ``prepared``, 0 from ``-D``, remembers it), then every call sends
+    ``EXECUTE name(values)``: the statement parsed on each call is the ``EXECUTE``, and the
+    plan is the one the session keeps."""
+    lines = script.splitlines()
+    first, calls = lines[0], [ln.rstrip(";") for ln in lines[1:] if ln.strip()]
+    prepares, executes = [], []
+    for i, (call, (types, values)) in enumerate(
+        zip(calls, ((INSERT_TYPES, INSERT_VALUES), (OUTCOME_TYPES, OUTCOME_VALUES)))
+    ):
+        m = re.match(r"SELECT \* FROM ([^\s(]+)\(", call)
+        assert m, call
+        params = ", ".join(f"${n + 1}" for n in range(len(values)))
+        name = f"bench_exec_{i}"
+        prepares.append(f"PREPARE {name}({types}) AS SELECT * FROM {m.group(1)}({params});")
+        executes.append(f"EXECUTE {name}({', '.join(values)});")
+    return (
+        "\n".join(
+            [first, "\\if :prepared = 0", *prepares, "\\set prepared 1", "\\endif", *executes]
+        )
+        + "\n"
+    )

@@ -10,7 +10,13 @@ The variants:
   prepared as ``prepared_statements=on`` does;
 * the same, prepared, with the receipt triggers of the effects table disabled: what appending
   the receipts by trigger costs (the run writes no receipts: for measurement only);
-* the receipts floor (``bench/_floor_receipts.py``), prepared and unnamed.
+* the receipts floor (``bench/_floor_receipts.py``), prepared and unnamed;
+* ctrlrun's statements as SQL-level prepared statements (``PREPARE`` once per session, then
+  ``EXECUTE name(...)`` sent unnamed, its values bound as parameters): the pooler-safe plan
+  cache that names of our own would give the default URL. The server refuses it (a utility
+  statement takes no bound parameters: "bind message supplies 1 parameters, but prepared
+  statement "" requires 0"), and the store never puts values in a statement's text, so the row
+  prints the server's refusal.
 """
 
 from __future__ import annotations
@@ -18,10 +24,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import subprocess
 import sys
 from typing import Callable, Dict
 
-from bench._pgbench import _psql, ctrlrun_script, pgbench, receipts_script
+from bench._pgbench import _psql, ctrlrun_script, executed_script, pgbench, receipts_script
 
 
 def main() -> None:
@@ -36,6 +43,7 @@ def main() -> None:
     assert schema, ours
     table = f'"{schema.group(1)}".ctrlrun_effects'
     receipts = receipts_script(pg)
+    executed = executed_script(ours)
 
     def triggers(on: bool) -> None:
         verb = "ENABLE" if on else "DISABLE"
@@ -60,12 +68,20 @@ def main() -> None:
         ),
         "ctrlrun's SQL, prepared": lambda: pgbench(pg, 1, args.seconds, ours, "prepared"),
         "ctrlrun's SQL, prepared, no receipt triggers": without_triggers,
+        "ctrlrun's SQL, EXECUTE of PREPARE, unnamed": lambda: pgbench(
+            pg, 1, args.seconds, executed, "extended", ("-D", "prepared=0")
+        ),
         "receipts floor, prepared": lambda: pgbench(pg, 1, args.seconds, receipts, "prepared"),
         "receipts floor, unnamed": lambda: pgbench(pg, 1, args.seconds, receipts, "extended"),
     }
     print(f"{'variant (pgbench, 1 client)':<46} {'calls/s':>8} {'server CPU':>11}")
     for name, run in variants.items():
-        out = run()
+        try:
+            out = run()
+        except subprocess.CalledProcessError as exc:
+            said = [ln for ln in (exc.stderr or "").splitlines() if "ERROR" in ln]
+            print(f"{name:<46} refused: {said[0].split('ERROR:')[-1].strip() if said else exc}")
+            continue
         print(
             f"{name:<46} {out['calls_per_s']:>8,.0f} {out['server_cpu_us']:>8,.0f} µs", flush=True
         )
