@@ -1,9 +1,10 @@
 """The duplicate path alone, for profiling a build: a committed key proposed again N times
 through ``protect`` (caught), and through the Store API; prints µs per refusal (best of 5).
 With ``--profile``, then the Python functions the ``protect`` refusals spent most time in
-(``cProfile``, by own time: where the time above the Store API's goes).
+(``cProfile``, by own time: where the time above the Store API's goes). With ``--api``, only
+the Store API loop (to run under ``perf record``: where the store's own refusal goes).
 
-    python bench/refusal_profile.py [N] [--profile]
+    python -m bench.refusal_profile [N] [--profile] [--api]
 """
 
 import cProfile
@@ -17,7 +18,7 @@ import ctrlrun
 
 
 def main() -> None:
-    numbers = [a for a in sys.argv[1:] if a != "--profile"]
+    numbers = [a for a in sys.argv[1:] if not a.startswith("--")]
     n = int(numbers[0]) if numbers else 20000
     folder = tempfile.mkdtemp()
     store = ctrlrun.open_store("sqlite:///" + os.path.join(folder, "s.db"))
@@ -49,7 +50,8 @@ def main() -> None:
         except ctrlrun.DuplicateEffect:
             pass
 
-    for name, fn in (("protect", protected), ("Store.reserve_effect", api)):
+    loops = (("protect", protected), ("Store.reserve_effect", api))
+    for name, fn in loops[1:] if "--api" in sys.argv[1:] else loops:
         best = min(timeit.repeat(fn, number=n, repeat=5)) / n * 1e6
         print(f"{name}: {best:.2f} us per refusal")
     if "--profile" in sys.argv[1:]:

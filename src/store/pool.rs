@@ -54,6 +54,10 @@ struct Slots<C> {
     idle: Vec<C>,
     /// Connections open now, idle or lent out.
     open: usize,
+    /// Callers of `get` waiting for a connection to come back: a connection given back wakes
+    /// one only when there is one (a `notify_one` is a `futex` system call even with nobody
+    /// to wake, and one is made on every call's return of its connection).
+    waiting: usize,
 }
 
 pub struct Pool<M: Manage> {
@@ -74,6 +78,7 @@ impl<M: Manage> Pool<M> {
             slots: Mutex::new(Slots {
                 idle: Vec::new(),
                 open: 0,
+                waiting: 0,
             }),
             returned: Condvar::new(),
         }
@@ -92,7 +97,7 @@ impl<M: Manage> Pool<M> {
     /// An idle connection, a new one, or (all `max` lent out) the first one returned within
     /// the wait.
     pub fn get(&self) -> Result<Pooled<'_, M>, GetError> {
-        let deadline = Instant::now() + self.wait;
+        let mut deadline = None;
         let mut slots = self.lock();
         loop {
             if let Some(conn) = slots.idle.pop() {
@@ -111,17 +116,20 @@ impl<M: Manage> Pool<M> {
                 return Ok(self.lend(conn));
             }
             let now = Instant::now();
-            if now >= deadline {
+            let until = *deadline.get_or_insert(now + self.wait);
+            if now >= until {
                 return Err(GetError::Timeout {
                     waited: self.wait,
                     max: self.max,
                 });
             }
+            slots.waiting += 1;
             slots = self
                 .returned
-                .wait_timeout(slots, deadline - now)
+                .wait_timeout(slots, until - now)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+            slots.waiting -= 1;
         }
     }
 
@@ -152,13 +160,21 @@ impl<M: Manage> Pool<M> {
     }
 
     fn give_back(&self, mut conn: M::Conn) {
-        if self.manager.has_broken(&mut conn) {
+        let waiting = if self.manager.has_broken(&mut conn) {
             drop(conn); // closed outside the lock: closing may talk to the server
-            self.lock().open -= 1;
+            let mut slots = self.lock();
+            slots.open -= 1;
+            slots.waiting
         } else {
-            self.lock().idle.push(conn);
+            let mut slots = self.lock();
+            slots.idle.push(conn);
+            slots.waiting
+        };
+        // A waiter counted itself under the lock before it slept (releasing the lock), so
+        // one that could take this connection is seen here.
+        if waiting > 0 {
+            self.returned.notify_one();
         }
-        self.returned.notify_one();
     }
 }
 

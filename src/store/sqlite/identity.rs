@@ -34,7 +34,8 @@ pub(super) fn path_id(path: &Path) -> std::io::Result<FileId> {
 
 /// The database file as the store opened it, held open for the store's life.
 pub(super) struct Held {
-    file: File,
+    /// Never read: holding it keeps the inode allocated, so its number names no other file.
+    _pin: File,
     id: FileId,
 }
 
@@ -59,21 +60,22 @@ impl Held {
             .map_err(cannot)?;
         let meta = file.metadata().map_err(cannot)?;
         Ok(Held {
-            file,
+            _pin: file,
             id: (meta.dev(), meta.ino()),
         })
     }
 
-    /// Refuse unless the path still names the held file, that file is still linked, and the
-    /// connection about to write (`conn`: the file it opened) has it open.
+    /// Refuse unless the path still names the held file and the connection about to write
+    /// (`conn`: the file it opened) has it open. One `stat` of the path: since the held
+    /// descriptor keeps the inode allocated, no other file can carry its (device, inode), so a
+    /// path that names it names the held file, which is therefore still linked (no `fstat` of
+    /// the descriptor is needed to say so).
     pub(super) fn check(&self, path: &Path, conn: Option<FileId>) -> Result<()> {
-        let linked = self.file.metadata().map(|m| m.nlink() > 0).unwrap_or(false);
-        let named = path_id(path);
-        let what = match &named {
-            Ok(id) if *id == self.id && linked && conn == Some(self.id) => return Ok(()),
+        let what = match path_id(path) {
+            Ok(id) if id == self.id && conn == Some(self.id) => return Ok(()),
             // The path names the file again, but this connection opened another one
             // (the path named something else while it opened).
-            Ok(id) if *id == self.id && linked => {
+            Ok(id) if id == self.id => {
                 "replaced by another file while this store opened a connection".to_owned()
             }
             Ok(_) => "replaced by another file".to_owned(),
