@@ -1,6 +1,9 @@
 """A fresh protected call alone, for profiling a build on SQLite (issue 34, item 1): N calls on
-new keys through ``protect`` and through the Store API (reserve, begin, commit), µs per call
-(best of 3). ``--perf`` wraps the ``protect`` loop in ``perf record`` (``perf report -i
+new keys through ``protect``; the same two core calls that ``protect`` makes (the reservation
+straight into ``executing`` and the outcome, with the same arguments) made directly, with no
+Python around them; and the Store API (reserve, begin, commit: three writes). µs per call, the best
+of 3 runs of the median call (p50, as ``bench.run`` reports: a call that ran the log's
+checkpoint is in the tail). ``protect`` less ``core`` is the Python of the decorator. ``--perf`` wraps the ``protect`` loop in ``perf record`` (``perf report -i
 bench/.work/fresh.perf``); ``--profile`` prints the Python functions with most own time.
 
     python -m bench.fresh_profile [--calls N] [--synchronous NORMAL|FULL] [--perf] [--profile]
@@ -13,6 +16,7 @@ import cProfile
 import itertools
 import os
 import pstats
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -20,6 +24,8 @@ import time
 from pathlib import Path
 
 import ctrlrun
+from ctrlrun import _core
+from ctrlrun.call.steps import OUTCOME_PAUSES
 
 WORK = Path(__file__).resolve().parent / ".work"
 
@@ -30,7 +36,7 @@ def main() -> None:
     ap.add_argument("--synchronous", default="NORMAL", choices=("NORMAL", "FULL"))
     ap.add_argument("--perf", action="store_true")
     ap.add_argument("--profile", action="store_true")
-    ap.add_argument("--only", choices=("protect", "api"), default=None)
+    ap.add_argument("--only", choices=("protect", "core", "api"), default=None)
     a = ap.parse_args()
     if a.perf:
         WORK.mkdir(exist_ok=True)
@@ -49,27 +55,52 @@ def main() -> None:
     def f(k: str) -> int:
         return 1
 
+    clock = time.perf_counter_ns
+
     def protected(n: int) -> float:
-        t = time.perf_counter()
+        took = []
         for _ in range(n):
-            f(f"k{next(counter)}")
-        return (time.perf_counter() - t) / n * 1e6
+            k = f"k{next(counter)}"
+            t = clock()
+            f(k)
+            took.append(clock() - t)
+        return statistics.median(took) / 1000
 
     def api(n: int) -> float:
-        t = time.perf_counter()
+        took = []
         for _ in range(n):
             k = f"a{next(counter)}"
+            t = clock()
             aid = "act_" + os.urandom(16).hex()
             store.reserve_effect(k, aid, 300)
             store.begin_execution(k, aid)
             store.commit_effect(k, aid, 1)
-        return (time.perf_counter() - t) / n * 1e6
+            took.append(clock() - t)
+        return statistics.median(took) / 1000
+
+    core, pauses = store.core, list(OUTCOME_PAUSES)
+
+    def direct(n: int) -> float:
+        took = []
+        for _ in range(n):
+            k = f"c{next(counter)}"
+            t = clock()
+            aid = "act_" + os.urandom(16).hex()
+            parts = [("k", '"' + k + '"')]
+            key = "fresh:" + k
+            got = core.reserve(key, aid, 300_000_000, None, True, "bench.fresh", parts, False)
+            core.record_outcome(pauses, key, aid, got.attempt, _core.Step.COMMIT, "1", None)
+            took.append(clock() - t)
+        return statistics.median(took) / 1000
 
     protected(500)
-    if a.only != "api":
-        print(f"protect: {min(protected(a.calls) for _ in range(3)):.2f} us per fresh call")
-    if a.only != "protect":
-        print(f"Store API: {min(api(a.calls) for _ in range(3)):.2f} us per fresh call")
+    for name, loop, what in (
+        ("protect", protected, "protect"),
+        ("core", direct, "the two core calls alone"),
+        ("api", api, "Store API (3 writes)"),
+    ):
+        if a.only in (None, name):
+            print(f"{what}: {min(loop(a.calls) for _ in range(3)):.2f} us per fresh call (p50)")
     if a.profile:
         prof = cProfile.Profile()
         prof.runcall(protected, a.calls)

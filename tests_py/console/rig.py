@@ -201,4 +201,7 @@ def pending_of(store: Store, effect_key: str, timeout: float = 20.0) -> Any:
 
 
 def small_limiter() -> Dict[str, Any]:
-    return {"limiter": SignInLimiter(per_account=3, per_address=5, window=60)}
+    """Small limits whose failures never age out during a test: with a 60 s window, a loaded
+    machine (scrypt per attempt, a browser start) once let the account's failures expire
+    before the browser's attempt, which then signed in instead of being refused."""
+    return {"limiter": SignInLimiter(per_account=3, per_address=5, window=3600)}
