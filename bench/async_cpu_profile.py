@@ -1,5 +1,7 @@
 """Where an awaited protected call's client CPU goes, beside a sync one, on the store a URL
-names (issue 34, item 3): N fresh calls each way, the process's CPU per call, and with
+names (issue 34, item 3): N fresh calls each way, the process's CPU per call; then the same
+sync calls made from a task of a running loop (blocking it: the bound a loop that waits on the
+socket itself, item 3(b), could reach, less the loop's own readiness callbacks); and with
 ``--perf`` a ``perf record`` of the async run (``perf report -i bench/.work/async.perf``).
 
     python3 tests_py/support/pgserver.py -- python -m bench.async_cpu_profile [--calls N] [--perf]
@@ -87,6 +89,21 @@ def main() -> None:
         return spent
 
     async_cpu, async_wall = asyncio.run(run())
+
+    async def on_the_loop() -> tuple:
+        # The lower bound of item 3(b) (the loop waits on the socket itself): each step's wait
+        # is one wake-up of the loop's thread, as it is here, where the coroutine makes the
+        # sync call and so blocks the loop on the socket. Never how ctrlrun runs (the loop must
+        # not block); a measurement of what the hops to and from a core thread cost.
+        async def step(key: str) -> int:
+            return sync_call(key)
+
+        c0, t0 = cpu(), time.perf_counter()
+        for i in range(args.calls):
+            await asyncio.ensure_future(step(f"{tag}-b-{i}"))
+        return cpu() - c0, time.perf_counter() - t0
+
+    loop_cpu, loop_wall = asyncio.run(on_the_loop())
     store.close()
     n = args.calls
     print(f"sync:  {sync_cpu / n * 1e6:7.1f} µs CPU/call, {sync_wall / n * 1e6:7.1f} µs wall/call")
@@ -94,6 +111,11 @@ def main() -> None:
         f"async: {async_cpu / n * 1e6:7.1f} µs CPU/call, {async_wall / n * 1e6:7.1f} µs wall/call"
     )
     print(f"async/sync CPU {async_cpu / sync_cpu:.2f}x, wall {async_wall / sync_wall:.2f}x")
+    print(
+        f"the same calls blocking the loop (the hop-free bound, not a product path): "
+        f"{loop_cpu / n * 1e6:7.1f} µs CPU/call ({loop_cpu / sync_cpu:.2f}x sync), "
+        f"{loop_wall / n * 1e6:7.1f} µs wall/call"
+    )
 
 
 if __name__ == "__main__":
