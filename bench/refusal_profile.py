@@ -2,7 +2,9 @@
 through ``protect`` (caught), and through the Store API; prints µs per refusal (best of 5).
 With ``--profile``, then the Python functions the ``protect`` refusals spent most time in
 (``cProfile``, by own time: where the time above the Store API's goes). With ``--api``, only
-the Store API loop (to run under ``perf record``: where the store's own refusal goes).
+the Store API loop (to run under ``perf record``: where the store's own refusal goes). The last
+row is the core's ``reserve`` called with what ``protect`` passes it: the least any decorator,
+even one written in Rust, adds a refusal to.
 
     python -m bench.refusal_profile [N] [--profile] [--api]
 """
@@ -50,8 +52,20 @@ def main() -> None:
         except ctrlrun.DuplicateEffect:
             pass
 
-    loops = (("protect", protected), ("Store.reserve_effect", api))
-    for name, fn in loops[1:] if "--api" in sys.argv[1:] else loops:
+    core, aid, parts = store.core, "act_" + "1" * 32, [("k", '"k0"')]
+
+    def core_alone() -> None:  # what protect hands the core, with no Python around it
+        try:
+            core.reserve("dup:k0", aid, 60_000_000, None, True, "bench.dup", parts, False)
+        except ctrlrun.DuplicateEffect:
+            pass
+
+    loops = (
+        ("protect", protected),
+        ("Store.reserve_effect", api),
+        ("_core.Store.reserve alone", core_alone),
+    )
+    for name, fn in loops[1:2] if "--api" in sys.argv[1:] else loops:
         best = min(timeit.repeat(fn, number=n, repeat=5)) / n * 1e6
         print(f"{name}: {best:.2f} us per refusal")
     if "--profile" in sys.argv[1:]:
