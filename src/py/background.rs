@@ -180,6 +180,9 @@ struct Queue {
     /// Jobs queued, and jobs ended, since the pool began (what [`finish_background`] waits on).
     queued: u64,
     ended: u64,
+    /// Callers of [`finish_background`] waiting: an ended job wakes them only when there are
+    /// some (a `notify_all` is a `futex` system call even with nobody to wake).
+    finishing: usize,
 }
 
 struct Pool {
@@ -204,6 +207,7 @@ fn pool() -> &'static Pool {
             idle: 0,
             queued: 0,
             ended: 0,
+            finishing: 0,
         }),
         more: Condvar::new(),
         ended: Condvar::new(),
@@ -260,7 +264,9 @@ fn work(p: &'static Pool) {
             let _ = std::panic::catch_unwind(AssertUnwindSafe(job));
             q = queue(p);
             q.ended += 1;
-            p.ended.notify_all();
+            if q.finishing > 0 {
+                p.ended.notify_all();
+            }
             continue;
         }
         q.idle += 1;
@@ -277,9 +283,11 @@ pub fn finish_background(py: Python<'_>) {
         let p = pool();
         let mut q = queue(p);
         let target = q.queued;
+        q.finishing += 1; // counted under the lock, so no job's end passes unseen
         while q.ended < target {
             q = p.ended.wait(q).unwrap_or_else(|e| e.into_inner());
         }
+        q.finishing -= 1;
     });
 }
 
