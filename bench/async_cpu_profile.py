@@ -1,7 +1,8 @@
 """Where an awaited protected call's client CPU goes, beside a sync one, on the store a URL
 names (issue 34, item 3): N fresh calls each way, the process's CPU per call; then the same
 sync calls made from a task of a running loop (blocking it: the bound a loop that waits on the
-socket itself, item 3(b), could reach, less the loop's own readiness callbacks); and with
+socket itself, item 3(b), could reach, less the loop's own readiness callbacks); the turns of
+the loop per awaited call (each future chained on another costs one); and with
 ``--perf`` a ``perf record`` of the async run (``perf report -i bench/.work/async.perf``).
 
     python3 tests_py/support/pgserver.py -- python -m bench.async_cpu_profile [--calls N] [--perf]
@@ -19,6 +20,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Any, Optional, Tuple
 
 import ctrlrun
 
@@ -104,6 +106,31 @@ def main() -> None:
         return cpu() - c0, time.perf_counter() - t0
 
     loop_cpu, loop_wall = asyncio.run(on_the_loop())
+
+    async def turns() -> Tuple[float, float]:
+        # Turns of the loop per awaited call, and how many of them waited (a select with a
+        # timeout): the others are callbacks chained on futures, each a turn of its own.
+        loop = asyncio.get_running_loop()
+        counted = [0, 0]
+        run_once, select = loop._run_once, loop._selector.select  # type: ignore[attr-defined]
+
+        def once() -> None:
+            counted[0] += 1
+            run_once()
+
+        def waited(timeout: Optional[float] = None) -> Any:
+            if timeout is None or timeout > 0:
+                counted[1] += 1
+            return select(timeout)
+
+        loop._run_once = once  # type: ignore[attr-defined]
+        loop._selector.select = waited  # type: ignore[attr-defined]
+        n = min(args.calls, 500)
+        for i in range(n):
+            await async_call(f"{tag}-t-{i}")
+        return counted[0] / n, counted[1] / n
+
+    loop_turns, waits = asyncio.run(turns())
     store.close()
     n = args.calls
     print(f"sync:  {sync_cpu / n * 1e6:7.1f} µs CPU/call, {sync_wall / n * 1e6:7.1f} µs wall/call")
@@ -116,6 +143,7 @@ def main() -> None:
         f"{loop_cpu / n * 1e6:7.1f} µs CPU/call ({loop_cpu / sync_cpu:.2f}x sync), "
         f"{loop_wall / n * 1e6:7.1f} µs wall/call"
     )
+    print(f"turns of the loop per awaited call: {loop_turns:.1f}, of which waiting {waits:.1f}")
 
 
 if __name__ == "__main__":

@@ -21,12 +21,31 @@ import itertools
 import os
 import threading
 import weakref
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from ctrlrun import _core
 from ctrlrun.call.io_threads import PerLoop
 
 _AVAILABLE = hasattr(_core, "Completions")
+
+Then = Callable[[bool, Any], Tuple[bool, Any]]
+"""What the caller makes of a finished step, ``(ok, value)`` to ``(ok, value)``, applied as the
+step is taken off the inbox: the caller's future is settled in that same turn of the loop (a
+callback chained on another future would wait for a turn of its own)."""
+
+
+def _settle(future: asyncio.Future[Any], ok: bool, value: Any, then: Optional[Then]) -> None:
+    if then is not None:
+        try:
+            ok, value = then(ok, value)
+        except BaseException as exc:  # what the caller makes of it failed: that is the answer
+            ok, value = False, exc
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
 _reserve_soon = getattr(_core, "reserve_soon", None)
 _transition_soon = getattr(_core, "transition_soon", None)
 
@@ -36,7 +55,7 @@ class _Inbox:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.completions = _core.Completions()
-        self.waiting: Dict[int, asyncio.Future[Any]] = {}
+        self.waiting: Dict[int, Tuple[asyncio.Future[Any], Optional[Then]]] = {}
         self.tokens = itertools.count(1)
         try:
             loop.add_reader(self.completions.fileno(), self.drain)
@@ -48,18 +67,17 @@ class _Inbox:
     def drain(self) -> None:
         """On the loop: settle the futures whose steps finished."""
         for token, ok, value in self.completions.take():
-            future = self.waiting.pop(token, None)
+            future, then = self.waiting.pop(token, (None, None))
             if future is None or future.done():
                 continue  # the caller stopped waiting; the step ran to its end anyway
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)
+            _settle(future, ok, value, then)
 
-    def submit(self, start: Any, store: Any, args: Tuple[Any, ...]) -> asyncio.Future[Any]:
+    def submit(
+        self, start: Any, store: Any, args: Tuple[Any, ...], then: Optional[Then] = None
+    ) -> asyncio.Future[Any]:
         future = asyncio.get_running_loop().create_future()
         token = next(self.tokens)
-        self.waiting[token] = future
+        self.waiting[token] = (future, then)
         try:
             now = start(store.core, self.completions, token, *args)
         except BaseException:
@@ -68,10 +86,7 @@ class _Inbox:
         if now is not None:  # done on this thread, nothing queued
             del self.waiting[token]
             ok, value = now
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)
+            _settle(future, ok, value, then)
         return future
 
 
@@ -88,21 +103,25 @@ def _registry() -> PerLoop[_Inbox]:
 _inboxes = _registry()
 
 
-def reserve(store: Any, args: Tuple[Any, ...]) -> Optional[asyncio.Future[Any]]:
-    """``store.core.reserve(*args)`` here or on a core thread: a future of its record tuple, or
-    ``None`` where this loop has no inbox."""
+def reserve(
+    store: Any, args: Tuple[Any, ...], then: Optional[Then] = None
+) -> Optional[asyncio.Future[Any]]:
+    """``store.core.reserve(*args)`` here or on a core thread: a future of its record tuple (or
+    of what ``then`` makes of it), or ``None`` where this loop has no inbox."""
     inbox = _inboxes.of(asyncio.get_running_loop())
-    return None if inbox is None else inbox.submit(_reserve_soon, store, args)
+    return None if inbox is None else inbox.submit(_reserve_soon, store, args, then)
 
 
 def transition(
-    store: Any, pauses: Tuple[float, ...], args: Tuple[Any, ...]
+    store: Any, pauses: Tuple[float, ...], args: Tuple[Any, ...], then: Optional[Then] = None
 ) -> Optional[asyncio.Future[Any]]:
     """``store.core.record_outcome(pauses, *args)`` here or on a core thread (the same retries and
-    the same rule for an unknown try): a future of ``None``, or ``None`` where this loop has
-    no inbox."""
+    the same rule for an unknown try): a future of ``None`` (or of what ``then`` makes of it),
+    or ``None`` where this loop has no inbox."""
     inbox = _inboxes.of(asyncio.get_running_loop())
-    return None if inbox is None else inbox.submit(_transition_soon, store, (list(pauses), *args))
+    if inbox is None:
+        return None
+    return inbox.submit(_transition_soon, store, (list(pauses), *args), then)
 
 
 def _after_fork_in_child() -> None:

@@ -35,55 +35,36 @@ def _in_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
 
 def _reserving(call: Call) -> asyncio.Future[int]:
     """``call.reserve()`` off the event loop: on a core thread (``_io_core``) where it can be,
-    else on a worker thread; a future of the attempt (set on ``call`` as the write lands)."""
-    landed = _io_core.reserve(call.store, call.reserve_request())
-    if landed is None:
-        return _in_thread(call.reserve)
-    out: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    else on a worker thread; a future of the attempt (set on ``call`` as the write lands, in
+    the turn of the loop that takes the step's end)."""
 
-    def settle(done: asyncio.Future[Any]) -> None:
-        if out.done():
-            return
-        exc = done.exception()
-        if exc is None:
-            call.attempt = done.result().attempt
-            out.set_result(call.attempt)
-        else:
-            out.set_exception(exc)
+    def landed(ok: bool, value: Any) -> Tuple[bool, Any]:
+        if ok:
+            call.attempt = value.attempt
+            return True, call.attempt
+        return False, value
 
-    if landed.done():
-        settle(landed)  # written on this thread: no turn of the loop to wait for
-    else:
-        landed.add_done_callback(settle)
-    return out
+    started = _io_core.reserve(call.store, call.reserve_request(), landed)
+    return _in_thread(call.reserve) if started is None else started
 
 
 def _recording(call: Call, outcome: Outcome) -> asyncio.Future[None]:
     """``call.record(outcome)`` off the event loop: on a core thread where it can be (which
     re-issues a failed write as ``call.record`` does, whether or not this loop still runs),
     else on a worker thread."""
+
+    def landed(ok: bool, value: Any) -> Tuple[bool, Any]:
+        if ok:
+            return True, None
+        return False, call.not_recorded(outcome, value) if isinstance(value, Exception) else value
+
     try:
-        landed = _io_core.transition(call.store, OUTCOME_PAUSES, call.record_request(outcome))
+        written = _io_core.transition(
+            call.store, OUTCOME_PAUSES, call.record_request(outcome), landed
+        )
     except Exception:  # not started (no inbox, a closed store): the worker thread's way
-        landed = None
-    if landed is None:
-        return _in_thread(call.record, outcome)
-    out: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def settle(done: asyncio.Future[Any]) -> None:
-        exc = done.exception()
-        if exc is None:
-            out.set_result(None)
-        else:
-            out.set_exception(
-                call.not_recorded(outcome, exc) if isinstance(exc, Exception) else exc
-            )
-
-    if landed.done():
-        settle(landed)  # written on this thread: no turn of the loop to wait for
-    else:
-        landed.add_done_callback(settle)
-    return out
+        written = None
+    return _in_thread(call.record, outcome) if written is None else written
 
 
 async def _finish(work: Awaitable[Any]) -> Any:
