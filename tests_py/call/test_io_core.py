@@ -50,6 +50,38 @@ def _core_threads() -> int:
     return sum(1 for n in names if n.startswith("ctrlrun-core-"))
 
 
+def test_an_awaited_call_whose_steps_ran_on_core_threads_takes_six_turns_of_the_loop(tmp_path):
+    """Each step costs the turn that waits for its end and takes it off the inbox (the
+    caller's future settled there), one for the future chained on it that keeps a cancellation
+    from cutting the write off, and the task's own resumption: 3 per step. A future settled
+    by a callback on another future would cost one more each (8 per call before)."""
+    store = ctrlrun.open_store(f"sqlite:///{tmp_path / 's.db'}")  # FULL: every step queued
+
+    @ctrlrun.protect("t.turns", effect="turns:{k}", store=store)
+    async def tool(k: str) -> int:
+        return 1
+
+    async def main() -> float:
+        for i in range(5):  # the inbox, the threads and the pool's connections
+            await tool(f"warm{i}")
+        loop = asyncio.get_running_loop()
+        turns = [0]
+        run_once = loop._run_once  # type: ignore[attr-defined]
+
+        def counted() -> None:
+            turns[0] += 1
+            run_once()
+
+        loop._run_once = counted  # type: ignore[attr-defined]
+        for i in range(50):
+            await tool(f"k{i}")
+        return turns[0] / 50
+
+    assert asyncio.run(main()) == 6
+    assert store.get_effect("turns:k49").state is ctrlrun.EffectState.COMMITTED
+    store.close()
+
+
 def test_many_calls_in_flight_share_at_most_16_core_threads(tmp_path):
     store = ctrlrun.open_store(f"sqlite:///{tmp_path}/s.db")
 
