@@ -1,12 +1,16 @@
 """A fresh protected call alone, for profiling a build on SQLite (issue 34, item 1): N calls on
 new keys through ``protect``; the same two core calls that ``protect`` makes (the reservation
 straight into ``executing`` and the outcome, with the same arguments) made directly, with no
-Python around them; and the Store API (reserve, begin, commit: three writes). µs per call, the best
-of 3 runs of the median call (p50, as ``bench.run`` reports: a call that ran the log's
-checkpoint is in the tail). ``protect`` less ``core`` is the Python of the decorator. ``--perf`` wraps the ``protect`` loop in ``perf record`` (``perf report -i
-bench/.work/fresh.perf``); ``--profile`` prints the Python functions with most own time.
+Python around them; and the Store API (reserve, begin, commit: three writes). µs per call,
+the best of 3 runs of the median call (p50, as ``bench.run`` reports: a call that ran the
+log's checkpoint is in the tail). ``protect`` less ``core`` is the Python of the decorator.
+``--perf`` wraps the ``protect`` loop in ``perf record`` (``perf report -i
+bench/.work/fresh.perf``); ``--profile`` prints the Python functions with most own time;
+``--page-size`` makes the store file with that SQLite page size before ctrlrun writes its
+schema (a design tried for item 1: fewer bytes in each WAL frame).
 
-    python -m bench.fresh_profile [--calls N] [--synchronous NORMAL|FULL] [--perf] [--profile]
+    python -m bench.fresh_profile [--calls N] [--synchronous NORMAL|FULL] [--page-size B]
+                                  [--perf] [--profile]
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import cProfile
 import itertools
 import os
 import pstats
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -34,6 +39,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=20000)
     ap.add_argument("--synchronous", default="NORMAL", choices=("NORMAL", "FULL"))
+    ap.add_argument("--page-size", type=int, default=None)
     ap.add_argument("--perf", action="store_true")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--only", choices=("protect", "core", "api"), default=None)
@@ -47,8 +53,19 @@ def main() -> None:
         print(f"perf report -i {out} --no-children --sort dso,sym")
         return
     folder = tempfile.mkdtemp(dir=WORK if WORK.exists() else None)
-    url = "sqlite:///" + os.path.join(folder, "s.db") + f"?synchronous={a.synchronous.lower()}"
+    path = os.path.join(folder, "s.db")
+    if a.page_size:
+        made = sqlite3.connect(path)
+        made.execute(f"PRAGMA page_size = {int(a.page_size)}")
+        made.execute("PRAGMA journal_mode = WAL")
+        made.execute("CREATE TABLE scratch (x)")  # the page size holds once a table is written
+        made.execute("DROP TABLE scratch")
+        made.close()
+    url = "sqlite:///" + path + f"?synchronous={a.synchronous.lower()}"
     store = ctrlrun.open_store(url)
+    if a.page_size:
+        size = sqlite3.connect(path).execute("PRAGMA page_size").fetchone()[0]
+        print(f"page size {size}")
     counter = itertools.count()
 
     @ctrlrun.protect("bench.fresh", effect="fresh:{k}", store=store)
