@@ -17,6 +17,7 @@ core a new pool); at exit the core's threads finish the steps queued.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import os
 import threading
@@ -30,15 +31,20 @@ _AVAILABLE = hasattr(_core, "Completions")
 
 Then = Callable[[bool, Any], Tuple[bool, Any]]
 """What the caller makes of a finished step, ``(ok, value)`` to ``(ok, value)``, applied as the
-step is taken off the inbox: the caller's future is settled in that same turn of the loop (a
-callback chained on another future would wait for a turn of its own)."""
+step is taken off the inbox, in the caller's context: the caller's future is settled in that
+same turn of the loop (a callback chained on another future would wait for a turn of its
+own)."""
+
+
+def _in_context(context: contextvars.Context, then: Then) -> Then:
+    return lambda ok, value: context.run(then, ok, value)
 
 
 def _settle(future: asyncio.Future[Any], ok: bool, value: Any, then: Optional[Then]) -> None:
     if then is not None:
         try:
             ok, value = then(ok, value)
-        except BaseException as exc:  # what the caller makes of it failed: that is the answer
+        except Exception as exc:  # what the caller makes of it failed: that is the answer
             ok, value = False, exc
     if ok:
         future.set_result(value)
@@ -77,6 +83,8 @@ class _Inbox:
     ) -> asyncio.Future[Any]:
         future = asyncio.get_running_loop().create_future()
         token = next(self.tokens)
+        if then is not None:  # run in the caller's context (its log records carry its ids)
+            then = _in_context(contextvars.copy_context(), then)
         self.waiting[token] = (future, then)
         try:
             now = start(store.core, self.completions, token, *args)

@@ -3,8 +3,9 @@
 reservation and the outcome write on the core's threads, ``_io_core``; the rarer ones on worker
 threads, ``_io_threads``) so the loop never waits on the database, and the cancellation rules
 of docs/spec.md §8.1: a reservation or outcome write in flight settles before a cancellation
-propagates. The two hot steps are chained with futures and callbacks, not coroutines: a future
-is never cut off by a cancellation, the settling of an outcome included."""
+propagates. The two hot steps are futures settled by the inbox that takes their end
+(``_io_core``), not coroutines: a future is never cut off by a cancellation, the settling of
+an outcome included."""
 
 from __future__ import annotations
 
