@@ -3,8 +3,11 @@ through ``protect`` (caught), and through the Store API; prints µs per refusal 
 With ``--profile``, then the Python functions the ``protect`` refusals spent most time in
 (``cProfile``, by own time: where the time above the Store API's goes). With ``--api``, only
 the Store API loop (to run under ``perf record``: where the store's own refusal goes). The last
-row is the core's ``reserve`` called with what ``protect`` passes it: the least any decorator,
-even one written in Rust, adds a refusal to.
+rows are the core's ``reserve`` called with what ``protect`` passes it (the least any decorator,
+even one written in Rust, adds a refusal to); the least a decorator written in Python adds to
+that (a wrapper that takes the call's arguments, formats the key with an f-string and calls the
+core, whose refusal it lets through); and the floor, one indexed read of the same row through
+the stdlib's ``sqlite3`` on the same file.
 
     python -m bench.refusal_profile [N] [--profile] [--api]
 """
@@ -12,6 +15,7 @@ even one written in Rust, adds a refusal to.
 import cProfile
 import os
 import pstats
+import sqlite3
 import sys
 import tempfile
 import timeit
@@ -60,10 +64,27 @@ def main() -> None:
         except ctrlrun.DuplicateEffect:
             pass
 
+    def least_python(k: str) -> None:  # a decorator's wrapper with nothing but the key in it
+        core.reserve(f"dup:{k}", aid, 60_000_000, None, True, "bench.dup", parts, False)
+
+    def python_alone() -> None:
+        try:
+            least_python("k0")
+        except ctrlrun.DuplicateEffect:
+            pass
+
+    reader = sqlite3.connect(os.path.join(folder, "s.db"), isolation_level=None)
+    select = "SELECT * FROM ctrlrun_effects WHERE effect_key = ?"
+
+    def read() -> None:  # the floor: one indexed read of the row
+        assert len(reader.execute(select, ("dup:k0",)).fetchall()) == 1
+
     loops = (
         ("protect", protected),
         ("Store.reserve_effect", api),
         ("_core.Store.reserve alone", core_alone),
+        ("the least Python wrapper around it", python_alone),
+        ("floor: one indexed read (stdlib sqlite3)", read),
     )
     for name, fn in loops[1:2] if "--api" in sys.argv[1:] else loops:
         best = min(timeit.repeat(fn, number=n, repeat=5)) / n * 1e6
