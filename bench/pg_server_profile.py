@@ -10,6 +10,11 @@ The variants:
   prepared as ``prepared_statements=on`` does;
 * the same, prepared, with the receipt triggers of the effects table disabled: what appending
   the receipts by trigger costs (the run writes no receipts: for measurement only);
+* ctrlrun's statements without their PL/pgSQL functions: the ``INSERT`` and the ``UPDATE``
+  the functions run (``ctrlrun_insert``'s and ``ctrlrun_transition``'s bodies) sent prepared as
+  they are, then without the ``ctrlrun_durable()`` call, then with each receipt hash a constant
+  as well: what the functions' layer, the durability guard and the server's hash each cost
+  (the last two write rows no verifier would accept: for measurement only);
 * the receipts floor (``bench/_floor_receipts.py``), prepared and unnamed;
 * ctrlrun's statements as SQL-level prepared statements (``PREPARE`` once per session, then
   ``EXECUTE name(...)`` sent unnamed, its values bound as parameters): the pooler-safe plan
@@ -26,9 +31,18 @@ import os
 import re
 import subprocess
 import sys
-from typing import Callable, Dict
+from typing import Callable, Dict, List
 
-from bench._pgbench import _psql, ctrlrun_script, executed_script, pgbench, receipts_script
+from bench._pgbench import (
+    INSERT_VALUES,
+    OUTCOME_VALUES,
+    _client,
+    _psql,
+    ctrlrun_script,
+    executed_script,
+    pgbench,
+    receipts_script,
+)
 
 
 def main() -> None:
@@ -60,6 +74,10 @@ def main() -> None:
         finally:
             triggers(True)
 
+    raw = raw_script(pg, schema.group(1))
+    no_durable = re.sub(r"FROM \(SELECT [^)]*ctrlrun_durable\(\)\) durable\(ok\) ", "", raw)
+    constant_hash = constant_hashes(no_durable)
+
     variants: Dict[str, Callable[[], Dict[str, float]]] = {
         "floor, prepared": lambda: pgbench(pg, 1, args.seconds),
         "floor, unnamed": lambda: pgbench(pg, 1, args.seconds, mode="extended"),
@@ -68,6 +86,15 @@ def main() -> None:
         ),
         "ctrlrun's SQL, prepared": lambda: pgbench(pg, 1, args.seconds, ours, "prepared"),
         "ctrlrun's SQL, prepared, no receipt triggers": without_triggers,
+        "the functions' statements alone, prepared": lambda: pgbench(
+            pg, 1, args.seconds, raw, "prepared"
+        ),
+        "  the same, no ctrlrun_durable()": lambda: pgbench(
+            pg, 1, args.seconds, no_durable, "prepared"
+        ),
+        "  the same, each receipt hash a constant": lambda: pgbench(
+            pg, 1, args.seconds, constant_hash, "prepared"
+        ),
         "ctrlrun's SQL, EXECUTE of PREPARE, unnamed": lambda: pgbench(
             pg, 1, args.seconds, executed, "extended", ("-D", "prepared=0")
         ),
@@ -85,6 +112,55 @@ def main() -> None:
         print(
             f"{name:<46} {out['calls_per_s']:>8,.0f} {out['server_cpu_us']:>8,.0f} µs", flush=True
         )
+
+
+def raw_script(url: str, schema: str) -> str:
+    """A fresh call as the statements inside ``ctrlrun_insert`` and ``ctrlrun_transition``
+    (read from the server's catalog), with the same values as ``ctrlrun_script``."""
+    bodies = []
+    for fn in ("ctrlrun_insert", "ctrlrun_transition"):
+        src = _query(
+            url,
+            f"SELECT prosrc FROM pg_proc WHERE proname = '{fn}' "
+            f"AND pronamespace = '\"{schema}\"'::regnamespace",
+        )
+        m = re.search(r"RETURN QUERY (.*); END", src, re.S)
+        assert m, src
+        bodies.append(m.group(1).strip())
+
+    def bind(body: str, values: List[str]) -> str:
+        return re.sub(r"\$(\d+)", lambda m: values[int(m.group(1)) - 1], body)
+
+    return (
+        "\\set k random(1, 4000000000000000000)\n"
+        + bind(bodies[0], INSERT_VALUES)
+        + ";\n"
+        + bind(bodies[1], OUTCOME_VALUES)
+        + ";\n"
+    )
+
+
+def constant_hashes(script: str) -> str:
+    """Each call of the schema's receipt hash in ``script`` replaced by a constant digest."""
+    out, at = [], 0
+    for m in re.finditer(r'"[^"]+"\.ctrlrun_receipt_hash\(', script):
+        if m.start() < at:
+            continue
+        depth, i = 1, m.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(script[i], 0)
+            i += 1
+        out.append(script[at : m.start()] + "'" + "e" * 64 + "'")
+        at = i
+    return "".join(out) + script[at:]
+
+
+def _query(url: str, sql: str) -> str:
+    env, args, db = _client(url, "psql")
+    run = subprocess.run(
+        [*args, "-d", db, "-qAtc", sql], env=env, check=True, capture_output=True, text=True
+    )
+    return run.stdout
 
 
 if __name__ == "__main__":
