@@ -186,7 +186,7 @@ def main() -> None:
     ap.add_argument(
         "--rounds",
         type=int,
-        default=3,
+        default=5,
         help="measure every row this many times; each row shows the median p50",
     )
     ap.add_argument("--json", default=None)

@@ -10,8 +10,8 @@ with a key that changes per call (so nothing is folded at plan time); the per-ca
 latency above the same ``SELECT`` of a plain expression, divided by 20. A protected call makes
 two hashes and two guards.
 
-Measured (2 cores): the hash 8.3 µs with its clause, 5.8 µs without; the guard 2.7 µs with it,
-0.65 µs without; an empty PL/pgSQL function 0.4 µs. Dropping the clauses would save about 9 µs
+Measured (2 cores, two runs): the hash 8.3 µs with its clause, 5.8-6.3 µs without; the guard
+2.1-2.7 µs with it, 0.65-0.7 µs without; an empty PL/pgSQL function 0.4 µs. Dropping the clauses would save about 9 µs
 of a fresh call's 550-700 µs of server CPU, and the clause pins every name the functions look
 up (an operator or function put earlier on a pooled session's ``search_path`` cannot stand in),
 so they stay.
