@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import uuid
 from typing import Any, Dict, List, Tuple
@@ -81,6 +82,15 @@ def _client(url: str, program: str) -> Tuple[Dict[str, str], List[str], str]:
         unquote(u.username or "postgres"),
     ]
     return env, args, (u.path or "/postgres").lstrip("/") or "postgres"
+
+
+def server_url(module: str) -> str:
+    """The server a profiling script runs against (``CTRLRUN_TEST_POSTGRES_URL``), or exit
+    saying how to start one."""
+    url = os.environ.get("CTRLRUN_TEST_POSTGRES_URL")
+    if not url:
+        sys.exit(f"needs a server: python3 tests_py/support/pgserver.py -- python -m {module}")
+    return url
 
 
 def _psql(url: str, sql: str) -> None:

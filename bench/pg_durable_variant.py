@@ -23,12 +23,10 @@ no lever for item 5's 0.6x, so the shipped form was kept.
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import sys
 from typing import Dict, List
 
-from bench._pgbench import _psql, ctrlrun_script, pgbench
+from bench._pgbench import _psql, ctrlrun_script, pgbench, server_url
 from bench.pg_server_profile import _query
 
 JOIN = r"FROM \(SELECT [^)]*ctrlrun_durable\(\)\) durable\(ok\) "
@@ -40,9 +38,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    pg = os.environ.get("CTRLRUN_TEST_POSTGRES_URL")
-    if not pg:
-        sys.exit("needs a server: python3 tests_py/support/pgserver.py -- python -m " + __name__)
+    pg = server_url(__name__)
     ours = ctrlrun_script(pg)
     found = re.search(r'"(ctrlrun_scratch_tps_[0-9a-f]+)"', ours)
     assert found, ours

@@ -20,15 +20,10 @@ so they stay.
 from __future__ import annotations
 
 import argparse
-import os
-import re
-import subprocess
-import sys
-import tempfile
 import uuid
 
 import ctrlrun
-from bench._pgbench import _client, _psql
+from bench._pgbench import _psql, pgbench, server_url
 
 FIELDS = (
     "'effect', :k::text, NULL, '1', NULL, '1700000000000000', 'reservation', 'bench.effect', "
@@ -43,33 +38,17 @@ GUARD_BODY = "BEGIN SET LOCAL synchronous_commit TO DEFAULT; RETURN true; END"
 
 
 def latency_ms(url: str, expression: str, seconds: float) -> float:
-    """pgbench's average latency of one SELECT of ``expression`` 20 times."""
-    env, base, db = _client(url, "pgbench")
+    """The latency of one SELECT of ``expression`` 20 times (one pgbench client, prepared)."""
     select = ", ".join([expression] * 20)
-    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
-        f.write(f"\\set k random(1, 4000000000000000000)\nSELECT {select};\n")
-    try:
-        run = subprocess.run(
-            [*base, "-n", "-M", "prepared", "-c", "1", "-T", str(int(seconds)), "-f", f.name, db],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    finally:
-        os.unlink(f.name)
-    m = re.search(r"latency average = ([0-9.]+) ms", run.stdout)
-    assert m, run.stdout + run.stderr
-    return float(m.group(1))
+    script = f"\\set k random(1, 4000000000000000000)\nSELECT {select};\n"
+    return 1000 / pgbench(url, 1, seconds, script, "prepared")["calls_per_s"]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=5.0)
     args = ap.parse_args()
-    pg = os.environ.get("CTRLRUN_TEST_POSTGRES_URL")
-    if not pg:
-        sys.exit("needs a server: python3 tests_py/support/pgserver.py -- python -m " + __name__)
+    pg = server_url(__name__)
     schema = f"ctrlrun_scratch_tph_{uuid.uuid4().hex[:8]}"
     ctrlrun.open_store(pg + ("&" if "?" in pg else "?") + f"schema={schema}").close()
     s = f'"{schema}"'

@@ -27,10 +27,8 @@ The variants:
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import subprocess
-import sys
 from typing import Callable, Dict, List
 
 from bench._pgbench import (
@@ -42,6 +40,7 @@ from bench._pgbench import (
     executed_script,
     pgbench,
     receipts_script,
+    server_url,
 )
 
 
@@ -49,9 +48,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=5.0)
     args = ap.parse_args()
-    pg = os.environ.get("CTRLRUN_TEST_POSTGRES_URL")
-    if not pg:
-        sys.exit("needs a server: python3 tests_py/support/pgserver.py -- python -m " + __name__)
+    pg = server_url(__name__)
     ours = ctrlrun_script(pg)
     schema = re.search(r'"(ctrlrun_scratch_tps_[0-9a-f]+)"', ours)
     assert schema, ours

@@ -21,12 +21,18 @@ import argparse
 import collections
 import os
 import subprocess
-import sys
 import threading
 import time
 from typing import Counter, Dict, Optional, Tuple
 
-from bench._pgbench import PGBENCH_SCRIPT, _client, ctrlrun_script, pgbench, receipts_script
+from bench._pgbench import (
+    PGBENCH_SCRIPT,
+    _client,
+    ctrlrun_script,
+    pgbench,
+    receipts_script,
+    server_url,
+)
 
 SAMPLE = (
     "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') FROM pg_stat_activity "
@@ -112,9 +118,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--perf", action="store_true", help="also perf record each workload")
     args = ap.parse_args()
-    pg = os.environ.get("CTRLRUN_TEST_POSTGRES_URL")
-    if not pg:
-        sys.exit("needs a server: python3 tests_py/support/pgserver.py -- python -m " + __name__)
+    pg = server_url(__name__)
     scripts: Dict[str, str] = {
         "ctrlrun's SQL": ctrlrun_script(pg),
         "receipts floor": receipts_script(pg),
