@@ -89,7 +89,9 @@ def server_url(module: str) -> str:
     saying how to start one."""
     url = os.environ.get("CTRLRUN_TEST_POSTGRES_URL")
     if not url:
-        sys.exit(f"needs a server: python3 tests_py/support/pgserver.py -- python -m {module}")
+        spec = getattr(sys.modules.get(module), "__spec__", None)  # run as -m: "__main__"
+        name = spec.name if spec is not None else module
+        sys.exit(f"needs a server: python3 tests_py/support/pgserver.py -- python -m {name}")
     return url
 
 
