@@ -137,6 +137,13 @@ def ctrlrun_script(url: str) -> str:
     )
 
 
+def script_schema(script: str) -> str:
+    """The scratch schema a ``ctrlrun_script`` runs in."""
+    found = re.search(r'"(ctrlrun_scratch_tps_[0-9a-f]+)"', script)
+    assert found, script
+    return found.group(1)
+
+
 def receipts_script(url: str) -> str:
     """A pgbench script of the receipts floor (``bench/_floor_receipts.py``) for a fresh call:
     the two autocommit statements that write what the issues require (the row with its columns

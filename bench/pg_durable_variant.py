@@ -26,7 +26,7 @@ import argparse
 import re
 from typing import Dict, List
 
-from bench._pgbench import _psql, ctrlrun_script, pgbench, server_url
+from bench._pgbench import _psql, ctrlrun_script, pgbench, script_schema, server_url
 from bench.pg_server_profile import _query
 
 JOIN = r"FROM \(SELECT [^)]*ctrlrun_durable\(\)\) durable\(ok\) "
@@ -40,11 +40,10 @@ def main() -> None:
     args = ap.parse_args()
     pg = server_url(__name__)
     ours = ctrlrun_script(pg)
-    found = re.search(r'"(ctrlrun_scratch_tps_[0-9a-f]+)"', ours)
-    assert found, ours
+    schema = script_schema(ours)
     forms: Dict[str, List[str]] = {"as shipped": [], "SET LOCAL in the body": []}
     for fn in ("ctrlrun_reserve", "ctrlrun_transition"):
-        shipped = _query(pg, f"SELECT pg_get_functiondef('\"{found.group(1)}\".{fn}'::regproc)")
+        shipped = _query(pg, f"SELECT pg_get_functiondef('\"{schema}\".{fn}'::regproc)")
         body = re.sub(JOIN, "", shipped).replace(
             "BEGIN RETURN QUERY", "BEGIN SET LOCAL synchronous_commit TO DEFAULT; RETURN QUERY", 1
         )

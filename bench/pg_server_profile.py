@@ -40,6 +40,7 @@ from bench._pgbench import (
     executed_script,
     pgbench,
     receipts_script,
+    script_schema,
     server_url,
 )
 
@@ -50,9 +51,8 @@ def main() -> None:
     args = ap.parse_args()
     pg = server_url(__name__)
     ours = ctrlrun_script(pg)
-    schema = re.search(r'"(ctrlrun_scratch_tps_[0-9a-f]+)"', ours)
-    assert schema, ours
-    table = f'"{schema.group(1)}".ctrlrun_effects'
+    schema = script_schema(ours)
+    table = f'"{schema}".ctrlrun_effects'
     receipts = receipts_script(pg)
     executed = executed_script(ours)
 
@@ -71,7 +71,7 @@ def main() -> None:
         finally:
             triggers(True)
 
-    raw = raw_script(pg, schema.group(1))
+    raw = raw_script(pg, schema)
     no_durable = re.sub(r"FROM \(SELECT [^)]*ctrlrun_durable\(\)\) durable\(ok\) ", "", raw)
     constant_hash = constant_hashes(no_durable)
 
