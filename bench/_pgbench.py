@@ -100,6 +100,15 @@ def _psql(url: str, sql: str) -> None:
     subprocess.run([*args, "-d", db, "-qAtc", sql], env=env, check=True, capture_output=True)
 
 
+def query(url: str, sql: str) -> str:
+    """What ``psql -At`` prints for ``sql``."""
+    env, args, db = _client(url, "psql")
+    run = subprocess.run(
+        [*args, "-d", db, "-qAtc", sql], env=env, check=True, capture_output=True, text=True
+    )
+    return run.stdout
+
+
 def ctrlrun_script(url: str) -> str:
     """A pgbench script of ctrlrun's own statements for a fresh call, as the store sends them
     (read off the wire through the tests' proxy), on a schema of their own: what the server

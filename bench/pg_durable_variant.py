@@ -26,8 +26,7 @@ import argparse
 import re
 from typing import Dict, List
 
-from bench._pgbench import _psql, ctrlrun_script, pgbench, script_schema, server_url
-from bench.pg_server_profile import _query
+from bench._pgbench import _psql, ctrlrun_script, pgbench, query, script_schema, server_url
 
 JOIN = r"FROM \(SELECT [^)]*ctrlrun_durable\(\)\) durable\(ok\) "
 
@@ -43,7 +42,7 @@ def main() -> None:
     schema = script_schema(ours)
     forms: Dict[str, List[str]] = {"as shipped": [], "SET LOCAL in the body": []}
     for fn in ("ctrlrun_reserve", "ctrlrun_transition"):
-        shipped = _query(pg, f"SELECT pg_get_functiondef('\"{schema}\".{fn}'::regproc)")
+        shipped = query(pg, f"SELECT pg_get_functiondef('\"{schema}\".{fn}'::regproc)")
         body = re.sub(JOIN, "", shipped).replace(
             "BEGIN RETURN QUERY", "BEGIN SET LOCAL synchronous_commit TO DEFAULT; RETURN QUERY", 1
         )

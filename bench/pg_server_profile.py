@@ -34,11 +34,11 @@ from typing import Callable, Dict, List
 from bench._pgbench import (
     INSERT_VALUES,
     OUTCOME_VALUES,
-    _client,
     _psql,
     ctrlrun_script,
     executed_script,
     pgbench,
+    query,
     receipts_script,
     script_schema,
     server_url,
@@ -116,7 +116,7 @@ def raw_script(url: str, schema: str) -> str:
     (read from the server's catalog), with the same values as ``ctrlrun_script``."""
     bodies = []
     for fn in ("ctrlrun_insert", "ctrlrun_transition"):
-        src = _query(
+        src = query(
             url,
             f"SELECT prosrc FROM pg_proc WHERE proname = '{fn}' "
             f"AND pronamespace = '\"{schema}\"'::regnamespace",
@@ -150,14 +150,6 @@ def constant_hashes(script: str) -> str:
         out.append(script[at : m.start()] + "'" + "e" * 64 + "'")
         at = i
     return "".join(out) + script[at:]
-
-
-def _query(url: str, sql: str) -> str:
-    env, args, db = _client(url, "psql")
-    run = subprocess.run(
-        [*args, "-d", db, "-qAtc", sql], env=env, check=True, capture_output=True, text=True
-    )
-    return run.stdout
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from bench._pgbench import (
     _client,
     ctrlrun_script,
     pgbench,
+    query,
     receipts_script,
     server_url,
 )
@@ -78,15 +79,7 @@ def _record(path: str, seconds: float) -> None:
 
 
 def _lsn(url: str) -> int:
-    env, args, db = _client(url, "psql")
-    out = subprocess.run(
-        [*args, "-d", db, "-qAtc", "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return int(float(out.stdout.strip()))
+    return int(float(query(url, "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").strip()))
 
 
 def run(
