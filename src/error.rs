@@ -69,6 +69,10 @@ pub enum Error {
         effect_key: Option<String>,
         action_id: Option<String>,
     },
+    /// The database server refused the write or read for want of a privilege (SQLSTATE
+    /// 42501): this role lacks the duty it needs (docs/roles.md). Nothing was written.
+    #[error("{0}")]
+    PermissionDenied(String),
     /// Any other store failure: cannot open, corrupt file, newer schema.
     #[error("{0}")]
     Store(String),

@@ -216,17 +216,16 @@ fn lapsed_lease_is_written_ambiguous_before_refusing_and_the_holder_is_shut_out(
         } else {
             let (r, _) = assert_ambiguous(f.step("k", A1, 1, Transition::Begin, late + 20));
             assert_eq!(r, rec);
-            let failed = f.step("k", A1, 1, fail("nothing ran"), late + 21).unwrap();
-            assert_eq!(failed.state, EffectState::Failed);
-            assert!(failed
+            // A late report that nothing ran is noted on the row, which stays ambiguous: only
+            // a person moves it to failed (docs/roles.md), and a retry is refused till then.
+            let noted = f.step("k", A1, 1, fail("nothing ran"), late + 21).unwrap();
+            assert_eq!(noted.state, EffectState::Ambiguous);
+            assert!(noted
                 .error
                 .as_deref()
                 .unwrap()
-                .ends_with("did not run: nothing ran"));
-            let renewed = other
-                .reserve("k", A2, LEASE, false, Some(late + 22))
-                .unwrap();
-            assert_eq!(renewed.attempt, 2);
+                .contains("did not run: nothing ran"));
+            assert_ambiguous(other.reserve("k", A2, LEASE, false, Some(late + 22)));
         }
     }
 }

@@ -32,6 +32,7 @@ from ctrlrun.errors import (
     PolicyError,
     StoreError,
     StoreUnresolved,
+    StorePermissionDenied,
     StoreWriteFailed,
 )
 from ctrlrun.store.api import Store, default_store, open_store, set_default_store
@@ -65,6 +66,7 @@ __all__ = [
     "PolicyError",
     "PolicyWarning",
     "StoreError",
+    "StorePermissionDenied",
     "StoreWriteFailed",
     "StoreUnresolved",
 ]

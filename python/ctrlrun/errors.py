@@ -14,6 +14,7 @@
     ├── PolicyError            a policy file that cannot be loaded (.file, .line, .field)
     └── StoreError
         ├── StoreWriteFailed   nothing committed; safe to retry the write
+        ├── StorePermissionDenied  the server refused: this role lacks the duty
         └── StoreUnresolved    COMMIT outcome unknown and the re-read failed
 
 Exceptions pickle with their attributes (they cross process boundaries in worker pools).
@@ -38,6 +39,7 @@ __all__ = [
     "ActionDenied",
     "PolicyError",
     "StoreError",
+    "StorePermissionDenied",
     "StoreWriteFailed",
     "StoreUnresolved",
 ]
@@ -260,6 +262,14 @@ class StoreError(CTRLRunError):
 
 class StoreWriteFailed(StoreError):
     """The write failed before COMMIT: nothing was committed, retrying the write is safe."""
+
+
+class StorePermissionDenied(StoreError):
+    """The database server refused the call for want of a privilege: the store's role lacks the
+    duty the call needs (an agent's credentials cannot grant, deny or resolve; docs/roles.md).
+
+    Nothing was written. Retrying with the same credentials is refused the same way.
+    """
 
 
 class StoreUnresolved(StoreError):

@@ -228,11 +228,14 @@ fn late_outcome(row: &EffectRecord, t: &Transition, now: Micros) -> Option<Effec
                 noted("then the executor returned, late".into()),
             )
         }
+        // Only a person moves an effect out of `ambiguous` to `failed` (a resolution, the
+        // approver duty's: docs/roles.md): the late report is noted for them.
         (Transition::Fail { error }, EffectState::Ambiguous) if !by_person => (
-            EffectState::Failed,
-            None,
+            EffectState::Ambiguous,
+            row.result.clone(),
             noted(format!(
-                "then the executor reported, late, that it did not run: {error}"
+                "then the executor reported, late, that it did not run: {error}; a person may \
+                 resolve it as failed"
             )),
         ),
         (Transition::MarkAmbiguous { error }, EffectState::Ambiguous) if !by_person => (

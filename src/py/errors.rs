@@ -28,6 +28,7 @@ fn build(py: Python<'_>, err: Error) -> PyResult<PyErr> {
         Error::ApprovalNeeded(m) => (intern!(py, "ApprovalNeeded"), m, None, None),
         Error::StoreWriteFailed(m) => (intern!(py, "StoreWriteFailed"), m, None, None),
         Error::Store(m) => (intern!(py, "StoreError"), m, None, None),
+        Error::PermissionDenied(m) => (intern!(py, "StorePermissionDenied"), m, None, None),
         e @ Error::WouldWait => (intern!(py, "StoreWriteFailed"), e.to_string(), None, None),
         Error::StoreUnresolved {
             message,

@@ -32,7 +32,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     export!(m;
         classes template::PyTemplate, store::PyStore, records::EffectRow, records::ApprovalRow,
             records::ReceiptRow, records::ReceiptCheckRow, records::Step, records::ApproverRow;
-        functions store::open_store, urls::drop_scratch_schema, urls::sqlite_path,
+        functions store::open_store, urls::drop_scratch_schema, urls::store_roles, urls::sqlite_path,
             urls::url_backend, store::arg_digests, fork::before_fork, fork::after_fork_in_parent,
             fork::after_fork_in_child, approvers::put_approver, approvers::get_approver,
             approvers::list_approvers, approvers::remove_approver,

@@ -39,3 +39,24 @@ pub fn drop_scratch_schema(py: Python<'_>, url: String) -> PyResult<()> {
     py.detach(|| crate::store::postgres::drop_scratch_schema(&url))
         .py_err(py)
 }
+
+/// `ctrlrun store roles`: the statements that give `agent` and `approver` their duties on the
+/// PostgreSQL store `url`; run on it after the checks unless `print_only`.
+#[pyfunction]
+#[pyo3(signature = (url, agent, approver, print_only))]
+pub fn store_roles(
+    py: Python<'_>,
+    url: String,
+    agent: String,
+    approver: String,
+    print_only: bool,
+) -> PyResult<String> {
+    use crate::store::postgres::RolesMode;
+    let mode = if print_only {
+        RolesMode::Print
+    } else {
+        RolesMode::Apply
+    };
+    py.detach(|| crate::store::postgres::store_roles(&url, &agent, &approver, mode))
+        .py_err(py)
+}

@@ -49,9 +49,12 @@ def test_a_return_after_a_lapse_commits_the_value(mode, clocked_store, clock, se
     assert again.value.state == "committed"
 
 
-def test_not_executed_after_a_lapse_is_failed_and_a_retry_runs(
+def test_not_executed_after_a_lapse_is_noted_and_left_for_a_person(
     mode, clocked_store, clock, second_store
 ):
+    """Only a person moves an effect out of ambiguous to failed (docs/roles.md): the late
+    report is noted on the row, and a retry stays refused until someone resolves it."""
+
     def refuse():
         raise NotExecuted("card declined")
 
@@ -59,8 +62,11 @@ def test_not_executed_after_a_lapse_is_failed_and_a_retry_runs(
     with pytest.raises(NotExecuted):
         mode.call(pay, "o2")
     rec = second_store.get_effect("pay:o2")
-    assert rec.state is EffectState.FAILED
+    assert rec.state is EffectState.AMBIGUOUS
     assert "lapsed" in rec.error and "did not run: NotExecuted: card declined" in rec.error
+    with pytest.raises(AmbiguousEffect):
+        clocked_store.reserve_effect("pay:o2", "act_" + "b" * 32, LEASE)
+    second_store.resolve_effect("pay:o2", "failed", "ops:alice")
     renewed = clocked_store.reserve_effect("pay:o2", "act_" + "b" * 32, LEASE)
     assert renewed.attempt == 2
 

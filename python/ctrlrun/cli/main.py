@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 
 import click
 
-from ctrlrun.cli import approvals, console, gateway, receipts, retention
+from ctrlrun.cli import approvals, console, gateway, receipts, retention, store
 from ctrlrun.cli._common import as_json, cli_user, die, open_existing, store_option
 from ctrlrun.cli.table import lease_text, printable, table
 from ctrlrun.errors import CTRLRunError
@@ -232,6 +232,7 @@ for command in (
     console.approvers,
     gateway.gateway,
     receipts.receipts,
+    store.store,
 ):
     cli.add_command(command)
 effects.add_command(retention.effects_prune)

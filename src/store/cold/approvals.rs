@@ -120,6 +120,8 @@ fn decide<S: ColdStore>(
     let body = |tx: &mut S::Tx<'_>| -> Result<ApprovalRecord> {
         let fail = |e| s.write_failed(what, id, e);
         let now = tx.clock(fixed).map_err(fail)?;
+        // Concurrent decisions wait here, so each reads the grants recorded before it.
+        tx.lock_request(id).map_err(fail)?;
         let found = first(tx.approvals(Pick::Id(id)).map_err(fail)?);
         let row = planner::plan_decision(found, id, grant, by, note, now)?;
         if tx

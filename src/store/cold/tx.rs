@@ -70,6 +70,10 @@ pub(crate) trait ColdTx {
         now: Micros,
     ) -> Result<u64, Self::Err>;
 
+    /// Hold the request `id` until the transaction ends, so that decisions on it are made one
+    /// after another (a no-op where the transaction holds the whole store).
+    fn lock_request(&mut self, id: &str) -> Result<(), Self::Err>;
+
     /// The approver accounts, by name (only `name`'s when given).
     fn approvers(&mut self, name: Option<&str>) -> Result<Vec<ApproverRecord>, Self::Err>;
 

@@ -6,7 +6,7 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
 use super::client::{Client, PgError};
-use super::sql::{typed, Sql};
+use super::sql::{counted, typed, Sql};
 use super::store::{check_key, PostgresStore};
 use crate::approval::{ApprovalRecord, ApprovalState, ApproverRecord};
 use crate::env::holder;
@@ -103,19 +103,11 @@ impl ColdTx for PgTx<'_> {
         let writer = holder();
         let granted = rows::granted_text(r);
         let values = rows::approval_insert(r, now, &writer, granted.as_deref());
-        let sql = format!(
-            "INSERT INTO {table} ({APPROVAL_COLUMNS}, updated_at, last_event, written_by, \
-             receipt_seq, receipt_prev, receipt_hash) VALUES \
-             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $18, $19, $20, $15, \
-             $16, $17, 1, \
-             NULL, {hash}('approval', $4, $1, '1', NULL, $15::text, $16, $2, $14, NULL, $6, $3, \
-             $1, $11, $17)) ON CONFLICT DO NOTHING",
-            table = self.sql.approvals,
-            hash = self.sql.receipt_hash
-        );
-        Ok(self.c.execute_typed(&sql, &typed(&values))?)
+        Ok(counted(self.c, &self.sql.ask, &typed(&values))?)
     }
 
+    /// Expiring a request or using a grant is the agent's step, a decision the approver's
+    /// (each its own function: `duties`).
     fn cas_approval(
         &mut self,
         from: ApprovalState,
@@ -125,18 +117,19 @@ impl ColdTx for PgTx<'_> {
         let writer = holder();
         let granted = rows::granted_text(r);
         let values = rows::approval_cas(from, r, now, &writer, granted.as_deref());
-        let sql = format!(
-            "UPDATE {table} SET state = $1, expires_at = $2, decided_at = $3, decided_by = $4, \
-             note = $5, used_at = $6, used_by = $7, updated_at = $10, last_event = $11, \
-             written_by = $12, granted_by = $13, receipt_seq = COALESCE(receipt_seq, 0) + 1, \
-             receipt_prev = receipt_hash, receipt_hash = {hash}('approval', effect_key, \
-             request_id, (COALESCE(receipt_seq, 0) + 1)::text, receipt_hash, $10::text, $11, \
-             action, $7, NULL, $1, args_digest, request_id, $4, $12) \
-             WHERE request_id = $8 AND state = $9",
-            table = self.sql.approvals,
-            hash = self.sql.receipt_hash
-        );
-        Ok(self.c.execute_typed(&sql, &typed(&values))?)
+        let sql = match r.state {
+            ApprovalState::Expired | ApprovalState::Used => &self.sql.settle_request,
+            _ => &self.sql.decide,
+        };
+        Ok(counted(self.c, sql, &typed(&values))?)
+    }
+
+    /// `FOR UPDATE` on the request until the transaction ends: decisions on one request are
+    /// made one after another, each reading the names the one before it recorded.
+    fn lock_request(&mut self, id: &str) -> Fallible<()> {
+        self.c
+            .query_typed(&self.sql.lock_request, &[(&id, Type::TEXT)])?;
+        Ok(())
     }
 
     fn approvers(&mut self, name: Option<&str>) -> Fallible<Vec<ApproverRecord>> {
@@ -182,13 +175,8 @@ impl ColdTx for PgTx<'_> {
     /// `FOR KEY SHARE` on the key's effect row: a prune that locked it first removes it before
     /// the request lands; one that comes after waits, then sees the request and keeps the row.
     fn hold_effect(&mut self, key: &str) -> Fallible<()> {
-        let sql = format!(
-            "SELECT 1 FROM {} WHERE key_digest = \
-             pg_catalog.sha256(pg_catalog.convert_to($1::text, 'UTF8')) \
-             AND effect_key = $1 FOR KEY SHARE",
-            self.sql.effects
-        );
-        self.c.query_typed(&sql, &[(&key, Type::TEXT)])?;
+        self.c
+            .query_typed(&self.sql.hold_effect, &[(&key, Type::TEXT)])?;
         Ok(())
     }
 
@@ -325,11 +313,13 @@ impl ColdStore for PostgresStore {
 
     fn read_failed(&self, what: &str, e: PgFault) -> Error {
         match e {
-            PgFault::Pg(e) => Error::Store(format!(
-                "reading {what} from the PostgreSQL store {} failed: {}",
-                self.description,
-                e.describe()
-            )),
+            PgFault::Pg(e) => self.denied(what, "*", &e).unwrap_or_else(|| {
+                Error::Store(format!(
+                    "reading {what} from the PostgreSQL store {} failed: {}",
+                    self.description,
+                    e.describe()
+                ))
+            }),
             PgFault::Data(e) => e,
         }
     }

@@ -16,8 +16,10 @@
 mod client;
 mod cold;
 mod conn;
+mod duties;
 mod hosts;
 mod retention;
+mod roles;
 mod schema;
 mod sql;
 mod statements;
@@ -25,5 +27,7 @@ mod store;
 mod tls;
 mod writes;
 
+pub use duties::{grants, quote_ident, Duty};
+pub use roles::{store_roles, RolesMode};
 pub use schema::{drop_scratch_schema, SCHEMA_VERSION, SCRATCH_PREFIX};
 pub use store::PostgresStore;

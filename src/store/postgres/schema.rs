@@ -9,13 +9,13 @@ use super::conn::describe;
 use crate::error::{Error, Result};
 
 /// The schema version this build writes (`ctrlrun_meta.schema_version`).
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// How each older version is brought to the next (`MIGRATIONS[v - 1]` takes version `v` to
 /// `v + 1`), all in one transaction with the version's update. `{t}` is the effects table, `{a}`
 /// the approvals table, `{r}` the receipts table, `{p}` the approvers table, `{s}` the schema (quoted). A new schema gets
 /// version 1's tables and then every step.
-const MIGRATIONS: [&str; 7] = [
+const MIGRATIONS: [&str; 8] = [
     // 1 -> 2: the per-attempt token (rows written before keep NULL).
     "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS attempt_token text",
     // 2 -> 3: who holds a key and with which arguments; approvals.
@@ -155,8 +155,9 @@ const MIGRATIONS: [&str; 7] = [
          ON {a} (pg_catalog.left(effect_key, 200)) WHERE state IN ('pending', 'granted')",
     // 6 -> 7: the read, the reservation's INSERT and the outcome's UPDATE as PL/pgSQL
     // functions, whose plans the server keeps per session (see `Sql::functions`). Processes
-    // of version 6 go on sending the statements themselves.
-    "{hot_functions}",
+    // of version 6 go on sending the statements themselves. Every migration now ends by
+    // creating all the functions in their current form (`duties::all_functions`).
+    "SELECT 1",
     // 7 -> 8: who asked for a request, how many distinct people must grant it and who did
     // (one name per line); the accounts of the people who decide in the console.
     "ALTER TABLE {a} ADD COLUMN IF NOT EXISTS requested_by text,
@@ -167,6 +168,10 @@ const MIGRATIONS: [&str; 7] = [
          secret_hash text   NOT NULL,
          created_at  bigint NOT NULL,
          updated_at  bigint NOT NULL)",
+    // 8 -> 9: every write of a role other than the owner goes through a `SECURITY DEFINER`
+    // function whose `EXECUTE` is granted per duty (`duties`, created with the others at the
+    // end of the migration); `PUBLIC` loses `EXECUTE` on them.
+    "SELECT 1",
 ];
 
 pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) -> Result<()> {
@@ -341,7 +346,6 @@ fn migrate(client: &mut Client, schema: &str) -> std::result::Result<(), PgError
         for step in &MIGRATIONS[(version - 1) as usize..] {
             let step = step
                 .replace("{receipt_triggers}", &receipt_triggers())
-                .replace("{hot_functions}", &super::statements::functions(schema))
                 .replace("{t}", &table)
                 .replace("{a}", &approvals)
                 .replace("{r}", &receipts)
@@ -349,6 +353,10 @@ fn migrate(client: &mut Client, schema: &str) -> std::result::Result<(), PgError
                 .replace("{s}", &quoted);
             client.batch_execute("a schema migration", &step)?;
         }
+        client.batch_execute(
+            "the schema's functions",
+            &super::duties::all_functions(schema),
+        )?;
         client.batch_execute(
             "the schema version's update",
             &format!("UPDATE {meta} SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version'"),

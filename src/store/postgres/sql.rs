@@ -13,7 +13,8 @@ use crate::receipt::Event;
 use crate::record::{EffectRecord, Micros};
 use crate::store::cold::rows::{self, Value};
 
-use super::statements::{call, Statements, INSERT_PARAMS, SELECT_PARAMS, TRANSITION_PARAMS};
+use super::duties::{ASK_PARAMS, CAS_PARAMS, REQUEST_CAS_PARAMS};
+use super::statements::{call, INSERT_PARAMS, SELECT_PARAMS, TRANSITION_PARAMS};
 pub(super) use super::statements::{now_expr, COLUMNS};
 
 /// The statements, rendered once per store for its schema.
@@ -55,8 +56,17 @@ pub(super) struct Sql {
     insert: String,
     select: String,
     reserve: String,
+    /// The agent's whole-row compare-and-set, and a person's resolution (`duties`).
     cas: String,
+    resolve: String,
     transition: String,
+    /// The approval request's writes (`duties`): asking, expiring or using, deciding; the
+    /// locks of a request and of an effect row.
+    pub(super) ask: String,
+    pub(super) settle_request: String,
+    pub(super) decide: String,
+    pub(super) lock_request: String,
+    pub(super) hold_effect: String,
     /// `prepared_statements=on`: the calls above go out as named statements.
     prepared: bool,
 }
@@ -69,7 +79,6 @@ const TRANSITION: usize = 3;
 
 impl Sql {
     pub(super) fn new(schema: &str, prepared: bool) -> Sql {
-        let s = Statements::new(schema);
         Sql {
             approvals: format!("\"{schema}\".ctrlrun_approvals"),
             approvers: format!("\"{schema}\".ctrlrun_approvers"),
@@ -79,8 +88,14 @@ impl Sql {
             insert: call(schema, "ctrlrun_insert", INSERT_PARAMS),
             select: call(schema, "ctrlrun_select", SELECT_PARAMS),
             reserve: call(schema, "ctrlrun_reserve", INSERT_PARAMS),
-            cas: s.cas,
+            cas: call(schema, "ctrlrun_cas", CAS_PARAMS),
+            resolve: call(schema, "ctrlrun_resolve", CAS_PARAMS),
             transition: call(schema, "ctrlrun_transition", TRANSITION_PARAMS),
+            ask: call(schema, "ctrlrun_ask", ASK_PARAMS),
+            settle_request: call(schema, "ctrlrun_settle_request", REQUEST_CAS_PARAMS),
+            decide: call(schema, "ctrlrun_decide", REQUEST_CAS_PARAMS),
+            lock_request: call(schema, "ctrlrun_lock_request", "text"),
+            hold_effect: call(schema, "ctrlrun_hold_effect", "text"),
             prepared,
         }
     }
@@ -170,7 +185,8 @@ impl Sql {
         Ok((inserted, row))
     }
 
-    /// The compare-and-set of the whole row `r` over `expected`: how many rows changed.
+    /// The compare-and-set of the whole row `r` over `expected`: how many rows changed. A
+    /// resolution is a person's (the approver duty's function), anything else the agent's.
     pub(super) fn cas(
         &self,
         c: &mut Client,
@@ -181,7 +197,12 @@ impl Sql {
         let writer = holder();
         let mut values = rows::effect_values(r).to_vec();
         values.extend(rows::expected_values(expected, event, &writer));
-        c.execute_typed(&self.cas, &typed(&values))
+        let sql = if event == Event::Resolution {
+            &self.resolve
+        } else {
+            &self.cas
+        };
+        counted(c, sql, &typed(&values))
     }
 
     /// A later transition binding the planner's [`crate::planner::TransitionWrite`]: the row
@@ -276,6 +297,12 @@ pub(super) type Found = (Option<EffectRecord>, Micros);
 /// A row of the `select` statement.
 pub(super) fn read_found(row: &Row) -> Result<Found> {
     Ok((read_record(row, 0)?, row.get(16)))
+}
+
+/// The row count a write function returns (`duties`).
+pub(super) fn counted(c: &mut Client, sql: &str, params: Params<'_>) -> PgResult<u64> {
+    let n: i64 = c.query_typed_one(sql, params)?.get(0);
+    Ok(u64::try_from(n).unwrap_or(0))
 }
 
 /// The values bound with their types.

@@ -32,6 +32,7 @@ pub(super) struct Statements {
     pub(super) insert: String,
     pub(super) select: String,
     pub(super) reserve: String,
+    /// The whole-row compare-and-set: the body of `ctrlrun_cas` and `ctrlrun_resolve`.
     pub(super) cas: String,
     pub(super) transition: String,
 }
@@ -217,12 +218,15 @@ pub(super) fn functions(schema: &str) -> String {
     ];
     each.iter()
         .map(|(name, params, returns, body)| {
-            format!(
-                "CREATE OR REPLACE FUNCTION \"{schema}\".{name}({params}) \
-                 RETURNS TABLE ({returns}) LANGUAGE plpgsql VOLATILE \
-                 SET search_path = pg_catalog, pg_temp \
-                 SET plan_cache_mode = force_generic_plan AS $fn$ \
-                 BEGIN {body}; END $fn$;\n"
+            // The writes run as the function's owner, guarded (see `super::duties`).
+            let definer = *name != "ctrlrun_select";
+            let guard = super::duties::hot_guard(name);
+            let returns = format!("TABLE ({returns})");
+            super::duties::function(
+                schema,
+                (name, params, &returns),
+                &format!("BEGIN {guard}{body}; END"),
+                definer,
             )
         })
         .collect()

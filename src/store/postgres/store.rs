@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use tokio_postgres::error::SqlState;
+
 use super::client::{Client, PgError, PgResult};
 use super::conn::{describe, is_serialization, is_session_gone, Conn, Manager, Txn};
 use super::schema::init_schema;
@@ -96,12 +98,29 @@ impl PostgresStore {
     }
 
     pub(super) fn failed(&self, what: &str, key: &str, e: &PgError) -> Error {
+        if let Some(denied) = self.denied(what, key, e) {
+            return denied;
+        }
         Error::StoreWriteFailed(format!(
             "{what} for effect '{key}' failed in the PostgreSQL store {}: {}; nothing was \
              committed, so the write may be retried",
             self.description,
             e.describe()
         ))
+    }
+
+    /// The server refused `what` on `key` for want of a privilege (SQLSTATE 42501): which
+    /// duty it needs (`super::duties`).
+    pub(super) fn denied(&self, what: &str, key: &str, e: &PgError) -> Option<Error> {
+        (e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE)).then(|| {
+            Error::PermissionDenied(format!(
+                "{what} for '{key}' was refused by the server of the PostgreSQL store {}: {}; \
+                 nothing was written. {}",
+                self.description,
+                e.describe(),
+                super::duties::needed_by(what)
+            ))
+        })
     }
 
     /// A read on a pooled connection; a connection whose session the server ended while it
