@@ -102,3 +102,25 @@ pub struct ApproverRecord {
 pub fn new_request_id() -> crate::error::Result<String> {
     Ok(format!("apr_{}", crate::env::new_attempt_token()?))
 }
+
+named_enum! {
+    /// What a store's policy says of an action (`ctrlrun policy apply`).
+    pub enum Decision {
+        /// Runs as the caller's own policy says.
+        Allow => "allow",
+        /// Runs only with a grant in force, of at least the rule's number of approvers.
+        Approve => "approve",
+        /// Never runs.
+        Deny => "deny",
+    }
+}
+
+/// One action's rule in a store's policy: a floor under every caller's own policy (a caller
+/// may add requirements, never remove them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ActionRule {
+    pub action: String,
+    pub decision: Decision,
+    /// How many distinct people must grant a call of it (1 to [`MAX_APPROVERS`]).
+    pub approvals: i64,
+}

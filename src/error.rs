@@ -51,6 +51,9 @@ pub enum Error {
     /// nothing was written.
     #[error("{0}")]
     ApprovalNeeded(String),
+    /// The store's policy denies the action: nothing was written.
+    #[error("{0}")]
+    Denied(String),
     /// The key is `ambiguous` (possibly just now, because its lease lapsed).
     #[error("{message}")]
     Ambiguous {

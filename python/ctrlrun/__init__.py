@@ -31,8 +31,8 @@ from ctrlrun.errors import (
     NotExecuted,
     PolicyError,
     StoreError,
-    StoreUnresolved,
     StorePermissionDenied,
+    StoreUnresolved,
     StoreWriteFailed,
 )
 from ctrlrun.store.api import Store, default_store, open_store, set_default_store

@@ -20,6 +20,8 @@ __all__ = [
     "open_store",
     "drop_scratch_schema",
     "store_roles",
+    "store_policy",
+    "apply_store_policy",
     "sqlite_path",
     "url_backend",
     "arg_digests",
@@ -259,6 +261,8 @@ def put_approver(
 def get_approver(store: Store, name: str) -> Optional[ApproverRow]: ...
 def list_approvers(store: Store) -> List[ApproverRow]: ...
 def remove_approver(store: Store, name: str) -> bool: ...
+def store_policy(store: Store) -> List[Tuple[str, str, int]]: ...
+def apply_store_policy(store: Store, rules: List[Tuple[str, str, int]]) -> None: ...
 
 # POSIX only (src/py/background.rs): the store steps of async protected calls on core threads.
 @final

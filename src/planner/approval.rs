@@ -95,7 +95,13 @@ pub fn plan_request(
     }
     let stale = match latest {
         Some(r) => match r.state_at(now) {
-            ApprovalState::Pending | ApprovalState::Granted => return Ok(RequestPlan::Stands(r)),
+            // A request that needs fewer approvers than are asked for now (the store's policy
+            // raised the number) is expired and asked anew.
+            ApprovalState::Pending | ApprovalState::Granted
+                if r.approvals_needed >= ask.approvals_needed =>
+            {
+                return Ok(RequestPlan::Stands(r))
+            }
             ApprovalState::Denied if now <= r.expires_at => return Ok(RequestPlan::Stands(r)),
             _ if matches!(r.state, ApprovalState::Pending | ApprovalState::Granted) => Some(r),
             _ => None,

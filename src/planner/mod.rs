@@ -3,6 +3,7 @@
 
 mod approval;
 mod lease;
+mod policy;
 mod refusal;
 mod reservation;
 mod rules;
@@ -12,6 +13,7 @@ pub use approval::{
     plan_request, RequestPlan,
 };
 pub use lease::{plan_extension, plan_resolution, plan_resolution_noted};
+pub use policy::{approvals_needed, check_grant, check_rules, needs_approval};
 pub use refusal::{refuse_by_row, Conflict, Refusal};
 pub use reservation::{plan_reservation, Proposal, ReservationPlan};
 pub(crate) use rules::breaks_a_line;

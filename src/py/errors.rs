@@ -26,6 +26,7 @@ fn build(py: Python<'_>, err: Error) -> PyResult<PyErr> {
         Error::InvalidArgument(m) => (intern!(py, "InvalidArgument"), m, None, None),
         Error::EffectKey(m) => (intern!(py, "EffectKeyError"), m, None, None),
         Error::ApprovalNeeded(m) => (intern!(py, "ApprovalNeeded"), m, None, None),
+        Error::Denied(m) => (intern!(py, "ActionDenied"), m, None, None),
         Error::StoreWriteFailed(m) => (intern!(py, "StoreWriteFailed"), m, None, None),
         Error::Store(m) => (intern!(py, "StoreError"), m, None, None),
         Error::PermissionDenied(m) => (intern!(py, "StorePermissionDenied"), m, None, None),

@@ -10,6 +10,7 @@ mod fork;
 mod logging;
 #[cfg(unix)]
 mod on_loop;
+mod policy;
 mod records;
 mod step_args;
 mod store;
@@ -35,7 +36,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         functions store::open_store, urls::drop_scratch_schema, urls::store_roles, urls::sqlite_path,
             urls::url_backend, store::arg_digests, fork::before_fork, fork::after_fork_in_parent,
             fork::after_fork_in_child, approvers::put_approver, approvers::get_approver,
-            approvers::list_approvers, approvers::remove_approver,
+            approvers::list_approvers, approvers::remove_approver, policy::store_policy,
+            policy::apply_store_policy,
     );
     #[cfg(unix)]
     export!(m;

@@ -1,6 +1,7 @@
 //! The traits every store implements: [`Store`] (effects), [`Approvals`], [`Receipts`] and
 //! [`Retention`]. [`Store`] is written once over what a backend supplies ([`Engine`]).
 
+use super::cold::StorePolicy;
 use super::engine::{Backend, Engine, RowWrite};
 use super::recovery::TransitionCall;
 use super::retention::{self, Cursor, EffectFilter, Prune, PruneBatch, PruneStep};
@@ -151,7 +152,7 @@ pub trait Retention: Engine {
 ///
 /// `now` overrides the backend's clock (tests move time with it); `None` uses the backend's
 /// clock. `attempt` narrows a compare-and-set to one attempt; the decorator always passes it.
-pub trait Store: Approvals + Approvers + Receipts + Retention + Engine {
+pub trait Store: Approvals + Approvers + Receipts + Retention + StorePolicy + Engine {
     /// The store's location for messages (never a password).
     fn describe(&self) -> String {
         self.location()
@@ -294,4 +295,4 @@ pub trait Store: Approvals + Approvers + Receipts + Retention + Engine {
     }
 }
 
-impl<S: Engine + Approvals + Approvers + Receipts + Retention> Store for S {}
+impl<S: Engine + Approvals + Approvers + Receipts + Retention + StorePolicy> Store for S {}

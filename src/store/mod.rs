@@ -20,6 +20,7 @@ use crate::url::{self, StoreUrl};
 
 pub use crate::planner::Transition;
 pub use api::{Approvals, Receipts, Retention, Store};
+pub use cold::StorePolicy;
 pub use engine::Backend;
 pub use retention::PruneBatch;
 

@@ -33,7 +33,7 @@ from ctrlrun.errors import (
     StoreUnresolved,
 )
 from ctrlrun.store.api import Store
-from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
+from ctrlrun.store.approvals import DEFAULT_APPROVAL_TTL, ApprovalRecord, ApprovalState
 from ctrlrun.store.durations import lease_to_micros
 from ctrlrun.store.records import UNSERIALIZABLE_MARKER, EffectRecord
 
@@ -186,7 +186,7 @@ class Call:
     context; run the body; :meth:`leave`; :meth:`record` what :meth:`returned` or
     :meth:`raised` says, raising :meth:`refused` if that write is refused after a raise."""
 
-    __slots__ = ("action_id", "attempt", "key", "lease_us", "spec", "store", "token")
+    __slots__ = ("action_id", "approve", "attempt", "key", "lease_us", "spec", "store", "token")
 
     attempt: int
     token: contextvars.Token[Optional[Call]]
@@ -196,6 +196,9 @@ class Call:
         self.key = key
         self.lease_us = lease_us
         self.spec = spec
+        # Reserve with a grant in force: the caller's own policy says ``approve``, or the
+        # store's policy said so when it refused a reservation without one (ApprovalNeeded).
+        self.approve = spec is not None and spec.approval_ttl is not None
         self.action_id = "act_" + os.urandom(16).hex()
         # attempt: set by reserve(); token: by enter()
 
@@ -223,14 +226,18 @@ class Call:
     def reserve_request(self) -> Tuple[Any, ...]:
         """The arguments of the core's ``reserve`` for this call (its clock read now)."""
         spec = self.spec
-        said = () if spec is None else (spec.action, spec.parts, spec.approval_ttl is not None)
+        said = () if spec is None else (spec.action, spec.parts, self.approve)
         return (self.key, self.action_id, self.lease_us, self.store.now_us(), True, *said)
 
     def ask(self) -> ApprovalRecord:
         """This call's approval request: the one that stands for its action and arguments, or
-        a new pending one (store I/O)."""
+        a new pending one (store I/O). The store's policy may require it where the caller's
+        own does not (a reservation refused with ``ApprovalNeeded``): the request then lives
+        for the default time, and the next reservation uses its grant."""
         spec = self.spec
-        assert spec is not None and spec.approval_ttl is not None
+        assert spec is not None
+        self.approve = True
+        ttl = spec.approval_ttl if spec.approval_ttl is not None else DEFAULT_APPROVAL_TTL
         fp = spec.fingerprint()
         return ask(
             self.store,
@@ -238,7 +245,7 @@ class Call:
             self.key,
             fp.digest,
             fp.arguments,
-            spec.approval_ttl,
+            ttl,
             fp.not_bound,
             spec.requested_by,
             spec.approvals_needed,

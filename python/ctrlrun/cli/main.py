@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 
 import click
 
-from ctrlrun.cli import approvals, console, gateway, receipts, retention, store
+from ctrlrun.cli import approvals, console, gateway, receipts, retention, store, store_policy
 from ctrlrun.cli._common import as_json, cli_user, die, open_existing, store_option
 from ctrlrun.cli.table import lease_text, printable, table
 from ctrlrun.errors import CTRLRunError
@@ -173,7 +173,7 @@ def verify(store_url: Optional[str], policy_file: Optional[str]) -> None:
 
 @cli.group()
 def policy() -> None:
-    """Check a policy file."""
+    """Check a policy file, or make its decisions a store's policy."""
 
 
 @policy.command("check")
@@ -236,6 +236,8 @@ for command in (
 ):
     cli.add_command(command)
 effects.add_command(retention.effects_prune)
+policy.add_command(store_policy.apply)
+policy.add_command(store_policy.show)
 
 
 def main(argv: Optional[List[str]] = None) -> None:

@@ -17,6 +17,7 @@ from ctrlrun.store.approvals import ApprovalRecord, approval_from_core
 from ctrlrun.store.approvers import ApproverMethods
 from ctrlrun.store.decode import record_from_core
 from ctrlrun.store.durations import datetime_to_micros, lease_to_micros
+from ctrlrun.store.policy import PolicyMethods
 from ctrlrun.store.receipts import ReceiptMethods
 from ctrlrun.store.records import EffectRecord, EffectState, Reservation, result_to_json
 from ctrlrun.store.retention import RetentionMethods
@@ -60,7 +61,7 @@ def _raised_by_a_call_in(exc: BaseException, frames: int) -> bool:
     return sum(1 for _ in traceback.walk_tb(exc.__traceback__)) <= frames
 
 
-class Store(ReceiptMethods, RetentionMethods, ApproverMethods):
+class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
     """A durable table of effect records (SQLite file or PostgreSQL database).
 
     Safe to share across threads; every call releases the GIL while it waits on the database.

@@ -2,6 +2,7 @@
 //! one transaction with the planner's row. (A grant is used inside the reservation's own
 //! transaction, which stays with each backend.)
 
+use super::policy::rule_of;
 use super::tx::{ColdStore, ColdTx, Pick};
 use crate::approval::{new_request_id, ApprovalAsk, ApprovalRecord, ApprovalState};
 use crate::error::{Error, Result};
@@ -68,6 +69,16 @@ fn request<S: ColdStore>(
     let body = |tx: &mut S::Tx<'_>| -> Result<ApprovalRecord> {
         let fail = |e| s.write_failed(WHAT, ask.action, e);
         let now = tx.clock(fixed).map_err(fail)?;
+        // The store's policy may require more approvers than the caller asks for, or deny.
+        let rule = rule_of(tx, ask.action).map_err(fail)?;
+        let ask = &ApprovalAsk {
+            approvals_needed: planner::approvals_needed(
+                rule.as_ref(),
+                ask.action,
+                ask.approvals_needed,
+            )?,
+            ..*ask
+        };
         let latest = first(tx.approvals(call).map_err(fail)?);
         match planner::plan_request(latest, ask, &id, now)? {
             RequestPlan::Stands(r) => Ok(r.at(now)),

@@ -3,8 +3,11 @@
 
 mod approvals;
 mod approvers;
+mod policy;
 mod receipts;
 pub(crate) mod rows;
 mod tx;
 
+pub(crate) use policy::rule_of;
+pub use policy::StorePolicy;
 pub(crate) use tx::{At, ColdStore, ColdTx, Pick};

@@ -1,7 +1,7 @@
 //! The columns both backends read, in one order, their decoding into records, and the values
 //! the approval writes bind, in their statements' parameter order.
 
-use crate::approval::{ApprovalRecord, ApprovalState, ApproverRecord};
+use crate::approval::{ActionRule, ApprovalRecord, ApprovalState, ApproverRecord, Decision};
 use crate::planner::Expected;
 use crate::receipt::{self, Event, Receipt};
 use crate::record::{EffectRecord, EffectState, Micros};
@@ -102,6 +102,20 @@ pub(crate) fn approval<C: Cells>(row: &C) -> Result<ApprovalRecord, C::Err> {
             .opt_text(16)?
             .map(|t| t.split('\n').map(str::to_owned).collect())
             .unwrap_or_default(),
+    })
+}
+
+/// The columns of a store's policy.
+pub(crate) const RULE_COLUMNS: &str = "action, decision, approvals";
+
+/// A row of [`RULE_COLUMNS`].
+pub(crate) fn rule<C: Cells>(row: &C) -> Result<ActionRule, C::Err> {
+    let decision = row.text(1)?;
+    Ok(ActionRule {
+        action: row.text(0)?,
+        decision: Decision::parse(&decision)
+            .ok_or_else(|| row.unknown(1, format!("unknown policy decision {decision:?}")))?,
+        approvals: row.int(2)?,
     })
 }
 

@@ -3,7 +3,7 @@
 //! ([`ColdStore`]). The read-plan-write logic over them is written once, in this module's
 //! siblings; only the statements' text stays with each backend.
 
-use crate::approval::{ApprovalRecord, ApprovalState, ApproverRecord};
+use crate::approval::{ActionRule, ApprovalRecord, ApprovalState, ApproverRecord};
 use crate::error::{Error, Result};
 use crate::receipt::Receipt;
 use crate::record::Micros;
@@ -73,6 +73,12 @@ pub(crate) trait ColdTx {
     /// Hold the request `id` until the transaction ends, so that decisions on it are made one
     /// after another (a no-op where the transaction holds the whole store).
     fn lock_request(&mut self, id: &str) -> Result<(), Self::Err>;
+
+    /// The store's policy: every action's rule by name, or `action`'s alone.
+    fn rules(&mut self, action: Option<&str>) -> Result<Vec<ActionRule>, Self::Err>;
+
+    /// Make `rules` the store's whole policy (written at `now`).
+    fn replace_rules(&mut self, rules: &[ActionRule], now: Micros) -> Result<(), Self::Err>;
 
     /// The approver accounts, by name (only `name`'s when given).
     fn approvers(&mut self, name: Option<&str>) -> Result<Vec<ApproverRecord>, Self::Err>;

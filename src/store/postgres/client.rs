@@ -53,6 +53,16 @@ impl PgError {
         }
     }
 
+    /// The server's own message, when the server answered with an error.
+    pub(crate) fn server_message(&self) -> Option<String> {
+        match self {
+            PgError::Driver(e) | PgError::NotPrepared(e) => {
+                e.as_db_error().map(|d| d.message().to_owned())
+            }
+            _ => None,
+        }
+    }
+
     /// The connection is gone (closed by either side, or abandoned after a timeout).
     pub(crate) fn is_closed(&self) -> bool {
         match self {

@@ -8,14 +8,16 @@ use tokio_postgres::Row;
 use super::client::{Client, PgError};
 use super::sql::{counted, typed, Sql};
 use super::store::{check_key, PostgresStore};
-use crate::approval::{ApprovalRecord, ApprovalState, ApproverRecord};
+use crate::approval::{ActionRule, ApprovalRecord, ApprovalState, ApproverRecord};
 use crate::env::holder;
 use crate::error::{Error, Result};
 use crate::planner::{self, Proposal};
 use crate::receipt::Receipt;
 use crate::record::Micros;
-use crate::store::cold::rows::{self, Cells, APPROVAL_COLUMNS, APPROVER_COLUMNS, RECEIPT_COLUMNS};
-use crate::store::cold::{At, ColdStore, ColdTx, Pick};
+use crate::store::cold::rows::{
+    self, Cells, APPROVAL_COLUMNS, APPROVER_COLUMNS, RECEIPT_COLUMNS, RULE_COLUMNS,
+};
+use crate::store::cold::{rule_of, At, ColdStore, ColdTx, Pick};
 use crate::store::recovery::Commit;
 
 const CLOCK: &str = "SELECT COALESCE($1::int8, \
@@ -122,6 +124,38 @@ impl ColdTx for PgTx<'_> {
             _ => &self.sql.decide,
         };
         Ok(counted(self.c, sql, &typed(&values))?)
+    }
+
+    fn rules(&mut self, action: Option<&str>) -> Fallible<Vec<ActionRule>> {
+        let sql = format!(
+            "SELECT {RULE_COLUMNS} FROM {} WHERE $1::text IS NULL OR action = $1 ORDER BY action",
+            self.sql.policy
+        );
+        decode(
+            self.c.query_typed(&sql, &[(&action, Type::TEXT)])?,
+            rows::rule,
+        )
+    }
+
+    fn replace_rules(&mut self, rules: &[ActionRule], now: Micros) -> Fallible<()> {
+        let table = &self.sql.policy;
+        self.c.execute_typed(&format!("DELETE FROM {table}"), &[])?;
+        let insert = format!(
+            "INSERT INTO {table} (action, decision, approvals, updated_at) VALUES ($1, $2, $3, $4)"
+        );
+        for r in rules {
+            let decision = r.decision.as_str();
+            self.c.execute_typed(
+                &insert,
+                &[
+                    (&r.action, Type::TEXT),
+                    (&decision, Type::TEXT),
+                    (&r.approvals, Type::INT8),
+                    (&now, Type::INT8),
+                ],
+            )?;
+        }
+        Ok(())
     }
 
     /// `FOR UPDATE` on the request until the transaction ends: decisions on one request are
@@ -352,7 +386,11 @@ pub(super) fn grant_in_force(
     let found = tx
         .approvals(Pick::Granted(action, digest, p.key))
         .map_err(|e| store.write_failed("reserve_effect", p.key, e))?;
-    planner::plan_consume(found.into_iter().next(), action, p.action_id, now)
+    let used = planner::plan_consume(found.into_iter().next(), action, p.action_id, now)?;
+    let rule =
+        rule_of(&mut tx, action).map_err(|e| store.write_failed("reserve_effect", p.key, e))?;
+    planner::check_grant(rule.as_ref(), &used)?;
+    Ok(used)
 }
 
 /// Mark the grant `used` (a compare-and-set from `granted`: single use). Another call that

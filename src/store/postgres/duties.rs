@@ -80,7 +80,12 @@ const AGENT_ROW_STEPS: [(EffectState, EffectState); 9] = {
 
 /// `RAISE` of SQLSTATE 42501 (`insufficient_privilege`) with `message`, whose `%` take `args`.
 fn refuse(message: &str, args: &str) -> String {
-    format!("RAISE EXCEPTION 'ctrlrun: {message}'{args} USING ERRCODE = 'insufficient_privilege'")
+    refuse_with("insufficient_privilege", message, args)
+}
+
+/// `RAISE` of SQLSTATE `code` with `message`, whose `%` take `args`.
+fn refuse_with(code: &str, message: &str, args: &str) -> String {
+    format!("RAISE EXCEPTION 'ctrlrun: {message}'{args} USING ERRCODE = '{code}'")
 }
 
 /// `(a, b), (c, d)` of state pairs, as SQL row constructors.
@@ -163,10 +168,62 @@ pub(super) fn function(
     )
 }
 
+/// The SQLSTATEs of the store's policy: the action is denied; it needs a grant in force.
+pub(super) const POLICY_DENIES: &str = "CT001";
+pub(super) const POLICY_NEEDS_GRANT: &str = "CT002";
+
+/// `PERFORM` of the store's policy check on `args` (action, effect key, arguments' digest,
+/// approval id): a new attempt of an action the store's policy denies, or requires approval
+/// of without a grant in force of enough approvers, is refused whatever the caller's own
+/// policy said.
+pub(super) fn policy_check(schema: &str, args: &str) -> String {
+    format!("PERFORM \"{schema}\".ctrlrun_policy_check({args})")
+}
+
+/// The function behind [`policy_check`] (run as the writing function's owner).
+fn policy_check_function(schema: &str) -> String {
+    let deny = refuse_with(
+        POLICY_DENIES,
+        "action % is denied by the store''s policy (ctrlrun policy apply); nothing was \
+         reserved or run",
+        ", $1",
+    );
+    let need = refuse_with(
+        POLICY_NEEDS_GRANT,
+        "the store''s policy requires % approver(s) of % for these arguments, and no grant \
+         of as many is in force",
+        ", k, $1",
+    );
+    let body = format!(
+        "DECLARE d text; k int8; \
+         BEGIN \
+         IF $1 IS NULL THEN RETURN true; END IF; \
+         SELECT decision, approvals INTO d, k FROM \"{schema}\".ctrlrun_policy WHERE action = $1; \
+         IF NOT FOUND OR d = 'allow' THEN RETURN true; END IF; \
+         IF d = 'deny' THEN {deny}; END IF; \
+         IF NOT EXISTS (SELECT 1 FROM \"{schema}\".ctrlrun_approvals WHERE request_id = $4 \
+         AND state = 'granted' AND action = $1 AND effect_key = $2 AND args_digest = $3 \
+         AND pg_catalog.cardinality(pg_catalog.string_to_array(granted_by, E'\\n')) >= k) \
+         THEN {need}; END IF; \
+         RETURN true; END"
+    );
+    function(
+        schema,
+        ("ctrlrun_policy_check", "text, text, text, text", "boolean"),
+        &body,
+        false,
+    )
+}
+
 /// The guard each hot function runs first (`""` for none).
-pub(super) fn hot_guard(name: &str) -> String {
+pub(super) fn hot_guard(schema: &str, name: &str) -> String {
     match name {
-        "ctrlrun_insert" | "ctrlrun_reserve" => insert_guard() + "; ",
+        "ctrlrun_insert" => format!(
+            "{}; {}; ",
+            insert_guard(),
+            policy_check(schema, "$11, $1, $13, $15")
+        ),
+        "ctrlrun_reserve" => insert_guard() + "; ",
         "ctrlrun_transition" => transition_guard() + "; ",
         _ => String::new(),
     }
@@ -192,13 +249,15 @@ fn cold_functions(schema: &str) -> String {
         cas = s.cas
     );
     let agent_guard = format!(
-        "IF NOT (($17, $2) IN ({})) THEN {}; END IF",
+        "IF NOT (($17, $2) IN ({})) THEN {}; END IF; \
+         IF $17 = 'failed' AND $2 IN ('reserved', 'executing') THEN {}; END IF",
         pairs(&AGENT_ROW_STEPS),
         refuse(
             "the agent duty may not write an effect from % to %: a person resolves an \
              ambiguous effect (the approver duty)",
             ", $17, $2"
-        )
+        ),
+        policy_check(schema, "$12, $1, $14, $16")
     );
     let resolve_guard = format!(
         "IF NOT ($17 IN ('ambiguous', 'reserved', 'executing') \
@@ -312,7 +371,8 @@ fn cold_functions(schema: &str) -> String {
 /// its duty). Every migration ends with this, so a store at the current version always has
 /// them as this build writes them.
 pub(super) fn all_functions(schema: &str) -> String {
-    let mut sql = super::statements::functions(schema);
+    let mut sql = policy_check_function(schema);
+    sql.push_str(&super::statements::functions(schema));
     sql.push_str(&cold_functions(schema));
     for (name, params, _) in DEFINER {
         sql.push_str(&format!(
@@ -324,8 +384,9 @@ pub(super) fn all_functions(schema: &str) -> String {
 
 /// The tables every duty reads, and the one only the approver (the console's sign-in) and
 /// the owner read: the approver accounts' secret hashes.
-const READ_BY_ALL: [&str; 4] = [
+const READ_BY_ALL: [&str; 5] = [
     "ctrlrun_meta",
+    "ctrlrun_policy",
     "ctrlrun_effects",
     "ctrlrun_approvals",
     "ctrlrun_receipts",

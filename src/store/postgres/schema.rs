@@ -13,7 +13,7 @@ pub const SCHEMA_VERSION: i64 = 9;
 
 /// How each older version is brought to the next (`MIGRATIONS[v - 1]` takes version `v` to
 /// `v + 1`), all in one transaction with the version's update. `{t}` is the effects table, `{a}`
-/// the approvals table, `{r}` the receipts table, `{p}` the approvers table, `{s}` the schema (quoted). A new schema gets
+/// the approvals table, `{r}` the receipts table, `{p}` the approvers table, `{y}` the policy table, `{s}` the schema (quoted). A new schema gets
 /// version 1's tables and then every step.
 const MIGRATIONS: [&str; 8] = [
     // 1 -> 2: the per-attempt token (rows written before keep NULL).
@@ -170,8 +170,13 @@ const MIGRATIONS: [&str; 8] = [
          updated_at  bigint NOT NULL)",
     // 8 -> 9: every write of a role other than the owner goes through a `SECURITY DEFINER`
     // function whose `EXECUTE` is granted per duty (`duties`, created with the others at the
-    // end of the migration); `PUBLIC` loses `EXECUTE` on them.
-    "SELECT 1",
+    // end of the migration); `PUBLIC` loses `EXECUTE` on them. The store's policy: each
+    // action's rule, a floor under every caller's own policy.
+    "CREATE TABLE IF NOT EXISTS {y} (
+         action     text   NOT NULL PRIMARY KEY,
+         decision   text   NOT NULL CHECK (decision IN ('allow', 'approve', 'deny')),
+         approvals  bigint NOT NULL CHECK (approvals BETWEEN 1 AND 10),
+         updated_at bigint NOT NULL)",
 ];
 
 pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) -> Result<()> {
@@ -350,6 +355,7 @@ fn migrate(client: &mut Client, schema: &str) -> std::result::Result<(), PgError
                 .replace("{a}", &approvals)
                 .replace("{r}", &receipts)
                 .replace("{p}", &approvers)
+                .replace("{y}", &format!("\"{schema}\".ctrlrun_policy"))
                 .replace("{s}", &quoted);
             client.batch_execute("a schema migration", &step)?;
         }

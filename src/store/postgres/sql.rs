@@ -48,6 +48,8 @@ pub(super) struct Sql {
     pub(super) approvals: String,
     /// The approver accounts, schema-qualified.
     pub(super) approvers: String,
+    /// The store's policy, schema-qualified.
+    pub(super) policy: String,
     /// The receipts table and the function that hashes a receipt (see [`crate::receipt`]),
     /// schema-qualified.
     pub(super) receipt_hash: String,
@@ -82,6 +84,7 @@ impl Sql {
         Sql {
             approvals: format!("\"{schema}\".ctrlrun_approvals"),
             approvers: format!("\"{schema}\".ctrlrun_approvers"),
+            policy: format!("\"{schema}\".ctrlrun_policy"),
             receipts: format!("\"{schema}\".ctrlrun_receipts"),
             receipt_hash: format!("\"{schema}\".ctrlrun_receipt_hash"),
             effects: format!("\"{schema}\".ctrlrun_effects"),

@@ -88,13 +88,14 @@ impl Statements {
             // row, read afresh. One round trip for a fresh call and for a refusal.
             reserve: format!(
                 "RETURN QUERY {found} WHERE e.effect_key IS NOT NULL; \
-                 IF FOUND THEN RETURN; END IF; \
+                 IF FOUND THEN RETURN; END IF; {policy}; \
                  RETURN QUERY WITH ins AS (INSERT INTO {t} ({insert_columns}) SELECT {values} \
                  FROM (SELECT {durable}()) durable(ok) \
                  ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}) \
                  SELECT ins.*, NULL::int8, true FROM ins; \
                  IF NOT FOUND THEN RETURN QUERY {found}; END IF",
                 found = select(&t, 5, ", false"),
+                policy = super::duties::policy_check(schema, "$11, $1, $13, $15"),
             ),
             // [`crate::store::cold::rows::effect_values`] of the row written ($1 to $16),
             // then the expected state, action id and attempt, the event and the writer.
@@ -220,7 +221,7 @@ pub(super) fn functions(schema: &str) -> String {
         .map(|(name, params, returns, body)| {
             // The writes run as the function's owner, guarded (see `super::duties`).
             let definer = *name != "ctrlrun_select";
-            let guard = super::duties::hot_guard(name);
+            let guard = super::duties::hot_guard(schema, name);
             let returns = format!("TABLE ({returns})");
             super::duties::function(
                 schema,

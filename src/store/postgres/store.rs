@@ -101,6 +101,15 @@ impl PostgresStore {
         if let Some(denied) = self.denied(what, key, e) {
             return denied;
         }
+        // The store's policy refused a new attempt (the server's guard, `duties`).
+        let policy = |code: &str| e.code() == Some(&SqlState::from_code(code));
+        let said = || e.server_message().unwrap_or_else(|| e.describe());
+        if policy(super::duties::POLICY_DENIES) {
+            return Error::Denied(said());
+        }
+        if policy(super::duties::POLICY_NEEDS_GRANT) {
+            return Error::ApprovalNeeded(said());
+        }
         Error::StoreWriteFailed(format!(
             "{what} for effect '{key}' failed in the PostgreSQL store {}: {}; nothing was \
              committed, so the write may be retried",

@@ -6,16 +6,16 @@ use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{params_from_iter, Connection, Row};
 
 use super::store::SqliteStore;
-use crate::approval::{ApprovalRecord, ApprovalState, ApproverRecord};
+use crate::approval::{ActionRule, ApprovalRecord, ApprovalState, ApproverRecord};
 use crate::env::{holder, now_micros};
 use crate::error::{Error, Result};
 use crate::planner;
 use crate::receipt::Receipt;
 use crate::record::Micros;
 use crate::store::cold::rows::{
-    self, Cells, Value, APPROVAL_COLUMNS, APPROVER_COLUMNS, RECEIPT_COLUMNS,
+    self, Cells, Value, APPROVAL_COLUMNS, APPROVER_COLUMNS, RECEIPT_COLUMNS, RULE_COLUMNS,
 };
-use crate::store::cold::{At, ColdStore, ColdTx, Pick};
+use crate::store::cold::{rule_of, At, ColdStore, ColdTx, Pick};
 use crate::store::recovery::Commit;
 
 impl Cells for Row<'_> {
@@ -187,6 +187,31 @@ impl ColdTx for SqliteTx<'_> {
         Ok(n as u64)
     }
 
+    fn rules(&mut self, action: Option<&str>) -> rusqlite::Result<Vec<ActionRule>> {
+        let sql = format!(
+            "SELECT {RULE_COLUMNS} FROM ctrlrun_policy WHERE ?1 IS NULL OR action = ?1 \
+             ORDER BY action"
+        );
+        self.all(&sql, [action], |r| rows::rule(r))
+    }
+
+    fn replace_rules(&mut self, rules: &[ActionRule], now: Micros) -> rusqlite::Result<()> {
+        self.c.execute("DELETE FROM ctrlrun_policy", [])?;
+        let mut insert = self.c.prepare_cached(
+            "INSERT INTO ctrlrun_policy (action, decision, approvals, updated_at) \
+             VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        for r in rules {
+            insert.execute(rusqlite::params![
+                r.action,
+                r.decision.as_str(),
+                r.approvals,
+                now
+            ])?;
+        }
+        Ok(())
+    }
+
     /// Nothing to do: `BEGIN IMMEDIATE` holds the whole file.
     fn lock_request(&mut self, _id: &str) -> rusqlite::Result<()> {
         Ok(())
@@ -325,6 +350,8 @@ pub(super) fn consume(
         .approvals(Pick::Granted(action, args_digest, key))
         .map_err(fail)?;
     let used = planner::plan_consume(found.into_iter().next(), action, action_id, now)?;
+    let rule = rule_of(&mut tx, action).map_err(fail)?;
+    planner::check_grant(rule.as_ref(), &used)?;
     if tx
         .cas_approval(ApprovalState::Granted, &used, now)
         .map_err(fail)?
@@ -333,4 +360,23 @@ pub(super) fn consume(
         return Err(store.failed("reserve_effect", key, "the grant changed under us"));
     }
     Ok(used)
+}
+
+/// Inside a reservation's transaction that uses no grant: refuse a key's new attempt of
+/// `action` when the store's policy requires an approval or denies it.
+pub(super) fn check_unapproved(
+    store: &SqliteStore,
+    c: &Connection,
+    action: &str,
+    key: &str,
+) -> Result<()> {
+    let rule =
+        rule_of(&mut SqliteTx { c }, action).map_err(|e| store.failed("reserve_effect", key, e))?;
+    if planner::needs_approval(rule.as_ref(), action, false)? {
+        return Err(Error::ApprovalNeeded(format!(
+            "the store's policy requires an approval of '{action}' for these arguments, and \
+             none is in force"
+        )));
+    }
+    Ok(())
 }

@@ -8,7 +8,7 @@ use crate::record::{EffectRecord, Micros};
 use crate::store::cold::rows::{self, effect_columns, text, Value};
 
 /// The schema version this build writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// The triggers that refuse a write to `$table` that sets no receipt (schema version 4).
 macro_rules! guard_triggers {
@@ -51,7 +51,7 @@ macro_rules! receipt_triggers {
 /// How each older version is brought to the next (`MIGRATIONS[v - 1]` takes version `v` to
 /// `v + 1`), all in the transaction that also writes the new version. A new file gets
 /// [`SCHEMA`] (version 1) and then every step.
-pub(super) const MIGRATIONS: [&str; 5] = [
+pub(super) const MIGRATIONS: [&str; 6] = [
     // 1 -> 2: the per-attempt token (rows written before keep NULL).
     "ALTER TABLE ctrlrun_effects ADD COLUMN attempt_token TEXT;",
     // 2 -> 3: who holds a key and with which arguments; approvals.
@@ -150,6 +150,14 @@ pub(super) const MIGRATIONS: [&str; 5] = [
          secret_hash TEXT    NOT NULL,
          created_at  INTEGER NOT NULL,
          updated_at  INTEGER NOT NULL
+     ) WITHOUT ROWID;",
+    // 6 -> 7: the store's policy (`ctrlrun policy apply`): each action's rule, a floor under
+    // every caller's own policy.
+    "CREATE TABLE ctrlrun_policy (
+         action     TEXT    NOT NULL PRIMARY KEY,
+         decision   TEXT    NOT NULL CHECK (decision IN ('allow', 'approve', 'deny')),
+         approvals  INTEGER NOT NULL CHECK (approvals BETWEEN 1 AND 10),
+         updated_at INTEGER NOT NULL
      ) WITHOUT ROWID;",
 ];
 

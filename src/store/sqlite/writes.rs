@@ -191,8 +191,15 @@ impl Engine for SqliteStore {
                     .into(),
             )),
             _ => {
-                let plan = |_: &Connection, found: Option<EffectRecord>| {
+                let plan = |c: &Connection, found: Option<EffectRecord>| {
                     let plan = planner::plan_reservation(found.as_ref(), &p, now);
+                    if let (
+                        Some(action),
+                        ReservationPlan::Insert(_) | ReservationPlan::Renew { .. },
+                    ) = (p.action, &plan)
+                    {
+                        cold::check_unapproved(self, c, action, p.key)?;
+                    }
                     Ok(Step::of_reservation(plan))
                 };
                 self.read_plan_write("reserve_effect", p.key, &plan, seen.is_none(), true)

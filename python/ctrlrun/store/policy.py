@@ -1,0 +1,45 @@
+"""A store's policy (``ctrlrun policy apply``, docs/roles.md): each action's rule, kept in the
+store, a floor under every caller's own policy. A reservation of an action the store says needs
+approval is refused without a grant in force, whatever the caller's policy says; a request
+needs the larger of the caller's and the store's number of approvers; a denied action never
+runs. On PostgreSQL the server enforces it (only the owner's role may change it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, List
+
+from ctrlrun import _core
+
+__all__ = ["ActionRule", "PolicyMethods"]
+
+
+@dataclass(frozen=True)
+class ActionRule:
+    """One action's rule in a store's policy.
+
+    Attributes:
+        action: the action's name (``stripe.refund``).
+        decision: ``allow``, ``approve`` or ``deny``.
+        approvals: how many distinct people must grant a call (``approve``; 1 to 10).
+    """
+
+    action: str
+    decision: str
+    approvals: int = 1
+
+
+class PolicyMethods:
+    """The store-policy methods of :class:`ctrlrun.Store`."""
+
+    __slots__ = ()
+    core: _core.Store
+
+    def policy(self) -> List[ActionRule]:
+        """Every action's rule in the store's policy, by name."""
+        return [ActionRule(*r) for r in _core.store_policy(self.core)]
+
+    def apply_policy(self, rules: Iterable[ActionRule]) -> None:
+        """Make ``rules`` the store's whole policy, in one transaction (an action left out has
+        no rule afterwards). On PostgreSQL, only the role that owns the store's tables may."""
+        _core.apply_store_policy(self.core, [(r.action, r.decision, r.approvals) for r in rules])
