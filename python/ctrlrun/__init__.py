@@ -36,6 +36,7 @@ from ctrlrun.errors import (
     StoreWriteFailed,
 )
 from ctrlrun.store.api import Store, default_store, open_store, set_default_store
+from ctrlrun.store.policy import ActionRule
 from ctrlrun.store.receipts import Receipt, ReceiptCheck
 from ctrlrun.store.records import EffectRecord, EffectState, Reservation
 
@@ -50,6 +51,7 @@ __all__ = [
     "Reservation",
     "Receipt",
     "ReceiptCheck",
+    "ActionRule",
     "Store",
     "open_store",
     "default_store",

@@ -12,6 +12,7 @@ from ctrlrun._policy import load_policy
 from ctrlrun.cli._common import die, open_existing, store_option
 from ctrlrun.cli.table import printable
 from ctrlrun.errors import CTRLRunError
+from ctrlrun.store.api import default_url, open_store
 from ctrlrun.store.policy import ActionRule
 
 
@@ -37,7 +38,7 @@ def apply(file: str, store_url: Optional[str]) -> None:
     """
     try:
         rules = rules_of(file)
-        store = open_existing(store_url)
+        store = open_store(store_url if store_url is not None else default_url())
         store.apply_policy(rules)
     except CTRLRunError as exc:
         die(str(exc))
