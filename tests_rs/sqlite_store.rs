@@ -101,6 +101,27 @@ fn a_new_file_and_its_folder_are_created_and_reopened() {
     assert_eq!(version, ctrlrun::store::sqlite::SCHEMA_VERSION);
 }
 
+/// What the store creates is its owner's only (the umask may take more away, never add); a
+/// folder that exists keeps its mode. (tests_py/store/test_sqlite_file_modes.py sets the umask,
+/// checks `file_mode` and the -wal and -shm files.)
+#[test]
+fn a_new_file_and_folder_have_no_group_or_other_bits_and_an_existing_folder_is_untouched() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    let dir = TempDir::new().unwrap();
+    let made = dir.path().join("made").join("state.db");
+    let store = open_store(&url_of(&made)).unwrap();
+    store.reserve("k", A1, LEASE, false, Some(T0)).unwrap();
+    assert_eq!(mode(&made) & 0o077, 0, "{:o}", mode(&made));
+    assert_eq!(mode(made.parent().unwrap()) & 0o077, 0);
+    let kept = dir.path().join("kept");
+    std::fs::create_dir(&kept).unwrap();
+    std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o755)).unwrap();
+    open_store(&url_of(&kept.join("state.db"))).unwrap();
+    assert_eq!(mode(&kept), 0o755);
+    assert_eq!(mode(&kept.join("state.db")) & 0o077, 0);
+}
+
 #[test]
 fn query_options_are_checked() {
     let dir = TempDir::new().unwrap();
@@ -109,6 +130,7 @@ fn query_options_are_checked() {
         "?synchronous=normal",
         "?synchronous=full",
         "?busy_timeout=1",
+        "?file_mode=0640",
     ] {
         let s = open_store(&format!("{base}{q}")).unwrap_or_else(|e| panic!("{q}: {e}"));
         let key = format!("k{q}");

@@ -222,3 +222,55 @@ fn prepared_statements_is_on_or_off_and_off_unless_asked_for() {
         }
     }
 }
+
+#[test]
+fn file_mode_is_octal_from_0600_to_0777_and_0600_unless_given() {
+    let mode = |url: &str| match parse(url) {
+        Ok(StoreUrl::Sqlite(o)) => o.file_mode,
+        other => panic!("{url:?}: expected a SQLite URL, got {other:?}"),
+    };
+    assert_eq!(mode("sqlite:///x.db"), 0o600);
+    assert_eq!(mode("/abs/x.db"), 0o600);
+    assert_eq!(mode("sqlite:///x.db?file_mode=0640"), 0o640);
+    assert_eq!(mode("sqlite:///x.db?file_mode=660"), 0o660);
+    assert_eq!(
+        mode("sqlite:///x.db?synchronous=normal&file_mode=0777"),
+        0o777
+    );
+    for (value, needle) in [
+        ("", "file_mode must be an octal mode such as 0600 or 0640"),
+        ("rw-r-----", "file_mode must be an octal mode"),
+        ("0o640", "file_mode must be an octal mode"),
+        ("0890", "file_mode must be an octal mode"),
+        ("+640", "file_mode must be an octal mode"),
+        ("01600", "file_mode must be from 0600 to 0777"),
+        ("4600", "file_mode must be from 0600 to 0777"),
+        ("99999999999999999999", "file_mode must be an octal mode"),
+        (
+            "77777777777777777777",
+            "file_mode must be from 0600 to 0777",
+        ),
+        ("0400", "file_mode must be from 0600 to 0777"),
+        ("0200", "file_mode must be from 0600 to 0777"),
+        ("0077", "file_mode must be from 0600 to 0777"),
+    ] {
+        let url = format!("sqlite:///x.db?file_mode={value}");
+        match parse(&url) {
+            Err(Error::InvalidArgument(m)) => {
+                assert!(m.contains(needle), "{url}: {m}");
+                assert!(m.contains(&format!("got {value:?}")), "{url}: {m}");
+            }
+            other => panic!("{url:?}: expected InvalidArgument, got {other:?}"),
+        }
+    }
+    match parse("sqlite:///x.db?file_mode=0600&file_mode=0640") {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("'file_mode' is given twice"), "{m}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    match parse("sqlite:///x.db?filemode=0640") {
+        Err(Error::InvalidArgument(m)) => {
+            assert!(m.contains("synchronous, busy_timeout and file_mode"), "{m}")
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}

@@ -1,7 +1,8 @@
 //! Store URLs (docs/spec.md §8.3), following the SQLAlchemy convention for SQLite:
 //! `sqlite:///relative/state.db` (relative to the working directory),
 //! `sqlite:////abs/state.db` (absolute); a bare path is a SQLite file too.
-//! Query options: `synchronous=full|normal`, `busy_timeout=<seconds>`.
+//! Query options: `synchronous=full|normal`, `busy_timeout=<seconds>`, `file_mode=<octal>`
+//! (the mode of a file and folder the store creates; default 0600).
 //! PostgreSQL: `postgresql://user@host:port/db?schema=NAME` (schema default `public`); other
 //! options go to the driver.
 
@@ -14,8 +15,8 @@ mod options;
 mod postgres;
 mod redact;
 pub use options::{
-    PgTls, SqliteOptions, SslMode, StoreUrl, Synchronous, DEFAULT_BUSY_TIMEOUT, DEFAULT_PG_TIMEOUT,
-    DEFAULT_POOL_SIZE, MAX_POOL_SIZE,
+    PgTls, SqliteOptions, SslMode, StoreUrl, Synchronous, DEFAULT_BUSY_TIMEOUT, DEFAULT_FILE_MODE,
+    DEFAULT_PG_TIMEOUT, DEFAULT_POOL_SIZE, MAX_POOL_SIZE,
 };
 use postgres::parse_postgres;
 pub use redact::redact;
@@ -54,6 +55,25 @@ fn malformed_url(s: &str) -> Option<String> {
         "starts with a URL scheme ('{}:') but has no '://'",
         &s[..scheme_len]
     ))
+}
+
+/// `file_mode`: octal permission bits (`0600`, `640`) that leave the owner read and write.
+fn file_mode(shown: &str, v: &str) -> Result<u32> {
+    let mode = (!v.is_empty() && v.bytes().all(|b| (b'0'..=b'7').contains(&b)))
+        .then(|| u32::from_str_radix(v, 8).unwrap_or(u32::MAX)) // too long: out of range
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "store URL {shown:?}: file_mode must be an octal mode such as 0600 or 0640, \
+                 got {v:?}"
+            ))
+        })?;
+    if !(0o600..=0o777).contains(&mode) {
+        return Err(Error::InvalidArgument(format!(
+            "store URL {shown:?}: file_mode must be from 0600 to 0777 (the owner reads and \
+             writes the store; no setuid, setgid or sticky bit), got {v:?}"
+        )));
+    }
+    Ok(mode)
 }
 
 /// Parse a store URL or a bare SQLite path.
@@ -130,6 +150,7 @@ pub fn parse(url: &str) -> Result<StoreUrl> {
         path: PathBuf::from(path),
         synchronous: Synchronous::Full,
         busy_timeout: DEFAULT_BUSY_TIMEOUT,
+        file_mode: DEFAULT_FILE_MODE,
     };
     let mut seen = std::collections::HashSet::new();
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
@@ -164,10 +185,12 @@ pub fn parse(url: &str) -> Result<StoreUrl> {
                 }
                 opts.busy_timeout = Duration::from_secs_f64(secs);
             }
+            "file_mode" => opts.file_mode = file_mode(&shown, v)?,
             "mode" if v == "memory" => return Err(memory_refused(&shown)),
             _ => {
                 return Err(Error::InvalidArgument(format!(
-                    "store URL {shown:?}: unknown option '{k}' (SQLite accepts synchronous and busy_timeout)"
+                    "store URL {shown:?}: unknown option '{k}' (SQLite accepts synchronous, \
+                     busy_timeout and file_mode)"
                 )))
             }
         }

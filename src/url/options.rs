@@ -19,7 +19,14 @@ pub struct SqliteOptions {
     pub synchronous: Synchronous,
     /// How long a writer waits for SQLite's write lock before the write fails.
     pub busy_timeout: Duration,
+    /// The mode of a database file the store creates (`file_mode`, octal; default
+    /// [`DEFAULT_FILE_MODE`]); a folder it creates gets it with a search bit wherever it has a
+    /// read bit. The umask applies on top. Files and folders that exist keep theirs.
+    pub file_mode: u32,
 }
+
+/// A new SQLite store file is its owner's only unless the URL sets `file_mode`.
+pub const DEFAULT_FILE_MODE: u32 = 0o600;
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum StoreUrl {

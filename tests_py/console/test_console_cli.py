@@ -78,9 +78,13 @@ def _listening(proc: subprocess.Popen) -> str:
 
 
 def _stop(proc: subprocess.Popen) -> str:
+    """Stop the console: what it wrote to stderr beyond what was read. Read through the same
+    buffered file as ``_listening``: ``communicate`` reads the pipe itself, and would miss the
+    lines a ``readline`` took in ahead."""
     proc.terminate()
-    _, err = proc.communicate(timeout=20)
-    return err
+    proc.wait(timeout=20)
+    assert proc.stderr is not None
+    return proc.stderr.read()
 
 
 def test_a_non_loopback_address_is_served_when_allowed_explicitly(tmp_path):
@@ -191,3 +195,25 @@ def test_the_console_says_where_it_listens_and_that_no_account_exists(tmp_path):
     finally:
         err = _stop(proc)
     assert "Traceback" not in err and "y" not in err.split()  # no secret logged
+
+
+def test_on_sqlite_the_console_says_that_whoever_can_write_the_file_decides(backend, store_url):
+    """A file has no server to enforce duties: the start-up lines say so on SQLite, naming the
+    file, and say nothing of it on PostgreSQL."""
+    port = free_port()
+    proc = _serve("--store", store_url, "--listen", f"127.0.0.1:{port}")
+    try:
+        _listening(proc)
+        assert httpx.get(f"http://127.0.0.1:{port}/signin", timeout=10).status_code == 200
+    finally:
+        err = _stop(proc)  # the start-up lines were all written before it served
+    said = [line for line in err.splitlines() if "separation of duties" in line]
+    if backend == "postgres":
+        assert said == [], err
+        return
+    path = store_url[len("sqlite:///") :]
+    assert len(said) == 1, err
+    (line,) = said
+    assert line.startswith("ctrlrun console: a SQLite store enforces no separation of duties")
+    assert f"anyone who can write the file {path} can approve, resolve and add accounts" in line
+    assert "use PostgreSQL with roles for that (docs/roles.md)" in line

@@ -131,8 +131,9 @@ def protect(
             models need none: they are stored as their JSON form. A value still not JSON is
             stored as its repr. The caller always gets the function's own return value.
         requested_by: ``approve`` only: who asks, recorded on each approval request (the
-            agent's name, say). That principal can never grant the request (no
-            self-approval), in the console, the CLI or the API.
+            agent's name, say). A grant under that name is refused (no self-approval), in
+            the console, the CLI or the API; it is a rule on the name, and whoever can write
+            the store (on SQLite, the file) can still grant under another one.
 
     Every reserved call stores a fingerprint of its arguments (a digest of their canonical
     form, and one per argument). A later call on the same key with different arguments, or

@@ -27,6 +27,19 @@ def _fail(exc: CTRLRunError) -> NoReturn:
     die(str(exc))
 
 
+def _sqlite_warning(store: Store) -> Optional[str]:
+    """On SQLite, the start-up line that says what a file cannot enforce (docs/concepts.md,
+    "Who can write a SQLite store"); ``None`` on PostgreSQL."""
+    if store.backend != "sqlite":
+        return None
+    path = store.url[len("sqlite:///") :]  # the URL of a SQLite store is sqlite:/// + its path
+    return (
+        "ctrlrun console: a SQLite store enforces no separation of duties: anyone who can "
+        f"write the file {path} can approve, resolve and add accounts; use PostgreSQL with "
+        "roles for that (docs/roles.md)"
+    )
+
+
 def _console_url(given: str) -> str:
     """``--console-url`` checked as the policy's ``console_url`` is (it makes the links)."""
     from ctrlrun._policy_notify import url_problem
@@ -123,6 +136,9 @@ def console(
             "ctrlrun console: no approver account yet; add one with 'ctrlrun approvers add NAME'",
             err=True,
         )
+    warning = _sqlite_warning(store)
+    if warning is not None:
+        click.echo(warning, err=True)
     try:
         watcher = start_notifications(store, console_url, server.url)
     except CTRLRunError as exc:

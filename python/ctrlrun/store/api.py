@@ -301,7 +301,9 @@ def open_store(url: str, *, clock: Optional[Clock] = None) -> Store:
     * ``sqlite:///relative/state.db`` (relative to the working directory),
       ``sqlite:////abs/state.db``, or a bare file path. Options: ``?synchronous=full|normal``
       (default ``full``: a reservation survives power loss), ``busy_timeout=<seconds>``
-      (default 30). In-memory databases are refused.
+      (default 30), ``file_mode=<octal>`` (default ``0600``: the mode of a file it creates; a
+      folder it creates is ``0700``; the umask applies; nothing that exists is chmod-ed).
+      In-memory databases are refused.
 
     Raises:
         InvalidArgument: a malformed URL, an unknown scheme or option, ``:memory:``.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use rusqlite::{Connection, OpenFlags};
 
+use super::files::create_file;
 use super::identity::{path_id, FileId};
 use super::sql::{MIGRATIONS, SCHEMA, SCHEMA_VERSION};
 use crate::error::{Error, Result};
@@ -103,6 +104,8 @@ pub(super) fn open_connection(opts: &SqliteOptions) -> Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    create_file(path, opts.file_mode)
+        .map_err(|e| open_error(path, format!("cannot create the file: {e}")))?;
     let conn = Connection::open_with_flags(path, flags).map_err(|e| open_error(path, e))?;
     conn.busy_timeout(opts.busy_timeout)
         .map_err(|e| open_error(path, e))?;

@@ -7,6 +7,7 @@
 
 mod cold;
 mod conn;
+mod files;
 mod identity;
 mod retention;
 mod sql;

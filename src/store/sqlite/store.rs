@@ -9,6 +9,7 @@ use rusqlite::Connection;
 use super::conn::{
     init_schema, open_connection, open_error, open_pinned, Conn, ConnectionInit, Manager,
 };
+use super::files::create_folder;
 use super::identity::{FileId, Held};
 use super::sql::select;
 use crate::env::now_micros;
@@ -29,7 +30,8 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// Open (creating if missing) the store file. The folder is created if needed.
+    /// Open (creating if missing) the store file. The folder is created if needed (modes: see
+    /// `files`).
     pub fn open(opts: SqliteOptions) -> Result<SqliteStore> {
         SqliteStore::open_with(opts, None)
     }
@@ -46,7 +48,7 @@ impl SqliteStore {
             return Err(open_error(&opts.path, "it is a directory, not a file"));
         }
         if let Some(parent) = opts.path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| {
+            create_folder(parent, opts.file_mode).map_err(|e| {
                 open_error(
                     &opts.path,
                     format!("cannot create folder {}: {e}", parent.display()),
