@@ -118,5 +118,10 @@ def test_store_roles_print_shows_the_sql_and_changes_nothing(duties):
     )
     assert proc.returncode == 0, proc.stderr
     assert 'GRANT EXECUTE ON FUNCTION "s".ctrlrun_decide(' in proc.stdout
-    assert 'REVOKE ALL ON ALL TABLES IN SCHEMA "s" FROM "a", "p";' in proc.stdout
-    assert "INSERT" not in proc.stdout.replace("ctrlrun_insert", "")
+    assert 'REVOKE ALL ON ALL TABLES IN SCHEMA "s" FROM "a";' in proc.stdout
+    assert 'GRANT SELECT ON "s".ctrlrun_approvers TO "p";' in proc.stdout
+    assert 'GRANT SELECT ON "s".ctrlrun_approvers TO "a";' not in proc.stdout
+    # no table privilege but SELECT; the duties recorded for later migrations
+    grants = [ln for ln in proc.stdout.splitlines() if ln.startswith("GRANT ")]
+    assert all(ln.startswith(("GRANT USAGE", "GRANT SELECT", "GRANT EXECUTE")) for ln in grants)
+    assert "VALUES ('duty:a', 'agent')" in proc.stdout

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 import ctrlrun
 from ctrlrun.call.approval import ask
 
@@ -72,3 +74,22 @@ def test_version_8_is_brought_to_9_keeping_every_row_and_chain(pg, pg_schema):
         assert reopened.verify_receipts().ok
     finally:
         reopened.close()
+
+
+def test_a_migration_gives_the_recorded_roles_their_duties_again(duties, pg):
+    """An upgrade re-creates the functions; the roles `ctrlrun store roles` recorded keep
+    their duties on them, so agents go on without an outage."""
+    as_version_8(pg, duties.schema)
+    ctrlrun.open_store(duties.owner_url).close()  # the owner's process migrates
+    agent = ctrlrun.open_store(duties.agent_url)
+    approver = ctrlrun.open_store(duties.approver_url)
+    try:
+        for key in ("mail:9", "mail:10"):
+            agent.reserve_effect(key, "act_" + "a" * 32, 60)
+            agent.mark_ambiguous(key, "act_" + "a" * 32, "timeout")
+        assert approver.resolve_effect("mail:9", "failed", "ops:alice").state.value == "failed"
+        with pytest.raises(ctrlrun.StorePermissionDenied):
+            agent.resolve_effect("mail:10", "failed", "ops:mallory")
+    finally:
+        agent.close()
+        approver.close()

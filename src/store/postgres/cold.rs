@@ -347,13 +347,15 @@ impl ColdStore for PostgresStore {
 
     fn read_failed(&self, what: &str, e: PgFault) -> Error {
         match e {
-            PgFault::Pg(e) => self.denied(what, "*", &e).unwrap_or_else(|| {
-                Error::Store(format!(
-                    "reading {what} from the PostgreSQL store {} failed: {}",
-                    self.description,
-                    e.describe()
-                ))
-            }),
+            PgFault::Pg(e) => self
+                .denied((what, &format!("reading {what}")), &e)
+                .unwrap_or_else(|| {
+                    Error::Store(format!(
+                        "reading {what} from the PostgreSQL store {} failed: {}",
+                        self.description,
+                        e.describe()
+                    ))
+                }),
             PgFault::Data(e) => e,
         }
     }

@@ -44,6 +44,21 @@ pub enum Duty {
     Approver,
 }
 
+impl Duty {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Duty::Agent => "agent",
+            Duty::Approver => "approver",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Duty> {
+        [Duty::Agent, Duty::Approver]
+            .into_iter()
+            .find(|d| d.as_str() == s)
+    }
+}
+
 /// The `SECURITY DEFINER` functions, each with its parameter types and the one duty granted
 /// `EXECUTE` on it.
 pub(super) const DEFINER: [(&str, &str, Duty); 10] = [
@@ -382,56 +397,16 @@ pub(super) fn all_functions(schema: &str) -> String {
     sql
 }
 
-/// The tables every duty reads, and the one only the approver (the console's sign-in) and
-/// the owner read: the approver accounts' secret hashes.
-const READ_BY_ALL: [&str; 5] = [
-    "ctrlrun_meta",
-    "ctrlrun_policy",
-    "ctrlrun_effects",
-    "ctrlrun_approvals",
-    "ctrlrun_receipts",
-];
-const READ_BY_APPROVER: &str = "ctrlrun_approvers";
-
-/// A role's name as an SQL identifier.
-pub fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// The statements that give `agent` the agent duty and `approver` the approver duty on the
-/// store's schema, and take from both every other privilege on its tables and functions
-/// (those the docs of earlier versions recommended included `INSERT` and `UPDATE`).
-pub fn grants(schema: &str, agent: &str, approver: &str) -> String {
-    let s = quote_ident(schema);
-    let (ag, ap) = (quote_ident(agent), quote_ident(approver));
-    let both = format!("{ag}, {ap}");
-    let mut sql = format!(
-        "GRANT USAGE ON SCHEMA {s} TO {both};\n\
-         REVOKE ALL ON ALL TABLES IN SCHEMA {s} FROM {both};\n\
-         REVOKE ALL ON ALL SEQUENCES IN SCHEMA {s} FROM {both};\n\
-         REVOKE ALL ON ALL FUNCTIONS IN SCHEMA {s} FROM {both};\n"
-    );
-    for table in READ_BY_ALL {
-        sql.push_str(&format!("GRANT SELECT ON {s}.{table} TO {both};\n"));
-    }
-    sql.push_str(&format!(
-        "GRANT SELECT ON {s}.{READ_BY_APPROVER} TO {ap};\n"
-    ));
-    for (name, params, duty) in DEFINER {
-        let role = if duty == Duty::Agent { &ag } else { &ap };
-        sql.push_str(&format!(
-            "GRANT EXECUTE ON FUNCTION {s}.{name}({params}) TO {role};\n"
-        ));
-    }
-    sql
-}
-
 /// Which duty write `what` needs, for the message of a refusal (SQLSTATE 42501).
 pub(super) fn needed_by(what: &str) -> &'static str {
     match what {
         "grant_approval" | "deny_approval" | "resolve_effect" => {
             "Deciding is the approver duty: use the approver role's URL (the console's), \
              never the agent's; see docs/roles.md"
+        }
+        "approvers" | "get_approver" | "list_approvers" => {
+            "Reading the console's accounts is the approver duty's (and the owner's): start the \
+             console with the approver role's URL, never the agent's; see docs/roles.md"
         }
         "reserve_effect" | "begin_execution" | "commit_effect" | "fail_effect"
         | "mark_ambiguous" | "extend_lease" | "request_approval" => {

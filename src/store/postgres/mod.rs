@@ -27,7 +27,7 @@ mod store;
 mod tls;
 mod writes;
 
-pub use duties::{grants, quote_ident, Duty};
-pub use roles::{store_roles, RolesMode};
+pub use duties::Duty;
+pub use roles::{grants, quote_ident, store_roles, RolesMode};
 pub use schema::{drop_scratch_schema, SCHEMA_VERSION, SCRATCH_PREFIX};
 pub use store::PostgresStore;

@@ -6,8 +6,92 @@ use tokio_postgres::types::Type;
 
 use super::client::{Client, PgError};
 use super::conn::{describe, Manager};
-use super::duties::{grants, quote_ident};
+use super::duties::{Duty, DEFINER};
 use crate::error::{Error, Result};
+
+/// The tables every duty reads, and the one only the approver (the console's sign-in) and
+/// the owner read: the approver accounts' secret hashes.
+const READ_BY_ALL: [&str; 5] = [
+    "ctrlrun_meta",
+    "ctrlrun_policy",
+    "ctrlrun_effects",
+    "ctrlrun_approvals",
+    "ctrlrun_receipts",
+];
+const READ_BY_APPROVER: &str = "ctrlrun_approvers";
+
+/// Where a role's duty is recorded in `ctrlrun_meta` (`duty:<role>` = `agent` | `approver`),
+/// so that a migration that adds functions grants them again ([`regrant`]).
+const RECORDED: &str = "duty:";
+
+/// A role's name as an SQL identifier.
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// The statements that give `role` the duty `duty` on the store's schema, and take from it
+/// every other privilege on the schema's tables and functions (those earlier versions of the
+/// docs recommended included `INSERT` and `UPDATE`).
+fn grants_for(schema: &str, role: &str, duty: Duty) -> String {
+    let s = quote_ident(schema);
+    let r = quote_ident(role);
+    let mut sql = format!(
+        "GRANT USAGE ON SCHEMA {s} TO {r};\n\
+         REVOKE ALL ON ALL TABLES IN SCHEMA {s} FROM {r};\n\
+         REVOKE ALL ON ALL SEQUENCES IN SCHEMA {s} FROM {r};\n\
+         REVOKE ALL ON ALL FUNCTIONS IN SCHEMA {s} FROM {r};\n"
+    );
+    let mut read: Vec<&str> = READ_BY_ALL.to_vec();
+    if duty == Duty::Approver {
+        read.push(READ_BY_APPROVER);
+    }
+    for table in read {
+        sql.push_str(&format!("GRANT SELECT ON {s}.{table} TO {r};\n"));
+    }
+    for (name, params, _) in DEFINER.iter().filter(|(_, _, d)| *d == duty) {
+        sql.push_str(&format!(
+            "GRANT EXECUTE ON FUNCTION {s}.{name}({params}) TO {r};\n"
+        ));
+    }
+    sql
+}
+
+/// [`grants_for`] both roles, and their duties recorded for later migrations.
+pub fn grants(schema: &str, agent: &str, approver: &str) -> String {
+    let mut sql = String::new();
+    for (role, duty) in [(agent, Duty::Agent), (approver, Duty::Approver)] {
+        sql.push_str(&grants_for(schema, role, duty));
+        sql.push_str(&format!(
+            "INSERT INTO {}.ctrlrun_meta (key, value) VALUES ('{RECORDED}{}', '{}') \
+             ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;\n",
+            quote_ident(schema),
+            role.replace('\'', "''"),
+            duty.as_str()
+        ));
+    }
+    sql
+}
+
+/// Give the roles recorded by `ctrlrun store roles` their duties again, on the functions as a
+/// migration left them (a role dropped since is skipped): part of every migration.
+pub(super) fn regrant(client: &mut Client, schema: &str) -> std::result::Result<(), PgError> {
+    let rows = client.query_typed(
+        &format!(
+            "SELECT pg_catalog.substr(m.key, {from}), m.value FROM \"{schema}\".ctrlrun_meta m \
+             WHERE m.key LIKE '{RECORDED}%' AND EXISTS (SELECT 1 FROM pg_catalog.pg_roles r \
+             WHERE r.rolname = pg_catalog.substr(m.key, {from}))",
+            from = RECORDED.len() + 1
+        ),
+        &[],
+    )?;
+    for row in rows {
+        let (role, duty): (String, String) = (row.get(0), row.get(1));
+        if let Some(duty) = Duty::parse(&duty) {
+            client.batch_execute("the duties' grants", &grants_for(schema, &role, duty))?;
+        }
+    }
+    Ok(())
+}
 
 /// What `store roles` does: print the statements, or check the roles and run them.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

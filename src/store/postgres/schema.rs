@@ -156,8 +156,9 @@ const MIGRATIONS: [&str; 8] = [
     // 6 -> 7: the read, the reservation's INSERT and the outcome's UPDATE as PL/pgSQL
     // functions, whose plans the server keeps per session (see `Sql::functions`). Processes
     // of version 6 go on sending the statements themselves. Every migration now ends by
-    // creating all the functions in their current form (`duties::all_functions`).
-    "SELECT 1",
+    // creating all the functions in their current form (`duties::all_functions`), so this
+    // step sends nothing.
+    "",
     // 7 -> 8: who asked for a request, how many distinct people must grant it and who did
     // (one name per line); the accounts of the people who decide in the console.
     "ALTER TABLE {a} ADD COLUMN IF NOT EXISTS requested_by text,
@@ -357,12 +358,15 @@ fn migrate(client: &mut Client, schema: &str) -> std::result::Result<(), PgError
                 .replace("{p}", &approvers)
                 .replace("{y}", &format!("\"{schema}\".ctrlrun_policy"))
                 .replace("{s}", &quoted);
-            client.batch_execute("a schema migration", &step)?;
+            if !step.trim().is_empty() {
+                client.batch_execute("a schema migration", &step)?;
+            }
         }
         client.batch_execute(
             "the schema's functions",
             &super::duties::all_functions(schema),
         )?;
+        super::roles::regrant(client, schema)?;
         client.batch_execute(
             "the schema version's update",
             &format!("UPDATE {meta} SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version'"),

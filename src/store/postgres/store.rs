@@ -98,7 +98,7 @@ impl PostgresStore {
     }
 
     pub(super) fn failed(&self, what: &str, key: &str, e: &PgError) -> Error {
-        if let Some(denied) = self.denied(what, key, e) {
+        if let Some(denied) = self.denied((what, &format!("{what} for '{key}'")), e) {
             return denied;
         }
         // The store's policy refused a new attempt (the server's guard, `duties`).
@@ -118,13 +118,13 @@ impl PostgresStore {
         ))
     }
 
-    /// The server refused `what` on `key` for want of a privilege (SQLSTATE 42501): which
-    /// duty it needs (`super::duties`).
-    pub(super) fn denied(&self, what: &str, key: &str, e: &PgError) -> Option<Error> {
+    /// The server refused `what` (`doing`, for the message) for want of a privilege (SQLSTATE
+    /// 42501): which duty it needs (`super::duties`). Nothing was written.
+    pub(super) fn denied(&self, (what, doing): (&str, &str), e: &PgError) -> Option<Error> {
         (e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE)).then(|| {
             Error::PermissionDenied(format!(
-                "{what} for '{key}' was refused by the server of the PostgreSQL store {}: {}; \
-                 nothing was written. {}",
+                "{doing} was refused by the server of the PostgreSQL store {}: {}; nothing was \
+                 written. {}",
                 self.description,
                 e.describe(),
                 super::duties::needed_by(what)
