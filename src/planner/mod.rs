@@ -3,6 +3,7 @@
 
 mod approval;
 mod lease;
+mod names;
 mod refusal;
 mod reservation;
 mod rules;
@@ -12,6 +13,7 @@ pub use approval::{
     plan_request, RequestPlan,
 };
 pub use lease::{plan_extension, plan_resolution, plan_resolution_noted};
+pub use names::{check_name, name_key, same_person, MAX_NAME_CHARS};
 pub use refusal::{refuse_by_row, Conflict, Refusal};
 pub use reservation::{plan_reservation, Proposal, ReservationPlan};
 pub(crate) use rules::breaks_a_line;
