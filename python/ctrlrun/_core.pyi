@@ -29,6 +29,8 @@ __all__ = [
     "get_approver",
     "list_approvers",
     "remove_approver",
+    "check_name",
+    "check_approver_name",
     "SCRATCH_SCHEMA_PREFIX",
     "__version__",
     # POSIX only:
@@ -257,6 +259,8 @@ def put_approver(
 def get_approver(store: Store, name: str) -> Optional[ApproverRow]: ...
 def list_approvers(store: Store) -> List[ApproverRow]: ...
 def remove_approver(store: Store, name: str) -> bool: ...
+def check_name(what: str, name: str) -> None: ...
+def check_approver_name(name: str) -> None: ...
 
 # POSIX only (src/py/background.rs): the store steps of async protected calls on core threads.
 @final
