@@ -7,6 +7,8 @@ mod support;
 mod approval_planner;
 mod approval_store;
 mod fork;
+mod names;
+mod names_store;
 mod planned_rows;
 mod planner;
 mod planner_settle;

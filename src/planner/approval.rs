@@ -1,6 +1,7 @@
 //! The approval planners: asking (one request per action and arguments), a person's decision,
 //! and the single use of a grant by a reservation.
 
+use super::names::{check_name, same_person, COMPARED};
 use super::rules::{breaks_a_line, format_micros, MAX_LEASE};
 use crate::approval::{ApprovalAsk, ApprovalRecord, ApprovalState, ApproverRecord, MAX_APPROVERS};
 use crate::error::{Error, Result};
@@ -21,15 +22,17 @@ pub enum RequestPlan {
     },
 }
 
-/// One printable line naming who decided, or who asks.
-fn check_person(what: &str, name: &str) -> Result<()> {
-    if name.trim().is_empty() || name.chars().any(breaks_a_line) || name.chars().count() > 200 {
-        return Err(Error::InvalidArgument(format!(
-            "{what} must be one printable line of at most 200 characters naming a person, got \
-             {name:?}"
-        )));
+/// Who `by` is in a refusal that found them recorded as `found` (who asked, who granted), and
+/// how names are compared when the two are spelled differently.
+fn spelled(by: &str, found: &str) -> (String, String) {
+    if by == found {
+        (by.to_owned(), String::new())
+    } else {
+        (
+            format!("{by:?} is the same name as {found:?}, who"),
+            format!(" ({COMPARED})"),
+        )
     }
-    Ok(())
 }
 
 /// A request id is `apr_` + 32 lowercase hex digits; anything else names no request.
@@ -86,7 +89,7 @@ pub fn plan_request(
         )));
     }
     if let Some(who) = ask.requested_by {
-        check_person("requested_by", who)?;
+        check_name("requested_by", who)?;
     }
     if ask.args_digest.is_empty() {
         return Err(Error::InvalidArgument(
@@ -150,7 +153,7 @@ pub fn plan_decision(
     note: Option<&str>,
     now: Micros,
 ) -> Result<ApprovalRecord> {
-    check_person("the decider (--by)", by)?;
+    check_name("the decider (--by)", by)?;
     if let Some(note) = note {
         check_note(note)?;
     }
@@ -178,16 +181,20 @@ pub fn plan_decision(
         }
     }
     if grant {
-        if r.requested_by.as_deref() == Some(by) {
+        // The same person by another spelling ("Refund-Agent ", a fullwidth form) is refused
+        // as that person is.
+        if let Some(asked) = r.requested_by.as_deref().filter(|a| same_person(a, by)) {
+            let (who, how) = spelled(by, asked);
             return Err(Error::InvalidArgument(format!(
-                "{by} asked for approval request '{request_id}' and cannot grant it: a request \
-                 is granted by someone other than who asked; nothing was written"
+                "{who} asked for approval request '{request_id}' and cannot grant it: a request \
+                 is granted by someone other than who asked; nothing was written{how}"
             )));
         }
-        if r.granted_by.iter().any(|g| g == by) {
+        if let Some(earlier) = r.granted_by.iter().find(|g| same_person(g, by)) {
+            let (who, how) = spelled(by, earlier);
             return Err(Error::InvalidArgument(format!(
-                "{by} already granted approval request '{request_id}'; it needs {} distinct \
-                 approvers ({} so far), nothing was written",
+                "{who} already granted approval request '{request_id}'; it needs {} distinct \
+                 approvers ({} so far), nothing was written{how}",
                 r.approvals_needed,
                 r.granted_by.len()
             )));
@@ -244,10 +251,10 @@ pub fn plan_consume(
     }
 }
 
-/// An approver's name is one printable line of at most 200 characters, with no space at
-/// either end (the name a sign-in types and a grant records).
+/// An approver's name is a name [`check_name`] takes, with no space at either end (the name a
+/// sign-in types and a grant records).
 pub fn check_approver_name(name: &str) -> Result<()> {
-    check_person("an approver's name", name)?;
+    check_name("an approver's name", name)?;
     if name.trim() != name {
         return Err(Error::InvalidArgument(format!(
             "an approver's name has no space at either end, got {name:?}"
@@ -256,10 +263,12 @@ pub fn check_approver_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// The account to write for `name` with `secret_hash`: a new one (`create`, refused when
-/// `found` exists) or `found` with a new secret (refused when there is none).
+/// The account to write for `name` with `secret_hash`: a new one (`create`), or the account
+/// `name` with a new secret. `accounts` is what the write read: every account when creating
+/// (a new name is refused when one has it, or the same name by another spelling: two accounts
+/// would be one person to the approval rules), the account `name` (if any) when not.
 pub fn plan_approver(
-    found: Option<ApproverRecord>,
+    accounts: Vec<ApproverRecord>,
     name: &str,
     secret_hash: &str,
     create: bool,
@@ -278,6 +287,20 @@ pub fn plan_approver(
                 .into(),
         ));
     }
+    if create {
+        if let Some(twin) = accounts
+            .iter()
+            .find(|a| a.name != name && same_person(&a.name, name))
+        {
+            return Err(Error::InvalidArgument(format!(
+                "an approver named {:?} already exists, and {name:?} is the same name \
+                 ({COMPARED}): two accounts would be one person to the approval rules; nothing \
+                 was written (use that account, or choose another name)",
+                twin.name
+            )));
+        }
+    }
+    let found = accounts.into_iter().find(|a| a.name == name);
     match (found, create) {
         (Some(_), true) => Err(Error::InvalidArgument(format!(
             "an approver named {name:?} already exists; nothing was written (reset its secret \

@@ -1,11 +1,27 @@
 //! The approver accounts, as functions of a store (`ctrlrun.Store`'s approver methods call
-//! them): the same GIL release and error mapping as the store's own methods.
+//! them): the same GIL release and error mapping as the store's own methods. Also the core's
+//! checks of a person's name, for where Python declares one before any store sees it.
 
 use pyo3::prelude::*;
 
+use super::errors::IntoPyResult;
 use super::records::ApproverRow;
 use super::store::PyStore;
+use crate::planner;
 use crate::record::Micros;
+
+/// Refuse `name` as `what` (`InvalidArgument`) unless the core records it as a person's or
+/// an agent's name (`protect(requested_by=)`, the gateway's `--requested-by`).
+#[pyfunction]
+pub fn check_name(py: Python<'_>, what: &str, name: &str) -> PyResult<()> {
+    planner::check_name(what, name).py_err(py)
+}
+
+/// Refuse `name` (`InvalidArgument`) unless an approver account may have it.
+#[pyfunction]
+pub fn check_approver_name(py: Python<'_>, name: &str) -> PyResult<()> {
+    planner::check_approver_name(name).py_err(py)
+}
 
 /// Create the account `name` (`create`), or set the secret hash of the existing one.
 #[pyfunction]

@@ -36,8 +36,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         functions store::open_store, urls::drop_scratch_schema, urls::store_roles, urls::sqlite_path,
             urls::url_backend, store::arg_digests, fork::before_fork, fork::after_fork_in_parent,
             fork::after_fork_in_child, approvers::put_approver, approvers::get_approver,
-            approvers::list_approvers, approvers::remove_approver, policy::store_policy,
-            policy::apply_store_policy,
+            approvers::list_approvers, approvers::remove_approver, approvers::check_name,
+            approvers::check_approver_name, policy::store_policy, policy::apply_store_policy,
     );
     #[cfg(unix)]
     export!(m;

@@ -31,6 +31,7 @@ from ctrlrun.call.steps import (
 )
 from ctrlrun.errors import CTRLRunError, DuplicateEffect, InvalidArgument
 from ctrlrun.store.api import Store, default_store, store_at_hand, store_for_url
+from ctrlrun.store.approvers import check_name
 from ctrlrun.store.durations import lease_to_micros
 
 __all__ = ["protect", "idempotency_token", "extend_lease", "DEFAULT_LEASE", "PolicyWarning"]
@@ -132,8 +133,11 @@ def protect(
             stored as its repr. The caller always gets the function's own return value.
         requested_by: ``approve`` only: who asks, recorded on each approval request (the
             agent's name, say). A grant under that name is refused (no self-approval), in
-            the console, the CLI or the API; it is a rule on the name, and whoever can write
-            the store (on SQLite, the file) can still grant under another one.
+            the console, the CLI or the API, under any spelling that is the same once
+            normalised (NFKC, case-folded, without spaces at either end); it is a rule on the
+            name, and whoever can write the store (on SQLite, the file) can still grant under
+            another one. A name with a control, bidirectional or invisible format character is
+            refused here.
 
     Every reserved call stores a fingerprint of its arguments (a digest of their canonical
     form, and one per argument). A later call on the same key with different arguments, or
@@ -235,16 +239,8 @@ def protect(
             f"protect({name!r}): heartbeat must be True or False, got {heartbeat!r}"
         )
 
-    if requested_by is not None and (
-        not isinstance(requested_by, str)
-        or not requested_by.strip()
-        or not requested_by.isprintable()
-        or len(requested_by) > 200
-    ):
-        raise InvalidArgument(
-            f"protect({name!r}): requested_by names who asks (one printable line of at most "
-            f"200 characters), got {requested_by!r}"
-        )
+    if requested_by is not None:
+        check_name(f"protect({name!r}): requested_by", requested_by)
 
     def bound(route: Route, args: Any, kwargs: Any) -> Tuple[str, Spec]:
         """The call's key, and what it says about itself (its fingerprint, its approval)."""

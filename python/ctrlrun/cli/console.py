@@ -190,7 +190,12 @@ _password_stdin = click.option(
 def approvers_add(name: str, password_stdin: bool, store_url: Optional[str]) -> None:
     """Add the approver NAME; prints a one-time secret (or sets the password read from stdin)."""
     from ctrlrun.console import accounts
+    from ctrlrun.store.approvers import check_approver_name
 
+    try:  # before the store is opened (or created) and a password read: nothing is written
+        check_approver_name(name)
+    except CTRLRunError as exc:
+        _fail(exc)
     secret, generated = _secret(password_stdin)
     store = _open(store_url)
     try:

@@ -12,6 +12,7 @@ import click
 
 from ctrlrun.cli._common import die, store_option
 from ctrlrun.errors import CTRLRunError
+from ctrlrun.store.approvers import check_name
 
 _ALIAS = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -82,10 +83,11 @@ def gateway(
     if bool(upstream) == (upstream_url is not None):
         die("name the upstream once: a command after `--`, or --upstream-url")
     address = _address(listen) if listen is not None else None
-    if requested_by is not None and (
-        not requested_by.strip() or not requested_by.isprintable() or len(requested_by) > 200
-    ):
-        die(f"--requested-by {requested_by!r}: one printable line of at most 200 characters")
+    if requested_by is not None:
+        try:
+            check_name("--requested-by", requested_by)
+        except CTRLRunError as exc:
+            die(str(exc))
     try:
         import anyio
 

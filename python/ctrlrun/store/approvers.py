@@ -12,7 +12,7 @@ from ctrlrun import _core
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.store.decode import from_row
 
-__all__ = ["ApproverRecord", "ApproverMethods"]
+__all__ = ["ApproverRecord", "ApproverMethods", "check_name", "check_approver_name"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,39 @@ class ApproverRecord:
 
     def __repr__(self) -> str:  # the hash stays out of logs and tracebacks
         return f"ApproverRecord(name={self.name!r}, created_at={self.created_at.isoformat()})"
+
+
+def _as_text(what: str, name: object) -> str:
+    """``name`` as text the core can read: a ``str`` without lone surrogates."""
+    if not isinstance(name, str):
+        raise InvalidArgument(
+            f"{what} is a name (a str), got {type(name).__name__}; nothing was written"
+        )
+    for at, c in enumerate(name, 1):
+        if "\ud800" <= c <= "\udfff":
+            raise InvalidArgument(
+                f"{what} holds U+{ord(c):04X} (a lone surrogate) at character {at}, which no "
+                "store can keep as text; nothing was written (type the name without it)"
+            )
+    return name
+
+
+def check_name(what: str, name: object) -> str:
+    """``name`` when the core records it as a person's or an agent's name, else
+    ``InvalidArgument`` naming ``what``: no control, bidirectional or invisible format
+    character, not empty once normalised, at most 200 characters (the rule is the core's, and
+    is applied again where the name is written)."""
+    text = _as_text(what, name)
+    _core.check_name(what, text)
+    return text
+
+
+def check_approver_name(name: object) -> str:
+    """``name`` when an approver account may have it (:func:`check_name`, and no space at
+    either end), else ``InvalidArgument``."""
+    text = _as_text("an approver's name", name)
+    _core.check_approver_name(text)
+    return text
 
 
 def _approver(row: _core.ApproverRow) -> ApproverRecord:

@@ -28,12 +28,19 @@ impl<S: ColdStore> Approvers for S {
         let body = |tx: &mut S::Tx<'_>| -> Result<ApproverRecord> {
             let fail = |e| self.write_failed(what, name, e);
             let now = tx.clock(fixed).map_err(fail)?;
-            let found = tx.approvers(Some(name)).map_err(fail)?.into_iter().next();
-            let row = planner::plan_approver(found, name, secret_hash, create, now)?;
+            // A new account is planned against every other (none may be the same name by
+            // another spelling), with their writes held off until this one commits.
+            let read = |tx: &mut S::Tx<'_>| {
+                let only = if create { None } else { Some(name) };
+                tx.approvers(only).map_err(fail)
+            };
+            if create {
+                tx.hold_approvers().map_err(fail)?;
+            }
+            let row = planner::plan_approver(read(tx)?, name, secret_hash, create, now)?;
             if tx.put_approver(&row, create).map_err(fail)? != 1 {
                 // Another process added (or removed) the account meanwhile.
-                let found = tx.approvers(Some(name)).map_err(fail)?.into_iter().next();
-                planner::plan_approver(found, name, secret_hash, create, now)?;
+                planner::plan_approver(read(tx)?, name, secret_hash, create, now)?;
                 return Err(Error::StoreWriteFailed(format!(
                     "{what} for {name:?}: the account changed meanwhile; nothing was committed"
                 )));

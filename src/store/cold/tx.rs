@@ -90,6 +90,11 @@ pub(crate) trait ColdTx {
     /// Delete the account `name`: rows deleted.
     fn delete_approver(&mut self, name: &str) -> Result<u64, Self::Err>;
 
+    /// Keep every other write of an account out until the transaction ends, so that a new
+    /// account is checked against all the others (no two may be one person by another
+    /// spelling) and no other is added meanwhile.
+    fn hold_approvers(&mut self) -> Result<(), Self::Err>;
+
     /// Hold the effect row of `key` (if any) until the transaction ends, so that a prune
     /// cannot remove it under a request being made for it.
     fn hold_effect(&mut self, key: &str) -> Result<(), Self::Err>;

@@ -206,6 +206,19 @@ impl ColdTx for PgTx<'_> {
         Ok(self.c.execute_typed(&sql, &[(&name, Type::TEXT)])?)
     }
 
+    /// `SHARE ROW EXCLUSIVE` on the accounts' table: it waits for, and holds off, every
+    /// other write of an account (their `INSERT`, `UPDATE` and `DELETE` take `ROW EXCLUSIVE`,
+    /// and this mode conflicts with itself), never a read (a sign-in reads on). Only adding an
+    /// account takes it: a rare write of a few rows, committed at once.
+    fn hold_approvers(&mut self) -> Fallible<()> {
+        let sql = format!(
+            "LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE",
+            self.sql.approvers
+        );
+        self.c.execute_typed(&sql, &[])?;
+        Ok(())
+    }
+
     /// `FOR KEY SHARE` on the key's effect row: a prune that locked it first removes it before
     /// the request lands; one that comes after waits, then sees the request and keeps the row.
     fn hold_effect(&mut self, key: &str) -> Fallible<()> {

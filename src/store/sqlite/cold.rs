@@ -218,6 +218,11 @@ impl ColdTx for SqliteTx<'_> {
     }
 
     /// Nothing to do: `BEGIN IMMEDIATE` holds the whole file.
+    fn hold_approvers(&mut self) -> rusqlite::Result<()> {
+        Ok(())
+    }
+
+    /// Nothing to do: `BEGIN IMMEDIATE` holds the whole file.
     fn hold_effect(&mut self, _key: &str) -> rusqlite::Result<()> {
         Ok(())
     }
