@@ -3,8 +3,8 @@
 
 mod approval;
 mod lease;
-mod policy;
 mod names;
+mod policy;
 mod refusal;
 mod reservation;
 mod rules;
@@ -14,8 +14,8 @@ pub use approval::{
     plan_request, RequestPlan,
 };
 pub use lease::{plan_extension, plan_resolution, plan_resolution_noted};
-pub use policy::{approvals_needed, check_grant, check_rules, needs_approval};
 pub use names::{check_name, name_key, same_person, MAX_NAME_CHARS};
+pub use policy::{approvals_needed, check_grant, check_rules, needs_approval};
 pub use refusal::{refuse_by_row, Conflict, Refusal};
 pub use reservation::{plan_reservation, Proposal, ReservationPlan};
 pub(crate) use rules::breaks_a_line;

@@ -17,6 +17,7 @@ mod client;
 mod cold;
 mod conn;
 mod duties;
+mod functions;
 mod hosts;
 mod retention;
 mod roles;

@@ -364,7 +364,7 @@ fn migrate(client: &mut Client, schema: &str) -> std::result::Result<(), PgError
         }
         client.batch_execute(
             "the schema's functions",
-            &super::duties::all_functions(schema),
+            &super::functions::all_functions(schema),
         )?;
         super::roles::regrant(client, schema)?;
         client.batch_execute(

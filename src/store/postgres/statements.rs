@@ -95,7 +95,7 @@ impl Statements {
                  SELECT ins.*, NULL::int8, true FROM ins; \
                  IF NOT FOUND THEN RETURN QUERY {found}; END IF",
                 found = select(&t, 5, ", false"),
-                policy = super::duties::policy_check(schema, "$11, $1, $13, $15"),
+                policy = policy_check(schema, "$11, $1, $13, $15"),
             ),
             // [`crate::store::cold::rows::effect_values`] of the row written ($1 to $16),
             // then the expected state, action id and attempt, the event and the writer.
@@ -164,7 +164,7 @@ fn select(t: &str, now: usize, extra: &str) -> String {
 
 /// The columns of an effect row as the functions return them, and the functions' parameters
 /// (in the order of the statements' `$n`).
-const ROW_TYPES: &str = "effect_key text, state text, action_id text, attempt int8, \
+pub(super) const ROW_TYPES: &str = "effect_key text, state text, action_id text, attempt int8, \
                          created_at int8, updated_at int8, lease_expires_at int8, result text, \
                          error text, resolved_by text, attempt_token text, action text, \
                          holder text, args_digest text, arg_digests text, approval_id text";
@@ -182,53 +182,10 @@ pub(super) fn call(schema: &str, name: &str, params: &str) -> String {
     format!("SELECT * FROM \"{schema}\".{name}({})", args.join(", "))
 }
 
-/// Schema version 7's functions: the read, the reservation's `INSERT` and the outcome's
-/// `UPDATE`, each the statement it replaces, run by PL/pgSQL (see [`super::sql::Sql`]). Their
-/// result columns are named `r_*` so that none shadows a table column in the statement. Like the
-/// other functions of the schema they fix their `search_path`: a pooler's server connection
-/// may carry another client's. They also force the generic plan from the first call: left to
-/// choose, the server plans each statement five times more per session before it settles on
-/// the generic plan (`pg_stat_statements`: 6 plans against 1 in 600 calls).
-pub(super) fn functions(schema: &str) -> String {
-    let s = Statements::new(schema);
-    let out = |extra: &str| {
-        let cols: Vec<String> = ROW_TYPES.split(", ").map(|c| format!("r_{c}")).collect();
-        format!("{}{extra}", cols.join(", "))
-    };
-    let query = |q: String| format!("RETURN QUERY {q}");
-    let each = [
-        (
-            "ctrlrun_select",
-            SELECT_PARAMS,
-            out(", r_n int8"),
-            query(s.select),
-        ),
-        ("ctrlrun_insert", INSERT_PARAMS, out(""), query(s.insert)),
-        (
-            "ctrlrun_reserve",
-            INSERT_PARAMS,
-            out(", r_n int8, r_inserted bool"),
-            s.reserve,
-        ),
-        (
-            "ctrlrun_transition",
-            TRANSITION_PARAMS,
-            out(""),
-            query(s.transition),
-        ),
-    ];
-    each.iter()
-        .map(|(name, params, returns, body)| {
-            // The writes run as the function's owner, guarded (see `super::duties`).
-            let definer = *name != "ctrlrun_select";
-            let guard = super::duties::hot_guard(schema, name);
-            let returns = format!("TABLE ({returns})");
-            super::duties::function(
-                schema,
-                (name, params, &returns),
-                &format!("BEGIN {guard}{body}; END"),
-                definer,
-            )
-        })
-        .collect()
+/// `PERFORM` of the store's policy check on `args` (action, effect key, arguments' digest,
+/// approval id): a new attempt of an action the store's policy denies, or requires approval
+/// of without a grant in force of enough approvers, is refused whatever the caller's own
+/// policy said.
+pub(super) fn policy_check(schema: &str, args: &str) -> String {
+    format!("PERFORM \"{schema}\".ctrlrun_policy_check({args})")
 }

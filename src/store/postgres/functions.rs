@@ -1,0 +1,220 @@
+//! Every function of the store's schema, as this build writes them: the hot statements'
+//! (schema version 7), the cold writes' and the store policy's check (version 9). The writes are
+//! `SECURITY DEFINER`, each guarded by its duty's rule ([`super::duties`]); their statements'
+//! text is in [`super::statements`].
+
+use super::duties::{self, ASK_PARAMS, CAS_PARAMS, DEFINER, REQUEST_CAS_PARAMS};
+use super::statements::{Statements, INSERT_PARAMS, ROW_TYPES, SELECT_PARAMS, TRANSITION_PARAMS};
+
+/// Every function of the store's schema in its current form, and `EXECUTE` on each
+/// `SECURITY DEFINER` one revoked from `PUBLIC` (the owner keeps it; `ctrlrun store roles`,
+/// [`super::roles`], gives each to its duty). Every migration ends with this, so a store at
+/// the current version always has them as this build writes them.
+pub(super) fn all_functions(schema: &str) -> String {
+    let mut sql = policy_check_function(schema);
+    sql.push_str(&hot_functions(schema));
+    sql.push_str(&cold_functions(schema));
+    for (name, params, _) in DEFINER {
+        sql.push_str(&format!(
+            "REVOKE ALL ON FUNCTION \"{schema}\".{name}({params}) FROM PUBLIC;\n"
+        ));
+    }
+    sql
+}
+
+/// The function `name` of the store's schema: `params` in, `returns` out, `body` run by
+/// PL/pgSQL as the function's owner when `definer`.
+fn function(
+    schema: &str,
+    (name, params, returns): (&str, &str, &str),
+    body: &str,
+    definer: bool,
+) -> String {
+    let security = if definer { "SECURITY DEFINER " } else { "" };
+    format!(
+        "CREATE OR REPLACE FUNCTION \"{schema}\".{name}({params}) RETURNS {returns} \
+         LANGUAGE plpgsql VOLATILE {security}\
+         SET search_path = pg_catalog, pg_temp \
+         SET plan_cache_mode = force_generic_plan AS $fn$ \
+         {body} $fn$;\n"
+    )
+}
+
+/// `BEGIN <statement>; RETURN the row count; END`, preceded by `guard`.
+fn counted(guard: &str, statement: &str) -> String {
+    format!(
+        "DECLARE n int8; BEGIN {guard}; {statement}; GET DIAGNOSTICS n = ROW_COUNT; RETURN n; END"
+    )
+}
+
+/// The function behind [`super::statements::policy_check`] (run as the writing function's
+/// owner).
+fn policy_check_function(schema: &str) -> String {
+    let deny = duties::refuse_with(
+        duties::POLICY_DENIES,
+        "action % is denied by the store''s policy (ctrlrun policy apply); nothing was \
+         reserved or run",
+        ", $1",
+    );
+    let need = duties::refuse_with(
+        duties::POLICY_NEEDS_GRANT,
+        "the store''s policy requires % approver(s) of % for these arguments, and no grant \
+         of as many is in force",
+        ", k, $1",
+    );
+    let body = format!(
+        "DECLARE d text; k int8; \
+         BEGIN \
+         IF $1 IS NULL THEN RETURN true; END IF; \
+         SELECT decision, approvals INTO d, k FROM \"{schema}\".ctrlrun_policy WHERE action = $1; \
+         IF NOT FOUND OR d = 'allow' THEN RETURN true; END IF; \
+         IF d = 'deny' THEN {deny}; END IF; \
+         IF NOT EXISTS (SELECT 1 FROM \"{schema}\".ctrlrun_approvals WHERE request_id = $4 \
+         AND state = 'granted' AND action = $1 AND effect_key = $2 AND args_digest = $3 \
+         AND pg_catalog.cardinality(pg_catalog.string_to_array(granted_by, E'\\n')) >= k) \
+         THEN {need}; END IF; \
+         RETURN true; END"
+    );
+    function(
+        schema,
+        ("ctrlrun_policy_check", "text, text, text, text", "boolean"),
+        &body,
+        false,
+    )
+}
+
+/// Schema version 7's functions: the read, the reservation's `INSERT` and the outcome's
+/// `UPDATE`, each the statement it replaces, run by PL/pgSQL (see [`super::sql::Sql`]). Their
+/// result columns are named `r_*` so that none shadows a table column in the statement. Like the
+/// other functions of the schema they fix their `search_path`: a pooler's server connection
+/// may carry another client's. They also force the generic plan from the first call: left to
+/// choose, the server plans each statement five times more per session before it settles on
+/// the generic plan (`pg_stat_statements`: 6 plans against 1 in 600 calls).
+fn hot_functions(schema: &str) -> String {
+    let s = Statements::new(schema);
+    let out = |extra: &str| {
+        let cols: Vec<String> = ROW_TYPES.split(", ").map(|c| format!("r_{c}")).collect();
+        format!("{}{extra}", cols.join(", "))
+    };
+    let query = |q: String| format!("RETURN QUERY {q}");
+    let each = [
+        (
+            "ctrlrun_select",
+            SELECT_PARAMS,
+            out(", r_n int8"),
+            query(s.select),
+        ),
+        ("ctrlrun_insert", INSERT_PARAMS, out(""), query(s.insert)),
+        (
+            "ctrlrun_reserve",
+            INSERT_PARAMS,
+            out(", r_n int8, r_inserted bool"),
+            s.reserve,
+        ),
+        (
+            "ctrlrun_transition",
+            TRANSITION_PARAMS,
+            out(""),
+            query(s.transition),
+        ),
+    ];
+    each.iter()
+        .map(|(name, params, returns, body)| {
+            // The writes run as the function's owner, guarded (see `super::duties`).
+            let definer = *name != "ctrlrun_select";
+            let guard = duties::hot_guard(schema, name);
+            let returns = format!("TABLE ({returns})");
+            function(
+                schema,
+                (name, params, &returns),
+                &format!("BEGIN {guard}{body}; END"),
+                definer,
+            )
+        })
+        .collect()
+}
+
+/// The cold write functions: the effect's whole-row compare-and-set for the agent and for a
+/// resolution, the approval request's writes, and the two row locks.
+fn cold_functions(schema: &str) -> String {
+    let s = Statements::new(schema);
+    let t = format!("\"{schema}\".ctrlrun_effects");
+    let a = format!("\"{schema}\".ctrlrun_approvals");
+    let hash = format!("\"{schema}\".ctrlrun_receipt_hash");
+    let agent_cas = format!(
+        "{cas} AND CASE WHEN $17 = 'failed' AND $2 IN ('reserved', 'executing') \
+         THEN $10 IS NULL ELSE resolved_by IS NOT DISTINCT FROM $10 END",
+        cas = s.cas
+    );
+    let ask = format!(
+        "INSERT INTO {a} (request_id, action, args_digest, effect_key, arguments, state, \
+         requested_at, ttl, expires_at, decided_at, decided_by, note, used_at, used_by, \
+         requested_by, approvals_needed, granted_by, updated_at, last_event, written_by, \
+         receipt_seq, receipt_prev, receipt_hash) VALUES \
+         ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $18, $19, $20, $15, \
+         $16, $17, 1, NULL, {hash}('approval', $4, $1, '1', NULL, $15::text, $16, $2, $14, \
+         NULL, $6, $3, $1, $11, $17)) ON CONFLICT DO NOTHING"
+    );
+    let request_cas = format!(
+        "UPDATE {a} SET state = $1, expires_at = $2, decided_at = $3, decided_by = $4, \
+         note = $5, used_at = $6, used_by = $7, updated_at = $10, last_event = $11, \
+         written_by = $12, granted_by = $13, receipt_seq = COALESCE(receipt_seq, 0) + 1, \
+         receipt_prev = receipt_hash, receipt_hash = {hash}('approval', effect_key, \
+         request_id, (COALESCE(receipt_seq, 0) + 1)::text, receipt_hash, $10::text, $11, \
+         action, $7, NULL, $1, args_digest, request_id, $4, $12) \
+         WHERE request_id = $8 AND state = $9"
+    );
+    // The agent expires a request or uses a grant; it cannot touch who decided.
+    let settle = format!(
+        "{request_cas} AND decided_by IS NOT DISTINCT FROM $4 \
+         AND decided_at IS NOT DISTINCT FROM $3 AND granted_by IS NOT DISTINCT FROM $13"
+    );
+    // A decision adds its name to those recorded (never writes over another's): with the
+    // request locked first ([`super::cold`]'s `lock_request`) none is lost, and should a
+    // write ever meet a list it did not read, it matches nothing and is refused.
+    let decide = format!(
+        "{request_cas} AND (granted_by IS NULL OR $13 = granted_by \
+         OR pg_catalog.left($13, pg_catalog.length(granted_by) + 1) = granted_by || E'\\n')"
+    );
+    let lock = |table: &str, condition: &str, mode: &str| {
+        format!("BEGIN PERFORM 1 FROM {table} WHERE {condition} {mode}; RETURN FOUND; END")
+    };
+    let each = [
+        (
+            ("ctrlrun_cas", CAS_PARAMS, "int8"),
+            counted(&duties::agent_cas_guard(schema), &agent_cas),
+        ),
+        (
+            ("ctrlrun_resolve", CAS_PARAMS, "int8"),
+            counted(&duties::resolve_guard(), &s.cas),
+        ),
+        (
+            ("ctrlrun_ask", ASK_PARAMS, "int8"),
+            counted(&duties::ask_guard(), &ask),
+        ),
+        (
+            ("ctrlrun_settle_request", REQUEST_CAS_PARAMS, "int8"),
+            counted(&duties::settle_guard(), &settle),
+        ),
+        (
+            ("ctrlrun_decide", REQUEST_CAS_PARAMS, "int8"),
+            counted(&duties::decide_guard(), &decide),
+        ),
+        (
+            ("ctrlrun_hold_effect", "text", "boolean"),
+            lock(
+                &t,
+                "key_digest = pg_catalog.sha256(pg_catalog.convert_to($1, 'UTF8')) \
+                 AND effect_key = $1",
+                "FOR KEY SHARE",
+            ),
+        ),
+        (
+            ("ctrlrun_lock_request", "text", "boolean"),
+            lock(&a, "request_id = $1", "FOR UPDATE"),
+        ),
+    ];
+    each.iter()
+        .map(|(sig, body)| function(schema, *sig, body, true))
+        .collect()
+}
