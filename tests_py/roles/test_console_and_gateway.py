@@ -18,7 +18,7 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from ctrlrun import ApprovalRequired, DuplicateEffect
+from ctrlrun import ActionRule, ApprovalRequired, DuplicateEffect
 from ctrlrun.console import accounts
 from ctrlrun.console.pages import effect_url
 from tests_py.console.rig import Console, csrf_in
@@ -206,3 +206,24 @@ def test_the_gateway_as_the_agent_forwards_once_and_refuses_the_duplicate(tmp_pa
     assert owner.verify_receipts().ok
     err = (tmp_path / "gateway.err").read_text()
     assert duties.agent.password not in err and "Traceback" not in err, err
+
+
+def test_the_gateway_meets_the_stores_policy_as_the_decorator_does(
+    tmp_path, duties, owner, approver
+):
+    """The gateway's own policy says nothing of approval; the store's says 2 approvers: the
+    call is answered as needing approval, and forwarded once only after two grants."""
+    owner.apply_policy([ActionRule("mcp.acme.refund", "approve", 2)])
+    call = ("refund", {"payment_id": "pi_8", "amount": 800})
+    (first,) = gateway_calls(tmp_path, duties.agent_url, call)
+    info = ctrl(first)
+    assert info["refused"] == "approval_required" and upstream_runs(tmp_path) == []
+    request_id = info["request_id"]
+    assert owner.get_approval(request_id).approvals_needed == 2
+    approver.grant_approval(request_id, by="alice")
+    (pending,) = gateway_calls(tmp_path, duties.agent_url, call)
+    assert ctrl(pending)["refused"] == "approval_required" and upstream_runs(tmp_path) == []
+    approver.grant_approval(request_id, by="bob")
+    done, again = gateway_calls(tmp_path, duties.agent_url, call, call)
+    assert not done.is_error and done.structured_content == {"refunded": 800}, done
+    assert ctrl(again)["refused"] == "committed" and len(upstream_runs(tmp_path)) == 1

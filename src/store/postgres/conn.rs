@@ -266,3 +266,24 @@ pub(super) fn describe(config: &Config, schema: &str) -> String {
     let db = config.get_dbname().unwrap_or(user);
     format!("postgresql://{user}@{hosts}/{db}?schema={schema}")
 }
+
+/// One connection outside any store's pool, for an operator's command (`doing`, for the
+/// messages) on the schema `schema`: the client, and how a failure of it reads.
+pub(super) fn admin_client(
+    url: &str,
+    schema: &str,
+    (timeout, tls): (Duration, &crate::url::PgTls),
+    doing: &str,
+) -> Result<(Client, impl Fn(PgError) -> Error)> {
+    let manager = Manager::for_url(url, timeout, tls)?;
+    let description = describe(&manager.config, schema);
+    let doing = doing.to_owned();
+    let fail = move |e: PgError| {
+        Error::Store(format!(
+            "cannot {doing} of the PostgreSQL store {description}: {}",
+            e.describe()
+        ))
+    };
+    let client = manager.connect_client().map_err(&fail)?;
+    Ok((client, fail))
+}

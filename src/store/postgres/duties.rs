@@ -174,11 +174,11 @@ pub(super) const POLICY_NEEDS_GRANT: &str = "CT002";
 pub(super) fn agent_cas_guard(schema: &str) -> String {
     format!(
         "IF NOT (($17, $2) IN ({})) THEN {}; END IF; \
-     IF $17 = 'failed' AND $2 IN ('reserved', 'executing') THEN {}; END IF",
+         IF $17 = 'failed' AND $2 IN ('reserved', 'executing') THEN {}; END IF",
         pairs(&AGENT_ROW_STEPS),
         refuse(
             "the agent duty may not write an effect from % to %: a person resolves an \
-         ambiguous effect (the approver duty)",
+             ambiguous effect (the approver duty)",
             ", $17, $2"
         ),
         super::statements::policy_check(schema, "$12, $1, $14, $16")
@@ -190,10 +190,10 @@ pub(super) fn agent_cas_guard(schema: &str) -> String {
 pub(super) fn resolve_guard() -> String {
     format!(
         "IF NOT ($17 IN ('ambiguous', 'reserved', 'executing') \
-     AND $2 IN ('committed', 'failed') AND $10 IS NOT NULL) THEN {}; END IF",
+         AND $2 IN ('committed', 'failed') AND $10 IS NOT NULL) THEN {}; END IF",
         refuse(
             "a resolution moves an ambiguous effect to committed or failed and names who \
-         resolved it, not from % to %",
+             resolved it, not from % to %",
             ", $17, $2"
         )
     )
@@ -203,10 +203,10 @@ pub(super) fn resolve_guard() -> String {
 pub(super) fn ask_guard() -> String {
     format!(
         "IF $6 <> 'pending' OR $10 IS NOT NULL OR $11 IS NOT NULL OR $13 IS NOT NULL \
-     OR $14 IS NOT NULL OR $20 IS NOT NULL THEN {}; END IF",
+         OR $14 IS NOT NULL OR $20 IS NOT NULL THEN {}; END IF",
         refuse(
             "an approval request is written pending and undecided (a decision is the \
-         approver duty''s), not %",
+             approver duty''s), not %",
             ", $6"
         )
     )
@@ -217,10 +217,10 @@ pub(super) fn ask_guard() -> String {
 pub(super) fn settle_guard() -> String {
     format!(
         "IF NOT (($9 IN ('pending', 'granted') AND $1 = 'expired') \
-     OR ($9 = 'granted' AND $1 = 'used')) THEN {}; END IF",
+         OR ($9 = 'granted' AND $1 = 'used')) THEN {}; END IF",
         refuse(
             "the agent duty may not move an approval request from % to %: deciding is the \
-         approver duty''s",
+             approver duty''s",
             ", $9, $1"
         )
     )

@@ -5,7 +5,6 @@
 use tokio_postgres::types::Type;
 
 use super::client::{Client, PgError};
-use super::conn::{describe, Manager};
 use super::duties::{Duty, DEFINER};
 use crate::error::{Error, Result};
 
@@ -142,16 +141,9 @@ pub fn store_roles(url: &str, agent: &str, approver: &str, mode: RolesMode) -> R
         return Ok(sql);
     }
     drop(crate::store::open_store(url)?); // creates or migrates the schema
-    let manager = Manager::for_url(&pg_url, timeout, &tls)?;
-    let description = describe(&manager.config, &schema);
-    let fail = |e: PgError| {
-        Error::Store(format!(
-            "cannot set the roles of the PostgreSQL store {description}: {}",
-            e.describe()
-        ))
-    };
-    let mut client = manager.connect_client().map_err(fail)?;
-    check_apart(&mut client, &schema, agent, approver, &description)?;
+    let (mut client, fail) =
+        super::conn::admin_client(&pg_url, &schema, (timeout, &tls), "set the roles")?;
+    check_apart(&mut client, &schema, agent, approver)?;
     let applied = client
         .batch_execute("START TRANSACTION", "START TRANSACTION")
         .and_then(|()| client.batch_execute("the grants", &sql))
@@ -166,16 +158,10 @@ pub fn store_roles(url: &str, agent: &str, approver: &str, mode: RolesMode) -> R
 /// Refuse roles the server would not keep apart: a role that does not exist, a superuser
 /// (it passes every privilege check), a role that is, or is a member of, the tables' owner,
 /// an agent that is a member of the approver role; and a connection that is not the owner's.
-fn check_apart(
-    c: &mut Client,
-    schema: &str,
-    agent: &str,
-    approver: &str,
-    description: &str,
-) -> Result<()> {
+fn check_apart(c: &mut Client, schema: &str, agent: &str, approver: &str) -> Result<()> {
     let fail = |e: PgError| {
         Error::Store(format!(
-            "cannot read the roles of the PostgreSQL store {description}: {}",
+            "cannot read the roles on the server of schema {schema:?}: {}",
             e.describe()
         ))
     };
@@ -188,8 +174,8 @@ fn check_apart(
     let (me, owner, acts_as_owner): (String, String, bool) = (row.get(0), row.get(1), row.get(2));
     if !acts_as_owner {
         return Err(Error::PermissionDenied(format!(
-            "the store's tables in {description} are owned by the role {owner:?}, and this URL \
-             connects as {me:?}: run `ctrlrun store roles` with the owner's URL"
+            "the store's tables in schema {schema:?} are owned by the role {owner:?}, and this \
+             URL connects as {me:?}: run `ctrlrun store roles` with the owner's URL"
         )));
     }
     let role_query = "SELECT rolsuper, pg_has_role(oid, $2::text, 'MEMBER') \

@@ -5,7 +5,6 @@ use std::time::Duration;
 use tokio_postgres::error::SqlState;
 
 use super::client::{Client, PgError};
-use super::conn::describe;
 use crate::error::{Error, Result};
 
 /// The schema version this build writes (`ctrlrun_meta.schema_version`).
@@ -398,15 +397,8 @@ pub fn drop_scratch_schema(url: &str) -> Result<()> {
             "refusing to drop schema {schema:?}: only {SCRATCH_PREFIX}* scratch schemas are dropped"
         )));
     }
-    let store = super::conn::Manager::for_url(&url, timeout, &tls)?;
-    let description = describe(&store.config, &schema);
-    let fail = |e: PgError| {
-        Error::Store(format!(
-            "cannot drop the scratch schema of {description}: {}",
-            e.describe()
-        ))
-    };
-    let mut client = store.connect_client().map_err(fail)?;
+    let (mut client, fail) =
+        super::conn::admin_client(&url, &schema, (timeout, &tls), "drop the scratch schema")?;
     client
         .batch_execute(
             "DROP SCHEMA",
