@@ -130,6 +130,21 @@ GUARDED = {
         "'alice', NULL, NULL, NULL, 0, 'requested', 'w', NULL, 1, 'alice')",
         "pending and undecided",
     ),
+    "insert a row with no state": (
+        "SELECT * FROM ctrlrun_insert('k', NULL, 'a', 1, NULL, 60, NULL, NULL, NULL, "
+        "NULL, NULL, NULL, NULL, NULL, NULL, 'reservation', 'w')",
+        "first attempt",
+    ),
+    "write an effect to no state through the compare-and-set": (
+        "SELECT ctrlrun_cas('refund:pi_1', NULL, 'a', 1, 0, 0, NULL, NULL, 'e', NULL, NULL, "
+        "NULL, NULL, NULL, NULL, NULL, 'ambiguous', 'a', 1, 'late_outcome', 'w')",
+        "from ambiguous to <NULL>",
+    ),
+    "move a request to no state": (
+        "SELECT ctrlrun_settle_request(NULL, 0, 0, NULL, NULL, NULL, NULL, 'apr_x', "
+        "'pending', 0, 'expired', 'w', NULL)",
+        "from pending to <NULL>",
+    ),
     "grant through the agent's request step": (
         "SELECT ctrlrun_settle_request('granted', 0, 0, 'alice', NULL, NULL, NULL, 'apr_x', "
         "'pending', 0, 'granted', 'w', 'alice')",

@@ -95,3 +95,28 @@ def test_only_the_owner_changes_the_store_policy(applied, duties, agent, approve
     env = dict(os.environ, CTRLRUN_STORE=duties.agent_url)
     assert_one_line_error(run_cli("policy", "apply", str(applied), env=env), "permission denied")
     assert [r.approvals for r in owner.policy() if r.action == "acme.wire"] == [2]
+
+
+def test_a_renewal_under_another_action_name_does_not_escape_the_rule(duties, agent, owner):
+    """A failed key of an action the store's policy then rules: renewing it under no action
+    (or another) through the agent's own function is refused by the server."""
+
+    @ctrlrun.protect("acme.wire", effect="wire:{transfer_id}", store=agent)
+    def wire(transfer_id: str) -> str:
+        raise ctrlrun.NotExecuted("the bank was down")
+
+    with pytest.raises(ctrlrun.NotExecuted):
+        wire("t5")
+    failed = owner.get_effect("wire:t5")
+    assert (failed.state.value, failed.action) == ("failed", "acme.wire")
+    owner.apply_policy([ActionRule("acme.wire", "approve", 2)])
+    proc = duties.sql(
+        duties.agent,
+        "SELECT ctrlrun_cas('wire:t5', 'executing', 'act_z', 2, 0, 0, 9999999999999999, NULL, "
+        f"NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'failed', '{failed.action_id}', 1, "
+        "'reservation', 'w')",
+    )
+    assert proc.returncode != 0 and "requires 2 approver(s) of acme.wire" in proc.stderr, (
+        proc.stderr
+    )
+    assert owner.get_effect("wire:t5") == failed

@@ -112,6 +112,12 @@ fn pairs(steps: &[(EffectState, EffectState)]) -> String {
     each.join(", ")
 }
 
+/// Refuse with `refusal` unless `allowed` is true. Written this way round, a condition that
+/// is NULL (a NULL parameter) refuses: three-valued logic never lets a step through.
+fn unless(allowed: &str, refusal: String) -> String {
+    format!("IF NOT COALESCE({allowed}, false) THEN {refusal}; END IF")
+}
+
 /// The guard of `ctrlrun_transition`: each state the caller accepts is one its transition
 /// starts from (the planner's [`Transition::from_states`]).
 fn transition_guard() -> String {
@@ -140,28 +146,30 @@ fn transition_guard() -> String {
             )
         })
         .collect();
-    format!(
-        "IF NOT ($2 <@ (CASE $1 {} ELSE ARRAY[]::text[] END)) THEN {}; END IF",
-        arms.join(" "),
+    unless(
+        &format!(
+            "$2 <@ (CASE $1 {} ELSE ARRAY[]::text[] END) AND pg_catalog.cardinality($2) > 0",
+            arms.join(" ")
+        ),
         refuse(
             "the agent duty may not move an effect from any of % to %: moving an effect out \
              of ambiguous is a person''s resolution (the approver duty)",
-            ", $2, $1"
-        )
+            ", $2, $1",
+        ),
     )
 }
 
 /// The guard of the reservation's `INSERT`: a key's first attempt, with no outcome and no
 /// resolver.
 fn insert_guard() -> String {
-    format!(
-        "IF $2 NOT IN ('reserved', 'executing') OR $4 <> 1 OR $7 IS NOT NULL \
-         OR $8 IS NOT NULL OR $9 IS NOT NULL THEN {}; END IF",
+    unless(
+        "$2 IN ('reserved', 'executing') AND $4 = 1 AND $7 IS NULL AND $8 IS NULL \
+         AND $9 IS NULL",
         refuse(
             "a reservation writes a key''s first attempt (reserved or executing, attempt 1, \
              no outcome, resolved by nobody); state % attempt % is not an agent''s write",
-            ", $2, $4"
-        )
+            ", $2, $4",
+        ),
     )
 }
 
@@ -170,71 +178,79 @@ pub(super) const POLICY_DENIES: &str = "CT001";
 pub(super) const POLICY_NEEDS_GRANT: &str = "CT002";
 
 /// The guard of the agent's whole-row compare-and-set (`ctrlrun_cas`): only
-/// [`AGENT_ROW_STEPS`], and a renewal meets the store's policy.
+/// [`AGENT_ROW_STEPS`]; and a renewal meets the store's policy for the action it names and for
+/// the action that last held the key (a renewal naming another action, or none, does not
+/// escape a rule).
 pub(super) fn agent_cas_guard(schema: &str) -> String {
+    let held = format!(
+        "NULLIF((SELECT e.action FROM \"{schema}\".ctrlrun_effects e \
+         WHERE e.key_digest = pg_catalog.sha256(pg_catalog.convert_to($1, 'UTF8')) \
+         AND e.effect_key = $1), $12)"
+    );
     format!(
-        "IF NOT (($17, $2) IN ({})) THEN {}; END IF; \
-         IF $17 = 'failed' AND $2 IN ('reserved', 'executing') THEN {}; END IF",
-        pairs(&AGENT_ROW_STEPS),
-        refuse(
-            "the agent duty may not write an effect from % to %: a person resolves an \
-             ambiguous effect (the approver duty)",
-            ", $17, $2"
+        "{}; IF $17 = 'failed' AND $2 IN ('reserved', 'executing') THEN {}; {}; END IF",
+        unless(
+            &format!("($17, $2) IN ({})", pairs(&AGENT_ROW_STEPS)),
+            refuse(
+                "the agent duty may not write an effect from % to %: a person resolves an \
+                 ambiguous effect (the approver duty)",
+                ", $17, $2",
+            ),
         ),
-        super::statements::policy_check(schema, "$12, $1, $14, $16")
+        super::statements::policy_check(schema, "$12, $1, $14, $16"),
+        super::statements::policy_check(schema, &format!("{held}, $1, $14, $16")),
     )
 }
 
 /// The guard of a resolution (`ctrlrun_resolve`): out of `ambiguous` (or a lapsed hold), to
 /// `committed` or `failed`, naming who resolved it.
 pub(super) fn resolve_guard() -> String {
-    format!(
-        "IF NOT ($17 IN ('ambiguous', 'reserved', 'executing') \
-         AND $2 IN ('committed', 'failed') AND $10 IS NOT NULL) THEN {}; END IF",
+    unless(
+        "$17 IN ('ambiguous', 'reserved', 'executing') AND $2 IN ('committed', 'failed') \
+         AND $10 IS NOT NULL",
         refuse(
             "a resolution moves an ambiguous effect to committed or failed and names who \
              resolved it, not from % to %",
-            ", $17, $2"
-        )
+            ", $17, $2",
+        ),
     )
 }
 
 /// The guard of the agent's approval request (`ctrlrun_ask`): pending and undecided.
 pub(super) fn ask_guard() -> String {
-    format!(
-        "IF $6 <> 'pending' OR $10 IS NOT NULL OR $11 IS NOT NULL OR $13 IS NOT NULL \
-         OR $14 IS NOT NULL OR $20 IS NOT NULL THEN {}; END IF",
+    unless(
+        "$6 = 'pending' AND $10 IS NULL AND $11 IS NULL AND $13 IS NULL AND $14 IS NULL \
+         AND $20 IS NULL",
         refuse(
             "an approval request is written pending and undecided (a decision is the \
              approver duty''s), not %",
-            ", $6"
-        )
+            ", $6",
+        ),
     )
 }
 
 /// The guard of the agent's request step (`ctrlrun_settle_request`): expire a request, or use
 /// a grant.
 pub(super) fn settle_guard() -> String {
-    format!(
-        "IF NOT (($9 IN ('pending', 'granted') AND $1 = 'expired') \
-         OR ($9 = 'granted' AND $1 = 'used')) THEN {}; END IF",
+    unless(
+        "($9 IN ('pending', 'granted') AND $1 = 'expired') OR ($9 = 'granted' AND $1 = 'used')",
         refuse(
             "the agent duty may not move an approval request from % to %: deciding is the \
              approver duty''s",
-            ", $9, $1"
-        )
+            ", $9, $1",
+        ),
     )
 }
 
 /// The guard of a decision (`ctrlrun_decide`): a pending request to pending, granted or
 /// denied.
 pub(super) fn decide_guard() -> String {
-    format!(
-        "IF NOT ($9 = 'pending' AND $1 IN ('pending', 'granted', 'denied')) THEN {}; END IF",
+    unless(
+        "$9 = 'pending' AND $1 IN ('pending', 'granted', 'denied')",
         refuse(
             "a decision moves a pending request to pending, granted or denied, not from % to %",
-            ", $9, $1"
-        )
+            ", $9, $1",
+        ),
     )
 }
 
