@@ -164,7 +164,7 @@ pub enum Mismatch {
 ///
 /// | the row | a return (`commit`) | `NotExecuted` (`fail`) | another exception (`mark_ambiguous`) |
 /// | --- | --- | --- | --- |
-/// | `ambiguous` (lapsed) | `committed` with the result | `failed` | stays `ambiguous` |
+/// | `ambiguous` (lapsed) | `committed` with the result | stays `ambiguous`, noted (a person resolves it) | stays `ambiguous` |
 /// | `failed`, set by a person | `committed` with the result: the effect happened | - | - |
 /// | `committed`, set by a person | stays `committed`, gains the result | - | - |
 ///

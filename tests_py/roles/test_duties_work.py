@@ -99,6 +99,11 @@ def test_store_roles_refuses_roles_it_cannot_keep_apart(duties, pg):
         roles_cli(url, "--agent", "nobody_xyz", "--approver", p), "no such role", "CREATE ROLE"
     )
     assert_one_line_error(roles_cli(url, "--agent", pg.user, "--approver", p), "superuser")
+    pg.psql(f"ALTER ROLE {a} CREATEROLE")
+    assert_one_line_error(roles_cli(url, "--agent", a, "--approver", p), "CREATEROLE")
+    pg.psql(f"ALTER ROLE {a} NOCREATEROLE; GRANT pg_write_all_data TO {a}")
+    assert_one_line_error(roles_cli(url, "--agent", a, "--approver", p), "pg_write_all_data")
+    pg.psql(f"REVOKE pg_write_all_data FROM {a}")
     pg.psql(f"GRANT {p} TO {a}")
     assert_one_line_error(roles_cli(url, "--agent", a, "--approver", p), "member of --approver")
     pg.psql(f"REVOKE {p} FROM {a}")

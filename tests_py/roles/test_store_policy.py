@@ -120,3 +120,59 @@ def test_a_renewal_under_another_action_name_does_not_escape_the_rule(duties, ag
         proc.stderr
     )
     assert owner.get_effect("wire:t5") == failed
+
+
+def test_a_grant_pays_for_one_attempt_even_if_never_marked_used(applied, duties, agent, owner):
+    """Raw SQL as the agent: reserve with a grant and skip marking it used, fail, then renew
+    with the same grant: the server refuses the second attempt."""
+    runs: list = []
+    with pytest.raises(ApprovalRequired) as asked:
+        wires(agent, runs)("t6", 10)
+    rid = asked.value.request_id
+    approver_store = ctrlrun.open_store(duties.approver_url)
+    try:
+        approver_store.grant_approval(rid, by="alice")
+        approver_store.grant_approval(rid, by="bob")
+    finally:
+        approver_store.close()
+    digest = owner.get_approval(rid).args_digest
+    reserve = (
+        "SELECT r_state FROM ctrlrun_reserve('wire:t6', 'executing', 'act_1', 1, NULL, "
+        f"60000000, NULL, NULL, NULL, NULL, 'acme.wire', NULL, '{digest}', NULL, '{rid}', "
+        "'reservation', 'w')"
+    )
+    assert duties.sql(duties.agent, reserve).returncode == 0
+    fail = (
+        "SELECT r_state FROM ctrlrun_transition('failed', ARRAY['executing'], true, NULL, "
+        "'NotExecuted: lie', 'wire:t6', 'act_1', 1, NULL, 'outcome', 'w')"
+    )
+    assert duties.sql(duties.agent, fail).returncode == 0
+    renew = duties.sql(
+        duties.agent,
+        "SELECT ctrlrun_cas('wire:t6', 'executing', 'act_2', 2, 0, 0, 9999999999999999, NULL, "
+        f"NULL, NULL, NULL, 'acme.wire', NULL, '{digest}', NULL, '{rid}', 'failed', 'act_1', 1, "
+        "'reservation', 'w')",
+    )
+    assert renew.returncode != 0 and "requires 2 approver(s)" in renew.stderr, renew.stderr
+    assert (owner.get_effect("wire:t6").state.value, owner.get_effect("wire:t6").attempt) == (
+        "failed",
+        1,
+    )
+
+
+def test_one_name_twice_is_not_two_approvers(applied, duties, agent, owner):
+    """Raw SQL as the approver: a decision listing one name twice does not pay for a rule of
+    two distinct approvers."""
+    runs: list = []
+    with pytest.raises(ApprovalRequired) as asked:
+        wires(agent, runs)("t7", 10)
+    rid = asked.value.request_id
+    decide = duties.sql(
+        duties.approver,
+        "SELECT ctrlrun_decide('granted', 9999999999999999, 1, 'alice', NULL, NULL, NULL, "
+        f"'{rid}', 'pending', 1, 'granted', 'console', E'alice\\nalice')",
+    )
+    assert decide.returncode == 0, decide.stderr
+    with pytest.raises(ApprovalRequired):
+        wires(agent, runs)("t7", 10)
+    assert runs == [] and owner.get_effect("wire:t7") is None

@@ -220,7 +220,7 @@ pub(super) fn resolve_guard() -> String {
 pub(super) fn ask_guard() -> String {
     unless(
         "$6 = 'pending' AND $10 IS NULL AND $11 IS NULL AND $13 IS NULL AND $14 IS NULL \
-         AND $20 IS NULL",
+         AND $20 IS NULL AND $19 >= 1",
         refuse(
             "an approval request is written pending and undecided (a decision is the \
              approver duty''s), not %",

@@ -48,7 +48,9 @@ fn counted(guard: &str, statement: &str) -> String {
 }
 
 /// The function behind [`super::statements::policy_check`] (run as the writing function's
-/// owner).
+/// owner). A grant counts when it is in force by the server's clock, has as many distinct
+/// names as the rule requires, and no row of its key carries it already: a grant the agent
+/// never marked used still pays for one attempt only.
 fn policy_check_function(schema: &str) -> String {
     let deny = duties::refuse_with(
         duties::POLICY_DENIES,
@@ -69,9 +71,15 @@ fn policy_check_function(schema: &str) -> String {
          SELECT decision, approvals INTO d, k FROM \"{schema}\".ctrlrun_policy WHERE action = $1; \
          IF NOT FOUND OR d = 'allow' THEN RETURN true; END IF; \
          IF d = 'deny' THEN {deny}; END IF; \
-         IF NOT EXISTS (SELECT 1 FROM \"{schema}\".ctrlrun_approvals WHERE request_id = $4 \
-         AND state = 'granted' AND action = $1 AND effect_key = $2 AND args_digest = $3 \
-         AND pg_catalog.cardinality(pg_catalog.string_to_array(granted_by, E'\\n')) >= k) \
+         IF NOT EXISTS (SELECT 1 FROM \"{schema}\".ctrlrun_approvals a WHERE a.request_id = $4 \
+         AND a.state = 'granted' AND a.action = $1 AND a.effect_key = $2 \
+         AND a.args_digest = $3 \
+         AND a.expires_at >= (extract(epoch FROM pg_catalog.clock_timestamp()) * 1000000)::int8 \
+         AND (SELECT count(DISTINCT g) FROM pg_catalog.unnest(pg_catalog.string_to_array( \
+             a.granted_by, E'\\n')) g WHERE g <> '') >= k \
+         AND NOT EXISTS (SELECT 1 FROM \"{schema}\".ctrlrun_effects e \
+             WHERE e.key_digest = pg_catalog.sha256(pg_catalog.convert_to($2, 'UTF8')) \
+             AND e.effect_key = $2 AND e.approval_id = $4)) \
          THEN {need}; END IF; \
          RETURN true; END"
     );
@@ -167,7 +175,8 @@ fn cold_functions(schema: &str) -> String {
     // The agent expires a request or uses a grant; it cannot touch who decided.
     let settle = format!(
         "{request_cas} AND decided_by IS NOT DISTINCT FROM $4 \
-         AND decided_at IS NOT DISTINCT FROM $3 AND granted_by IS NOT DISTINCT FROM $13"
+         AND decided_at IS NOT DISTINCT FROM $3 AND granted_by IS NOT DISTINCT FROM $13 \
+         AND note IS NOT DISTINCT FROM $5 AND expires_at = $2"
     );
     // A decision adds its name to those recorded (never writes over another's): with the
     // request locked first ([`super::cold`]'s `lock_request`) none is lost, and should a

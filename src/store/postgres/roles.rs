@@ -178,8 +178,14 @@ fn check_apart(c: &mut Client, schema: &str, agent: &str, approver: &str) -> Res
              URL connects as {me:?}: run `ctrlrun store roles` with the owner's URL"
         )));
     }
-    let role_query = "SELECT rolsuper, pg_has_role(oid, $2::text, 'MEMBER') \
-                      FROM pg_catalog.pg_roles WHERE rolname = $1";
+    // A role that can create roles can grant itself the other duty; the predefined roles
+    // below read or write every table whatever the grants say.
+    let role_query = "SELECT rolsuper OR rolbypassrls, pg_has_role(oid, $2::text, 'MEMBER'), \
+                      rolcreaterole, (SELECT pg_catalog.string_agg(p.rolname, ', ') \
+                      FROM pg_catalog.pg_roles p WHERE p.rolname IN ('pg_write_all_data', \
+                      'pg_read_all_data', 'pg_write_server_files', 'pg_execute_server_program') \
+                      AND pg_has_role(r.oid, p.oid, 'MEMBER')) \
+                      FROM pg_catalog.pg_roles r WHERE rolname = $1";
     for (option, role) in [("--agent", agent), ("--approver", approver)] {
         let found = c
             .query_typed(role_query, &[(&role, Type::TEXT), (&owner, Type::TEXT)])
@@ -192,10 +198,24 @@ fn check_apart(c: &mut Client, schema: &str, agent: &str, approver: &str) -> Res
             )));
         };
         let (superuser, owns): (bool, bool) = (row.get(0), row.get(1));
+        let (creates_roles, predefined): (bool, Option<String>) = (row.get(2), row.get(3));
         if superuser {
             return Err(Error::InvalidArgument(format!(
-                "{option} {role:?} is a superuser, which passes every privilege check: give \
-                 the duty to a role without SUPERUSER"
+                "{option} {role:?} is a superuser or bypasses row security, which passes every \
+                 privilege check: give the duty to a role without SUPERUSER or BYPASSRLS"
+            )));
+        }
+        if creates_roles {
+            return Err(Error::InvalidArgument(format!(
+                "{option} {role:?} has CREATEROLE, and could grant itself the other duty: \
+                 ALTER ROLE {} NOCREATEROLE, or use another role",
+                quote_ident(role)
+            )));
+        }
+        if let Some(predefined) = predefined {
+            return Err(Error::InvalidArgument(format!(
+                "{option} {role:?} is a member of {predefined}, which reads or writes every \
+                 table whatever the grants say: revoke that membership"
             )));
         }
         if owns {
