@@ -12,6 +12,7 @@ import pytest
 import ctrlrun
 from ctrlrun import ApprovalRequired, InvalidArgument
 from ctrlrun.store.approvals import ApprovalState
+from tests_py.support import policy_files
 from tests_py.support.cli import run_cli
 
 
@@ -55,16 +56,7 @@ def test_who_asked_is_recorded_and_can_never_grant(mode, store):
 
 
 def test_two_approvers_are_two_distinct_people(store_url, store, tmp_path, monkeypatch):
-    policy = tmp_path / "ctrlrun.yaml"
-    policy.write_text(
-        "schema: ctrlrun.policy/v2\n"
-        "actions:\n"
-        "  acme.wire:\n"
-        "    effect: 'wire:{ref}'\n"
-        "    decision: approve\n"
-        "    approvals: 2\n"
-    )
-    monkeypatch.setenv("CTRLRUN_CONFIG", str(policy))
+    policy_files.use(tmp_path, monkeypatch, policy_files.TWO_APPROVERS)
     runs: list = []
 
     @ctrlrun.protect("acme.wire", store=store, requested_by="wire-agent")

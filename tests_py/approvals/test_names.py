@@ -14,6 +14,7 @@ import pytest
 import ctrlrun
 from ctrlrun import ApprovalRequired, InvalidArgument
 from ctrlrun.store.approvals import ApprovalState
+from tests_py.support import policy_files
 from tests_py.support.cli import assert_one_line_error, run_cli
 
 #: Another spelling of "refund-agent": its case, a space after it, its fullwidth form (NFKC).
@@ -66,16 +67,7 @@ def test_who_asked_cannot_grant_by_another_spelling(store, store_url, by):
 def test_another_spelling_of_an_approver_is_no_second_approver(
     store, store_url, tmp_path, monkeypatch
 ):
-    policy = tmp_path / "ctrlrun.yaml"
-    policy.write_text(
-        "schema: ctrlrun.policy/v2\n"
-        "actions:\n"
-        "  acme.wire:\n"
-        "    effect: 'wire:{ref}'\n"
-        "    decision: approve\n"
-        "    approvals: 2\n"
-    )
-    monkeypatch.setenv("CTRLRUN_CONFIG", str(policy))
+    policy_files.use(tmp_path, monkeypatch, policy_files.TWO_APPROVERS)
 
     @ctrlrun.protect("acme.wire", store=store, requested_by="wire-agent")
     def wire(ref: str) -> str:

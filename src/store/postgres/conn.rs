@@ -270,13 +270,11 @@ pub(super) fn describe(config: &Config, schema: &str) -> String {
 /// One connection outside any store's pool, for an operator's command (`doing`, for the
 /// messages) on the schema `schema`: the client, and how a failure of it reads.
 pub(super) fn admin_client(
-    url: &str,
-    schema: &str,
-    (timeout, tls): (Duration, &crate::url::PgTls),
+    target: &Target,
     doing: &str,
 ) -> Result<(Client, impl Fn(PgError) -> Error)> {
-    let manager = Manager::for_url(url, timeout, tls)?;
-    let description = describe(&manager.config, schema);
+    let manager = Manager::for_url(&target.url, target.timeout, &target.tls)?;
+    let description = describe(&manager.config, &target.schema);
     let doing = doing.to_owned();
     let fail = move |e: PgError| {
         Error::Store(format!(
@@ -286,4 +284,33 @@ pub(super) fn admin_client(
     };
     let client = manager.connect_client().map_err(&fail)?;
     Ok((client, fail))
+}
+
+/// What an operator's command needs of a PostgreSQL store URL: the server's URL, the schema,
+/// the bound on every wait and the TLS settings.
+pub(super) struct Target {
+    pub(super) url: String,
+    pub(super) schema: String,
+    pub(super) timeout: Duration,
+    pub(super) tls: PgTls,
+}
+
+/// The [`Target`] of the store `url`; a URL of another store is `InvalidArgument` with
+/// `not_postgres` (the command's own words).
+pub(super) fn target(url: &str, not_postgres: &str) -> Result<Target> {
+    match crate::url::parse(url)? {
+        crate::url::StoreUrl::Postgres {
+            url,
+            schema,
+            timeout,
+            tls,
+            ..
+        } => Ok(Target {
+            url,
+            schema,
+            timeout,
+            tls,
+        }),
+        _ => Err(Error::InvalidArgument(not_postgres.to_owned())),
+    }
 }

@@ -122,28 +122,19 @@ pub fn store_roles(url: &str, agent: &str, approver: &str, mode: RolesMode) -> R
              duties, and the agent could decide. Create a role for each"
         )));
     }
-    let crate::url::StoreUrl::Postgres {
-        url: pg_url,
-        schema,
-        timeout,
-        tls,
-        ..
-    } = crate::url::parse(url)?
-    else {
-        return Err(Error::InvalidArgument(
-            "a SQLite store has no roles: whoever can write its file can decide. Duties \
-             apart need a PostgreSQL store (docs/roles.md)"
-                .into(),
-        ));
-    };
-    let sql = grants(&schema, agent, approver);
+    let target = super::conn::target(
+        url,
+        "a SQLite store has no roles: whoever can write its file can decide. Duties apart need \
+         a PostgreSQL store (docs/roles.md)",
+    )?;
+    let schema = &target.schema;
+    let sql = grants(schema, agent, approver);
     if mode == RolesMode::Print {
         return Ok(sql);
     }
     drop(crate::store::open_store(url)?); // creates or migrates the schema
-    let (mut client, fail) =
-        super::conn::admin_client(&pg_url, &schema, (timeout, &tls), "set the roles")?;
-    check_apart(&mut client, &schema, agent, approver)?;
+    let (mut client, fail) = super::conn::admin_client(&target, "set the roles")?;
+    check_apart(&mut client, schema, agent, approver)?;
     let applied = client
         .batch_execute("START TRANSACTION", "START TRANSACTION")
         .and_then(|()| client.batch_execute("the grants", &sql))

@@ -380,25 +380,14 @@ pub const SCRATCH_PREFIX: &str = "ctrlrun_scratch_";
 /// Drop a throwaway schema made by `ctrlrun verify` or the pytest plugin. Refuses any schema whose name does not start
 /// with [`SCRATCH_PREFIX`], so it can never drop the user's data.
 pub fn drop_scratch_schema(url: &str) -> Result<()> {
-    let crate::url::StoreUrl::Postgres {
-        url,
-        schema,
-        timeout,
-        tls,
-        ..
-    } = crate::url::parse(url)?
-    else {
-        return Err(Error::InvalidArgument(
-            "drop_scratch_schema takes a postgresql:// URL".into(),
-        ));
-    };
+    let target = super::conn::target(url, "drop_scratch_schema takes a postgresql:// URL")?;
+    let schema = &target.schema;
     if !schema.starts_with(SCRATCH_PREFIX) {
         return Err(Error::InvalidArgument(format!(
             "refusing to drop schema {schema:?}: only {SCRATCH_PREFIX}* scratch schemas are dropped"
         )));
     }
-    let (mut client, fail) =
-        super::conn::admin_client(&url, &schema, (timeout, &tls), "drop the scratch schema")?;
+    let (mut client, fail) = super::conn::admin_client(&target, "drop the scratch schema")?;
     client
         .batch_execute(
             "DROP SCHEMA",
