@@ -72,6 +72,17 @@ pub enum Error {
         effect_key: Option<String>,
         action_id: Option<String>,
     },
+    /// A holder's write found that the store lost a write it had acknowledged to this
+    /// process (see [`crate::planner::lost_write`]); `marked`: the key was then marked
+    /// `ambiguous` for a person. `record` is the row the write met.
+    #[error("{message}")]
+    LostWrite {
+        message: String,
+        effect_key: String,
+        action_id: String,
+        record: Option<Box<EffectRecord>>,
+        marked: bool,
+    },
     /// The database server refused the write or read for want of a privilege (SQLSTATE
     /// 42501): this role lacks the duty it needs (docs/roles.md). Nothing was written.
     #[error("{0}")]

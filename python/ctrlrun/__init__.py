@@ -31,6 +31,7 @@ from ctrlrun.errors import (
     NotExecuted,
     PolicyError,
     StoreError,
+    StoreLostWrite,
     StorePermissionDenied,
     StoreUnresolved,
     StoreWriteFailed,
@@ -71,4 +72,5 @@ __all__ = [
     "StorePermissionDenied",
     "StoreWriteFailed",
     "StoreUnresolved",
+    "StoreLostWrite",
 ]

@@ -6,7 +6,7 @@ read by one converter each in ``ctrlrun.store``.
 """
 
 from pathlib import Path
-from typing import Any, Callable, Final, List, Optional, Sequence, Tuple, final
+from typing import Any, Callable, Final, List, Literal, Optional, Sequence, Tuple, final
 
 __all__ = [
     "Template",
@@ -152,6 +152,7 @@ class Store:
     def backend(self) -> str: ...
     @property
     def closed(self) -> bool: ...
+    def posture(self) -> List[Tuple[str, Literal["pass", "fail", "not visible", "info"], str]]: ...
     def reserve(
         self,
         key: str,

@@ -15,7 +15,8 @@
     └── StoreError
         ├── StoreWriteFailed   nothing committed; safe to retry the write
         ├── StorePermissionDenied  the server refused: this role lacks the duty
-        └── StoreUnresolved    COMMIT outcome unknown and the re-read failed
+        ├── StoreUnresolved    COMMIT outcome unknown and the re-read failed
+        └── StoreLostWrite     the store lost a write it acknowledged (.marked, .record)
 
 Exceptions pickle with their attributes (they cross process boundaries in worker pools).
 """
@@ -42,6 +43,7 @@ __all__ = [
     "StorePermissionDenied",
     "StoreWriteFailed",
     "StoreUnresolved",
+    "StoreLostWrite",
 ]
 
 
@@ -287,3 +289,27 @@ class StoreUnresolved(StoreError):
         super().__init__(message)
         self.effect_key = effect_key
         self.action_id = action_id
+
+
+class StoreLostWrite(_FoundRecord, StoreError):
+    """The store lost a write it had acknowledged to this process: the holder's next write
+    found its key with no row, or held by an earlier attempt, or by another action under the
+    same attempt number. Only a store that went back in time does that: a failover to a
+    standby that had not received the write (asynchronous replication), a restore from a
+    backup, a commit acknowledged before it was durable. The effect may run, or have run,
+    twice.
+
+    ``effect_key`` and ``action_id`` name the lost attempt; ``record`` is the row the write met
+    (``None``: no row). ``marked`` is ``True`` when the key was then marked ``ambiguous`` for a
+    person (the outcome write of an executor that ran, over a row the agent's duty may mark),
+    and ``effect.ambiguous`` was notified. Never retry it blindly (docs/postgres.md, "Durability
+    and replication").
+    """
+
+    def __init__(
+        self, message: str, *, effect_key: str = "", action_id: str = "", marked: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.effect_key = effect_key
+        self.action_id = action_id
+        self.marked = marked

@@ -44,6 +44,18 @@ fn build(py: Python<'_>, err: Error) -> PyResult<PyErr> {
             }
             (intern!(py, "StoreUnresolved"), message, None, None)
         }
+        Error::LostWrite {
+            message,
+            effect_key,
+            action_id,
+            record,
+            marked,
+        } => {
+            kwargs.set_item(intern!(py, "action_id"), action_id)?;
+            kwargs.set_item(intern!(py, "marked"), marked)?;
+            kwargs.set_item(intern!(py, "effect_key"), &effect_key)?;
+            (intern!(py, "StoreLostWrite"), message, record, None)
+        }
         Error::Duplicate {
             kind,
             record,

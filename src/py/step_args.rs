@@ -45,7 +45,7 @@ pub(super) struct Outcome {
 
 impl Outcome {
     pub fn write_once(&self, s: &dyn Store, now: Option<Micros>) -> Result<(), Error> {
-        s.transition_unread(
+        s.record_held_outcome(
             &self.key,
             &self.action_id,
             self.attempt,

@@ -111,6 +111,17 @@ impl PyStore {
         self.backend.as_str()
     }
 
+    /// What the store's set-up does to the promise, as read at open: `(check, standing,
+    /// detail)` per line, standing `pass`, `fail`, `not visible` or `info`.
+    fn posture(&self, py: Python<'_>) -> PyResult<Vec<(&'static str, &'static str, String)>> {
+        let store = self.get().py_err(py)?;
+        Ok(store
+            .posture()
+            .into_iter()
+            .map(|l| (l.check, l.standing.as_str(), l.detail))
+            .collect())
+    }
+
     /// With `begin=True` a granted row is written `executing` at once (the caller runs the body
     /// right after), saving the separate begin write. `action` names the action, `args` is
     /// `[(name, canonical JSON text)]` per argument (their digests go on the row), and
@@ -276,7 +287,7 @@ impl PyStore {
         py.detach(|| {
             record_retrying(step.as_str(), key, now_us, &pauses, None, |now| {
                 let _pass = store.fork_sensitive().then(fork::pass);
-                store.transition_unread(key, action_id, attempt, &t, now)
+                store.record_held_outcome(key, action_id, attempt, &t, now)
             })
         })
         .py_err(py)

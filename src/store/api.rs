@@ -228,6 +228,27 @@ pub trait Store: Approvals + Approvers + Receipts + Retention + StorePolicy + En
             .map_err(|e| e.naming(key, Some(action_id)))
     }
 
+    /// The decorator's outcome write ([`Store::transition_unread`]) of the attempt it holds:
+    /// the store acknowledged its reservation to this process, so a refusal whose row says
+    /// that reservation is gone is `Error::LostWrite`, and the key is marked `ambiguous` for a
+    /// person where it can be ([`super::lost`]). `attempt` `None`: no such check.
+    fn record_held_outcome(
+        &self,
+        key: &str,
+        action_id: &str,
+        attempt: Option<i64>,
+        transition: &Transition,
+        now: Option<Micros>,
+    ) -> Result<()> {
+        self.transition_unread(key, action_id, attempt, transition, now)
+            .map_err(|e| match attempt {
+                Some(held) => {
+                    super::lost::after_refusal(self, e, (key, action_id, held), (transition, now))
+                }
+                None => e,
+            })
+    }
+
     /// Move a live lease of an `executing` attempt to `until` (not earlier than today's expiry).
     fn extend_lease(
         &self,

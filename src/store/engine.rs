@@ -2,6 +2,7 @@
 //! it: the checks, the clock and the planner's calls of each method are the same for both
 //! backends; only how a row is reserved, transitioned and replaced is the backend's.
 
+use super::posture::PostureLine;
 use super::recovery::{Reread, TransitionCall};
 use super::retention::{PruneBatch, PruneStep};
 use crate::error::Result;
@@ -47,6 +48,9 @@ pub trait Engine: Reread + Send + Sync {
 
     /// [`Store::backend`].
     fn kind(&self) -> Backend;
+
+    /// What the store's set-up does to the promise (see [`super::posture`]), as read at open.
+    fn posture(&self) -> Vec<PostureLine>;
 
     /// The clock fixed before a write: this host's for a store that has no other (SQLite),
     /// else `now` as given (`None`: the server's, read by the write).

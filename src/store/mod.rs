@@ -5,10 +5,12 @@ pub(crate) mod api;
 pub(crate) mod cold;
 pub(crate) mod engine;
 pub mod fork;
+mod lost;
 pub mod nowait;
 pub mod outcome;
 pub mod pool;
 pub mod postgres;
+pub mod posture;
 mod recovery;
 pub mod retention;
 pub mod sqlite;
@@ -35,13 +37,14 @@ pub fn open_store(url: &str) -> Result<Arc<dyn Store>> {
             timeout,
             tls,
             prepared_statements,
+            risks,
         } => Ok(Arc::new(postgres::PostgresStore::open(
             &url,
             &schema,
             pool_size,
             timeout,
             &tls,
-            prepared_statements,
+            (prepared_statements, risks),
         )?)),
     }
 }

@@ -59,7 +59,10 @@ pub fn record_retrying(
 fn refuses(e: &Error) -> bool {
     matches!(
         e,
-        Error::Duplicate { .. } | Error::Conflict { .. } | Error::Ambiguous { .. }
+        Error::Duplicate { .. }
+            | Error::Conflict { .. }
+            | Error::Ambiguous { .. }
+            | Error::LostWrite { .. }
     )
 }
 

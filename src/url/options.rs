@@ -45,7 +45,24 @@ pub enum StoreUrl {
         /// (`prepared_statements=on`; default off: every statement unnamed, safe behind any
         /// transaction pooler).
         prepared_statements: bool,
+        /// The risks the URL accepts by name (none unless it says so).
+        risks: PgRisks,
     },
+}
+
+/// Risks to the promise that a PostgreSQL URL may accept, each only by an option that names
+/// what it costs; accepted, each is warned of at open (docs/postgres.md, "Durability and
+/// replication").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PgRisks {
+    /// `crash_may_lose_commits=accept`: commit as the server's `synchronous_commit` says, even
+    /// `off` or `local`, which acknowledge a commit a crash can still lose. Otherwise every
+    /// write commits at least as `on`.
+    pub crash_may_lose_commits: bool,
+    /// `failover_may_lose_commits=accept`: open a primary that streams to a standby
+    /// asynchronously, which a failover can leave without the last acknowledged commits.
+    /// Otherwise such a primary is refused at open.
+    pub failover_may_lose_commits: bool,
 }
 
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(30);

@@ -1,13 +1,13 @@
 //! PostgreSQL store URLs: our own options (`schema`, `pool_size`, `timeout`,
-//! `prepared_statements`), libpq's TLS
-//! options (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`), and the user info checks; every
-//! other option goes to the driver.
+//! `prepared_statements`, the accepted risks), libpq's TLS options (`sslmode`, `sslrootcert`,
+//! `sslcert`, `sslkey`), the libpq values a store can use of `target_session_attrs` and
+//! `load_balance_hosts`, and the user info checks; every other option goes to the driver.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use super::options::{
-    PgTls, SslMode, StoreUrl, DEFAULT_PG_TIMEOUT, DEFAULT_POOL_SIZE, MAX_POOL_SIZE,
+    PgRisks, PgTls, SslMode, StoreUrl, DEFAULT_PG_TIMEOUT, DEFAULT_POOL_SIZE, MAX_POOL_SIZE,
 };
 use super::redact::redact;
 use crate::error::{Error, Result};
@@ -38,6 +38,7 @@ pub(super) fn parse_postgres(url: &str) -> Result<StoreUrl> {
         cert: None,
         key: None,
     };
+    let mut risks = PgRisks::default();
     let mut rest = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -68,6 +69,19 @@ pub(super) fn parse_postgres(url: &str) -> Result<StoreUrl> {
                     )))
                 }
             }
+        }
+        let refused =
+            |why: String| Error::InvalidArgument(format!("store URL {:?}: {why}", shown()));
+        if let Some(pass) = host_choice(&name, &percent_decode(raw_value)).map_err(refused)? {
+            rest.push(pass);
+            continue;
+        }
+        if let Some(accepted) = risk(&name, &percent_decode(raw_value)).map_err(refused)? {
+            match name.as_str() {
+                "crash_may_lose_commits" => risks.crash_may_lose_commits = accepted,
+                _ => risks.failover_may_lose_commits = accepted,
+            }
+            continue;
         }
         match pair.split_once('=') {
             Some(("schema", v)) => schema = v.to_owned(),
@@ -194,7 +208,51 @@ pub(super) fn parse_postgres(url: &str) -> Result<StoreUrl> {
         timeout,
         tls,
         prepared_statements,
+        risks,
     })
+}
+
+/// libpq's `target_session_attrs` and `load_balance_hosts`, as the driver is to get them
+/// (`Some`), or `None` for another option. A store writes every reservation, so a choice of
+/// a server that refuses writes is refused here, naming the option; `primary` is
+/// `read-write` (a standby is never writable, and a primary that refuses writes cannot hold a
+/// reservation either).
+fn host_choice(name: &str, value: &str) -> std::result::Result<Option<&'static str>, String> {
+    match (name, value) {
+        ("target_session_attrs", "any") => Ok(Some("target_session_attrs=any")),
+        ("target_session_attrs", "read-write" | "primary") => {
+            Ok(Some("target_session_attrs=read-write"))
+        }
+        ("target_session_attrs", v @ ("read-only" | "standby" | "prefer-standby")) => Err(format!(
+            "target_session_attrs={v} would choose a server that refuses writes (a standby), \
+             and a store writes every reservation; use read-write or primary (the server that \
+             takes writes), or any"
+        )),
+        ("target_session_attrs", v) => Err(format!(
+            "target_session_attrs must be any, read-write, primary, read-only, standby or \
+             prefer-standby (libpq's values), got {v:?}"
+        )),
+        ("load_balance_hosts", "disable") => Ok(Some("load_balance_hosts=disable")),
+        ("load_balance_hosts", "random") => Ok(Some("load_balance_hosts=random")),
+        ("load_balance_hosts", v) => Err(format!(
+            "load_balance_hosts must be disable or random (libpq's values), got {v:?}"
+        )),
+        _ => Ok(None),
+    }
+}
+
+/// A risk the URL accepts by name (`Some(true)`), or `None` for another option; the only value
+/// is `accept`, so that no option weakens the promise by accident.
+fn risk(name: &str, value: &str) -> std::result::Result<Option<bool>, String> {
+    if !matches!(name, "crash_may_lose_commits" | "failover_may_lose_commits") {
+        return Ok(None);
+    }
+    match value {
+        "accept" => Ok(Some(true)),
+        v => Err(format!(
+            "{name} takes only the value accept (leave it out to keep the guarantee), got {v:?}"
+        )),
+    }
 }
 
 /// A user name or password with an unescaped `@`, `?`, `/` or `#` would be split in the wrong

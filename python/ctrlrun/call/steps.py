@@ -30,8 +30,10 @@ from ctrlrun.errors import (
     EffectConflict,
     InvalidArgument,
     StoreError,
+    StoreLostWrite,
     StoreUnresolved,
 )
+from ctrlrun.notify import hooks as notify_hooks
 from ctrlrun.store.api import Store
 from ctrlrun.store.approvals import DEFAULT_APPROVAL_TTL, ApprovalRecord, ApprovalState
 from ctrlrun.store.durations import lease_to_micros
@@ -332,6 +334,16 @@ class Call:
 
     def not_recorded(self, ending: Outcome, exc: Exception) -> Exception:
         """What recording the outcome ``ending`` raises when its last try raised ``exc``."""
+        if isinstance(exc, StoreLostWrite):
+            # The store lost this attempt's acknowledged write (the core logged it and marked
+            # the key ambiguous where it could): a person hears of it as of any ambiguous one.
+            if exc.marked:
+                notify_hooks.ambiguous(
+                    None if self.spec is None else self.spec.action,
+                    self.key,
+                    getattr(self.spec, "requested_by", None),
+                )
+            return exc
         if isinstance(exc, (DuplicateEffect, AmbiguousEffect, InvalidArgument)) and not (
             isinstance(exc, InvalidArgument) and self.store.core.closed
         ):

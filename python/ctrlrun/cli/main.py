@@ -158,17 +158,23 @@ def resolve(
 )
 def verify(store_url: Optional[str], policy_file: Optional[str]) -> None:
     """Prove G3 (duplicate refused) and G4 (one winner, 8 processes) on your backend, in a
-    scratch store of its own; your data is never opened."""
+    scratch store of its own, and report the server's posture (durable commits, replication,
+    a pooler); your data is never opened."""
     from ctrlrun.cli import verify as _verify
+    from ctrlrun.cli import verify_posture as _posture
+    from ctrlrun.store.api import default_url
 
     progress = lambda msg: click.echo(f"verify: {msg}…", err=True)  # noqa: E731
     try:
         verdicts = _verify.run_verify(store_url, policy_file, progress)
+        posture = _posture.read_posture(store_url or default_url(), progress)
     except CTRLRunError as exc:
         die(str(exc))
     for v in verdicts:
         click.echo(v.line())
-    sys.exit(_verify.report(verdicts))
+    for line in posture:
+        click.echo(line.line())
+    sys.exit(_verify.report(verdicts) or int(_posture.posture_failed(posture)))
 
 
 @cli.group()

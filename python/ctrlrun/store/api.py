@@ -102,6 +102,12 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
         """``"sqlite"`` or ``"postgres"``: the database this store writes to."""
         return self.core.backend
 
+    def posture(self) -> List[Tuple[str, str, str]]:
+        """What the store's set-up does to the promise, as read at open: ``(check, standing,
+        detail)`` for ``durable commits``, ``replication`` and (PostgreSQL) ``pooler``;
+        standing ``pass``, ``fail``, ``not visible`` or ``info`` (docs/postgres.md)."""
+        return [(c, s, d) for c, s, d in self.core.posture()]
+
     @property
     def clock(self) -> Optional[Clock]:
         return self._clock

@@ -163,6 +163,9 @@ pub(crate) struct Client {
     /// The statements prepared on this connection (`prepared_statements=on`), by the slot the
     /// caller gives each (see `sql.rs`).
     prepared: [Option<Statement>; PREPARED_SLOTS],
+    /// The port this connection was made to (a server answering on another says something
+    /// sits between: [`super::posture`]).
+    pub(crate) port: u16,
 }
 
 /// How many statements one connection keeps prepared at most.
@@ -236,6 +239,7 @@ impl Client {
             timeout,
             timed_out: false,
             prepared: Default::default(),
+            port: config.get_ports().first().copied().unwrap_or(5432),
         })
     }
 

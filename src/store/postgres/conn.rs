@@ -24,13 +24,6 @@ pub struct Conn {
     pub(super) used: bool,
 }
 
-/// How every transaction starts, in one simple query (one round trip). Behind a transaction
-/// pooler a server connection keeps whatever session settings other clients left on it, and one
-/// that left `synchronous_commit = off` would let our COMMIT be acknowledged before it is
-/// durable: `SET LOCAL … TO DEFAULT` puts back the server's (or the role's) setting for this
-/// transaction only, so nothing leaks out either.
-const BEGIN: &str = "START TRANSACTION; SET LOCAL synchronous_commit TO DEFAULT";
-
 /// An open transaction on a pooled connection. Dropped without [`Txn::commit`] it rolls back;
 /// a rollback that fails marks the connection broken, so the pool never lends it out again
 /// mid-transaction.
@@ -40,8 +33,9 @@ pub(super) struct Txn<'a> {
 }
 
 impl<'a> Txn<'a> {
-    pub(super) fn begin(conn: &'a mut Conn) -> PgResult<Txn<'a>> {
-        if let Err(e) = conn.client.batch_execute("START TRANSACTION", BEGIN) {
+    /// `begin` is how the transaction starts ([`super::sql::Sql::begin`]).
+    pub(super) fn begin(conn: &'a mut Conn, begin: &str) -> PgResult<Txn<'a>> {
+        if let Err(e) = conn.client.batch_execute("START TRANSACTION", begin) {
             // Whatever part of it ran, the session may be left inside a transaction: never
             // lend this connection out again.
             conn.broken = true;
@@ -156,6 +150,18 @@ impl Manager {
             connect_timeout,
             timeout,
         })
+    }
+
+    /// Every session starts with `ctrlrun.commit_durability = server`, which makes
+    /// `ctrlrun_durable()` leave each write's commit as the server's `synchronous_commit` says
+    /// (`crash_may_lose_commits=accept`). A start-up option, not a `SET`: `ctrlrun_durable()`
+    /// reads the session's default, so no `SET` another client leaves on a pooler's server
+    /// connection can weaken a commit.
+    pub(super) fn commit_as_the_server_says(&mut self) {
+        let mut options = self.config.get_options().unwrap_or("").to_owned();
+        options.push_str(" -c ctrlrun.commit_durability=server");
+        self.config.options(options.trim_start());
+        self.hosts = one_per_host(&self.config);
     }
 
     /// A new connection, not pooled (the store's pool, and the fresh one a re-read needs).

@@ -11,7 +11,8 @@ use super::statements::{Statements, INSERT_PARAMS, ROW_TYPES, SELECT_PARAMS, TRA
 /// [`super::roles`], gives each to its duty). Every migration ends with this, so a store at
 /// the current version always has them as this build writes them.
 pub(super) fn all_functions(schema: &str) -> String {
-    let mut sql = policy_check_function(schema);
+    let mut sql = durable_function(schema);
+    sql.push_str(&policy_check_function(schema));
     sql.push_str(&hot_functions(schema));
     sql.push_str(&cold_functions(schema));
     for (name, params, _) in DEFINER {
@@ -37,6 +38,30 @@ fn function(
          SET search_path = pg_catalog, pg_temp \
          SET plan_cache_mode = force_generic_plan AS $fn$ \
          {body} $fn$;\n"
+    )
+}
+
+/// `ctrlrun_durable()`, called by every write (in its statement, or at the start of its
+/// transaction): the transaction commits at least as `synchronous_commit = on` (flushed here,
+/// and on the synchronous standbys when there are any), `remote_apply` where that is the
+/// session's default, whatever the server, database, role or URL set (schema version 10).
+/// Only a session that started with `ctrlrun.commit_durability = server` (the URL's
+/// `crash_may_lose_commits=accept`, see [`super::conn::Manager`]) commits as the server says.
+/// Both settings are first put back to the session's defaults, so a `SET` another client left
+/// on a pooler's server connection counts for neither. `SET LOCAL` in a function lasts to the
+/// end of the calling transaction, so it covers that commit and nothing after it.
+fn durable_function(schema: &str) -> String {
+    format!(
+        "CREATE OR REPLACE FUNCTION \"{schema}\".ctrlrun_durable() RETURNS boolean \
+         LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$ \
+         BEGIN \
+         SET LOCAL synchronous_commit TO DEFAULT; \
+         SET LOCAL ctrlrun.commit_durability TO DEFAULT; \
+         IF current_setting('ctrlrun.commit_durability', true) IS DISTINCT FROM 'server' \
+         AND current_setting('synchronous_commit') NOT IN ('on', 'remote_apply') THEN \
+         SET LOCAL synchronous_commit TO on; \
+         END IF; \
+         RETURN true; END $fn$;\n"
     )
 }
 

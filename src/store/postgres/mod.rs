@@ -19,6 +19,7 @@ mod conn;
 mod duties;
 mod functions;
 mod hosts;
+mod posture;
 mod retention;
 mod roles;
 mod schema;

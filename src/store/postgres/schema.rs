@@ -8,13 +8,13 @@ use super::client::{Client, PgError};
 use crate::error::{Error, Result};
 
 /// The schema version this build writes (`ctrlrun_meta.schema_version`).
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// How each older version is brought to the next (`MIGRATIONS[v - 1]` takes version `v` to
 /// `v + 1`), all in one transaction with the version's update. `{t}` is the effects table, `{a}`
 /// the approvals table, `{r}` the receipts table, `{p}` the approvers table, `{y}` the policy table, `{s}` the schema (quoted). A new schema gets
 /// version 1's tables and then every step.
-const MIGRATIONS: [&str; 8] = [
+const MIGRATIONS: [&str; 9] = [
     // 1 -> 2: the per-attempt token (rows written before keep NULL).
     "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS attempt_token text",
     // 2 -> 3: who holds a key and with which arguments; approvals.
@@ -177,6 +177,10 @@ const MIGRATIONS: [&str; 8] = [
          decision   text   NOT NULL CHECK (decision IN ('allow', 'approve', 'deny')),
          approvals  bigint NOT NULL CHECK (approvals BETWEEN 1 AND 10),
          updated_at bigint NOT NULL)",
+    // 9 -> 10: `ctrlrun_durable()` commits every write at least as `synchronous_commit = on`
+    // (it used to put back the session's default, which may be `off`). It is created with the
+    // other functions at the end of the migration, so this step sends nothing.
+    "",
 ];
 
 pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) -> Result<()> {

@@ -44,6 +44,10 @@ pub(super) use super::statements::{now_expr, COLUMNS};
 /// session that prepared it) ran nothing; the error names the option
 /// ([`super::client::PgError::NotPrepared`]).
 pub(super) struct Sql {
+    /// How every explicit transaction starts, in one simple query (one round trip): with
+    /// `ctrlrun_durable()`, which commits it at least as `synchronous_commit = on` whatever the
+    /// server, role, URL, or a pooler's server connection left by another client says.
+    pub(super) begin: String,
     /// The approvals table, schema-qualified (its statements are in `approvals.rs`).
     pub(super) approvals: String,
     /// The approver accounts, schema-qualified.
@@ -82,6 +86,7 @@ const TRANSITION: usize = 3;
 impl Sql {
     pub(super) fn new(schema: &str, prepared: bool) -> Sql {
         Sql {
+            begin: format!("START TRANSACTION; SELECT \"{schema}\".ctrlrun_durable()"),
             approvals: format!("\"{schema}\".ctrlrun_approvals"),
             approvers: format!("\"{schema}\".ctrlrun_approvers"),
             policy: format!("\"{schema}\".ctrlrun_policy"),

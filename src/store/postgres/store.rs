@@ -14,9 +14,10 @@ use crate::receipt::Event;
 use crate::record::{EffectRecord, Micros};
 use crate::store::engine::{Backend, Engine, RowWrite};
 use crate::store::pool::{Pool, Pooled};
+use crate::store::posture::PostureLine;
 use crate::store::recovery::{reread_failed, Commit, Reread, TransitionCall};
 use crate::store::retention::{PruneBatch, PruneStep};
-use crate::url::PgTls;
+use crate::url::{PgRisks, PgTls};
 
 /// PostgreSQL `text` cannot hold NUL: refuse such a key before any write.
 pub(super) fn check_key(key: &str) -> Result<()> {
@@ -53,19 +54,26 @@ pub struct PostgresStore {
     /// How many dead pooled connections one call skips before it gives up: every pooled one
     /// and one more (after a restart or a failover, all of them may be dead).
     pub(super) max_stale: usize,
+    /// What the server's set-up does to the promise, read at open ([`super::posture`]).
+    posture: Vec<PostureLine>,
 }
 
 impl PostgresStore {
-    /// Connect, create the schema's tables if missing, check the recorded schema version.
+    /// Connect, create the schema's tables if missing, check the recorded schema version, and
+    /// read the server's posture (refused when it can lose an acknowledged write and `risks`
+    /// does not accept that).
     pub fn open(
         url: &str,
         schema: &str,
         pool_size: usize,
         timeout: Duration,
         tls: &PgTls,
-        prepared_statements: bool,
+        (prepared_statements, risks): (bool, PgRisks),
     ) -> Result<PostgresStore> {
-        let fresh = Manager::for_url(url, timeout, tls)?;
+        let mut fresh = Manager::for_url(url, timeout, tls)?;
+        if risks.crash_may_lose_commits {
+            fresh.commit_as_the_server_says();
+        }
         let description = describe(&fresh.config, schema);
         let mut client = fresh.connect_client().map_err(|e| {
             Error::Store(format!(
@@ -74,6 +82,14 @@ impl PostgresStore {
             ))
         })?;
         init_schema(&mut client, schema, &description)?;
+        let seen = super::posture::read(&mut client).map_err(|e| {
+            Error::Store(format!(
+                "cannot read the replication and durability settings of the PostgreSQL store \
+                 {description}: {}",
+                e.describe()
+            ))
+        })?;
+        let posture = super::posture::judge(&seen, risks, client.port, &description)?;
         drop(client);
         let sql = std::sync::Arc::new(Sql::new(schema, prepared_statements));
         // Waiting for a pooled connection, or for the server: the connect timeout bounds both.
@@ -84,6 +100,7 @@ impl PostgresStore {
             description,
             pool,
             max_stale: pool_size + 1,
+            posture,
         })
     }
 
@@ -196,7 +213,7 @@ impl PostgresStore {
         let mut stale = 0;
         loop {
             let mut conn = self.conn(what, key)?;
-            let begin_error = match Txn::begin(&mut conn) {
+            let begin_error = match Txn::begin(&mut conn, &self.sql.begin) {
                 Ok(mut tx) => {
                     let body = body
                         .take()
@@ -282,6 +299,10 @@ impl Engine for PostgresStore {
 
     fn kind(&self) -> Backend {
         Backend::Postgres
+    }
+
+    fn posture(&self) -> Vec<PostureLine> {
+        self.posture.clone()
     }
 
     /// `now` as given: the server's clock is read by each write.

@@ -17,8 +17,9 @@ use crate::error::{Error, Result};
 use crate::record::{EffectRecord, Micros};
 use crate::store::nowait;
 use crate::store::pool::{Pool, Pooled};
+use crate::store::posture::{PostureLine, Standing};
 use crate::store::recovery::{reread_failed, Commit, Reread};
-use crate::url::SqliteOptions;
+use crate::url::{SqliteOptions, Synchronous};
 
 pub struct SqliteStore {
     pub(super) opts: SqliteOptions,
@@ -62,6 +63,15 @@ impl SqliteStore {
         held.check(&opts.path, file)?; // the file the first connection sets up is the one held
         init_schema(&first, &opts.path)?;
         drop(first);
+        if opts.synchronous == Synchronous::Normal {
+            log::warn!(
+                target: "ctrlrun.store",
+                "posture: durable commits of sqlite:///{}: synchronous=normal: a power loss or an \
+                 operating system crash can lose the last commits, and a retry then runs their \
+                 effects twice",
+                opts.path.display()
+            );
+        }
         let checkpoint_due = Arc::new(AtomicBool::new(false));
         let pool = Arc::new(Pool::new(
             Manager {
@@ -241,4 +251,30 @@ impl Reread for SqliteStore {
     fn failed_commit_may_land_later(&self) -> bool {
         false
     }
+}
+
+/// The SQLite store's posture (see [`crate::store::posture`]): whether a commit is flushed, and
+/// that one file on one host has no replica.
+pub(super) fn posture(synchronous: Synchronous) -> Vec<PostureLine> {
+    let durable = match synchronous {
+        Synchronous::Full => PostureLine::new(
+            "durable commits",
+            Standing::Pass,
+            "every commit that records an outcome or a reservation is flushed to disk \
+             (synchronous=full)",
+        ),
+        Synchronous::Normal => PostureLine::new(
+            "durable commits",
+            Standing::Fail,
+            "synchronous=normal: a power loss or an operating system crash can lose the last \
+             commits, and a retry then runs their effects twice",
+        ),
+    };
+    let replication = PostureLine::new(
+        "replication",
+        Standing::Info,
+        "one file on this host: no replica (a copy restored from a backup lacks the writes \
+         made since)",
+    );
+    vec![durable, replication]
 }

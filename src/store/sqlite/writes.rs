@@ -12,6 +12,7 @@ use crate::planner::{self, Expected, Mismatch, Proposal, ReservationPlan};
 use crate::receipt::Event;
 use crate::record::{EffectRecord, Micros};
 use crate::store::engine::{Backend, Engine, RowWrite};
+use crate::store::posture::PostureLine;
 use crate::store::recovery::{settle_transition, settle_write, Step, TransitionCall};
 use crate::store::retention::{PruneBatch, PruneStep};
 use crate::url::Synchronous;
@@ -138,6 +139,10 @@ impl Engine for SqliteStore {
 
     fn kind(&self) -> Backend {
         Backend::Sqlite
+    }
+
+    fn posture(&self) -> Vec<PostureLine> {
+        super::store::posture(self.opts.synchronous)
     }
 
     /// This host's clock: SQLite has no other.
