@@ -1,5 +1,5 @@
-"""Multi-host URLs and ``target_session_attrs=read-write`` (issue #11, item 2), with two real
-throwaway clusters: one started with ``default_transaction_read_only=on`` (standing in for a
+"""Multi-host URLs, ``target_session_attrs`` and ``load_balance_hosts`` (issue #11, item 2; every
+libpq value: issue 46, item 4), with two real throwaway clusters: one started with ``default_transaction_read_only=on`` (standing in for a
 standby: it accepts connections and refuses writes), one ordinary primary. The URL lists the
 standby first, as a failover set-up does after the roles swapped."""
 
@@ -102,3 +102,37 @@ def test_a_url_of_two_standbys_fails_closed(pair):
     with pytest.raises(StoreError) as info:
         ctrlrun.open_store(target)
     assert standby.password not in str(info.value)
+
+
+@pytest.mark.parametrize("attrs", ["read-write", "primary"])
+@pytest.mark.parametrize("balance", ["disable", "random"])
+def test_every_libpq_value_that_finds_the_primary_works(pair, attrs, balance):
+    standby, primary = pair
+    schema = "ha_" + uuid.uuid4().hex[:12]
+    url = both_hosts(
+        standby, primary, schema, target_session_attrs=attrs, load_balance_hosts=balance
+    )
+    with ctrlrun.open_store(url) as store:
+        store.reserve_effect("k", "act_libpq_values", 60)
+    assert schema in schemas_on(primary) and schema not in schemas_on(standby)
+
+
+@pytest.mark.parametrize(
+    "option, named",
+    [
+        ("target_session_attrs=standby", "target_session_attrs=standby would choose a server"),
+        ("target_session_attrs=read-only", "target_session_attrs=read-only would choose"),
+        ("target_session_attrs=prefer-standby", "target_session_attrs=prefer-standby would"),
+        ("target_session_attrs=prefer-primary", "target_session_attrs must be any, read-write"),
+        ("load_balance_hosts=sometimes", "load_balance_hosts must be disable or random"),
+    ],
+)
+def test_a_value_that_cannot_serve_a_store_is_refused_by_name(pair, option, named):
+    standby, primary = pair
+    schema = "ha_" + uuid.uuid4().hex[:12]
+    name, value = option.split("=")
+    with pytest.raises(ctrlrun.InvalidArgument) as info:
+        ctrlrun.open_store(both_hosts(standby, primary, schema, **{name: value}))
+    assert named in str(info.value)
+    assert primary.password not in str(info.value)
+    assert schema not in schemas_on(primary)
