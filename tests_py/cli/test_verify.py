@@ -14,7 +14,13 @@ from typing import Dict, List
 
 import ctrlrun
 from ctrlrun import _core
-from tests_py.support.verify_cli import out_lines, progress_lines, run_cli, sqlite_url
+from tests_py.support.verify_cli import (
+    out_lines,
+    posture_lines,
+    progress_lines,
+    run_cli,
+    sqlite_url,
+)
 
 PASS_G3 = re.compile(r"^G3 duplicate effect refused( \[[^\]]+\])?: PASS - ")
 PASS_G4 = re.compile(r"^G4 one winner under concurrency( \[[^\]]+\])?: PASS - ")
@@ -91,6 +97,12 @@ def test_verify_sqlite_passes_and_leaves_user_store_untouched(tmp_path):
 
     proc = run_cli("verify", "--store", url, cwd=tmp_path)
     assert_passed_builtin(proc)
+    assert posture_lines(proc) == [
+        "posture durable commits: PASS - every commit that records an outcome or a reservation "
+        "is flushed to disk (synchronous=full)",
+        "posture replication: INFO - one file on this host: no replica (a copy restored from a "
+        "backup lacks the writes made since)",
+    ]
 
     scratch = scratch_url_from(proc)
     assert scratch.startswith("sqlite:///")
@@ -114,6 +126,14 @@ def test_verify_postgres_passes_and_leaves_user_schema_untouched(pg, pg_schema):
 
     proc = run_cli("verify", "--store", url)
     assert_passed_builtin(proc)
+    posture = posture_lines(proc)
+    assert [line.split(" - ")[0] for line in posture] == [
+        "posture durable commits: PASS",
+        "posture replication: PASS",
+        "posture pooler: INFO",
+    ]
+    assert "no standby streams from this server" in posture[1]
+    assert posture[2].endswith("none seen")
 
     scratch = scratch_url_from(proc)
     m = re.search(r"[?&]schema=([^&]+)", scratch)

@@ -13,7 +13,13 @@ import time
 
 import pytest
 
-from tests_py.support.verify_cli import out_lines, progress_lines, run_cli, sqlite_url
+from tests_py.support.verify_cli import (
+    out_lines,
+    posture_lines,
+    progress_lines,
+    run_cli,
+    sqlite_url,
+)
 
 # --------------------------------------------------------------------------------------------
 # end to end, bad usage -> 2
@@ -166,3 +172,22 @@ def test_verify_workers_get_the_store_url_off_their_command_lines(pg, pg_schema)
     assert "PASS" in out, out
     assert len(workers) >= 8, "the scan saw the worker processes"
     assert seen == []
+
+
+def test_a_failing_posture_fails_verify_though_the_guarantees_pass(tmp_path, pg, pg_schema):
+    """A store that can lose an acknowledged write (a risk its URL accepted) passes G3 and G4 in
+    the scratch store, and still fails verify: the posture's FAIL line says which risk."""
+    weak_sqlite = sqlite_url(tmp_path / "u.db") + "?synchronous=normal"
+    weak_pg = (
+        pg.url(pg_schema) + "&crash_may_lose_commits=accept&options=-c%20synchronous_commit%3Doff"
+    )
+    for url, failing in [
+        (weak_sqlite, "posture durable commits: FAIL - synchronous=normal"),
+        (weak_pg, "posture durable commits: FAIL - crash_may_lose_commits=accept"),
+    ]:
+        proc = run_cli("verify", "--store", url, cwd=tmp_path)
+        assert proc.returncode == 1, (proc.stdout, proc.stderr)
+        assert all(": PASS - " in line for line in out_lines(proc))
+        assert any(line.startswith(failing) for line in posture_lines(proc)), proc.stdout
+        assert "Traceback" not in proc.stderr
+        assert pg.password not in proc.stdout + proc.stderr

@@ -26,7 +26,13 @@ def run_cli(
 
 
 def out_lines(proc) -> List[str]:
-    return [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    """The guarantees' lines (G3, G4) of standard output."""
+    return [ln for ln in proc.stdout.splitlines() if ln.strip() and not ln.startswith("posture ")]
+
+
+def posture_lines(proc) -> List[str]:
+    """The posture's lines of standard output (``posture <check>: <STANDING> - <detail>``)."""
+    return [ln for ln in proc.stdout.splitlines() if ln.startswith("posture ")]
 
 
 def progress_lines(proc) -> List[str]:
