@@ -256,13 +256,19 @@ def test_the_pooler_restarted_between_calls_and_during_one_costs_no_call(
         b.stop()
 
 
-def test_a_new_schema_is_created_through_a_transaction_pooler(pg, schemas):
+def test_a_new_schema_is_created_through_a_transaction_pooler_which_the_posture_names(pg, schemas):
     b = PgBouncer(pg.host, pg.port, pg.user, pg.password, "transaction", pool_size=2)
     schema = f"t_{uuid.uuid4().hex[:16]}"
     try:
         with ctrlrun.open_store(b.url(schema=schema)) as store:
             store.reserve_effect("k", "act_" + "1" * 32, 60)
+            pooler = dict(
+                (check, (standing, detail)) for check, standing, detail in store.posture()
+            )
         assert schema in pg.schemas()
+        # the posture names the pooler in front (ctrlrun verify prints it)
+        standing, detail = pooler["pooler"]
+        assert standing == "info" and "pooler" in detail and "none seen" not in detail
     finally:
         pg.drop_schema(schema)
         b.stop()
