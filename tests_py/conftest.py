@@ -10,7 +10,6 @@ error in every PostgreSQL test, never a skip.
 from __future__ import annotations
 
 import os
-import subprocess
 import uuid
 from typing import Iterator, Optional
 from urllib.parse import urlsplit
@@ -21,7 +20,7 @@ import ctrlrun
 from ctrlrun.testing import MovableClock
 from tests_py.support.modes import Mode
 from tests_py.support.pgproxy import PgProxy
-from tests_py.support.pgserver import _find_bin, start_cluster
+from tests_py.support.pgserver import psql, start_cluster
 from tests_py.support.stores import sqlite_url
 
 PG_ENV = "CTRLRUN_TEST_POSTGRES_URL"
@@ -47,33 +46,7 @@ class PgServer:
         return url if schema is None else f"{url}?schema={schema}"
 
     def psql(self, sql: str) -> str:
-        env = dict(os.environ)
-        if self.password:
-            env["PGPASSWORD"] = self.password
-        out = subprocess.run(
-            [
-                _find_bin("psql"),
-                "-h",
-                self.host,
-                "-p",
-                str(self.port),
-                "-U",
-                self.user,
-                "-d",
-                self.db,
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-Atqc",
-                sql,
-            ],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-        )
-        if out.returncode != 0:
-            raise RuntimeError(f"psql failed: {out.stderr}")
-        return out.stdout.strip()
+        return psql(self.port, sql, self.password, self.host, self.user, self.db)
 
     def new_schema(self) -> str:
         return "t_" + uuid.uuid4().hex[:16]

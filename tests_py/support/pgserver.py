@@ -2,7 +2,8 @@
 
 ``initdb`` refuses to run as root, so as root the cluster is made and run as the ``postgres`` OS
 user. It listens on 127.0.0.1 and 127.0.0.2 (two addresses: "two hosts") on a free port, with
-trust authentication, in a temporary folder removed on stop.
+trust authentication, in a temporary folder removed on stop. A streaming standby of one is made
+by tests_py/support/pgreplica.py from the same pieces (``new_root``, ``launch``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 
 def _find_bin(name: str) -> str:
@@ -37,6 +38,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def psql(
+    port: int,
+    sql: str,
+    password: Optional[str] = None,
+    host: str = "127.0.0.1",
+    user: str = "postgres",
+    db: str = "postgres",
+    timeout: float = 60,
+) -> str:
+    """Run ``sql`` (one statement, or several in one implicit transaction) with psql; its
+    unaligned output, stripped. Raises RuntimeError with psql's message when it fails."""
+    env = dict(os.environ)
+    if password:
+        env["PGPASSWORD"] = password  # in the environment, never on a command line
+    conninfo = f"host={host} port={port} user={user} dbname={db} connect_timeout=5"
+    out = subprocess.run(
+        [_find_bin("psql"), "-Atq", "-v", "ON_ERROR_STOP=1", "-d", conninfo, "-c", sql],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"psql failed: {out.stderr}")
+    return out.stdout.strip()
+
+
 @dataclass
 class Cluster:
     datadir: str
@@ -50,14 +78,63 @@ class Cluster:
         auth = self.user + (f":{self.password}" if self.password else "")
         return f"postgresql://{auth}@{host}:{self.port}/{db}"
 
-    def stop(self) -> None:
-        subprocess.run(
-            [*self._as_user, self._pg_ctl, "-D", self.datadir, "-m", "immediate", "-w", "stop"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            check=False,
+    @property
+    def root(self) -> str:
+        """The cluster's temporary folder: the data folder, the server log, the socket."""
+        return os.path.dirname(self.datadir)
+
+    def psql(self, sql: str, timeout: float = 60) -> str:
+        return psql(self.port, sql, self.password, user=self.user, timeout=timeout)
+
+    def log_tail(self, chars: int = 4000) -> str:
+        return _log_tail(self.root, chars)
+
+    def pg_ctl(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        """``pg_ctl -D <datadir> ARGS`` as the server's OS user (never raises on its status)."""
+        return subprocess.run(
+            [*self._as_user, self._pg_ctl, "-D", self.datadir, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
-        shutil.rmtree(os.path.dirname(self.datadir), ignore_errors=True)
+
+    def stop(self) -> None:
+        try:
+            self.pg_ctl("-m", "immediate", "-w", "-t", "30", "stop")
+        except subprocess.TimeoutExpired:
+            pass
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _log_tail(root: str, chars: int = 4000) -> str:
+    logfile = os.path.join(root, "server.log")
+    if not os.path.exists(logfile):
+        return ""
+    with open(logfile, errors="replace") as f:
+        return f.read()[-chars:]
+
+
+def new_root() -> Tuple[str, List[str]]:
+    """A temporary folder for one cluster, and the command prefix that runs a program as the
+    server's OS user (``runuser -u postgres --`` as root, which owns the folder; else none)."""
+    root = tempfile.mkdtemp(prefix="ctrlrun-pg-")
+    if os.geteuid() != 0:
+        return root, []
+    import pwd
+
+    pw = pwd.getpwnam("postgres")
+    os.chown(root, pw.pw_uid, pw.pw_gid)
+    return root, ["runuser", "-u", "postgres", "--"]
+
+
+def _own(path: str, as_user: List[str]) -> None:
+    """Make ``path`` the server's user's (as root) and private to it."""
+    os.chmod(path, 0o600)
+    if as_user:
+        import pwd
+
+        pw = pwd.getpwnam("postgres")
+        os.chown(path, pw.pw_uid, pw.pw_gid)
 
 
 def start_cluster(
@@ -69,87 +146,73 @@ def start_cluster(
     """Create and start a cluster; raises RuntimeError (with the server's log) on failure.
 
     With ``password``, TCP connections authenticate with it (scram-sha-256), so the tests can
-    check that a wrong password fails and that no message leaks one. ``settings`` are extra
-    server settings (``ssl``, ``default_transaction_read_only``), ``hba`` replaces pg_hba.conf,
-    ``files`` are copied into the data folder (name -> source path), owned by the server's user
-    and private to it (a TLS key must be)."""
-    initdb, pg_ctl = _find_bin("initdb"), _find_bin("pg_ctl")
-    root = tempfile.mkdtemp(prefix="ctrlrun-pg-")
+    check that a wrong password fails and that no message leaks one; the generated pg_hba.conf
+    also lets the ``postgres`` user connect for replication from 127.0.0.1 with it. ``settings``
+    are extra server settings (``ssl``, ``default_transaction_read_only``), ``hba`` replaces
+    pg_hba.conf, ``files`` are copied into the data folder (name -> source path), owned by the
+    server's user and private to it (a TLS key must be)."""
+    initdb = _find_bin("initdb")
+    root, as_user = new_root()
     datadir = os.path.join(root, "data")
-    as_user: List[str] = []
-    if os.geteuid() == 0:
-        import pwd
-
-        pw = pwd.getpwnam("postgres")
-        os.chown(root, pw.pw_uid, pw.pw_gid)
-        as_user = ["runuser", "-u", "postgres", "--"]
-    port = free_port()
-    cmd = [
-        *as_user,
-        initdb,
-        "-D",
-        datadir,
-        "-U",
-        "postgres",
-        "-A",
-        "trust",
-        "-E",
-        "UTF8",
-        "--no-sync",
-        "--no-instructions",
-    ]
-    pwfile = None
+    auth = ["-A", "trust"]
     if password is not None:
         pwfile = os.path.join(root, "pw")
         with open(pwfile, "w") as f:
             f.write(password)
-        if as_user:
-            os.chown(pwfile, pw.pw_uid, pw.pw_gid)
-        cmd = [
-            *as_user,
-            initdb,
-            "-D",
-            datadir,
-            "-U",
-            "postgres",
-            "--auth-local=trust",
-            "--auth-host=scram-sha-256",
-            f"--pwfile={pwfile}",
-            "-E",
-            "UTF8",
-            "--no-sync",
-            "--no-instructions",
-        ]
-    init = subprocess.run(cmd, capture_output=True, text=True)
+        _own(pwfile, as_user)
+        auth = ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={pwfile}"]
+    cmd = [*as_user, initdb, "-D", datadir, "-U", "postgres", *auth]
+    init = subprocess.run(
+        [*cmd, "-E", "UTF8", "--no-sync", "--no-instructions"], capture_output=True, text=True
+    )
     if init.returncode != 0:
+        shutil.rmtree(root, ignore_errors=True)
         raise RuntimeError(f"initdb failed ({init.returncode}): {init.stderr or init.stdout}")
     for name, source in (files or {}).items():
         target = os.path.join(datadir, name)
         shutil.copyfile(source, target)
-        os.chmod(target, 0o600)
-        if as_user:
-            os.chown(target, pw.pw_uid, pw.pw_gid)
+        _own(target, as_user)
     if hba is not None:
         with open(os.path.join(datadir, "pg_hba.conf"), "w") as f:
             f.write(hba)
-    logfile = os.path.join(root, "server.log")
+    return launch(datadir, as_user, password, settings)
+
+
+def launch(
+    datadir: str,
+    as_user: List[str],
+    password: Optional[str] = None,
+    settings: Optional[Dict[str, str]] = None,
+    port: Optional[int] = None,
+) -> Cluster:
+    """Start the server of the data folder ``datadir`` (in a folder made by ``new_root``) on
+    ``port`` (default: a free one) and wait until it accepts connections. On failure the folder
+    is removed and RuntimeError raised with the server's log."""
+    pg_ctl = _find_bin("pg_ctl")
+    root = os.path.dirname(datadir)
+    port = port or free_port()
     opts = (
         f"-p {port} -k {root} -c listen_addresses='127.0.0.1,127.0.0.2' "
         f"-c max_connections=200 -c fsync=on -c shared_buffers=32MB"
     )
     for name, value in (settings or {}).items():
         opts += f" -c {name}={value}"
-    start = subprocess.run(
-        [*as_user, pg_ctl, "-D", datadir, "-l", logfile, "-o", opts, "-w", "-t", "60", "start"],
-        capture_output=True,
-        text=True,
-    )
-    if start.returncode != 0:
-        log = ""
-        if os.path.exists(logfile):
-            with open(logfile) as f:
-                log = f.read()[-4000:]
-        raise RuntimeError(f"pg_ctl start failed ({start.returncode}): {start.stderr}\n{log}")
+    logfile = os.path.join(root, "server.log")
+    try:
+        start = subprocess.run(
+            [*as_user, pg_ctl, "-D", datadir, "-l", logfile, "-o", opts, "-w", "-t", "60", "start"],
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        failed = "" if start.returncode == 0 else f"({start.returncode}): {start.stderr}"
+    except subprocess.TimeoutExpired:
+        failed = "(no answer in 90 s)"
+    cluster = Cluster(datadir, port, "postgres", as_user, pg_ctl, password)
+    if failed:
+        log = _log_tail(root)
+        cluster.stop()
+        raise RuntimeError(f"pg_ctl start failed {failed}\n{log}")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -157,7 +220,7 @@ def start_cluster(
             break
         except OSError:
             time.sleep(0.1)
-    return Cluster(datadir, port, "postgres", as_user, pg_ctl, password)
+    return cluster
 
 
 def run_with_cluster(argv: List[str]) -> int:

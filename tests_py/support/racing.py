@@ -24,7 +24,7 @@ def run_workers(configs, tmp_path):
     env.pop("CTRLRUN_STORE", None)
     procs = [
         subprocess.Popen(
-            [sys.executable, str(WORKER), json.dumps(cfg)],
+            [sys.executable, str(WORKER)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -35,6 +35,9 @@ def run_workers(configs, tmp_path):
         for cfg in configs
     ]
     try:
+        for p, cfg in zip(procs, configs):  # the config (and its URL) on stdin
+            p.stdin.write(json.dumps(cfg) + "\n")
+            p.stdin.flush()
         deadline = time.time() + 60
         for p in procs:  # every worker has imported ctrlrun and opened the store
             line = p.stdout.readline()
