@@ -94,7 +94,11 @@ def test_synchronous_failover_under_load_runs_nothing_twice_and_loses_nothing(tm
     schema = new_schema()
     with replicated_pair(synchronous=True) as pair:
         url = pair.url(schema, **BOUNDS)
-        ctrlrun.open_store(url).close()  # the tables exist before the load
+        with ctrlrun.open_store(url) as store:  # the tables exist before the load
+            posture = {check: (standing, detail) for check, standing, detail in store.posture()}
+        assert posture["replication"][0] == "pass", posture
+        assert 'synchronous: standby "ctrlrun_standby"' in posture["replication"][1]
+        assert posture["durable commits"][0] == "pass"
         configs = [
             dict(
                 url=url,
@@ -114,6 +118,8 @@ def test_synchronous_failover_under_load_runs_nothing_twice_and_loses_nothing(tm
             failover.check()  # the failover's own error first: it explains the workers'
         with ctrlrun.open_store(pair.standby_url(schema)) as promoted:
             states = {r.effect_key: r.state for r in promoted.list_effects()}
+            after_failover = dict((c, st) for c, st, _ in promoted.posture())
+    assert after_failover["replication"] == "pass"  # the promoted server streams to no one
     runs = executions(marks)
     assert [k for k, n in runs.items() if n > 1] == []  # doubles
     ok = ok_calls(tmp_path, len(configs))
@@ -230,3 +236,50 @@ def test_a_primary_with_a_synchronous_standby_opens_without_a_warning(sync_pair,
         with ctrlrun.open_store(url_of(sync_pair, hosts)) as store:
             assert store.get_effect("pay:o1") is None
     assert store_warnings(caplog) == []
+
+
+def test_a_role_that_cannot_see_the_standbys_is_told_so(sync_pair):
+    """Without pg_monitor a role sees that standbys stream but not their sync_state: the store
+    opens (synchronous_standby_names is set) and says what it could not check."""
+    pw = "plain-" + uuid.uuid4().hex[:8]
+    sync_pair.primary.psql(
+        f"CREATE ROLE plain_{pw[6:]} LOGIN PASSWORD '{pw}'; "
+        f"GRANT CREATE ON DATABASE postgres TO plain_{pw[6:]}"
+    )
+    url = (
+        f"postgresql://plain_{pw[6:]}:{pw}@127.0.0.1:{sync_pair.primary.port}/postgres"
+        f"?schema={new_schema()}"
+    )
+    with ctrlrun.open_store(url) as store:
+        posture = {check: (standing, detail) for check, standing, detail in store.posture()}
+    standing, detail = posture["replication"]
+    assert standing == "not visible", posture
+    assert "1 standby(s) stream" in detail and "pg_monitor" in detail
+
+
+def test_commits_wait_for_the_synchronous_standby_whatever_the_url_says(tmp_path):
+    """`synchronous_commit=local` in the URL would acknowledge a commit the synchronous standby
+    never got. With the standby cut off, the reservation waits for it instead and the call
+    ends in a store error at the URL's timeout, its body never run; only with both risks
+    accepted by name does the same call go through."""
+    local = {"options": "-c%20synchronous_commit%3Dlocal", "timeout": "2"}
+    with replicated_pair(synchronous=True) as pair:
+        schema = new_schema()
+        ctrlrun.open_store(pair.primary_url(schema)).close()
+        pair.detach_standby()
+        runs = []
+
+        def paying(url: str):
+            @ctrlrun.protect("repl.pay", effect="pay:{order}", store=url)
+            def pay(order: str) -> str:
+                runs.append(order)
+                return order
+
+            return pay
+
+        with pytest.raises(ctrlrun.StoreError):
+            paying(pair.primary_url(schema, **local))("o1")
+        assert runs == []
+        risky = dict(local, crash_may_lose_commits="accept", failover_may_lose_commits="accept")
+        assert paying(pair.primary_url(schema, **risky))("o2") == "o2"
+        assert runs == ["o2"]
