@@ -52,20 +52,23 @@ class Scratch:
         try:
             store = open_store(self.url)
         except BaseException:
-            self._remove(quiet=True)
+            # What stopped it is the error to show: a server that cannot be reached fails the
+            # removal too, and had nothing created to remove.
+            self._remove(quiet=True, tell=False)
             raise
         self.shown = store.url
         self.progress(f"scratch store {store.url}")
         store.close()
         return self.url
 
-    def _remove(self, quiet: bool) -> None:
+    def _remove(self, quiet: bool, tell: bool = True) -> None:
         try:
             self._cleanup()
         except Exception as exc:
             if not quiet:
                 raise
-            self.progress(f"could not remove the scratch store: {exc}")
+            if tell:
+                self.progress(f"could not remove the scratch store: {exc}")
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
         self._remove(quiet=exc_type is not None)
