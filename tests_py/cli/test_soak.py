@@ -11,17 +11,14 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import tempfile
-import textwrap
-import time
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 import pytest
 
 from ctrlrun.cli.soak_judge import Recorded, judge, percentile
 from ctrlrun.cli.soak_proxy import NotProxied, proxied_url, upstream_of
-from tests_py.support.verify_cli import run_cli, sqlite_url
+from tests_py.support.verify_cli import broken_env, run_cli, run_watching_command_lines, sqlite_url
 
 FIELDS = (
     "verdict doubles lost calls errors reasons calls_per_s ok refused error_samples cut_short "
@@ -236,38 +233,18 @@ def test_the_human_report_says_what_a_soak_does_not_establish(tmp_path):
 
 
 def _soak_watching_command_lines(url: str, *args: str) -> tuple:
-    """Run a soak on ``url`` (given in the environment) and scan every process's command line
-    while it runs: the password must never show on one."""
+    """Run a soak on ``url`` (given in the environment): no process's command line may show
+    the password while it runs."""
     password = re.match(r"postgresql://[^:]+:([^@]+)@", url)
     assert password, "the throwaway cluster authenticates with a password"
-    env = {**os.environ, "CTRLRUN_STORE": url}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ctrlrun", "soak", "--json", *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    out, err, rc, seen, workers = run_watching_command_lines(
+        ["soak", "--json", *args],
+        {**os.environ, "CTRLRUN_STORE": url},
+        password.group(1),
+        "ctrlrun.cli.soak_worker",
     )
-    seen: List[str] = []
-    workers = set()
-    deadline = time.monotonic() + 60
-    while proc.poll() is None and time.monotonic() < deadline:
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if "ctrlrun.cli.soak_worker" in cmdline:
-                workers.add(pid)
-            if password.group(1) in cmdline:
-                seen.append(cmdline)
-        time.sleep(0.02)
-    out, err = proc.communicate(timeout=60)
     assert seen == [] and len(workers) >= 2, (seen, workers)
-    return out, proc.returncode, err
+    return out, rc, err
 
 
 def _schema_of(scratch_url: str) -> str:
@@ -298,27 +275,8 @@ def test_a_postgres_soak_with_faults_cuts_connections_and_finds_no_double(pg, pg
 
 
 # -- a broken library must make the soak fail ---------------------------------------------------
-TWICE = textwrap.dedent("""\
-    with open("/proc/self/cmdline", "rb") as _f:
-        _cmd = _f.read()
-    if b"ctrlrun.cli.soak_worker" in _cmd:
-        import ctrlrun.call.runner as _p
-        _orig = _p.run
-        def _run(call, fn, args, kwargs, hb=False):
-            def both(*a, **k):
-                fn(*a, **k)
-                return fn(*a, **k)
-            return _orig(call, both, args, kwargs, hb)
-        _p.run = _run
-    """)
-
-
 def test_a_library_that_runs_a_body_twice_fails_the_soak(tmp_path):
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(TWICE)
-    path = os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH")) if p)
-    env = dict(os.environ, PYTHONPATH=path)
+    env = broken_env(tmp_path, "ctrlrun.cli.soak_worker", "twice")
     proc = run_cli(
         "soak", "--store", sqlite_url(tmp_path / "s.db"), "--seconds", "2", "--json", env=env
     )

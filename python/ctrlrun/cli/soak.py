@@ -312,22 +312,20 @@ def run_soak(
     return judge(recorded), about
 
 
+def _bounded(name: str, lo: int, hi: int, default: int, what: str) -> Callable[[Any], Any]:
+    return click.option(
+        name,
+        type=click.IntRange(lo, hi),
+        default=default,
+        show_default=True,
+        help=f"{what} ({lo} to {hi}).",
+    )
+
+
 @click.command()
 @store_option
-@click.option(
-    "--seconds",
-    type=click.IntRange(1, 86400),
-    default=30,
-    show_default=True,
-    help="How long the workers run (1 to 86400).",
-)
-@click.option(
-    "--processes",
-    type=click.IntRange(1, 64),
-    default=4,
-    show_default=True,
-    help="Worker processes at a time (1 to 64).",
-)
+@_bounded("--seconds", 1, 86400, 30, "How long the workers run")
+@_bounded("--processes", 1, 64, 4, "Worker processes at a time")
 @click.option(
     "--faults",
     is_flag=True,
