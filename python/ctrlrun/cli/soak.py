@@ -38,8 +38,8 @@ __all__ = ["soak", "run_soak", "Plan"]
 
 ACTION = "ctrlrun.soak"
 LEASE = 2.0  # seconds: a killed worker's key lapses soon, and is met as ambiguous
-PERIOD = 0.02  # seconds: each period opens a fresh set of keys, one per process (at least 2)
-REVISIT = 0.1  # the share of calls that pick a key of an earlier period
+PERIOD = 1.0  # seconds: each period opens fresh rounds of keys (soak_worker.py)
+REVISIT = 0.1  # the share of calls that revisit one of the worker's recent keys
 PAUSE = 0.005  # seconds: the body sleeps up to this long, so kills land in bodies too
 KILL_EVERY = (0.15, 0.75)  # seconds between two kills, drawn uniformly
 CUT_EVERY = (0.1, 0.6)  # seconds between two cuts (--faults), drawn uniformly

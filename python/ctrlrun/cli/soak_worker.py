@@ -2,7 +2,7 @@
 
 Reads a JSON config from stdin (it holds the store URL, password included: never on a command
 line, which any local user can read), then calls one protected function over and over on keys
-drawn from a small, slowly moving key space, until the run's end or until the supervisor kills
+drawn from a small key space that moves on with the run (see `next_key`), until the run's end or until the supervisor kills
 it. Everything it knows goes to files outside the store:
 
 * the protected body appends one line per execution to the worker's own marks file,
@@ -18,14 +18,17 @@ Outcomes: ``ok``; ``refused:committed``, ``refused:in_progress``, ``refused:ambi
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import random
 import sys
 import time
-from typing import Any, Dict
+from typing import Any, Deque, Dict, List
 
 from ctrlrun.cli.soak_judge import PREFIX
+
+RECENT = 1000  # the keys a revisit picks from: this worker's last ones
 
 
 def _open(cfg: Dict[str, Any]) -> Any:
@@ -65,12 +68,34 @@ def main() -> int:
         if sync:
             os.fsync(calls)
 
+    # The key space. Each period opens a fresh set of rounds; a round is `keys` keys, and the
+    # worker calls each of them once, in a random order, then moves to the next round. Workers
+    # in the same period go through the same rounds at the pace the store allows, so each key
+    # meets every worker at about the same time: one is told ok, the others are refused (and
+    # no worker spins on keys already settled). A replacement joins at the current period. A
+    # share of the calls revisit one of the worker's recent keys: committed, or held by a
+    # killed worker whose lease has lapsed (that call turns it ambiguous).
+    recent: Deque[str] = collections.deque(maxlen=RECENT)
+    period_now, round_no = -1, 0
+    todo: List[int] = []
+
+    def next_key() -> str:
+        nonlocal period_now, round_no, todo
+        if recent and rng.random() < revisit:
+            return rng.choice(recent)
+        now = int((time.time() - t0) / period)
+        if now != period_now:
+            period_now, round_no, todo = now, 0, []
+        if not todo:
+            round_no += 1
+            todo = rng.sample(range(keys), keys)
+        key = f"p{period_now}-r{round_no}-k{todo.pop()}"
+        recent.append(key)
+        return key
+
     # Until the end of the run; a worker whose supervisor is gone stops too.
     while time.time() < stop_at and os.getppid() == parent:
-        generation = int((time.time() - t0) / period)
-        if generation and rng.random() < revisit:
-            generation = rng.randrange(generation)  # an older key: committed, or lapsed
-        key = f"g{generation}-k{rng.randrange(keys)}"
+        key = next_key()
         record({"k": key})
         started = time.perf_counter()
         message = ""
