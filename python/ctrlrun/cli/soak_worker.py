@@ -2,8 +2,8 @@
 
 Reads a JSON config from stdin (it holds the store URL, password included: never on a command
 line, which any local user can read), then calls one protected function over and over on keys
-drawn from a small key space that moves on with the run (see `next_key`), until the run's end or until the supervisor kills
-it. Everything it knows goes to files outside the store:
+drawn from a small key space that moves on with the run (see ``next_key``), until the run's end
+or until the supervisor kills it. Everything it knows goes to files outside the store:
 
 * the protected body appends one line per execution to the worker's own marks file,
   ``<key> <token>``, in one unbuffered write before it returns: a SIGKILL cannot undo it, and
