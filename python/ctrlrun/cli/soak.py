@@ -316,9 +316,10 @@ def _bounded(name: str, lo: int, hi: int, default: int, what: str) -> Callable[[
     return click.option(
         name,
         type=click.IntRange(lo, hi),
+        metavar="N",
         default=default,
         show_default=True,
-        help=f"{what} ({lo} to {hi}).",
+        help=f"{what}.",
     )
 
 
