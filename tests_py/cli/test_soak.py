@@ -12,12 +12,14 @@ import re
 import socket
 import subprocess
 import tempfile
+import threading
+import time
 from typing import Any, Dict
 
 import pytest
 
 from ctrlrun.cli.soak_judge import Recorded, judge, percentile
-from ctrlrun.cli.soak_proxy import NotProxied, proxied_url, upstream_of
+from ctrlrun.cli.soak_proxy import CuttingProxy, NotProxied, proxied_url, upstream_of
 from tests_py.support.verify_cli import broken_env, run_cli, run_watching_command_lines, sqlite_url
 
 FIELDS = (
@@ -139,6 +141,54 @@ def test_the_proxied_url_keeps_everything_but_the_host():
 def test_urls_the_proxy_cannot_stand_in_front_of_are_refused(url, why):
     with pytest.raises(NotProxied, match=why):
         upstream_of(url)
+
+
+def test_the_proxy_relays_and_cuts_connections_mid_exchange():
+    """An echo server behind the proxy: what is sent comes back, until a cut resets the
+    connection; new connections go on working."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+
+    def echo() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+
+            def serve(c: socket.socket = conn) -> None:
+                with c:
+                    try:
+                        while data := c.recv(4096):
+                            c.sendall(data)
+                    except OSError:
+                        pass  # a cut: the proxy reset this side too
+
+            threading.Thread(target=serve, daemon=True).start()
+
+    threading.Thread(target=echo, daemon=True).start()
+    echoed = resets = 0
+    with CuttingProxy(server.getsockname(), every=(0.05, 0.1), seed=7) as proxy:
+        deadline = time.monotonic() + 10
+        while (resets < 2 or echoed < 20) and time.monotonic() < deadline:
+            with socket.create_connection((proxy.host, proxy.port), timeout=2) as c:
+                try:
+                    while True:
+                        c.sendall(b"ping")
+                        got = b""
+                        while len(got) < 4:
+                            chunk = c.recv(4 - len(got))
+                            if not chunk:
+                                raise ConnectionError("closed by the proxy")
+                            got += chunk
+                        assert got == b"ping"
+                        echoed += 1
+                except OSError:
+                    resets += 1
+        assert proxy.cuts >= resets >= 2 and echoed >= 20, (proxy.cuts, resets, echoed)
+        assert proxy.connections >= resets
+    server.close()
 
 
 # -- bad usage: exit 2, one line ----------------------------------------------------------------

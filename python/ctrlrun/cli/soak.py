@@ -61,9 +61,8 @@ class _Workers:
         self.cfg, self.folder, self.rng = cfg, folder, rng
         self.live: Dict[int, subprocess.Popen[bytes]] = {}
         self.started = self.kills = self.exited = self.forced = 0
-        self.last_exit: Optional[str] = (
-            None  # the last line a worker that exited on its own wrote on stderr
-        )
+        # the exit status and last stderr line of the last worker that exited on its own
+        self.last_exit: Optional[str] = None
         for sub in ("marks", "calls", "logs"):
             os.mkdir(os.path.join(folder, sub))
 
@@ -119,10 +118,7 @@ class _Workers:
         ready = [n for n in self.live if self._calling(n)]
         if not ready:
             return False
-        n = self.rng.choice(ready)
-        proc = self.live.pop(n)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=5)
+        _kill(self.live.pop(self.rng.choice(ready)))
         self.kills += 1
         self.spawn()
         return True
@@ -140,9 +136,17 @@ class _Workers:
     def kill_all(self) -> None:
         for proc in self.live.values():
             if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL)
-                proc.wait(timeout=5)
+                _kill(proc)
         self.live.clear()
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL, and reap it (a process stuck in the kernel is left to finish dying)."""
+    proc.send_signal(signal.SIGKILL)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def _read_calls(folder: str, rng: random.Random) -> Dict[str, Any]:

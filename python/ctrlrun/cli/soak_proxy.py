@@ -157,12 +157,16 @@ class CuttingProxy:
             for key, _ in self._sel.select(timeout=0.05):
                 sock = key.fileobj
                 assert isinstance(sock, socket.socket)
-                if sock is self.listener:
-                    self._accept()
-                elif sock in self._draining:
-                    self._drain(sock)
-                elif sock in self._peers and self._relay(sock, cut=armed_at > 0):
-                    armed_at, cut_at = 0.0, self._next_cut()
+                try:
+                    if sock is self.listener:
+                        self._accept()
+                    elif sock in self._draining:
+                        self._drain(sock)
+                    elif sock in self._peers and self._relay(sock, cut=armed_at > 0):
+                        armed_at, cut_at = 0.0, self._next_cut()
+                except OSError:  # the relay goes on for the other connections
+                    if sock in self._peers:
+                        self._end(sock, reset=True)
             now = time.monotonic()
             for sock, until in list(self._draining.items()):
                 if now > until:
@@ -241,10 +245,11 @@ class CuttingProxy:
 
     def _end(self, sock: socket.socket, reset: bool) -> None:
         """Close ``sock`` and its peer; with ``reset``, abruptly (a reset, no goodbye)."""
-        peer = self._peers.pop(sock)
-        del self._peers[peer]
+        peer = self._peers.pop(sock, None)
         self._discard(sock, reset)
-        self._discard(peer, reset)
+        if peer is not None:
+            self._peers.pop(peer, None)
+            self._discard(peer, reset)
 
     def _discard(self, sock: socket.socket, reset: bool = False) -> None:
         if reset:
