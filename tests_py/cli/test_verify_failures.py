@@ -6,18 +6,16 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
-import textwrap
-import time
 
 import pytest
 
 from tests_py.support.verify_cli import (
+    broken_env,
     out_lines,
     posture_lines,
     progress_lines,
     run_cli,
+    run_watching_command_lines,
     sqlite_url,
 )
 
@@ -90,27 +88,6 @@ def test_verify_unreachable_postgres_exit_2(tmp_path):
 # end to end, a broken library makes verify fail (exit 1), never pass
 # --------------------------------------------------------------------------------------------
 
-SITECUSTOMIZE = textwrap.dedent("""\
-    import os
-    with open("/proc/self/cmdline", "rb") as _f:
-        _cmd = _f.read()
-    if b"ctrlrun.cli.verify_worker" in _cmd:
-        _mode = os.environ.get("CTRLRUN_TEST_BREAK")
-        if _mode == "crash":
-            os._exit(3)
-        import ctrlrun.call.runner as _p
-        _orig = _p.run
-        if _mode == "twice":
-            def _run(call, fn, args, kwargs, hb=False):
-                def both(*a, **k):
-                    fn(*a, **k)
-                    return fn(*a, **k)
-                return _orig(call, both, args, kwargs, hb)
-            _p.run = _run
-        elif _mode == "unreserved":
-            _p.run = lambda call, fn, args, kwargs, hb=False: fn(*args, **kwargs)
-    """)
-
 
 @pytest.mark.parametrize(
     "mode,g3_reason,g4_reason",
@@ -121,10 +98,7 @@ SITECUSTOMIZE = textwrap.dedent("""\
     ],
 )
 def test_verify_fails_when_the_guarantee_is_broken(tmp_path, mode, g3_reason, g4_reason):
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    env = dict(os.environ, PYTHONPATH=str(hook), CTRLRUN_TEST_BREAK=mode)
+    env = broken_env(tmp_path, "ctrlrun.cli.verify_worker", mode)
     proc = run_cli("verify", "--store", sqlite_url(tmp_path / "u.db"), env=env, cwd=tmp_path)
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr
@@ -145,30 +119,10 @@ def test_verify_workers_get_the_store_url_off_their_command_lines(pg, pg_schema)
     /proc/<pid>/cmdline (readable by every local user) ever shows the password."""
     assert pg.password, "the throwaway cluster authenticates with a password"
     env = {**os.environ, "CTRLRUN_STORE": pg.url(pg_schema)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ctrlrun", "verify"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    out, err, rc, seen, workers = run_watching_command_lines(
+        ["verify"], env, pg.password, "ctrlrun.cli.verify_worker"
     )
-    seen, workers = [], set()
-    while proc.poll() is None:
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if "ctrlrun.cli.verify_worker" in cmdline:
-                workers.add(pid)
-            if pg.password in cmdline:
-                seen.append(cmdline)
-        time.sleep(0.01)
-    out, err = proc.communicate()
-    assert proc.returncode == 0, err
+    assert rc == 0, err
     assert "PASS" in out, out
     assert len(workers) >= 8, "the scan saw the worker processes"
     assert seen == []

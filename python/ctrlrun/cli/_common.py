@@ -31,15 +31,21 @@ def die(message: str, code: int = 2) -> NoReturn:
     sys.exit(code)
 
 
+def given_url(url: Optional[str]) -> str:
+    """``--store``'s URL, else the default store's (``CTRLRUN_STORE``, ``CTRLRUN_STATE``,
+    ``.ctrlrun/state.db``). Raises ``InvalidArgument`` for an empty one."""
+    if url is not None and not url.strip():
+        raise InvalidArgument(
+            "--store is empty; give the store's URL or SQLite path, or leave --store out "
+            "to use CTRLRUN_STORE / CTRLRUN_STATE / .ctrlrun/state.db"
+        )
+    return url if url is not None else default_url()
+
+
 def open_existing(url: Optional[str]) -> Store:
     """Open an existing store; a SQLite file that does not exist is an error, not created."""
     try:
-        if url is not None and not url.strip():
-            raise InvalidArgument(
-                "--store is empty; give the store's URL or SQLite path, or leave --store out "
-                "to use CTRLRUN_STORE / CTRLRUN_STATE / .ctrlrun/state.db"
-            )
-        path = _core.sqlite_path(url if url is not None else default_url())
+        path = _core.sqlite_path(given_url(url))
         if path is not None and not os.path.exists(path):
             die(f"no store at {path} (nothing has been reserved there yet)")
         return open_store(url) if url is not None else default_store()

@@ -1,7 +1,8 @@
 """The ``ctrlrun`` command: inspect and settle effects, prove the guarantees, run the demo.
 
-Exit status: 0 success; 1 a guarantee failed (``verify``); 2 bad usage, an unknown key, a
-refused request or an unreachable store (one line on stderr, no traceback).
+Exit status: 0 success; 1 a guarantee failed (``verify``) or a soak found a double or a lost
+call (``soak``); 2 bad usage, an unknown key, a refused request or an unreachable store (one
+line on stderr, no traceback).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Dict, List, Optional
 
 import click
 
-from ctrlrun.cli import approvals, console, gateway, receipts, retention, store, store_policy
+from ctrlrun.cli import approvals, console, gateway, receipts, retention, soak, store, store_policy
 from ctrlrun.cli._common import as_json, cli_user, die, open_existing, store_option
 from ctrlrun.cli.table import lease_text, printable, table
 from ctrlrun.errors import CTRLRunError
@@ -238,6 +239,7 @@ for command in (
     console.approvers,
     gateway.gateway,
     receipts.receipts,
+    soak.soak,
     store.store,
 ):
     cli.add_command(command)

@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -26,10 +25,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ctrlrun import _core
 from ctrlrun._policy import Policy, load_policy
+from ctrlrun.cli._scratch import Scratch, scratch_store, start_worker
 from ctrlrun.store.api import Store, default_url, open_store
-from ctrlrun.store.scratch import scratch_schema_url
 
-__all__ = ["WorkerOutcome", "Row", "Verdict", "judge_g3", "judge_g4", "run_verify"]
+# scratch_store lives in _scratch.py (soak shares it) and is still importable from here
+__all__ = ["WorkerOutcome", "Row", "Verdict", "judge_g3", "judge_g4", "run_verify", "scratch_store"]
 
 WORKERS = 8
 WORKER_TIMEOUT = 120.0
@@ -170,54 +170,6 @@ def judge_g4(
 
 
 # -- running it --------------------------------------------------------------------------
-def scratch_store(user_url: str) -> Tuple[str, Callable[[], None]]:
-    """A scratch store on the same backend as ``user_url`` (never the user's data) and the
-    function that removes it. Raises ``InvalidArgument`` for a URL no store accepts."""
-    if _core.url_backend(user_url) == "postgres":  # validates the URL (scheme, options)
-        url = scratch_schema_url(user_url)
-        return url, lambda: _core.drop_scratch_schema(url)
-    sqlite_file = _core.sqlite_path(user_url)
-    assert sqlite_file is not None
-    query = user_url.partition("?")[2] if "://" in user_url else ""
-    parent = os.path.dirname(str(sqlite_file))
-    folder = tempfile.mkdtemp(
-        prefix="ctrlrun-verify-", dir=parent if os.path.isdir(parent) else None
-    )
-    url = "sqlite:///" + os.path.join(folder, "verify.db") + (f"?{query}" if query else "")
-    return url, lambda: shutil.rmtree(folder, ignore_errors=True)
-
-
-class _Scratch:
-    """``with _Scratch(user_url) as url``: a fresh scratch store, created (tables included)
-    before the workers start and removed afterwards. A failure to remove it never hides the
-    error that ended the run."""
-
-    def __init__(self, user_url: str, progress: Callable[[str], None]) -> None:
-        self.user_url, self.progress = user_url, progress
-
-    def __enter__(self) -> str:
-        self.url, self._cleanup = scratch_store(self.user_url)
-        try:
-            store = open_store(self.url)
-        except BaseException:
-            self._remove(quiet=True)
-            raise
-        self.progress(f"scratch store {store.url}")  # never a password
-        store.close()
-        return self.url
-
-    def _remove(self, quiet: bool) -> None:
-        try:
-            self._cleanup()
-        except Exception as exc:
-            if not quiet:
-                raise
-            self.progress(f"could not remove the scratch store: {exc}")
-
-    def __exit__(self, exc_type: object, *rest: object) -> None:
-        self._remove(quiet=exc_type is not None)
-
-
 def _placeholders(template: str) -> List[str]:
     return list(_core.Template(template).placeholders)
 
@@ -225,30 +177,18 @@ def _placeholders(template: str) -> List[str]:
 def _run_workers(configs: List[Dict[str, Any]]) -> List[WorkerOutcome]:
     # Workers run in the scratch marks folder with no policy of the user's in sight: the
     # action's template is passed to them explicitly.
-    env = {k: v for k, v in os.environ.items() if k not in ("CTRLRUN_CONFIG", "CTRLRUN_STORE")}
-    procs = []
     start_at = time.time() + 1.0 + 0.05 * len(configs)
-    for cfg in configs:
-        cfg = dict(cfg, start_at=start_at)
-        # The config (with the store URL and its password) goes on stdin, never on the
-        # command line (/proc/<pid>/cmdline is readable by every local user). It is a few
-        # hundred bytes: written whole into the pipe before the worker starts.
-        read_end, write_end = os.pipe()
-        with os.fdopen(write_end, "w") as pipe:
-            pipe.write(json.dumps(cfg) + "\n")
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "ctrlrun.cli.verify_worker"],
-                stdin=read_end,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                cwd=cfg["marks"],
-                env=env,
-            )
-        finally:
-            os.close(read_end)
-        procs.append(proc)
+    procs = [
+        start_worker(
+            "ctrlrun.cli.verify_worker",
+            dict(cfg, start_at=start_at),
+            cfg["marks"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for cfg in configs
+    ]
     outcomes = []
     deadline = time.monotonic() + WORKER_TIMEOUT
     for cfg, p in zip(configs, procs):
@@ -333,7 +273,7 @@ def _check_g3(
     names = _placeholders(template)
     marks = tempfile.mkdtemp(prefix="ctrlrun-verify-marks-")
     try:
-        with _Scratch(user_url, progress) as url:
+        with Scratch(user_url, progress) as url:
             progress(f"G3 [{action}]: one attempt commits, a second process retries the same key")
             first_cfg = _cfg(url, action, template, names, marks, 0, f"{run}-g3", 0.0, approve)
             first = _run_workers([first_cfg])[0]
@@ -363,7 +303,7 @@ def _check_g4(
     c_names = _placeholders(c_template)
     marks = tempfile.mkdtemp(prefix="ctrlrun-verify-marks-")
     try:
-        with _Scratch(user_url, progress) as url:
+        with Scratch(user_url, progress) as url:
             progress(f"G4 [{action}]: control leg, {WORKERS} processes on {WORKERS} different keys")
             control_cfgs = [
                 _cfg(
