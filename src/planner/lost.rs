@@ -126,7 +126,10 @@ mod tests {
         use EffectState::*;
         let marked = plan_lost_mark(Some(row("theirs", 1, Executing)), "lost", 5).unwrap();
         assert_eq!((marked.state, marked.lease_expires_at), (Ambiguous, None));
-        assert_eq!((marked.error.as_deref(), marked.updated_at), (Some("lost"), 5));
+        assert_eq!(
+            (marked.error.as_deref(), marked.updated_at),
+            (Some("lost"), 5)
+        );
         let noted = EffectRecord {
             error: Some("lapsed".into()),
             ..row("theirs", 1, Ambiguous)

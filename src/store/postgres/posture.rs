@@ -289,10 +289,17 @@ mod tests {
         for s in [
             seen("on", "", &[("s1", Some("async"))]),
             seen("on", "", &[("s1", None)]),
-            seen("on", "FIRST 1 (s1)", &[("s1", Some("sync")), ("s2", Some("async"))]),
+            seen(
+                "on",
+                "FIRST 1 (s1)",
+                &[("s1", Some("sync")), ("s2", Some("async"))],
+            ),
         ] {
             let refused = judge(&s, NONE, 5432, "db").unwrap_err().to_string();
-            assert!(refused.contains("failover_may_lose_commits=accept"), "{refused}");
+            assert!(
+                refused.contains("failover_may_lose_commits=accept"),
+                "{refused}"
+            );
             let lines = judge(&s, BOTH, 5432, "db").unwrap();
             assert_eq!(standing(&lines, "replication"), Standing::Fail);
         }
