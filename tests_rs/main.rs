@@ -11,6 +11,7 @@ mod names;
 mod names_store;
 mod planned_rows;
 mod planner;
+mod planner_lost;
 mod planner_settle;
 mod planner_transitions;
 mod pool;
