@@ -41,7 +41,7 @@ def definer_functions(pg, schema: str) -> dict:
     return {line.split("|")[0]: tuple(line.split("|")[1:]) for line in out.splitlines()}
 
 
-def test_version_8_is_brought_to_9_keeping_every_row_and_chain(pg, pg_schema):
+def test_version_8_is_brought_to_the_current_version_keeping_every_row_and_chain(pg, pg_schema):
     url = pg.url(pg_schema)
     store = ctrlrun.open_store(url)
     store.reserve_effect("mail:1", "act_" + "a" * 32, 60)
@@ -58,7 +58,7 @@ def test_version_8_is_brought_to_9_keeping_every_row_and_chain(pg, pg_schema):
     assert pg.psql(f'SELECT value FROM "{pg_schema}".ctrlrun_meta') == "8"
     reopened = ctrlrun.open_store(url)
     try:
-        assert pg.psql(f'SELECT value FROM "{pg_schema}".ctrlrun_meta') == "9"
+        assert pg.psql(f'SELECT value FROM "{pg_schema}".ctrlrun_meta') == "10"
         assert (
             reopened.list_effects(),
             reopened.list_receipts(),
