@@ -95,3 +95,25 @@ def test_the_role_cannot_weaken_commits_behind_the_urls_back(pg, pg_schema):
         assert pg.password not in str(info.value)
     finally:
         pg.psql(f'ALTER ROLE "{pg.user}" RESET ctrlrun.commit_durability')
+
+
+def test_every_write_keeps_working_under_a_serializable_default(pg, pg_schema):
+    """`ctrlrun_durable()` opens every explicit transaction; pruning, which must run at READ
+    COMMITTED, still gets it when the role's default isolation is another."""
+    pg.psql(f'ALTER ROLE "{pg.user}" SET default_transaction_isolation = serializable')
+    try:
+        with ctrlrun.open_store(pg.url(pg_schema)) as store:
+
+            @ctrlrun.protect("pay", effect="pay:{order}", store=store)
+            def pay(order: str) -> str:
+                return order
+
+            pay("o1")
+            act = "act_" + "3" * 32
+            store.reserve_effect("pay:o2", act, 60)
+            store.mark_ambiguous("pay:o2", act, "timed out")
+            store.resolve_effect("pay:o2", "failed", "ops:test")
+            assert store.prune(0.001) == 2
+            assert store.list_effects() == []
+    finally:
+        pg.psql(f'ALTER ROLE "{pg.user}" RESET default_transaction_isolation')

@@ -231,11 +231,6 @@ impl PostgresStore {
         let writer = holder();
         let body = |c: &mut Client, _: &super::sql::Sql| -> Result<PruneBatch> {
             let fail = |e: PgError| self.retention_error("pruning effects", &e);
-            c.batch_execute(
-                "SET TRANSACTION",
-                "SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
-            )
-            .map_err(fail)?;
             let row = c
                 .query_typed_one(
                     &lock,
@@ -278,7 +273,7 @@ impl PostgresStore {
                 next,
             })
         };
-        match self.txn("prune", "*", body)? {
+        match self.txn_from(&self.sql.begin_read_committed, ("prune", "*"), body)? {
             Commit::Landed(done) => Ok(done),
             Commit::Unknown(_, why) => Err(batch_unknown(&self.store_name(), &why)),
         }

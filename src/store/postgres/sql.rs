@@ -48,6 +48,10 @@ pub(super) struct Sql {
     /// `ctrlrun_durable()`, which commits it at least as `synchronous_commit = on` whatever the
     /// server, role, URL, or a pooler's server connection left by another client says.
     pub(super) begin: String,
+    /// The same at `READ COMMITTED` whatever the default isolation (pruning: each batch sees
+    /// what other transactions committed while it waited on a row). The isolation must be set
+    /// before the first query, so it is `START TRANSACTION`'s own.
+    pub(super) begin_read_committed: String,
     /// The approvals table, schema-qualified (its statements are in `approvals.rs`).
     pub(super) approvals: String,
     /// The approver accounts, schema-qualified.
@@ -87,6 +91,10 @@ impl Sql {
     pub(super) fn new(schema: &str, prepared: bool) -> Sql {
         Sql {
             begin: format!("START TRANSACTION; SELECT \"{schema}\".ctrlrun_durable()"),
+            begin_read_committed: format!(
+                "START TRANSACTION ISOLATION LEVEL READ COMMITTED; \
+                 SELECT \"{schema}\".ctrlrun_durable()"
+            ),
             approvals: format!("\"{schema}\".ctrlrun_approvals"),
             approvers: format!("\"{schema}\".ctrlrun_approvers"),
             policy: format!("\"{schema}\".ctrlrun_policy"),

@@ -209,11 +209,22 @@ impl PostgresStore {
         key: &str,
         body: impl FnOnce(&mut Client, &Sql) -> Result<T>,
     ) -> Result<Commit<T>> {
+        self.txn_from(&self.sql.begin, (what, key), body)
+    }
+
+    /// [`PostgresStore::txn`] started by `begin` (one of [`Sql`]'s, each with
+    /// `ctrlrun_durable()`).
+    pub(super) fn txn_from<T>(
+        &self,
+        begin: &str,
+        (what, key): (&str, &str),
+        body: impl FnOnce(&mut Client, &Sql) -> Result<T>,
+    ) -> Result<Commit<T>> {
         let mut body = Some(body);
         let mut stale = 0;
         loop {
             let mut conn = self.conn(what, key)?;
-            let begin_error = match Txn::begin(&mut conn, &self.sql.begin) {
+            let begin_error = match Txn::begin(&mut conn, begin) {
                 Ok(mut tx) => {
                     let body = body
                         .take()
