@@ -55,3 +55,30 @@ fn a_mark_takes_a_held_or_ambiguous_row_and_keeps_its_history() {
     assert!(plan_lost_mark(Some(resolved), "lost", T0).is_err());
     assert!(plan_lost_mark(None, "lost", T0).is_err());
 }
+
+#[test]
+fn the_other_holders_late_commit_keeps_a_marked_row_for_the_person() {
+    use ctrlrun::planner::{lost_note, plan_mismatch, Mismatch, Transition};
+    let marked = plan_lost_mark(
+        Some(held(HOLDER, 1, EffectState::Executing)),
+        &lost_note(CALLER, "returned"),
+        T0,
+    )
+    .unwrap();
+    let commit = Transition::Commit {
+        result: Some("7".into()),
+    };
+    let Mismatch::Late { row, .. } =
+        plan_mismatch(Some(marked), KEY, HOLDER, Some(1), &commit, T0 + 1)
+    else {
+        panic!("a late outcome of the row's own attempt is written");
+    };
+    assert_eq!(
+        (row.state, row.result.as_deref()),
+        (EffectState::Ambiguous, Some("7"))
+    );
+    assert!(row
+        .error
+        .unwrap()
+        .contains("a person resolves the lost write"));
+}

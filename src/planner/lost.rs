@@ -9,6 +9,22 @@
 use crate::error::Error;
 use crate::record::{EffectRecord, EffectState, Micros};
 
+/// How the note of a lost-write mark begins ([`lost_note`]): a row whose error text holds it
+/// was marked for a person, and a late outcome of its own holder keeps it `ambiguous`
+/// ([`super::plan_mismatch`]).
+const LOST_MARK: &str = "the store lost the acknowledged write of action ";
+
+/// The note a lost-write mark adds to the row: attempt `action_id`'s executor `ran` (returned,
+/// may have run).
+pub fn lost_note(action_id: &str, ran: &str) -> String {
+    format!("{LOST_MARK}{action_id}, whose executor {ran}: the effect may have happened twice")
+}
+
+/// Whether `row` carries a lost-write mark ([`plan_lost_mark`]).
+pub fn marked_lost(row: &EffectRecord) -> bool {
+    row.error.as_deref().is_some_and(|e| e.contains(LOST_MARK))
+}
+
 /// The error for a write `what` of attempt `attempt` of `action_id` on `key` that met `found`,
 /// when `found` says the store lost that attempt's acknowledged write; `None` otherwise (and
 /// always for a caller that does not name its attempt).

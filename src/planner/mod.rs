@@ -15,7 +15,7 @@ pub use approval::{
     plan_request, RequestPlan,
 };
 pub use lease::{plan_extension, plan_resolution, plan_resolution_noted};
-pub use lost::{lost_write, plan_lost_mark};
+pub use lost::{lost_note, lost_write, marked_lost, plan_lost_mark};
 pub use names::{check_name, name_key, same_person, MAX_NAME_CHARS};
 pub use policy::{approvals_needed, check_grant, check_rules, needs_approval};
 pub use refusal::{refuse_by_row, Conflict, Refusal};

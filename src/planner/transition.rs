@@ -1,6 +1,7 @@
 //! The transitions a holder makes after its reservation (docs/spec.md §4), the write each one plans,
 //! and how a write that matched nothing, or whose `COMMIT` was lost, is settled (docs/spec.md §6).
 
+use super::lost::marked_lost;
 use super::refusal::refuse_by_row;
 use super::rules::Expected;
 use crate::error::{Error, Result};
@@ -205,6 +206,17 @@ fn late_outcome(row: &EffectRecord, t: &Transition, now: Micros) -> Option<Effec
         _ => Some(what),
     };
     let (state, result, error) = match (t, row.state) {
+        // Marked for a person after another attempt's write was lost: this executor's effect
+        // happened, and so may the lost attempt's; it stays for the person.
+        (Transition::Commit { .. }, EffectState::Ambiguous) if !by_person && marked_lost(row) => (
+            EffectState::Ambiguous,
+            w.result.map(str::to_owned),
+            noted(
+                "then this attempt's executor returned: its effect happened; a person resolves \
+                 the lost write"
+                    .into(),
+            ),
+        ),
         (Transition::Commit { .. }, EffectState::Ambiguous) if !by_person => (
             EffectState::Committed,
             w.result.map(str::to_owned),

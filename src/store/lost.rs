@@ -77,10 +77,7 @@ fn settle_lost<S: Engine + ?Sized>(
             }
         }
     };
-    let note = format!(
-        "the store lost the acknowledged write of action {action_id}, whose executor {ran}: \
-         the effect may have happened twice"
-    );
+    let note = planner::lost_note(&action_id, ran);
     let plan = |found, n| planner::plan_lost_mark(found, &note, n);
     let marked = store.replace_row(RowWrite {
         what: "mark_lost_write",

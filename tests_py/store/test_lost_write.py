@@ -46,6 +46,7 @@ def test_another_attempt_in_its_place_is_marked_ambiguous_for_a_person(
     def replaced(key: str) -> None:
         raw.run("DELETE FROM ctrlrun_effects")
         second_store.reserve_effect(key, "act_other_holder", 60)  # attempt 1 once more
+        second_store.begin_execution(key, "act_other_holder")
 
     pay, runs = lost_by(mode, store, "t.pay", replaced)
     with pytest.raises(ctrlrun.StoreLostWrite) as info:
@@ -59,6 +60,11 @@ def test_another_attempt_in_its_place_is_marked_ambiguous_for_a_person(
     assert row.state.value == "ambiguous" and row.action_id == "act_other_holder"
     assert "lost the acknowledged write of action " + lost.action_id in row.error
     assert runs == ["o2"]
+    # the other holder's own outcome, late, keeps the key for the person
+    second_store.commit_effect("pay:o2", "act_other_holder", {"paid": 1}, attempt=1)
+    row = store.get_effect("pay:o2")
+    assert row.state.value == "ambiguous" and row.result == {"paid": 1}
+    assert "a person resolves the lost write" in row.error
     # no blind retry: the key refuses the next call
     with pytest.raises(ctrlrun.AmbiguousEffect):
         mode.call(pay, "o2")
