@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import threading
 import time
 import uuid
@@ -26,6 +27,7 @@ import pytest
 import ctrlrun
 from ctrlrun import EffectState
 from tests_py.support.pgreplica import Replicated, replicated_pair
+from tests_py.support.pgserver import _find_bin
 from tests_py.support.racing import executions, run_workers
 
 STORE_LOG = "ctrlrun.store"
@@ -254,7 +256,7 @@ def test_a_role_that_cannot_see_the_standbys_is_told_so(sync_pair):
         posture = {check: (standing, detail) for check, standing, detail in store.posture()}
     standing, detail = posture["replication"]
     assert standing == "not visible", posture
-    assert "1 standby(s) stream" in detail and "pg_monitor" in detail
+    assert 'standby "ctrlrun_standby" streams' in detail and "pg_monitor" in detail
 
 
 def test_commits_wait_for_the_synchronous_standby_whatever_the_url_says(tmp_path):
@@ -283,3 +285,40 @@ def test_commits_wait_for_the_synchronous_standby_whatever_the_url_says(tmp_path
         risky = dict(local, crash_may_lose_commits="accept", failover_may_lose_commits="accept")
         assert paying(pair.primary_url(schema, **risky))("o2") == "o2"
         assert runs == ["o2"]
+
+
+def test_a_wal_archiver_streaming_from_the_primary_is_no_standby(pg, pg_schema, tmp_path):
+    """pg_receivewal (as Barman's barman_receive_wal) streams WAL asynchronously, but nothing
+    fails over to it: the store opens, and the posture sees no standby."""
+    env = dict(os.environ, PGPASSWORD=pg.password or "")
+    receiver = subprocess.Popen(
+        [
+            _find_bin("pg_receivewal"),
+            "-D",
+            str(tmp_path),
+            "-h",
+            pg.host,
+            "-p",
+            str(pg.port),
+            "-U",
+            pg.user,
+            "--no-loop",
+            "-n",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while "pg_receivewal" not in pg.psql("SELECT application_name FROM pg_stat_replication"):
+            assert receiver.poll() is None, receiver.stderr.read()
+            assert time.monotonic() < deadline, "pg_receivewal never streamed"
+            time.sleep(0.1)
+        with ctrlrun.open_store(pg.url(pg_schema)) as store:
+            posture = dict((c, (st, d)) for c, st, d in store.posture())
+        assert posture["replication"][0] == "pass", posture
+        assert "no standby streams" in posture["replication"][1]
+    finally:
+        receiver.kill()
+        receiver.wait(timeout=30)

@@ -25,30 +25,31 @@ pub(super) struct Seen {
     /// The session of the first statement and of a later one.
     pids: (i32, i32),
     /// Each physical standby streaming from this server: its name and `sync_state`, `None`
-    /// where this role may not see them.
-    standbys: Vec<(Option<String>, Option<String>)>,
+    /// where this role may not see it.
+    standbys: Vec<(String, Option<String>)>,
 }
 
-const SETTINGS: &str = "SELECT pg_catalog.current_setting('synchronous_commit'), \
+/// The settings and the standbys in one statement, so that a pooler in front of several
+/// servers cannot answer them from different ones. A logical replication's sender (its slot is
+/// logical), a base backup's, and the WAL archivers that stream under their default names
+/// (`pg_receivewal`, `pg_basebackup -X stream`, Barman's `barman_receive_wal`) are no failover
+/// target. A standby's name is visible to every role; its `sync_state` only with
+/// `pg_read_all_stats` (`?` here otherwise).
+const READ: &str = "SELECT pg_catalog.current_setting('synchronous_commit'), \
     COALESCE(pg_catalog.current_setting('ctrlrun.commit_durability', true), ''), \
     pg_catalog.current_setting('synchronous_standby_names'), pg_catalog.pg_is_in_recovery(), \
-    pg_catalog.inet_server_port(), pg_catalog.pg_backend_pid()";
-
-/// Physical standbys only: a logical replication's sender (its slot is logical) and a base
-/// backup's are no failover target.
-const STANDBYS: &str = "SELECT r.application_name::text, r.sync_state::text \
+    pg_catalog.inet_server_port(), pg_catalog.pg_backend_pid(), \
+    ARRAY(SELECT COALESCE(r.application_name, '') || E'\\t' || COALESCE(r.sync_state, '?') \
     FROM pg_catalog.pg_stat_replication r WHERE r.state IS DISTINCT FROM 'backup' \
+    AND COALESCE(r.application_name, '') NOT IN \
+    ('pg_receivewal', 'pg_basebackup', 'barman_receive_wal') \
     AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots s \
-    WHERE s.active_pid = r.pid AND s.slot_type = 'logical') ORDER BY 1";
+    WHERE s.active_pid = r.pid AND s.slot_type = 'logical') ORDER BY 1)";
 
 pub(super) fn read(client: &mut Client) -> PgResult<Seen> {
-    let row = client.query_typed_one(SETTINGS, &[])?;
-    let standbys = client
-        .query_typed(STANDBYS, &[])?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    let row = client.query_typed_one(READ, &[])?;
     let later = client.query_typed_one("SELECT pg_catalog.pg_backend_pid()", &[])?;
+    let standbys: Vec<String> = row.get(6);
     Ok(Seen {
         synchronous_commit: row.get(0),
         commit_durability: row.get(1),
@@ -56,8 +57,29 @@ pub(super) fn read(client: &mut Client) -> PgResult<Seen> {
         in_recovery: row.get(3),
         server_port: row.get(4),
         pids: (row.get(5), later.get(0)),
-        standbys,
+        standbys: standbys
+            .iter()
+            .map(|s| {
+                let (name, state) = s.rsplit_once('\t').unwrap_or((s, "?"));
+                let state = (state != "?").then(|| state.to_owned());
+                (name.to_owned(), state)
+            })
+            .collect(),
     })
+}
+
+/// The names `synchronous_standby_names` lists (`FIRST n (a, b)`, `ANY n (a, b)`, `n (a, b)`
+/// or `a, b`; `*` matches any), unquoted.
+fn listed(standby_names: &str) -> Vec<String> {
+    let inner = match (standby_names.find('('), standby_names.rfind(')')) {
+        (Some(a), Some(b)) if a < b => &standby_names[a + 1..b],
+        _ => standby_names,
+    };
+    inner
+        .split(',')
+        .map(|n| n.trim().trim_matches('"').to_owned())
+        .filter(|n| !n.is_empty())
+        .collect()
 }
 
 /// The posture of what was `seen` through a connection made to `port`, with the risks the URL
@@ -133,34 +155,38 @@ fn durability(seen: &Seen, risks: PgRisks, store: &str) -> Result<(PostureLine, 
     Ok((PostureLine::new(CHECK, Standing::Pass, detail), true))
 }
 
-/// Who replicates this server's commits: nobody, synchronous standbys (a failover keeps every
-/// acknowledged commit), or an asynchronous one (refused unless accepted). `waits`: commits
-/// wait for the synchronous standbys.
+/// Who replicates this server's commits: nobody, synchronous standbys (a failover to one keeps
+/// every acknowledged commit), or an asynchronous one (refused unless accepted). `waits`:
+/// commits wait for the synchronous standbys.
 fn replication(seen: &Seen, risks: PgRisks, waits: bool, store: &str) -> Result<PostureLine> {
     const CHECK: &str = "replication";
     let names = seen.standby_names.trim();
-    let n = seen.standbys.len();
-    let named = |which: &[&(Option<String>, Option<String>)]| {
-        let each: Vec<String> = which
+    let listed = listed(names);
+    // The server matches a name case-insensitively; a standby it does not list is
+    // asynchronous, whatever this role may see of its state.
+    let is_listed = |name: &str| {
+        listed
             .iter()
-            .map(|(name, _)| format!("{:?}", name.as_deref().unwrap_or("?")))
-            .collect();
-        each.join(", ")
+            .any(|l| l == "*" || l.eq_ignore_ascii_case(name))
     };
-    let asynchronous: Vec<_> = seen
-        .standbys
-        .iter()
-        .filter(|(_, state)| state.as_deref() == Some("async"))
-        .collect();
-    let risk = if n > 0 && names.is_empty() {
+    let state_of = |(name, state): &(String, Option<String>)| match state.as_deref() {
+        Some(s) => s.to_owned(),
+        None if !is_listed(name) => "async".to_owned(),
+        None => "?".to_owned(),
+    };
+    let with = |wanted: &[&str]| -> Vec<String> {
+        seen.standbys
+            .iter()
+            .filter(|s| wanted.contains(&state_of(s).as_str()))
+            .map(|(name, _)| format!("{name:?}"))
+            .collect()
+    };
+    let n = seen.standbys.len();
+    let asynchronous = with(&["async"]);
+    let risk = if !asynchronous.is_empty() {
         Some(format!(
-            "{n} standby(s) stream from it and synchronous_standby_names is empty: replication \
-             is asynchronous"
-        ))
-    } else if !asynchronous.is_empty() {
-        Some(format!(
-            "standby {} streams from it asynchronously (sync_state async)",
-            named(&asynchronous)
+            "standby {} streams from it asynchronously (not confirming commits)",
+            asynchronous.join(", ")
         ))
     } else if n > 0 && !waits {
         Some(format!(
@@ -189,44 +215,56 @@ fn replication(seen: &Seen, risks: PgRisks, waits: bool, store: &str) -> Result<
             ),
         ));
     }
+    let line = |standing, detail: String| Ok(PostureLine::new(CHECK, standing, detail));
     if n == 0 && names.is_empty() {
-        return Ok(PostureLine::new(
-            CHECK,
+        return line(
             Standing::Pass,
             "no standby streams from this server (replication below PostgreSQL, as some \
-             managed services keep it, is not visible from here)",
-        ));
+             managed services keep it, is not visible from here)"
+                .into(),
+        );
     }
     if n == 0 {
-        return Ok(PostureLine::new(
-            CHECK,
+        return line(
             Standing::Info,
             format!(
                 "synchronous_standby_names is {names:?} but no standby is connected: every \
                  commit waits until one is (bounded by the URL's timeout)"
             ),
-        ));
+        );
     }
-    if seen.standbys.iter().any(|(_, state)| state.is_none()) {
-        return Ok(PostureLine::new(
-            CHECK,
+    let hidden = with(&["?"]);
+    if !hidden.is_empty() {
+        return line(
             Standing::NotVisible,
             format!(
-                "{n} standby(s) stream from it and synchronous_standby_names is {names:?}; \
-                 whether each is synchronous is not visible to this role (pg_stat_replication's \
-                 details need pg_read_all_stats or pg_monitor)"
+                "standby {} streams from it and synchronous_standby_names ({names:?}) names it; \
+                 whether it confirms each commit or only stands by is not visible to this role \
+                 (pg_stat_replication's sync_state needs pg_read_all_stats or pg_monitor)",
+                hidden.join(", ")
             ),
-        ));
+        );
     }
-    let all: Vec<_> = seen.standbys.iter().collect();
-    Ok(PostureLine::new(
-        CHECK,
-        Standing::Pass,
+    let (sync, standing_by) = (with(&["sync"]), with(&["potential", "quorum"]));
+    if standing_by.is_empty() {
+        return line(
+            Standing::Pass,
+            format!(
+                "synchronous: standby {} confirm each commit (synchronous_standby_names \
+                 {names:?})",
+                sync.join(", ")
+            ),
+        );
+    }
+    line(
+        Standing::Info,
         format!(
-            "synchronous: standby {} confirm each commit (synchronous_standby_names {names:?})",
-            named(&all)
+            "synchronous_standby_names {names:?}: standby {} is potential or in a quorum, so \
+             it may lack a commit another standby confirmed; a failover must promote a standby \
+             that confirmed the last commit (your failover manager's choice)",
+            standing_by.join(", ")
         ),
-    ))
+    )
 }
 
 /// Whether a pooler or proxy sits between the store and the server.
@@ -266,7 +304,7 @@ mod tests {
             pids: (7, 7),
             standbys: standbys
                 .iter()
-                .map(|(n, s)| (Some(n.to_string()), s.map(str::to_owned)))
+                .map(|(n, s)| (n.to_string(), s.map(str::to_owned)))
                 .collect(),
         }
     }
@@ -294,6 +332,8 @@ mod tests {
                 "FIRST 1 (s1)",
                 &[("s1", Some("sync")), ("s2", Some("async"))],
             ),
+            // not listed: asynchronous, though this role cannot see its state
+            seen("on", "FIRST 1 (s1)", &[("s1", None), ("s2", None)]),
         ] {
             let refused = judge(&s, NONE, 5432, "db").unwrap_err().to_string();
             assert!(
@@ -306,14 +346,31 @@ mod tests {
     }
 
     #[test]
-    fn synchronous_none_and_not_visible_are_told_apart() {
+    fn synchronous_standing_by_none_and_not_visible_are_told_apart() {
+        let replication = |s: &Seen| standing(&judge(s, NONE, 5432, "db").unwrap(), "replication");
         let sync = seen("off", "s1", &[("s1", Some("sync"))]);
+        assert_eq!(replication(&sync), Standing::Pass);
         let lines = judge(&sync, NONE, 5432, "db").unwrap();
-        assert_eq!(standing(&lines, "replication"), Standing::Pass);
         assert_eq!(standing(&lines, "durable commits"), Standing::Pass);
+        // matched as the server matches: case-insensitively, quoted, or by `*`
+        assert_eq!(
+            replication(&seen("on", "ANY 1 (\"S1\")", &[("s1", Some("sync"))])),
+            Standing::Pass
+        );
+        let potential = seen(
+            "on",
+            "FIRST 1 (s1, s2)",
+            &[("s1", Some("sync")), ("s2", Some("potential"))],
+        );
+        assert_eq!(replication(&potential), Standing::Info);
+        let quorum = seen(
+            "on",
+            "ANY 1 (*)",
+            &[("s1", Some("quorum")), ("s2", Some("quorum"))],
+        );
+        assert_eq!(replication(&quorum), Standing::Info);
         let hidden = seen("on", "s1", &[("s1", None)]);
-        let lines = judge(&hidden, NONE, 5432, "db").unwrap();
-        assert_eq!(standing(&lines, "replication"), Standing::NotVisible);
+        assert_eq!(replication(&hidden), Standing::NotVisible);
         let alone = seen("on", "", &[]);
         let lines = judge(&alone, NONE, 6432, "db").unwrap();
         assert_eq!(standing(&lines, "replication"), Standing::Pass);
