@@ -1,10 +1,12 @@
-//! A write the store acknowledged, found gone (docs/spec.md §6, "A lost write"). A holder that
-//! names its attempt (the decorator always does) and finds its key with no row, or held by an
-//! earlier attempt, or by another action under its own attempt number, has met a store that
-//! lost a committed write: attempt numbers only grow, and only the holder's reservation could
-//! have written that attempt. Such a store went back in time (a failover to a standby that had
-//! not received the write, a restore from a backup, a commit acknowledged before it was
-//! durable); no refusal of the ordinary kind fits it.
+//! A write the store acknowledged, found gone (docs/spec.md §9). A holder that names its
+//! attempt (the decorator always does) and finds its key with no row, or held by an earlier
+//! attempt, or by another action under its own attempt number, has met a store that lost a
+//! committed write: while a key's row exists its attempt numbers only grow, and only the
+//! holder's reservation could have written that attempt. Such a store went back in time (a
+//! failover to a standby that had not received the write, a restore from a backup, a commit
+//! acknowledged before it was durable), or retention removed the key's settled row while the
+//! holder still ran (a new row starts again at attempt 1). No refusal of the ordinary kind fits
+//! either: the holder's executor ran, and another attempt may run or have run.
 
 use crate::error::Error;
 use crate::record::{EffectRecord, EffectState, Micros};
@@ -53,8 +55,9 @@ pub fn lost_write(
             "{what} for effect '{key}': the store no longer holds attempt {attempt} of action \
              {action_id}, which it acknowledged to this process: {there}. The store lost a \
              committed write (a failover to a standby that had not received it, a restore from \
-             a backup, or a commit acknowledged before it was durable), so the effect may run, \
-             or have run, twice; a person must look at this key"
+             a backup, or a commit acknowledged before it was durable), or retention removed \
+             the key's row while this attempt still ran; the effect may run, or have run, \
+             twice, and a person must look at this key"
         ),
         effect_key: key.to_owned(),
         action_id: action_id.to_owned(),
@@ -64,9 +67,9 @@ pub fn lost_write(
 }
 
 /// The row that marks `found` (the row a lost write met) `ambiguous` for a person, with `note`
-/// added to its error text; `Err` (and nothing written) where the agent's duty cannot mark it:
-/// no row (a row born `ambiguous` is not an agent's write), a settled row, or one a person
-/// already resolved.
+/// added to its error text; `Err` (and nothing written) for any other row: none, a settled one
+/// (`committed`: the effect happened; `failed` and none are recorded anew instead, see
+/// `store::lost`), or one a person already resolved.
 pub fn plan_lost_mark(
     found: Option<EffectRecord>,
     note: &str,
@@ -80,7 +83,7 @@ pub fn plan_lost_mark(
         || (row.state == EffectState::Ambiguous && row.resolved_by.is_none());
     if !markable {
         return refuse(&format!(
-            "the key is {}, which only a person changes",
+            "the key is {}, which a lost-write mark leaves as it is",
             row.state
         ));
     }

@@ -4,10 +4,11 @@
 //! effect once more.
 
 use super::engine::{Engine, RowWrite};
+use super::recovery::TransitionCall;
 use crate::error::Error;
-use crate::planner::{self, Transition};
+use crate::planner::{self, Proposal, Transition};
 use crate::receipt::Event;
-use crate::record::Micros;
+use crate::record::{EffectState, Micros};
 
 /// `e`, the refusal of the outcome write `transition` of attempt `held` of `action_id` on
 /// `key`, as the caller gets it: where the row, read again, says the store lost that attempt's
@@ -78,16 +79,28 @@ fn settle_lost<S: Engine + ?Sized>(
         }
     };
     let note = planner::lost_note(&action_id, ran);
-    let plan = |found, n| planner::plan_lost_mark(found, &note, n);
-    let marked = store.replace_row(RowWrite {
-        what: "mark_lost_write",
-        event: Event::Outcome,
-        key: &effect_key,
-        now: store.fixed_now(now),
-        plan: &plan,
-    });
+    let now = store.fixed_now(now);
+    // No row, or a failed one, would let the next call run the effect once more: the key is
+    // recorded anew under this attempt's action and marked, two writes the agent's duty makes.
+    let anew = record
+        .as_ref()
+        .is_none_or(|r| r.state == EffectState::Failed);
+    let marked = if anew {
+        record_anew(store, (&effect_key, &action_id), &note, now)
+    } else {
+        let plan = |found, n| planner::plan_lost_mark(found, &note, n);
+        store
+            .replace_row(RowWrite {
+                what: "mark_lost_write",
+                event: Event::Outcome,
+                key: &effect_key,
+                now,
+                plan: &plan,
+            })
+            .map(|_| ())
+    };
     let (message, marked) = match marked {
-        Ok(_) => {
+        Ok(()) => {
             log::error!(target: "ctrlrun.store", "lost_write_marked: '{effect_key}': {message}");
             (
                 format!("{message}. The key is now ambiguous: a person resolves it"),
@@ -109,4 +122,21 @@ fn settle_lost<S: Engine + ?Sized>(
         record,
         marked,
     }
+}
+
+/// A new attempt of `action_id` on `key` (no row, or a failed one), marked `ambiguous` with
+/// `note` at once: the key then refuses a blind retry until a person resolves it.
+fn record_anew<S: Engine + ?Sized>(
+    store: &S,
+    (key, action_id): (&str, &str),
+    note: &str,
+    now: Option<Micros>,
+) -> crate::error::Result<()> {
+    const HOLD: Micros = 60_000_000; // a minute: the mark follows at once
+    let row = store.reserve_row(Proposal::new(key, action_id, HOLD, false), now)?;
+    let mark = Transition::MarkAmbiguous {
+        error: note.to_owned(),
+    };
+    let call = TransitionCall::new(key, action_id, Some(row.attempt), &mark, now)?;
+    store.write_transition(&call, false).map(|_| ())
 }

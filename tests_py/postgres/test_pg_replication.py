@@ -171,8 +171,8 @@ def lost_reservation_call(pair: Replicated, schema: str, contender: bool):
 @pytest.mark.parametrize("contender", [False, True], ids=["no_row", "another_attempt"])
 def test_an_outcome_write_the_failover_lost_raises_store_lost_write(async_pair_to_fail, contender):
     """The promoted server has no row for the key, or another attempt's: either way the call
-    says its write was lost (not that the key is a duplicate), and the other attempt's row is
-    left ``ambiguous`` for a person."""
+    says its write was lost (not that the key is a duplicate), and the key is left
+    ``ambiguous`` for a person (the other attempt's row marked, or the key recorded anew)."""
     pair, schema = async_pair_to_fail, new_schema()
     store, pay, runs = lost_reservation_call(pair, schema, contender)
     with store, pytest.raises(Exception) as info:
@@ -180,10 +180,11 @@ def test_an_outcome_write_the_failover_lost_raises_store_lost_write(async_pair_t
     assert_lost_write(info.value)
     assert runs == ["o1"]
     assert pair.primary.password not in str(info.value)
-    if contender:
-        with ctrlrun.open_store(pair.standby_url(schema)) as promoted:
-            record = promoted.get_effect("pay:o1")
-        assert record is not None and record.state is EffectState.AMBIGUOUS, record
+    assert info.value.marked  # no row: recorded anew and marked; another attempt's: marked
+    with ctrlrun.open_store(pair.standby_url(schema)) as promoted:
+        record = promoted.get_effect("pay:o1")
+    assert record is not None and record.state is EffectState.AMBIGUOUS, record
+    assert record.action_id == ("act_" + "c" * 32 if contender else info.value.action_id)
 
 
 # c. -------------------------------------------------------------------------------------

@@ -24,20 +24,26 @@ def lost_by(mode, store, name: str, vanish):
     return pay, runs
 
 
-def test_a_reservation_gone_is_a_lost_write_not_a_refusal(mode, store, raw):
+def test_a_reservation_gone_is_a_lost_write_recorded_anew_for_a_person(mode, store, raw):
     pay, runs = lost_by(mode, store, "t.pay", lambda key: raw.run("DELETE FROM ctrlrun_effects"))
     with pytest.raises(ctrlrun.StoreLostWrite) as info:
         mode.call(pay, "o1")
     lost = info.value
     assert isinstance(lost, ctrlrun.StoreError)
     assert not isinstance(lost, ctrlrun.DuplicateEffect)
-    assert (lost.effect_key, lost.marked, lost.record) == ("pay:o1", False, None)
+    assert (lost.effect_key, lost.marked, lost.record) == ("pay:o1", True, None)
     assert lost.action_id.startswith("act_")
     text = str(lost)
     assert "lost a committed write" in text and "the key has no row" in text
-    assert "could not be marked ambiguous" in text  # the agent's duty writes no row born ambiguous
+    assert "now ambiguous" in text
     assert runs == ["o1"]
-    assert store.get_effect("pay:o1") is None
+    # recorded anew under the lost attempt's action, and marked: no blind retry runs it again
+    row = store.get_effect("pay:o1")
+    assert (row.state.value, row.action_id, row.attempt) == ("ambiguous", lost.action_id, 1)
+    assert "lost the acknowledged write of action " + lost.action_id in row.error
+    with pytest.raises(ctrlrun.AmbiguousEffect):
+        mode.call(pay, "o1")
+    assert runs == ["o1"]
 
 
 def test_another_attempt_in_its_place_is_marked_ambiguous_for_a_person(

@@ -136,8 +136,9 @@ fn durability(seen: &Seen, risks: PgRisks, store: &str) -> Result<(PostureLine, 
             Standing::Fail,
             format!(
                 "crash_may_lose_commits=accept: writes commit at the server's \
-                 synchronous_commit = {default}, which acknowledges a commit a crash of the \
-                 server can still lose, and a retry then runs the effect twice"
+                 synchronous_commit = {default}, which acknowledges a commit before it is \
+                 flushed everywhere it must be (here, or on the synchronous standbys): a crash \
+                 can lose it, and a retry then runs the effect twice"
             ),
         );
         return Ok((line, !weak));
