@@ -154,7 +154,8 @@ def test_the_store_sends_only_unnamed_statements_and_no_session_settings(pg, sch
         body = hot[0].split(b"ctrlrun_durable()", 1)[1].split(b"$fn$;", 1)[0]
         assert hot[0].upper().count(b"SET LOCAL") == body.upper().count(b"SET LOCAL") == 3
         assert b"SET SESSION" not in hot[0].upper()
-        assert set(rest) == {begin, b"START TRANSACTION", b"COMMIT"}, rest
+        migrating = b"START TRANSACTION; SET LOCAL synchronous_commit = on"  # durable DDL
+        assert set(rest) == {begin, migrating, b"COMMIT"}, rest
     finally:
         proxy.close()
 

@@ -240,7 +240,10 @@ pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) 
             let mut tries = 0;
             loop {
                 let created = client
-                    .batch_execute("START TRANSACTION", "START TRANSACTION")
+                    .batch_execute(
+                        "START TRANSACTION",
+                        "START TRANSACTION; SET LOCAL synchronous_commit = on",
+                    )
                     .and_then(|_| client.batch_execute("the tables' creation", &ddl))
                     .and_then(|_| client.batch_execute("COMMIT", "COMMIT"));
                 if created.is_err() && !client.is_closed() {
@@ -337,7 +340,12 @@ fn receipt_triggers() -> String {
 /// first, so processes that open the store at once migrate it once, one after another.
 fn migrate(client: &mut Client, schema: &str) -> std::result::Result<(), PgError> {
     let meta = format!("\"{schema}\".ctrlrun_meta");
-    client.batch_execute("START TRANSACTION", "START TRANSACTION")?;
+    // Durable whatever the session's default: a migration a crash undid would leave processes
+    // that saw it land writing to a schema that went back a version.
+    client.batch_execute(
+        "START TRANSACTION",
+        "START TRANSACTION; SET LOCAL synchronous_commit = on",
+    )?;
     let rows = client.query_typed(
         &format!("SELECT value FROM {meta} WHERE key = 'schema_version' FOR UPDATE"),
         &[],

@@ -81,7 +81,7 @@ impl PostgresStore {
                 e.describe()
             ))
         })?;
-        init_schema(&mut client, schema, &description)?;
+        // The posture first: a server refused for it gets no table, no migration.
         let seen = super::posture::read(&mut client).map_err(|e| {
             Error::Store(format!(
                 "cannot read the replication and durability settings of the PostgreSQL store \
@@ -90,6 +90,7 @@ impl PostgresStore {
             ))
         })?;
         let posture = super::posture::judge(&seen, risks, client.port, &description)?;
+        init_schema(&mut client, schema, &description)?;
         drop(client);
         let sql = std::sync::Arc::new(Sql::new(schema, prepared_statements));
         // Waiting for a pooled connection, or for the server: the connect timeout bounds both.
