@@ -335,3 +335,10 @@ def test_a_library_that_runs_a_body_twice_fails_the_soak(tmp_path):
     assert report["verdict"] == "fail" and report["doubles"] > 0, report
     assert report["doubles"] >= report["ok"] > 0  # every key told ok ran twice
     assert "ran more than once" in report["reasons"][0]
+
+
+def test_a_write_the_store_lost_fails_the_soak():
+    """A StoreLostWrite is no ordinary error: the store lost what it acknowledged."""
+    report = judge(recorded(ended={"ok": 3, "error:StoreLostWrite": 1}))
+    assert report.verdict == "fail" and report.errors == {"StoreLostWrite": 1}
+    assert "StoreLostWrite" in report.reasons[0]

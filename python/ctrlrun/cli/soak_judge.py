@@ -101,6 +101,7 @@ class Report:
             f"  errors:            {sum(self.errors.values())} ({errors})",
             f"  latency:           {latency}",
             f"  kills:             {self.kills}"
+            + (" (none landed: run longer, --seconds 10 or more)" if self.kills == 0 else "")
             + ("" if self.cuts is None else f"; connections cut: {self.cuts}"),
             f"  doubles:           {self.doubles}"
             + (f" ({', '.join(self.double_keys)})" if self.double_keys else ""),
@@ -145,8 +146,13 @@ def judge(rec: Recorded) -> Report:
     if lost:
         shown = ", ".join(f"{k} is {rec.rows.get(k, 'missing')}" for k in lost[:SHOWN])
         reasons.append(f"{len(lost)} call(s) told ok whose key is not committed ({shown})")
+    lost_writes = errors.get("StoreLostWrite", 0)
+    if lost_writes:
+        # the store itself lost a write it had acknowledged: the promise broke under the soak
+        reasons.append(f"{lost_writes} call(s) met a write the store had lost (StoreLostWrite)")
     if ok == 0:
         reasons.append("control failed: no call was told ok, so the run exercised nothing")
+
     lat = sorted(rec.latencies_ms)
     ended = sum(rec.ended.values())
     return Report(

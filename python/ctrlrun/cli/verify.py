@@ -25,11 +25,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ctrlrun import _core
 from ctrlrun._policy import Policy, load_policy
-from ctrlrun.cli._scratch import Scratch, scratch_store, start_worker
+from ctrlrun.cli._scratch import Scratch, start_worker
 from ctrlrun.store.api import Store, default_url, open_store
 
-# scratch_store lives in _scratch.py (soak shares it) and is still importable from here
-__all__ = ["WorkerOutcome", "Row", "Verdict", "judge_g3", "judge_g4", "run_verify", "scratch_store"]
+__all__ = ["WorkerOutcome", "Row", "Verdict", "judge_g3", "judge_g4", "run_verify"]
 
 WORKERS = 8
 WORKER_TIMEOUT = 120.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, List, Sequence
 
-from ctrlrun.cli.verify import scratch_store
+from ctrlrun.cli._scratch import scratch_store
 from ctrlrun.store.api import open_store
 
 __all__ = ["PostureLine", "read_posture", "posture_failed"]

@@ -63,14 +63,16 @@ impl SqliteStore {
         held.check(&opts.path, file)?; // the file the first connection sets up is the one held
         init_schema(&first, &opts.path)?;
         drop(first);
-        if opts.synchronous == Synchronous::Normal {
-            log::warn!(
-                target: "ctrlrun.store",
-                "posture: durable commits of sqlite:///{}: synchronous=normal: a power loss or an \
-                 operating system crash can lose the last commits, and a retry then runs their \
-                 effects twice",
-                opts.path.display()
-            );
+        for line in posture(opts.synchronous) {
+            if line.standing == Standing::Fail {
+                log::warn!(
+                    target: "ctrlrun.store",
+                    "posture: {} of sqlite:///{}: {}",
+                    line.check,
+                    opts.path.display(),
+                    line.detail
+                );
+            }
         }
         let checkpoint_due = Arc::new(AtomicBool::new(false));
         let pool = Arc::new(Pool::new(
