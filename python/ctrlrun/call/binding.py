@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ctrlrun import _core
-from ctrlrun._policy import current_policy
+from ctrlrun._policy import current_policy, policy_path
 from ctrlrun.call.injected import injected_parameters
 from ctrlrun.errors import ActionDenied, EffectKeyError, InvalidArgument
 
@@ -207,6 +207,7 @@ class Gate:
         "replay",
         "warned",
         "warned_decision",
+        "warned_unreserved",
     )
 
     def __init__(
@@ -227,6 +228,7 @@ class Gate:
         self.from_policy: Dict[str, KeyBinder] = {}
         self.warned = False
         self.warned_decision = False
+        self.warned_unreserved = False
 
     def binder(self) -> Optional[KeyBinder]:
         route = self.route()
@@ -250,6 +252,7 @@ class Gate:
                 raise self._deny("its decorator (decision='deny')", None)
             if self.own is None:
                 self._unreserved(self.decision)
+                self._warn_unreserved(None if policy is None else policy.path)
                 return None
             ttl = self._ttl(None) if self.decision == "approve" else None
             return self.own, ttl, self.replay, 1
@@ -302,6 +305,30 @@ class Gate:
             binder = KeyBinder(_core.Template(entry.effect), self.fn, self.name)
             self.from_policy[entry.effect] = binder
         return binder, ttl, replay, approvals
+
+    def _warn_unreserved(self, policy: Optional[str]) -> None:
+        """Once per function: no ``effect=`` and no policy entry, so its calls run unreserved
+        (a policy file missing from the working directory must not unprotect it silently).
+        An entry that names the action without a template is a choice, and is not warned of."""
+        if self.warned_unreserved:
+            return
+        self.warned_unreserved = True
+        if policy is not None:
+            where = f"the policy {policy} has no entry for it"
+        else:
+            path, named = policy_path()
+            where = (
+                f"no policy file was read (CTRLRUN_CONFIG names {path})"
+                if named
+                else f"no policy file was found: CTRLRUN_CONFIG is not set and {path} does not exist"
+            )
+        warnings.warn(
+            f"protect({self.name!r}) on {getattr(self.fn, '__qualname__', self.fn)}: no effect "
+            f"template on the decorator, and {where}; its calls run unreserved, never refused "
+            f"as duplicates",
+            PolicyWarning,
+            stacklevel=4,
+        )
 
     def _unreserved(self, decision: str) -> None:
         """No template anywhere: the call runs unreserved, which an ``approve`` action must

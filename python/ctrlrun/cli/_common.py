@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import enum
 import getpass
+import importlib
 import os
 import sys
 from datetime import datetime
-from typing import Any, Dict, NoReturn, Optional
+from typing import Any, Dict, NoReturn, Optional, Sequence, Tuple
 
 import click
 
@@ -82,3 +83,35 @@ def cli_user() -> str:
         return f"cli:{getpass.getuser()}"
     except Exception:  # no user name the OS can give (no passwd entry, no LOGNAME)
         return "cli:unknown"
+
+
+# The Python each optional extra needs (its packages' markers in pyproject.toml).
+EXTRA_PYTHON: Dict[str, Tuple[int, int]] = {"gateway": (3, 10)}
+
+
+def require_extra(
+    extra: str,
+    modules: Sequence[str],
+    what: str,
+    python: Tuple[int, int] = (sys.version_info[0], sys.version_info[1]),
+) -> None:
+    """Exit with one line when ``what`` cannot run for want of the optional ``extra``: which
+    extra installs its ``modules``, or, on a Python older than the extra needs, that installing
+    it here installs nothing."""
+    floor = EXTRA_PYTHON.get(extra)
+    if floor is not None and python < floor:
+        die(
+            f"{what} needs Python {floor[0]}.{floor[1]} or newer (this is {python[0]}.{python[1]}): "
+            f"the '{extra}' extra installs nothing on it"
+        )
+    missing = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        die(
+            f"{what} needs the '{extra}' extra ({', '.join(missing)} not installed): "
+            f"pip install 'ctrlrun[{extra}]', or pip install '.[{extra}]' in a checkout"
+        )

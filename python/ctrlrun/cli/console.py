@@ -9,7 +9,7 @@ from typing import NoReturn, Optional, Tuple
 
 import click
 
-from ctrlrun.cli._common import die, iso, open_existing, store_option
+from ctrlrun.cli._common import die, iso, open_existing, require_extra, store_option
 from ctrlrun.cli.table import printable
 from ctrlrun.errors import CTRLRunError, InvalidArgument
 from ctrlrun.store.api import Store, default_store, open_store
@@ -102,6 +102,7 @@ def console(
 ) -> None:
     """Serve the web console: people signed in as approver accounts grant or deny approval
     requests, settle ambiguous effects and read receipts."""
+    require_extra("console", ("starlette", "uvicorn", "jinja2"), "ctrlrun console")
     from ctrlrun.console import accounts
     from ctrlrun.console.app import build_app
     from ctrlrun.console.listen import ConsoleServer, check_listen, check_tls, parse_listen

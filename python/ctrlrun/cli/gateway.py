@@ -10,7 +10,7 @@ from typing import Any, Optional, Tuple
 
 import click
 
-from ctrlrun.cli._common import die, store_option
+from ctrlrun.cli._common import die, require_extra, store_option
 from ctrlrun.errors import CTRLRunError
 from ctrlrun.store.approvers import check_name
 
@@ -88,15 +88,12 @@ def gateway(
             check_name("--requested-by", requested_by)
         except CTRLRunError as exc:
             die(str(exc))
-    try:
-        import anyio
+    require_extra("gateway", ("mcp", "anyio"), "ctrlrun gateway")
+    import anyio
 
-        from ctrlrun.gateway import serve as _gateway_serve
-        from ctrlrun.gateway.upstream import redacted
-    except ImportError as exc:
-        if (exc.name or "").split(".")[0] in ("mcp", "mcp_types", "anyio"):
-            die("the gateway needs the MCP SDK: pip install 'ctrlrun[gateway]'")
-        raise
+    from ctrlrun.gateway import serve as _gateway_serve
+    from ctrlrun.gateway.upstream import redacted
+
     if upstream_url is not None and not re.match(r"^https?://[^\s/]+", upstream_url):
         die(f"--upstream-url {redacted(upstream_url)!r}: expected an http:// or https:// URL")
     from ctrlrun._policy import current_policy
