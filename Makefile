@@ -5,10 +5,18 @@ PY     := $(VENV)/bin/python
 
 .PHONY: dev demo test test-rs test-py bench lint clean
 
-$(VENV)/.tools: pyproject.toml Makefile
+PIP := $(PY) -m pip --quiet --disable-pip-version-check --no-input
+
+# What the package needs to build and run (pyproject.toml's dependencies), and nothing else: the
+# demo's first run downloads only these.
+$(VENV)/.runtime: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "maturin>=1.16,<2" "pytest>=7" "click>=8.1" "PyYAML>=6" "mypy==2.4.*" "mcp>=2.3,<3" \
+	$(PIP) install "maturin>=1.16,<2" "click>=8.1" "PyYAML>=6"
+	touch $@
+
+# The test and lint tools, the frameworks the integration tests drive, the browser driver.
+$(VENV)/.tools: $(VENV)/.runtime
+	$(PIP) install "pytest>=7" "mypy==2.4.*" "mcp>=2.3,<3" \
 		"mcp-server-git==2026.10.19" "opentelemetry-sdk>=1.30" \
 		"ruff==0.17.6" "types-PyYAML>=6" \
 		"langchain-core==1.8.3" "langgraph==1.2.24" "openai-agents==0.24.0" "pydantic-ai-slim==2.68.0" \
@@ -16,7 +24,7 @@ $(VENV)/.tools: pyproject.toml Makefile
 	touch $@
 
 ## dev: build the extension (incremental) and install the package into .venv, editable
-dev: $(VENV)/.tools
+dev: $(VENV)/.runtime
 	$(VENV)/bin/maturin develop --quiet
 
 ## demo: the main job, a refund agent on a SQLite file
@@ -31,7 +39,7 @@ test: test-rs test-py
 test-rs:
 	$(PYTHON) tests_py/support/pgserver.py -- cargo test --tests --quiet
 
-test-py: dev
+test-py: dev $(VENV)/.tools
 	$(PY) -m mypy.stubtest ctrlrun._core
 	$(PY) -m pytest tests_py -q
 
