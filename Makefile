@@ -10,9 +10,10 @@ PIP := $(PY) -m pip --quiet --disable-pip-version-check --no-input
 # What the package needs to build and run (pyproject.toml's dependencies), and nothing else: the
 # demo's first run downloads only these.
 $(VENV)/.runtime: pyproject.toml Makefile
-	$(PYTHON) -m venv $(VENV)
-	$(PIP) install "maturin>=1.16,<2" "click>=8.1" "PyYAML>=6"
-	touch $@
+	@echo "make: a venv in $(VENV) with maturin, click and PyYAML"
+	@$(PYTHON) -m venv $(VENV)
+	@$(PIP) install "maturin>=1.16,<2" "click>=8.1" "PyYAML>=6"
+	@touch $@
 
 # The test and lint tools, the frameworks the integration tests drive, the browser driver.
 $(VENV)/.tools: $(VENV)/.runtime
@@ -25,11 +26,12 @@ $(VENV)/.tools: $(VENV)/.runtime
 
 ## dev: build the extension (incremental) and install the package into .venv, editable
 dev: $(VENV)/.runtime
-	$(VENV)/bin/maturin develop --quiet
+	@echo "make: building the Rust extension into $(VENV) (maturin develop; its output in $(VENV)/build.log)"
+	@$(VENV)/bin/maturin develop --quiet > $(VENV)/build.log 2>&1 || { cat $(VENV)/build.log >&2; exit 1; }
 
 ## demo: the main job, a refund agent on a SQLite file
 demo: dev
-	$(PY) -m ctrlrun demo
+	@$(PY) -m ctrlrun demo
 
 ## test: every test: Rust core without Python, then pytest through the package
 test: test-rs test-py
