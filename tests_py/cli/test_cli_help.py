@@ -109,9 +109,19 @@ def test_demo_on_given_store(store_url, second_store):
         "refund:pi_1001": EffectState.COMMITTED,
         "refund:pi_1002": EffectState.COMMITTED,
         "refund:pi_1003": EffectState.COMMITTED,
+        "refund:pi_2001": EffectState.COMMITTED,
     }
     assert second_store.get_effect("refund:pi_1002").attempt == 2
     assert second_store.get_effect("refund:pi_1003").resolved_by == "ops:alice"
+    # the other half: a person's grant through the CLI, then the call ran once; receipts intact
+    (request,) = second_store.list_approvals()
+    assert request.state.value == "used" and request.granted_by == ("ops:bob",)
+    assert f"$ ctrlrun approve {request.request_id} --by ops:bob" in proc.stdout
+    assert "the provider saw 1 refund for pi_2001" in proc.stdout
+    assert re.search(r"verify_receipts\(\) -> \d+ receipts in 5 chains, intact", proc.stdout)
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-2] == "4 refunds reached the provider for 4 payments: never twice."
+    assert lines[-1].startswith("See it in the console: ctrlrun approvers add alice")
 
 
 def test_demo_unreachable_store_exit_2():

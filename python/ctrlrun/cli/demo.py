@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 from typing import Callable, Dict, Optional
 
 from ctrlrun.call.protect import protect
 from ctrlrun.cli.table import table
-from ctrlrun.errors import AmbiguousEffect, DuplicateEffect, NotExecuted
+from ctrlrun.errors import AmbiguousEffect, ApprovalRequired, DuplicateEffect, NotExecuted
 from ctrlrun.store.api import Store, open_store
 
 
@@ -86,9 +88,50 @@ def run(store_url: Optional[str] = None, echo: Callable[[str], None] = print) ->
     call("retry", "pi_1003")
     echo("")
 
-    echo("5. What the store holds:")
+    approval_scene(store, store_url, provider, echo)
+
+    echo("6. Every write left a receipt, chained per key; a changed or missing one would show.")
+    check = store.verify_receipts()
+    verdict = "intact" if check.ok else f"BROKEN: {check.reason}"
+    echo(f"   verify_receipts() -> {check.receipts} receipts in {check.chains} chains, {verdict}\n")
+
+    echo("7. What the store holds:")
     for row in table(store.list_effects()).splitlines():
         echo("   " + row)
     total = sum(provider.refunds.values())
-    echo(f"\n{total} refunds reached the provider for 3 payments: never twice.")
+    echo(f"\n{total} refunds reached the provider for 4 payments: never twice.")
+    echo(
+        "See it in the console: ctrlrun approvers add alice, then ctrlrun console (both with "
+        "--store and this store's URL; pip install '.[console]')."
+    )
     return store
+
+
+def approval_scene(
+    store: Store, store_url: str, provider: FakeProvider, echo: Callable[[str], None]
+) -> None:
+    """A refund that needs a person's approval: asked, granted by the person with the CLI (in
+    its own process, as a person would, the store's URL in its environment, never on its
+    command line), then run once."""
+
+    @protect("stripe.refund_large", effect="refund:{payment_id}", store=store, decision="approve")
+    def refund_large(payment_id: str, amount: int) -> Dict[str, object]:
+        return provider.refund(payment_id, amount)
+
+    echo("5. A large refund needs a person's approval first.")
+    try:
+        refund_large("pi_2001", 250000)
+    except ApprovalRequired as exc:
+        echo(f"   call 1: ApprovalRequired: request {exc.request_id} is pending; nothing ran")
+        person = subprocess.run(
+            [sys.executable, "-m", "ctrlrun", "approve", exc.request_id, "--by", "ops:bob"],
+            env=dict(os.environ, CTRLRUN_STORE=store_url),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        said = (person.stdout or person.stderr).strip()
+        echo(f"   the person: $ ctrlrun approve {exc.request_id} --by ops:bob\n     {said}")
+    result = refund_large("pi_2001", 250000)
+    echo(f"   call 2: refunded -> {result}")
+    echo(f"   the provider saw {provider.refunds.get('pi_2001', 0)} refund for pi_2001\n")
