@@ -122,16 +122,17 @@ def approval_scene(
     try:
         refund_large("pi_2001", 250000)
     except ApprovalRequired as exc:
-        echo(f"   call 1: ApprovalRequired: request {exc.request_id} is pending; nothing ran")
+        request = str(exc.request_id)  # always set when the decorator raises it
+        echo(f"   call 1: ApprovalRequired: request {request} is pending; nothing ran")
         person = subprocess.run(
-            [sys.executable, "-m", "ctrlrun", "approve", exc.request_id, "--by", "ops:bob"],
+            [sys.executable, "-m", "ctrlrun", "approve", request, "--by", "ops:bob"],
             env=dict(os.environ, CTRLRUN_STORE=store_url),
             capture_output=True,
             text=True,
             timeout=120,
         )
         said = (person.stdout or person.stderr).strip()
-        echo(f"   the person: $ ctrlrun approve {exc.request_id} --by ops:bob\n     {said}")
+        echo(f"   the person: $ ctrlrun approve {request} --by ops:bob\n     {said}")
     result = refund_large("pi_2001", 250000)
     echo(f"   call 2: refunded -> {result}")
     echo(f"   the provider saw {provider.refunds.get('pi_2001', 0)} refund for pi_2001\n")
