@@ -223,6 +223,12 @@ def test_a_primary_with_an_asynchronous_standby_is_refused_at_open(async_pair, h
     message = str(info.value)
     assert "asynchronous" in message and "failover_may_lose_commits" in message, message
     assert async_pair.primary.password not in message
+    # refused before any DDL: the server got no schema
+    schema = url.split("schema=")[1].split("&")[0]
+    assert (
+        async_pair.primary.psql(f"SELECT count(*) FROM pg_namespace WHERE nspname = '{schema}'")
+        == "0"
+    )
 
 
 @pytest.mark.parametrize("hosts", ["primary", "both"])
