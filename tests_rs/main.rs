@@ -17,6 +17,7 @@ mod planner_transitions;
 mod pool;
 mod receipts;
 mod retention;
+mod sqlite_identity;
 mod sqlite_store;
 mod sqlite_unknown_commit;
 mod store_contract;

@@ -1,4 +1,5 @@
-"""Install hints that work (issue 47, items 6 and 7): a command whose optional extra is missing
+"""Install hints that work (issue 47, items 3, 6 and 7): a command that needs POSIX says so in one
+line on Windows; a command whose optional extra is missing
 prints one line naming the extra (never a traceback), on a Python too old for the extra says so,
 and a protected function that ends up unreserved says so once."""
 
@@ -11,7 +12,7 @@ import warnings
 import pytest
 
 import ctrlrun
-from ctrlrun.cli._common import require_extra
+from ctrlrun.cli._common import require_extra, require_posix
 
 HIDDEN = """
 import sys
@@ -55,6 +56,18 @@ def test_a_python_too_old_for_the_extra_is_told_so(capsys):
         "ctrlrun: ctrlrun gateway needs Python 3.10 or newer (this is 3.9): the 'gateway' "
         "extra installs nothing on it"
     )
+
+
+@pytest.mark.parametrize("what", ["ctrlrun gateway", "ctrlrun soak"])
+def test_a_posix_only_command_on_windows_is_one_line(capsys, what):
+    with pytest.raises(SystemExit) as done:
+        require_posix(what, system="nt")
+    assert done.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        f"ctrlrun: {what} is not available on Windows yet (it needs POSIX descriptors and "
+        "signals); run it under WSL"
+    )
+    require_posix(what, system="posix")  # and nothing elsewhere
 
 
 def test_a_function_left_unreserved_by_a_missing_policy_warns_once(tmp_path, monkeypatch):

@@ -89,6 +89,15 @@ def cli_user() -> str:
 EXTRA_PYTHON: Dict[str, Tuple[int, int]] = {"gateway": (3, 10)}
 
 
+def require_posix(what: str, system: str = os.name) -> None:
+    """Exit with one line when ``what`` runs on Windows, whose descriptors and signals it does
+    not use yet (the gateway's stdio wire, the soak's SIGKILL)."""
+    if system == "nt":
+        die(
+            f"{what} is not available on Windows yet (it needs POSIX descriptors and signals); run it under WSL"
+        )
+
+
 def require_extra(
     extra: str,
     modules: Sequence[str],

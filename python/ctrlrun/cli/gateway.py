@@ -10,7 +10,7 @@ from typing import Any, Optional, Tuple
 
 import click
 
-from ctrlrun.cli._common import die, require_extra, store_option
+from ctrlrun.cli._common import die, require_extra, require_posix, store_option
 from ctrlrun.errors import CTRLRunError
 from ctrlrun.store.approvers import check_name
 
@@ -88,6 +88,7 @@ def gateway(
             check_name("--requested-by", requested_by)
         except CTRLRunError as exc:
             die(str(exc))
+    require_posix("ctrlrun gateway")
     require_extra("gateway", ("mcp", "anyio"), "ctrlrun gateway")
     import anyio
 

@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import click
 
 from ctrlrun import _core
-from ctrlrun.cli._common import die, given_url, store_option
+from ctrlrun.cli._common import die, given_url, require_posix, store_option
 from ctrlrun.cli._scratch import Scratch, start_worker
 from ctrlrun.cli.soak_judge import PREFIX, Recorded, Report, judge
 from ctrlrun.cli.soak_proxy import CuttingProxy, NotProxied, proxied_url, upstream_of
@@ -344,6 +344,7 @@ def soak(
     """Soak your backend in a scratch store: worker processes call a protected function over
     a few colliding keys while some are killed at random; then count the keys that ran twice
     and the calls told ok that were lost. Your data is never opened."""
+    require_posix("ctrlrun soak")
     try:
         user_url = given_url(store_url)
         if faults and _core.url_backend(user_url) != "postgres":

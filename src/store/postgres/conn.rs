@@ -117,10 +117,7 @@ impl Manager {
         // TLS is never used over a Unix-domain socket (libpq's rule): `prefer` means plaintext
         // there, and a mode that insists on TLS is refused rather than quietly ignored.
         let hosts = config.get_hosts();
-        let unix_only = !hosts.is_empty()
-            && hosts
-                .iter()
-                .all(|h| matches!(h, tokio_postgres::config::Host::Unix(_)));
+        let unix_only = !hosts.is_empty() && hosts.iter().all(super::hosts::is_socket);
         let mode = match tls.mode {
             SslMode::Prefer if unix_only => SslMode::Disable,
             SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull if unix_only => {
@@ -248,7 +245,6 @@ pub(super) fn is_session_gone(e: &PgError) -> bool {
 
 /// `postgresql://user@host:port,host2:port2/db?schema=…` for messages (never a password).
 pub(super) fn describe(config: &Config, schema: &str) -> String {
-    use tokio_postgres::config::Host;
     let user = config.get_user().unwrap_or("");
     let ports = config.get_ports();
     let hosts: Vec<String> = config
@@ -256,10 +252,7 @@ pub(super) fn describe(config: &Config, schema: &str) -> String {
         .iter()
         .enumerate()
         .map(|(i, host)| {
-            let name = match host {
-                Host::Tcp(h) => h.clone(),
-                Host::Unix(p) => p.display().to_string(),
-            };
+            let name = super::hosts::host_name(host);
             let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
             format!("{name}:{port}")
         })

@@ -21,6 +21,7 @@ pub(crate) fn one_per_host(config: &Config) -> Vec<Config> {
             let mut c = Config::new();
             match &hosts[i] {
                 Host::Tcp(name) => c.host(name),
+                #[cfg(unix)]
                 Host::Unix(path) => c.host_path(path),
             };
             if let Some(port) = ports.get(i).or(ports.first()) {
@@ -79,10 +80,24 @@ pub(crate) fn one_per_host(config: &Config) -> Vec<Config> {
 pub(super) fn host_label(config: &Config) -> String {
     let port = config.get_ports().first().copied().unwrap_or(5432);
     match config.get_hosts().first() {
-        Some(Host::Tcp(name)) => format!("{name}:{port}"),
-        Some(Host::Unix(path)) => format!("{}:{port}", path.display()),
+        Some(host) => format!("{}:{port}", host_name(host)),
         None => format!("localhost:{port}"),
     }
+}
+
+/// A host as messages name it: its name, or its socket folder. (tokio-postgres has Unix-domain
+/// socket hosts on Unix only, hence the `cfg`s here and in [`is_socket`].)
+pub(super) fn host_name(host: &Host) -> String {
+    match host {
+        Host::Tcp(name) => name.clone(),
+        #[cfg(unix)]
+        Host::Unix(path) => path.display().to_string(),
+    }
+}
+
+/// A Unix-domain socket host, over which TLS is never used.
+pub(super) fn is_socket(host: &Host) -> bool {
+    !matches!(host, Host::Tcp(_))
 }
 
 #[cfg(test)]

@@ -11,9 +11,11 @@
 
 use std::fs::{DirBuilder, OpenOptions};
 use std::io::ErrorKind;
+#[cfg(unix)]
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
+#[cfg(unix)]
 /// The mode of a folder created for a store file of mode `file_mode`: a search (x) bit
 /// wherever it has a read bit (0600 gives 0700, 0640 gives 0750).
 fn folder_mode(file_mode: u32) -> u32 {
@@ -22,26 +24,28 @@ fn folder_mode(file_mode: u32) -> u32 {
 
 /// Create `folder` and any missing folder above it, each with [`folder_mode`]; those that
 /// exist are left as they are.
+#[cfg_attr(not(unix), allow(unused_variables))]
 pub(super) fn create_folder(folder: &Path, file_mode: u32) -> std::io::Result<()> {
-    DirBuilder::new()
-        .recursive(true)
-        .mode(folder_mode(file_mode))
-        .create(folder)
+    let mut builder = DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)] // elsewhere the SQLite store is refused before this (see `identity`)
+    builder.mode(folder_mode(file_mode));
+    builder.create(folder)
 }
 
 /// Create the database file, empty and of `file_mode`, when nothing is at `path` (SQLite takes
 /// an empty file for a new database). A file made meanwhile by another process is left alone.
+#[cfg_attr(not(unix), allow(unused_variables))]
 pub(super) fn create_file(path: &Path, file_mode: u32) -> std::io::Result<()> {
     match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == ErrorKind::NotFound => {}
         _ => return Ok(()), // there is something: SQLite opens it, or says why it cannot
     }
-    match OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(file_mode)
-        .open(path)
-    {
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    options.mode(file_mode);
+    match options.open(path) {
         Err(e) if e.kind() != ErrorKind::AlreadyExists => Err(e),
         _ => Ok(()),
     }

@@ -3,73 +3,162 @@
 //! A store file deleted or replaced under a running process (a deploy that recreates the state
 //! folder, a restore from a backup, a cleanup job) would let this process write into the old
 //! file while new processes reserve in the new one: the same key could run twice. So the store
-//! holds a descriptor on the database file from the moment it opens it ([`Held`]), and every
-//! write transaction checks, under the write lock, that the path still names that open file
-//! and that the connection writing has that same file open.
+//! records which file it opened ([`Held`]), and every write transaction checks, under the write
+//! lock, that the path still names that file and that the connection writing has that same
+//! file open.
 //!
-//! The descriptor matters: a (device, inode) pair remembered as numbers can be handed to a new
-//! file once the old one is freed (ext4 reuses a freed inode number at once), and a store whose
-//! pooled connections were all closed (they are, before a fork) holds the old file by nothing
-//! else. A held descriptor keeps the inode allocated, so no other file can carry its number.
+//! A file is named by its (device, inode), and a number can be handed to a new file once the
+//! old one is freed (ext4 reuses a freed inode number at once). How each platform rules that
+//! out (`pin` below):
+//! - Linux: the store holds an `O_PATH` descriptor on the file for its whole life. It keeps the
+//!   inode allocated, so no other file can carry its number, even while a store whose pooled
+//!   connections were all closed (they are, before a fork) holds the old file by nothing else.
+//!   An `O_PATH` descriptor is no open file for I/O, so closing it leaves alone the POSIX locks
+//!   that SQLite's connections of this process hold on the file; closing an ordinary
+//!   descriptor would release them all, under another store's open transaction.
+//! - Other Unix systems (macOS, the BSDs) have no `O_PATH`, and an ordinary descriptor would
+//!   drop SQLite's locks when closed. There the identity also carries the file's birth time (to
+//!   the nanosecond): a new file given a freed inode number is told apart by when it was made.
+//!   APFS never reuses a file id at all.
+//! - Windows: refused at open (`refuse_unsupported`): std gives no stable file index to name a
+//!   file by, and a guard that cannot tell one file from another is no guard.
 //!
 //! SQLite does not give out the descriptor of a connection's own file (only an internal struct,
 //! through `SQLITE_FCNTL_FILE_POINTER`), so a connection's file is pinned as it opens: the path
-//! names the held file just before and just after `sqlite3_open`, and the held file's inode
+//! names the held file just before and just after `sqlite3_open`, and the held file's identity
 //! cannot have been swapped out and back in between. A connection opened otherwise is marked
 //! unknown and refused.
+//!
+//! The build flag `--cfg ctrlrun_portable_identity` takes the other-Unix path on Linux, so that
+//! path is compiled and tested here (`make test-portable`).
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 use crate::error::{Error, Result};
 
-/// A file's (device, inode).
-pub(super) type FileId = (u64, u64);
+pub(super) use pin::{path_id, FileId};
 
-pub(super) fn path_id(path: &Path) -> std::io::Result<FileId> {
-    let meta = std::fs::metadata(path)?;
-    Ok((meta.dev(), meta.ino()))
+#[cfg(all(
+    any(target_os = "linux", target_os = "android"),
+    not(ctrlrun_portable_identity)
+))]
+mod pin {
+    use std::fs::{File, OpenOptions};
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    use std::path::Path;
+
+    /// A file's (device, inode); the held descriptor keeps the inode from being reused.
+    pub type FileId = (u64, u64);
+
+    pub fn path_id(path: &Path) -> std::io::Result<FileId> {
+        let meta = std::fs::metadata(path)?;
+        Ok((meta.dev(), meta.ino()))
+    }
+
+    /// An `O_PATH` descriptor on the file: it pins the inode and answers `fstat` (see above).
+    pub fn hold(path: &Path) -> std::io::Result<(Option<File>, FileId)> {
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+            .open(path)?;
+        let meta = file.metadata()?;
+        Ok((Some(file), (meta.dev(), meta.ino())))
+    }
 }
 
-/// The database file as the store opened it, held open for the store's life.
+#[cfg(all(
+    unix,
+    any(
+        not(any(target_os = "linux", target_os = "android")),
+        ctrlrun_portable_identity
+    )
+))]
+mod pin {
+    use std::fs::File;
+    use std::os::unix::fs::MetadataExt;
+    use std::path::Path;
+    use std::time::UNIX_EPOCH;
+
+    /// A file's (device, inode, birth time in nanoseconds since the epoch): nothing is held
+    /// open, so the birth time tells a new file with a reused inode number from the old one.
+    pub type FileId = (u64, u64, u128);
+
+    pub fn path_id(path: &Path) -> std::io::Result<FileId> {
+        let meta = std::fs::metadata(path)?;
+        // A file system that keeps no birth time fails here, and the store refuses to open
+        // rather than compare inode numbers alone.
+        let born = meta.created()?.duration_since(UNIX_EPOCH).map_err(|_| {
+            std::io::Error::other("the file's birth time is before 1970; cannot tell it apart")
+        })?;
+        Ok((meta.dev(), meta.ino(), born.as_nanos()))
+    }
+
+    /// Nothing to hold: closing any descriptor on the file would drop SQLite's POSIX locks.
+    pub fn hold(path: &Path) -> std::io::Result<(Option<File>, FileId)> {
+        Ok((None, path_id(path)?))
+    }
+}
+
+#[cfg(not(unix))]
+mod pin {
+    use std::fs::File;
+    use std::path::Path;
+
+    pub type FileId = ();
+
+    fn unsupported() -> std::io::Error {
+        std::io::Error::new(std::io::ErrorKind::Unsupported, super::UNSUPPORTED)
+    }
+
+    pub fn path_id(_path: &Path) -> std::io::Result<FileId> {
+        Err(unsupported())
+    }
+
+    pub fn hold(_path: &Path) -> std::io::Result<(Option<File>, FileId)> {
+        Err(unsupported())
+    }
+}
+
+#[cfg_attr(unix, allow(dead_code))]
+const UNSUPPORTED: &str = "the SQLite store is not available on this platform: ctrlrun cannot \
+     tell which file it writes to (std gives no stable file index here), and without that a \
+     replaced store file could let a key run twice. Use a PostgreSQL store \
+     (CTRLRUN_STORE=postgresql://...), or run under WSL";
+
+/// Refuse a SQLite store, before anything is created on disk, on a platform with no file
+/// identity (see above).
+pub(super) fn refuse_unsupported(path: &Path) -> Result<()> {
+    if cfg!(unix) {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument(format!(
+        "cannot open the SQLite store at {}: {UNSUPPORTED}",
+        path.display()
+    )))
+}
+
+/// The database file as the store opened it, held (where the platform can) for the store's life.
 pub(super) struct Held {
     /// Never read: holding it keeps the inode allocated, so its number names no other file.
-    _pin: File,
+    _pin: Option<std::fs::File>,
     id: FileId,
 }
 
 impl Held {
     /// Hold the file the path names now (SQLite has just opened or created it).
-    ///
-    /// The descriptor is `O_PATH`: it pins the inode and answers `fstat`, but it is no open
-    /// file for I/O, so closing it (when the store is dropped) leaves alone the POSIX locks
-    /// that SQLite's connections of this process hold on the file. Closing an ordinary
-    /// descriptor would release them all, under another store's open transaction.
     pub(super) fn open(path: &Path) -> Result<Held> {
-        let cannot = |e: std::io::Error| {
+        let (pin, id) = pin::hold(path).map_err(|e| {
             Error::Store(format!(
                 "cannot open the SQLite store at {}: {e}",
                 path.display()
             ))
-        };
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
-            .open(path)
-            .map_err(cannot)?;
-        let meta = file.metadata().map_err(cannot)?;
-        Ok(Held {
-            _pin: file,
-            id: (meta.dev(), meta.ino()),
-        })
+        })?;
+        Ok(Held { _pin: pin, id })
     }
 
     /// Refuse unless the path still names the held file and the connection about to write
-    /// (`conn`: the file it opened) has it open. One `stat` of the path: since the held
-    /// descriptor keeps the inode allocated, no other file can carry its (device, inode), so a
-    /// path that names it names the held file, which is therefore still linked (no `fstat` of
-    /// the descriptor is needed to say so).
+    /// (`conn`: the file it opened) has it open. One `stat` of the path: a path that names the
+    /// held identity names the held file (see above), which is therefore still linked.
     pub(super) fn check(&self, path: &Path, conn: Option<FileId>) -> Result<()> {
         let what = match path_id(path) {
             Ok(id) if id == self.id && conn == Some(self.id) => return Ok(()),

@@ -10,7 +10,7 @@ use super::conn::{
     init_schema, open_connection, open_error, open_pinned, Conn, ConnectionInit, Manager,
 };
 use super::files::create_folder;
-use super::identity::{FileId, Held};
+use super::identity::{refuse_unsupported, FileId, Held};
 use super::sql::select;
 use crate::env::now_micros;
 use crate::error::{Error, Result};
@@ -45,6 +45,7 @@ impl SqliteStore {
             let cwd = std::env::current_dir().map_err(|e| open_error(&opts.path, e))?;
             opts.path = cwd.join(&opts.path);
         }
+        refuse_unsupported(&opts.path)?;
         if opts.path.is_dir() {
             return Err(open_error(&opts.path, "it is a directory, not a file"));
         }
