@@ -45,7 +45,7 @@ test-py: dev $(VENV)/.tools
 	$(PY) -m mypy.stubtest ctrlrun._core
 	$(PY) -m pytest tests_py -q
 
-# The SQLite file identity of Unix systems without O_PATH (macOS, the BSDs), built and tested
+# The SQLite file identity of other Unix systems (macOS, FreeBSD, OpenBSD), built and tested
 # on Linux (src/store/sqlite/identity.rs); its own target folder, since the flag rebuilds all.
 test-portable:
 	CARGO_TARGET_DIR=target/portable RUSTFLAGS="--cfg ctrlrun_portable_identity" \

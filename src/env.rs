@@ -28,14 +28,30 @@ pub fn new_attempt_token() -> Result<String> {
 pub fn holder() -> String {
     static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let host = HOST.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .ok()
-            .or_else(|| std::env::var("HOSTNAME").ok())
+        host_name()
             .map(|h| h.trim().to_owned())
             .filter(|h| !h.is_empty())
             .unwrap_or_else(|| "unknown-host".to_owned())
     });
     format!("{host}:{}", std::process::id())
+}
+
+/// The host's name: `gethostname(2)` on Unix, `COMPUTERNAME` on Windows (std has neither).
+#[cfg(unix)]
+fn host_name() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is writable for its whole length, which is what is passed.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8(buf[..end].to_vec()).ok()
+}
+
+#[cfg(not(unix))]
+fn host_name() -> Option<String> {
+    std::env::var("COMPUTERNAME").ok()
 }
 
 /// The wall clock in [`Micros`].

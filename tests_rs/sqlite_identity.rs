@@ -57,3 +57,23 @@ fn a_store_file_replaced_by_a_copy_is_refused() {
     assert!(new.get("b").unwrap().is_none());
     assert_eq!(new.get("a").unwrap().unwrap().action_id, A1);
 }
+
+/// With every pooled connection closed (as before a fork), nothing but the identity remembers
+/// the old file; a new file at the path (ext4 hands it the freed inode number at once) is still
+/// told apart: by the held descriptor on Linux, by the birth time on the portable path.
+#[test]
+fn a_file_recreated_while_the_store_held_no_connection_is_refused() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("state.db");
+    let old = open_store(&url_of(&path)).unwrap();
+    old.reserve("a", A1, LEASE, false, Some(T0)).unwrap();
+    ctrlrun::store::fork::prepare(); // closes the idle connections of every pool
+    ctrlrun::store::fork::release();
+    remove_store_files(dir.path());
+    std::thread::sleep(std::time::Duration::from_millis(50)); // past the clock's tick
+    let new = open_store(&url_of(&path)).unwrap();
+    new.reserve("c", A1, LEASE, false, Some(T0)).unwrap();
+    let msg = assert_store_error(old.reserve("b", A2, LEASE, false, Some(T0)));
+    assert!(msg.contains("replaced by another file"), "{msg}");
+    assert!(new.get("b").unwrap().is_none());
+}

@@ -16,10 +16,14 @@
 //!   An `O_PATH` descriptor is no open file for I/O, so closing it leaves alone the POSIX locks
 //!   that SQLite's connections of this process hold on the file; closing an ordinary
 //!   descriptor would release them all, under another store's open transaction.
-//! - Other Unix systems (macOS, the BSDs) have no `O_PATH`, and an ordinary descriptor would
-//!   drop SQLite's locks when closed. There the identity also carries the file's birth time (to
-//!   the nanosecond): a new file given a freed inode number is told apart by when it was made.
-//!   APFS never reuses a file id at all.
+//! - Other Unix systems (macOS, FreeBSD, OpenBSD): macOS has no `O_PATH`, and an ordinary
+//!   descriptor would drop SQLite's locks when closed (FreeBSD's `O_PATH` is not relied on
+//!   either). There the identity also carries the file's birth time: a new file given a freed
+//!   inode number is told apart by when it was made, at the file system's timestamp resolution.
+//!   APFS never reuses a file id at all; on a file system that does (UFS, ZFS), a file deleted
+//!   and recreated at the same inode within one tick of its clock, while the store had no
+//!   connection open, would compare equal. A file system that keeps no birth time (macOS
+//!   reports the epoch, FreeBSD -1; NetBSD's std has none) is refused at open.
 //! - Windows: refused at open (`refuse_unsupported`): std gives no stable file index to name a
 //!   file by, and a guard that cannot tell one file from another is no guard.
 //!
@@ -85,11 +89,22 @@ mod pin {
 
     pub fn path_id(path: &Path) -> std::io::Result<FileId> {
         let meta = std::fs::metadata(path)?;
-        // A file system that keeps no birth time fails here, and the store refuses to open
-        // rather than compare inode numbers alone.
-        let born = meta.created()?.duration_since(UNIX_EPOCH).map_err(|_| {
-            std::io::Error::other("the file's birth time is before 1970; cannot tell it apart")
-        })?;
+        // A file system that keeps no birth time fails here (or reports the epoch, or before
+        // it), and the store refuses to open rather than compare inode numbers alone.
+        let no_birth_time = || {
+            std::io::Error::other(
+                "its file system keeps no birth time, so a replaced file could not be told \
+                 apart; keep the store on the system's own disk (APFS, UFS, ZFS)",
+            )
+        };
+        let born = meta
+            .created()
+            .map_err(|_| no_birth_time())?
+            .duration_since(UNIX_EPOCH)
+            .map_err(|_| no_birth_time())?;
+        if born.is_zero() {
+            return Err(no_birth_time());
+        }
         Ok((meta.dev(), meta.ino(), born.as_nanos()))
     }
 
