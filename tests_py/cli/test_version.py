@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import ctrlrun
-from tests_py.support.verify_cli import run_cli
+from tests_py.support.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,6 +25,6 @@ def test_one_version_above_the_original_product_everywhere_it_is_said():
     assert declared("pyproject.toml", r'^version = "([^"]+)"') == version
     assert declared("Cargo.toml", r'^version = "([^"]+)"') == version
     assert declared("CHANGELOG.md", r"^## \[(\d[^\]]*)\]") == version
-    proc = run_cli("--version")
+    proc = run_cli("--version", process=True)  # python -m ctrlrun, a real process
     assert proc.returncode == 0 and proc.stdout.strip().endswith(f"version {version}"), proc.stdout
     assert sys.modules["ctrlrun"].__version__ == version

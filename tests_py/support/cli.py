@@ -1,13 +1,15 @@
-"""Running the ``ctrlrun`` command in a real subprocess, what its output and one-line errors look
+"""Running the ``ctrlrun`` command (in this process, or in a real subprocess), what its output and one-line errors look
 like, and the store rows the CLI tests make."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import socket
 import subprocess
 import sys
+import traceback
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -25,16 +27,66 @@ def run_cli(
     env: Optional[Dict[str, str]] = None,
     cwd=None,
     timeout: float = 120,
+    process: bool = False,
 ) -> subprocess.CompletedProcess:
-    base = cmd if cmd is not None else [sys.executable, "-m", "ctrlrun"]
-    return subprocess.run(
-        [*base, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env if env is not None else dict(os.environ),
-        cwd=cwd,
-    )
+    """``ctrlrun *args``: in this process (click's CliRunner isolation, about 100 times faster
+    than starting Python), or in a real subprocess with ``process=True`` or ``cmd`` (where the
+    process itself is the point: the entry point, signals, what other processes can see)."""
+    if cmd is not None or process:
+        base = cmd if cmd is not None else [sys.executable, "-m", "ctrlrun"]
+        return subprocess.run(
+            [*base, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env if env is not None else dict(os.environ),
+            cwd=cwd,
+        )
+    return run_in_process(list(args), env=env, cwd=cwd)
+
+
+def run_in_process(
+    args: List[str], env: Optional[Dict[str, str]] = None, cwd=None
+) -> subprocess.CompletedProcess:
+    """``ctrlrun.cli.main(args)`` as a subprocess would see it: the environment replaced by
+    ``env`` (when given) and the working directory by ``cwd``; its exit status; stdout and
+    stderr apart; what an uncaught exception prints (a traceback on stderr, status 1); and
+    WARNING records of the ``ctrlrun`` loggers on stderr, as Python's last-resort handler
+    prints them when no logging is configured (pytest's own handler would swallow them)."""
+    from click.testing import CliRunner
+
+    from ctrlrun.cli.main import main
+
+    changes: Dict[str, Optional[str]] = {}
+    if env is not None:
+        changes = {k: None for k in os.environ if k not in env}
+        changes.update({k: v for k, v in env.items() if os.environ.get(k) != v})
+    before = os.getcwd()
+    handler = logging.StreamHandler()
+    handler.setLevel(logging.WARNING)
+    root = logging.getLogger()
+    code = 0
+    with CliRunner().isolation(env=changes) as (out, err, _):
+        handler.setStream(sys.stderr)
+        root.addHandler(handler)
+        try:
+            if cwd is not None:
+                os.chdir(cwd)
+            main(args)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if exc.code is not None and not isinstance(exc.code, int):
+                print(exc.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc(file=sys.stderr)
+            code = 1
+        finally:
+            os.chdir(before)
+            root.removeHandler(handler)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        stdout, stderr = out.getvalue().decode(), err.getvalue().decode()
+    return subprocess.CompletedProcess(["ctrlrun", *args], code, stdout, stderr)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:

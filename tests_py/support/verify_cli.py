@@ -1,4 +1,4 @@
-"""Running ``ctrlrun verify`` in a real subprocess, and reading its output."""
+"""Running ``ctrlrun verify``, and reading its output."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Set, Tuple
 
+from tests_py.support import cli
+
 
 def sqlite_url(path) -> str:
     return f"sqlite:///{path}"
@@ -18,14 +20,9 @@ def sqlite_url(path) -> str:
 def run_cli(
     *args: str, env: Optional[Dict[str, str]] = None, cwd=None, timeout: float = 300
 ) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ctrlrun", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env if env is not None else dict(os.environ),
-        cwd=cwd,
-    )
+    """``ctrlrun *args`` in this process (tests_py/support/cli.py); verify's workers are real
+    processes all the same."""
+    return cli.run_cli(*args, env=env, cwd=cwd, timeout=timeout)
 
 
 def out_lines(proc) -> List[str]:
