@@ -4,13 +4,11 @@ chose reaching an approver's terminal. Both backends."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 import ctrlrun
 from ctrlrun import ApprovalRequired, InvalidArgument
+from tests_py.support.cli import run_cli
 
 
 def test_an_approve_action_without_a_template_is_refused_never_run(store, tmp_path, monkeypatch):
@@ -36,11 +34,7 @@ def test_an_approve_action_without_a_template_is_refused_never_run(store, tmp_pa
     with pytest.raises(InvalidArgument, match="needs approval"):
         void("pi_2")
     assert runs == [] and store.list_approvals() == [] and store.list_effects() == []
-    check = subprocess.run(
-        [sys.executable, "-m", "ctrlrun", "policy", "check", str(policy)],
-        capture_output=True,
-        text=True,
-    )
+    check = run_cli("policy", "check", str(policy))
     assert check.returncode == 0 and "approve: pay.void" in check.stdout
 
 
@@ -135,11 +129,7 @@ def test_what_an_agent_chose_cannot_rewrite_the_approvers_terminal(store_url, st
 
     with pytest.raises(ApprovalRequired):
         refund("pi_\x1b[2K\x1b[1Gpi_9", "\u202eevil\x9b")
-    out = subprocess.run(
-        [sys.executable, "-m", "ctrlrun", "approvals", "list", "--store", store_url],
-        capture_output=True,
-        text=True,
-    )
+    out = run_cli("approvals", "list", "--store", store_url)
     assert out.returncode == 0, out.stderr
     assert "\x1b" not in out.stdout and "\u202e" not in out.stdout and "\x9b" not in out.stdout
     assert "\\u001b[2K" in out.stdout
@@ -157,11 +147,6 @@ def test_a_request_edited_by_hand_is_a_store_error_not_a_traceback(store, store_
     )
     with pytest.raises(ctrlrun.StoreError, match=r"arguments of approval request .* not JSON"):
         store.get_approval(asked.value.request_id)
-    shown = subprocess.run(
-        [sys.executable, "-m", "ctrlrun", "approvals", "list", "--store", store_url],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    shown = run_cli("approvals", "list", "--store", store_url)
     assert shown.returncode == 2 and "Traceback" not in shown.stderr, shown.stderr
     assert "not JSON" in shown.stderr, shown.stderr

@@ -7,13 +7,12 @@ Both backends, a real CLI process."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 import ctrlrun
 from ctrlrun import ApprovalRequired
+from tests_py.support.cli import run_cli
 
 
 class Client:  # a value with no canonical form, excluded as clients usually are
@@ -36,12 +35,7 @@ def refund_tool(store, runs):
 
 
 def cli(store_url, *args):
-    proc = subprocess.run(
-        [sys.executable, "-m", "ctrlrun", *args, "--store", store_url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_cli(*args, "--store", store_url)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
+from tests_py.support import cli
 from tests_py.support.policy_files import write
 
 # --------------------------------------------------------------------------------------------
@@ -16,14 +15,7 @@ from tests_py.support.policy_files import write
 
 
 def run_cli(*args, cwd, env=None):
-    return subprocess.run(
-        [sys.executable, "-m", "ctrlrun", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env=env if env is not None else dict(os.environ),
-    )
+    return cli.run_cli(*args, cwd=cwd, env=env)
 
 
 def test_policy_check_lists_unreserved_actions(here):

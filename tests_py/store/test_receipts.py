@@ -8,19 +8,17 @@ import json
 import os
 import pickle
 import subprocess
-import sys
 from datetime import timedelta
 
 import pytest
 
 import ctrlrun
 from ctrlrun import AmbiguousEffect, DuplicateEffect, InvalidArgument, NotExecuted
+from tests_py.support.cli import run_cli
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ctrlrun", *args], capture_output=True, text=True, timeout=120
-    )
+    return run_cli(*args)
 
 
 def events(store, key):
