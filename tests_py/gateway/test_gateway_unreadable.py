@@ -7,7 +7,6 @@ stray line is one line on the gateway's stderr, never a traceback."""
 from __future__ import annotations
 
 import json
-import os
 import queue
 import subprocess
 import sys
@@ -15,27 +14,14 @@ import threading
 
 import pytest
 
-from tests_py.support.gateway_rig import HERE, POLICY, Rig
+from tests_py.support.gateway_rig import POLICY, Rig, gateway_command
 
 
 def test_a_request_the_sdk_cannot_read_gets_a_parse_error(tmp_path, store_url, store):
     (tmp_path / "ctrlrun.yaml").write_text(POLICY)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
-    env["UPSTREAM_LOG"] = str(tmp_path / "upstream.log")
+    argv, env = gateway_command(tmp_path, "--store", store_url)
     gateway = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ctrlrun",
-            "gateway",
-            "--name",
-            "acme",
-            "--store",
-            store_url,
-            "--",
-            sys.executable,
-            str(HERE / "mcp_upstream.py"),
-        ],
+        argv,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -8,7 +8,6 @@ since it holds a password."""
 from __future__ import annotations
 
 import os
-import sys
 from contextlib import contextmanager
 from typing import Iterator, List, Tuple
 
@@ -26,7 +25,7 @@ from tests_py.console.test_console_cli import _listening, _serve, _stop
 from tests_py.roles.test_agent_refused import KEY, an_ambiguous_effect, ask
 from tests_py.roles.test_duties_work import refunds
 from tests_py.support.cli import assert_one_line_error, free_port, run_cli
-from tests_py.support.gateway_rig import HERE, POLICY, ctrl
+from tests_py.support.gateway_rig import POLICY, ctrl, gateway_command
 
 ACCOUNT = "alice"
 
@@ -163,15 +162,9 @@ def gateway_calls(tmp_path, store_url: str, *calls: Tuple[str, dict]) -> List:
     ``CTRLRUN_STORE``; the stderr of the gateway goes to tmp_path/gateway.err."""
     policy = tmp_path / "ctrlrun.yaml"
     policy.write_text(POLICY)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
-    env.update(UPSTREAM_LOG=str(tmp_path / "upstream.log"), CTRLRUN_STORE=store_url)
-    gateway = ["-m", "ctrlrun", "gateway", "--name", "acme", "--policy", str(policy)]
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=[*gateway, "--", sys.executable, str(HERE / "mcp_upstream.py")],
-        env=env,
-        cwd=str(tmp_path),
-    )
+    argv, env = gateway_command(tmp_path, "--policy", str(policy))
+    env["CTRLRUN_STORE"] = store_url
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=str(tmp_path))
 
     async def main() -> List:
         with open(tmp_path / "gateway.err", "a") as err:

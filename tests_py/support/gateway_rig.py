@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple
 
 import anyio
 from mcp.client.session import ClientSession
@@ -31,6 +31,21 @@ actions:
 """
 
 
+UPSTREAM = ["--", sys.executable, str(HERE / "mcp_upstream.py")]
+
+
+def gateway_command(
+    tmp_path: Path, *options: str, upstream: Sequence[str] = UPSTREAM
+) -> Tuple[List[str], Dict[str, str]]:
+    """The command line and environment of ``ctrlrun gateway --name acme`` with ``options``, in
+    front of ``upstream`` (``--`` and its command; default the test upstream,
+    tests_py/support/mcp_upstream.py, which logs each call to tmp_path/upstream.log): the
+    environment without the caller's ``CTRLRUN_*``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
+    env["UPSTREAM_LOG"] = str(tmp_path / "upstream.log")
+    return [sys.executable, "-m", "ctrlrun", "gateway", "--name", "acme", *options, *upstream], env
+
+
 class Rig:
     def __init__(
         self,
@@ -40,7 +55,7 @@ class Rig:
         upstream: Optional[List[str]] = None,
         options: Sequence[str] = (),
     ) -> None:
-        self.upstream = upstream or ["--", sys.executable, str(HERE / "mcp_upstream.py")]
+        self.upstream = upstream or UPSTREAM
         self.options = list(options)  # more of the gateway's options
         self.tmp = tmp_path
         self.store_url = store_url
@@ -57,26 +72,16 @@ class Rig:
     def session(self, body: Callable[[ClientSession], Awaitable[Any]], **client: Any) -> Any:
         """Run ``body`` with a client session on a new gateway process; ``client`` goes to
         the ``ClientSession`` (its callbacks)."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
-        env["UPSTREAM_LOG"] = str(self.log)
-        params = StdioServerParameters(
-            command=sys.executable,
-            args=[
-                "-m",
-                "ctrlrun",
-                "gateway",
-                "--name",
-                "acme",
-                "--policy",
-                str(self.policy),
-                "--store",
-                self.store_url,
-                *self.options,
-                *self.upstream,
-            ],
-            env=env,
-            cwd=str(self.tmp),
+        argv, env = gateway_command(
+            self.tmp,
+            "--policy",
+            str(self.policy),
+            "--store",
+            self.store_url,
+            *self.options,
+            upstream=self.upstream,
         )
+        params = StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=str(self.tmp))
 
         async def main() -> Any:
             with open(self.stderr, "a") as err:
@@ -129,28 +134,8 @@ def listening_gateway(tmp_path: Path, store_url: str, policy: str) -> tuple[subp
     listens."""
     port = free_port()
     (tmp_path / "ctrlrun.yaml").write_text(policy)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRUN_")}
-    env["UPSTREAM_LOG"] = str(tmp_path / "upstream.log")
-    gateway = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ctrlrun",
-            "gateway",
-            "--name",
-            "acme",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--store",
-            store_url,
-            "--",
-            sys.executable,
-            str(HERE / "mcp_upstream.py"),
-        ],
-        env=env,
-        cwd=str(tmp_path),
-        stdin=subprocess.DEVNULL,
-    )
+    argv, env = gateway_command(tmp_path, "--listen", f"127.0.0.1:{port}", "--store", store_url)
+    gateway = subprocess.Popen(argv, env=env, cwd=str(tmp_path), stdin=subprocess.DEVNULL)
     try:
         wait_for_port(port, gateway)
     except BaseException:
