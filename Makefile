@@ -40,7 +40,7 @@ test: test-rs test-py
 # The Rust store contract runs on SQLite and on PostgreSQL: a throwaway cluster is started for
 # it (or the server CTRLRUN_TEST_POSTGRES_URL names).
 test-rs:
-	$(PYTHON) tests_py/support/pgserver.py -- cargo test --tests --quiet
+	$(PYTHON) -m throwaway.pgserver -- cargo test --tests --quiet
 
 test-py: dev $(VENV)/.tools
 	$(PY) -m mypy.stubtest ctrlrun._core
@@ -84,9 +84,9 @@ bench: $(VENV)/.tools
 		echo "make bench: pgbench is not installed; the throughput floor needs it (apt-get install postgresql)" >&2; exit 2; }
 	$(VENV)/bin/maturin develop --release --quiet
 	$(PY) -m bench.run
-	$(PYTHON) tests_py/support/pgserver.py -- $(PY) -m bench.gateway
-	$(PYTHON) tests_py/support/pgserver.py -- $(PY) -m bench.throughput --json bench/throughput.json
-	$(PYTHON) tests_py/support/pgserver.py -- $(PY) -m bench.retention --json bench/retention.json
+	$(PYTHON) -m throwaway.pgserver -- $(PY) -m bench.gateway
+	$(PYTHON) -m throwaway.pgserver -- $(PY) -m bench.throughput --json bench/throughput.json
+	$(PYTHON) -m throwaway.pgserver -- $(PY) -m bench.retention --json bench/retention.json
 	$(PY) -m bench.frames --json bench/frames.json
 
 ## lint: Rust (rustfmt, clippy) and Python (ruff check, ruff format, mypy --strict on the
@@ -94,8 +94,8 @@ bench: $(VENV)/.tools
 lint: $(VENV)/.tools
 	cargo fmt --all -- --check
 	cargo clippy --all-targets --features python -- -D warnings
-	$(VENV)/bin/ruff check python tests_py bench tools
-	$(VENV)/bin/ruff format --check python tests_py bench tools
+	$(VENV)/bin/ruff check python tests_py bench tools throwaway
+	$(VENV)/bin/ruff format --check python tests_py bench tools throwaway
 	$(VENV)/bin/mypy
 	$(PY) tools/import_circles.py
 	$(VENV)/bin/actionlint .github/workflows/*.yml

@@ -14,7 +14,7 @@ import resource
 import struct
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List
 
 
 def config() -> Dict[str, Any]:
@@ -30,8 +30,7 @@ def percentile(sorted_ns: List[int], q: float) -> int:
     """Nearest-rank percentile of an ascending list."""
     if not sorted_ns:
         return 0
-    rank = max(1, math.ceil(q / 100.0 * len(sorted_ns)))
-    return sorted_ns[min(rank, len(sorted_ns)) - 1]
+    return sorted_ns[min(max(1, math.ceil(q / 100.0 * len(sorted_ns))), len(sorted_ns)) - 1]
 
 
 def cpu_seconds() -> float:
@@ -40,11 +39,9 @@ def cpu_seconds() -> float:
 
 
 def summarize(samples_ns: List[int], wall_ns: int, cpu_s: float) -> Dict[str, Any]:
-    """Per-call statistics of one timed run.
-
-    ``per_s`` is 1/p50 (the median call); ``per_s_wall`` is calls / wall time of the loop."""
-    s = sorted(samples_ns)
-    n = len(s)
+    """Per-call statistics of one timed run: ``per_s`` is 1/p50 (the median call),
+    ``per_s_wall`` calls / wall time of the loop."""
+    s, n = sorted(samples_ns), len(samples_ns)
     p50 = percentile(s, 50)
     return {
         "n": n,
@@ -64,112 +61,100 @@ def time_calls(call: Callable[[int], Any], n: int, warmup: int) -> Dict[str, Any
     """Warm up with ``warmup`` calls (indices -warmup..-1), then time ``n`` calls one by one."""
     for i in range(-warmup, 0):
         call(i)
-    samples = [0] * n
-    clock = time.perf_counter_ns
-    cpu0 = cpu_seconds()
+    samples, clock, cpu0 = [0] * n, time.perf_counter_ns, cpu_seconds()
     start = clock()
     for i in range(n):
         t0 = clock()
         call(i)
         samples[i] = clock() - t0
-    wall = clock() - start
-    return summarize(samples, wall, cpu_seconds() - cpu0)
+    return summarize(samples, clock() - start, cpu_seconds() - cpu0)
 
 
 async def time_calls_async(call: Callable[[int], Any], n: int, warmup: int) -> Dict[str, Any]:
     """As :func:`time_calls`, awaiting ``call(i)`` one at a time on the running loop."""
     for i in range(-warmup, 0):
         await call(i)
-    samples = [0] * n
-    clock = time.perf_counter_ns
-    cpu0 = cpu_seconds()
+    samples, clock, cpu0 = [0] * n, time.perf_counter_ns, cpu_seconds()
     start = clock()
     for i in range(n):
         t0 = clock()
         await call(i)
         samples[i] = clock() - t0
-    wall = clock() - start
-    return summarize(samples, wall, cpu_seconds() - cpu0)
+    return summarize(samples, clock() - start, cpu_seconds() - cpu0)
+
+
+def time_refusals(call, refused, key, n: int, warmup: int) -> Dict[str, Any]:
+    """Commit every key first (not timed), then time a second call of each, which must be
+    refused with the exception ``refused``."""
+    for i in range(-warmup, n):
+        call(key(i))
+    count = [0]
+
+    def again(i: int) -> None:
+        try:
+            call(key(i))
+        except refused:
+            count[0] += 1
+            return
+        raise AssertionError(f"a committed key ran again: {key(i)}")
+
+    return {**time_calls(again, n, warmup), "refused": count[0]}
 
 
 # -- contention ---------------------------------------------------------------------------
 
 
-def wait_for_start() -> float:
-    """Say ``ready``, read the agreed start time from stdin, sleep until it."""
-    sys.stdout.write("ready\n")
-    sys.stdout.flush()
-    start_at = float(sys.stdin.readline())
-    delay = start_at - time.time()
-    if delay > 0:
-        time.sleep(delay)
-    return start_at
-
-
 def mark(marks: str, key: str) -> None:
     """Record one execution of ``key``'s executor as a new file (O_CREAT|O_EXCL)."""
     name = f"{key}.{os.getpid()}.{time.perf_counter_ns()}"
-    fd = os.open(os.path.join(marks, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    os.close(fd)
+    os.close(os.open(os.path.join(marks, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+
+
+def contend(call, keys, lost=()) -> dict:
+    """One contention process: say ``ready``, sleep until the start time read from stdin, then
+    ``call(key)`` on every key in order (won unless it returns False or raises one of ``lost``;
+    another exception is an error)."""
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    time.sleep(max(0.0, float(sys.stdin.readline()) - time.time()))
+    won, errors = 0, []
+    for key in keys:
+        try:
+            won += call(key) is not False
+        except lost:
+            pass
+        except Exception as exc:  # reported; the parent fails the row
+            errors.append(f"{key}: {type(exc).__name__}: {exc}")
+    n_lost = len(keys) - won - len(errors)
+    return {
+        "won": won,
+        "lost": n_lost,
+        "errors": errors[:5],
+        "n_errors": len(errors),
+        "end": time.time(),
+    }
 
 
 # -- which build ---------------------------------------------------------------------------
 
 
-def elf_sections(path: str) -> Optional[List[str]]:
-    """Section names of a 64-bit little-endian ELF file, or None if it is not one."""
+def build_profile(so_path: str) -> str:
+    """``release`` (no DWARF), ``debug`` (a ``.debug_info`` section: maturin develop without
+    --release), or ``unknown`` (not a 64-bit little-endian ELF file)."""
     try:
-        with open(path, "rb") as f:
+        with open(so_path, "rb") as f:
             head = f.read(64)
-            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
-                return None
-            e_shoff = struct.unpack_from("<Q", head, 0x28)[0]
-            e_shentsize, e_shnum, e_shstrndx = struct.unpack_from("<HHH", head, 0x3A)
-            f.seek(e_shoff)
-            table = f.read(e_shentsize * e_shnum)
-            headers = [
-                struct.unpack_from("<IIQQQQ", table, i * e_shentsize) for i in range(e_shnum)
-            ]
-            _, _, _, _, str_off, str_size = headers[e_shstrndx]
+            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4:6] != b"\x02\x01":
+                return "unknown"
+            shoff = struct.unpack_from("<Q", head, 0x28)[0]
+            shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x3A)
+            f.seek(shoff)
+            table = f.read(shentsize * shnum)
+            names = [struct.unpack_from("<I", table, i * shentsize)[0] for i in range(shnum)]
+            str_off, str_size = struct.unpack_from("<QQ", table, shstrndx * shentsize + 24)
             f.seek(str_off)
             strtab = f.read(str_size)
-            names = []
-            for h in headers:
-                start = h[0]
-                end = strtab.find(b"\0", start)
-                names.append(strtab[start:end].decode("ascii", "replace"))
-            return names
-    except (OSError, struct.error, IndexError):
-        return None
-
-
-def build_profile(so_path: str) -> str:
-    """``release`` (no DWARF), ``debug`` (DWARF present: maturin develop without --release),
-    or ``unknown``."""
-    names = elf_sections(so_path)
-    if names is None:
+    except (OSError, struct.error):
         return "unknown"
-    return "debug" if ".debug_info" in names else "release"
-
-
-def contend(call, keys) -> dict:
-    """One contention process: wait for the start, then ``call(key)`` (True: won) on every key
-    in order."""
-    wait_for_start()
-    won = lost = 0
-    errors = []
-    for key in keys:
-        try:
-            if call(key):
-                won += 1
-            else:
-                lost += 1
-        except Exception as exc:
-            errors.append(f"{key}: {type(exc).__name__}: {exc}")
-    return {
-        "won": won,
-        "lost": lost,
-        "errors": errors[:5],
-        "n_errors": len(errors),
-        "end": time.time(),
-    }
+    found = {strtab[i : strtab.find(b"\0", i)] for i in names}
+    return "debug" if b".debug_info" in found else "release"

@@ -24,11 +24,10 @@ def info() -> dict:
     so = os.path.realpath(_core.__file__)
     src_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(so))), "src")
     newest_src = 0.0
-    if os.path.isdir(src_dir):  # an editable build: is the extension older than the sources?
-        for root, _, files in os.walk(src_dir):
-            for f in files:
-                if f.endswith(".rs"):
-                    newest_src = max(newest_src, os.path.getmtime(os.path.join(root, f)))
+    for root, _, files in os.walk(src_dir):  # an editable build: is the extension older?
+        for f in files:
+            if f.endswith(".rs"):
+                newest_src = max(newest_src, os.path.getmtime(os.path.join(root, f)))
     return {
         "version": ctrlrun.__version__,
         "package": os.path.dirname(os.path.realpath(ctrlrun.__file__)),
@@ -45,35 +44,16 @@ def main() -> None:
     cfg = _common.config()
     mode = cfg["mode"]
     if mode == "info":
-        _common.answer(info())
-        return
-
+        return _common.answer(info())
     import ctrlrun
 
     store = ctrlrun.open_store(cfg["url"])
-    if mode == "init":
-        store.close()
-        _common.answer({"ok": True})
-        return
+    n, warmup, marks = int(cfg.get("n", 0)), int(cfg.get("warmup", 0)), cfg.get("marks")
+    key = lambda i: f"{cfg.get('prefix', 'k')}{i}"  # noqa: E731
 
-    prefix = cfg.get("prefix", "k")
-    n = int(cfg.get("n", 0))
-    warmup = int(cfg.get("warmup", 0))
-
-    if mode == "latency" and cfg.get("async"):
-
-        @ctrlrun.protect("bench.effect", effect="bench:{key}", store=store)
-        async def effect_async(key: str) -> int:
-            return 1
-
-        async def run() -> dict:
-            return await _common.time_calls_async(lambda i: effect_async(f"{prefix}{i}"), n, warmup)
-
-        result = asyncio.run(run())
-        _common.answer(result)
-        return
-
-    marks = cfg.get("marks")
+    @ctrlrun.protect("bench.effect", effect="bench:{key}", store=store)
+    async def effect_async(key: str) -> int:
+        return 1
 
     @ctrlrun.protect("bench.effect", effect="bench:{key}", store=store)
     def effect(key: str) -> int:
@@ -81,49 +61,20 @@ def main() -> None:
             _common.mark(marks, key)
         return 1
 
-    if mode == "latency":
-        _common.answer(_common.time_calls(lambda i: effect(f"{prefix}{i}"), n, warmup))
+    if mode == "init":
+        result = {"ok": True}
+    elif mode == "latency" and cfg.get("async"):
+        result = asyncio.run(_common.time_calls_async(lambda i: effect_async(key(i)), n, warmup))
+    elif mode == "latency":
+        result = _common.time_calls(lambda i: effect(key(i)), n, warmup)
     elif mode == "dup":
-        for i in range(-warmup, n):  # commit every key first (not timed)
-            effect(f"{prefix}{i}")
-        refused = [0]
-
-        def again(i: int) -> None:
-            try:
-                effect(f"{prefix}{i}")
-            except ctrlrun.DuplicateEffect:
-                refused[0] += 1
-                return
-            raise AssertionError(f"a committed key ran again: {prefix}{i}")
-
-        result = _common.time_calls(again, n, warmup)
-        result["refused"] = refused[0]
-        _common.answer(result)
+        result = _common.time_refusals(effect, ctrlrun.DuplicateEffect, key, n, warmup)
     elif mode == "contend":
-        _common.wait_for_start()
-        won = lost = 0
-        errors = []
-        for key in cfg["keys"]:
-            try:
-                effect(key)
-                won += 1
-            except ctrlrun.DuplicateEffect:
-                lost += 1
-            except Exception as exc:  # reported; the parent fails the row
-                errors.append(f"{key}: {type(exc).__name__}: {exc}")
-        import time
-
-        _common.answer(
-            {
-                "won": won,
-                "lost": lost,
-                "errors": errors[:5],
-                "n_errors": len(errors),
-                "end": time.time(),
-            }
-        )
+        result = _common.contend(effect, cfg["keys"], ctrlrun.DuplicateEffect)
     else:
         raise SystemExit(f"unknown mode {mode!r}")
+    store.close()
+    _common.answer(result)
 
 
 if __name__ == "__main__":

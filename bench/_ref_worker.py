@@ -18,34 +18,25 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import time
 
 import _common
 
-POLICY = """
-schema: ctrlrun.policy/v1
-actions:
-  bench.effect:
-    decision: allow
-"""
+POLICY = "schema: ctrlrun.policy/v1\nactions:\n  bench.effect:\n    decision: allow\n"
 
 
-def open_control(cfg: dict):
+def open_store(cfg: dict):
     import ctrlrun
 
-    policy = ctrlrun.Policy.from_yaml(POLICY, source="<bench>")
     if cfg.get("path"):
-        store = ctrlrun.SQLiteStateStore(cfg["path"])
-    else:
-        import psycopg
+        return ctrlrun.SQLiteStateStore(cfg["path"])
+    import psycopg
 
-        from ctrlrun.postgres import PostgresStateStore
+    from ctrlrun.postgres import PostgresStateStore
 
-        # It creates no schema of its own (it says so and refuses): make it first, untimed.
-        with psycopg.connect(cfg["pg_url"], autocommit=True) as conn:
-            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{cfg["schema"]}"')
-        store = PostgresStateStore(cfg["pg_url"], schema=cfg["schema"])
-    return ctrlrun.Control(policy, store), store
+    # It creates no schema of its own (it says so and refuses): make it first, untimed.
+    with psycopg.connect(cfg["pg_url"], autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{cfg["schema"]}"')
+    return PostgresStateStore(cfg["pg_url"], schema=cfg["schema"])
 
 
 def main() -> None:
@@ -56,25 +47,14 @@ def main() -> None:
     if mode == "info":
         from importlib import metadata
 
-        _common.answer(
-            {
-                "version": metadata.version("ctrlrun"),
-                "package": os.path.dirname(ctrlrun.__file__),
-                "python": sys.version.split()[0],
-            }
+        version, package = metadata.version("ctrlrun"), os.path.dirname(ctrlrun.__file__)
+        return _common.answer(
+            {"version": version, "package": package, "python": sys.version.split()[0]}
         )
-        return
-
-    control, store = open_control(cfg)
-    if mode == "init":
-        store.close()
-        _common.answer({"ok": True})
-        return
-
-    prefix = cfg.get("prefix", "k")
-    n = int(cfg.get("n", 0))
-    warmup = int(cfg.get("warmup", 0))
-    marks = cfg.get("marks")
+    store = open_store(cfg)
+    control = ctrlrun.Control(ctrlrun.Policy.from_yaml(POLICY, source="<bench>"), store)
+    n, warmup, marks = int(cfg.get("n", 0)), int(cfg.get("warmup", 0)), cfg.get("marks")
+    key = lambda i: f"{cfg.get('prefix', 'k')}{i}"  # noqa: E731
 
     @ctrlrun.protect("bench.effect", effect="bench:{key}", control=control)
     def effect(key: str) -> int:
@@ -83,56 +63,21 @@ def main() -> None:
         return 1
 
     with ctrlrun.context(agent="bench"):
-        if mode == "latency" and cfg.get("async"):
-
-            async def run() -> dict:
-                return await _common.time_calls_async(
-                    lambda i: asyncio.to_thread(effect, f"{prefix}{i}"), n, warmup
-                )
-
-            _common.answer(asyncio.run(run()))
+        if mode == "init":
+            result = {"ok": True}
+        elif mode == "latency" and cfg.get("async"):
+            call = lambda i: asyncio.to_thread(effect, key(i))  # noqa: E731
+            result = asyncio.run(_common.time_calls_async(call, n, warmup))
         elif mode == "latency":
-            _common.answer(_common.time_calls(lambda i: effect(f"{prefix}{i}"), n, warmup))
+            result = _common.time_calls(lambda i: effect(key(i)), n, warmup)
         elif mode == "dup":
-            for i in range(-warmup, n):
-                effect(f"{prefix}{i}")
-            refused = [0]
-
-            def again(i: int) -> None:
-                try:
-                    effect(f"{prefix}{i}")
-                except ctrlrun.DuplicateEffect:
-                    refused[0] += 1
-                    return
-                raise AssertionError(f"a committed key ran again: {prefix}{i}")
-
-            result = _common.time_calls(again, n, warmup)
-            result["refused"] = refused[0]
-            _common.answer(result)
+            result = _common.time_refusals(effect, ctrlrun.DuplicateEffect, key, n, warmup)
         elif mode == "contend":
-            _common.wait_for_start()
-            won = lost = 0
-            errors = []
-            for key in cfg["keys"]:
-                try:
-                    effect(key)
-                    won += 1
-                except ctrlrun.DuplicateEffect:
-                    lost += 1
-                except Exception as exc:
-                    errors.append(f"{key}: {type(exc).__name__}: {exc}")
-            _common.answer(
-                {
-                    "won": won,
-                    "lost": lost,
-                    "errors": errors[:5],
-                    "n_errors": len(errors),
-                    "end": time.time(),
-                }
-            )
+            result = _common.contend(effect, cfg["keys"], ctrlrun.DuplicateEffect)
         else:
             raise SystemExit(f"unknown mode {mode!r}")
     store.close()
+    _common.answer(result)
 
 
 if __name__ == "__main__":

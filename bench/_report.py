@@ -1,5 +1,5 @@
-"""The benchmark's report: the tables of bench/run.py's measurements and the targets of
-issues 6 and 14, each a ratio of medians from the same run (see bench/README.md)."""
+"""The benchmark's report: the tables of bench/run.py's measurements and the targets of issues 6,
+14 and 34, each a ratio of medians from the same run (see bench/README.md)."""
 
 from __future__ import annotations
 
@@ -7,30 +7,139 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from bench._measures import Measures, ratio
 
+TITLES = {
+    "sqlite": "SQLite (WAL)",
+    "postgres": "PostgreSQL (synchronous_commit=on)",
+    "pgbouncer": "PostgreSQL through PgBouncer (transaction mode, synchronous_commit=on)",
+}
+LATENCY_HEAD = "workload,durability,calls/s (1/p50),calls/s (N/wall),p50 us,p50 of runs,p99 us,client cpu us/call,{io},time/call vs floor,speed vs original"
+# Each target: what it checks | the figure measured | the figure it is divided by | the goal
+# (``info``: none). A figure is ``p50``, ``mean`` or ``total`` of a row id (``@backend``: of
+# another backend's row). ``async``: the async targets (``Measures.async_targets``).
+TARGETS = {
+    "sqlite": """
+protected calls/s vs the original (both NORMAL) | p50 ref.sync.NORMAL | p50 ctrlrun.sync.NORMAL | >= 10x
+protected calls/s vs the original (ours FULL, theirs NORMAL) | p50 ref.sync.NORMAL | p50 ctrlrun.sync.FULL | info
+time/call vs engine floor, NORMAL (2 txns) | p50 ctrlrun.sync.NORMAL | p50 floor.min.NORMAL | <= 1.5x
+time/call vs engine floor, FULL (2 txns) | p50 ctrlrun.sync.FULL | p50 floor.min.FULL | <= 1.2x
+time/call vs floor with ctrlrun's statements, NORMAL | p50 ctrlrun.sync.NORMAL | p50 floor.same.NORMAL | info
+the receipts floor vs engine floor, NORMAL (the part of the target receipts, columns and indexes take) | p50 floor.receipts.NORMAL | p50 floor.min.NORMAL | info
+time/call vs floor with receipts and indexes, NORMAL | p50 ctrlrun.sync.NORMAL | p50 floor.receipts.NORMAL | info
+time/call vs floor with ctrlrun's statements, FULL | p50 ctrlrun.sync.FULL | p50 floor.same.FULL | info
+the receipts floor vs engine floor, FULL (the part of the target receipts, columns and indexes take) | p50 floor.receipts.FULL | p50 floor.min.FULL | info
+time/call vs floor with receipts and indexes, FULL | p50 ctrlrun.sync.FULL | p50 floor.receipts.FULL | info
+async | .NORMAL | , NORMAL | <= 1.5x | min receipts
+async | .FULL | , FULL | info | min receipts
+contention total time vs floor, FULL (2 txns) | total contend.ctrlrun.FULL | total contend.floor.min.FULL | <= 1.5x
+contention total time vs floor, NORMAL (2 txns) | total contend.ctrlrun.NORMAL | total contend.floor.min.NORMAL | <= 1.5x
+""",
+    "postgres": """
+protected calls/s vs the original | p50 ref.sync | p50 ctrlrun.sync | >= 10x
+time/call vs raw-driver floor (2 txns) | p50 ctrlrun.sync | p50 floor.min | <= 1.3x
+time/call vs 2 autocommit statements floor, p50 | p50 ctrlrun.sync | p50 floor.auto | <= 1.3x
+time/call vs 2 autocommit statements floor, mean | mean ctrlrun.sync | mean floor.auto | <= 1.3x
+prepared_statements=on: time/call vs 2 autocommit statements, p50 | p50 ctrlrun.sync.prepared | p50 floor.auto | <= 1.3x
+prepared_statements=on: time/call vs 2 autocommit statements, mean | mean ctrlrun.sync.prepared | mean floor.auto | <= 1.3x
+prepared_statements=on: async p50 / sync p50 | p50 ctrlrun.async.prepared | p50 ctrlrun.sync.prepared | <= 1.2x
+prepared_statements=on: duplicate vs one indexed read | p50 dup.ctrlrun.prepared | p50 dup.floor | <= 1.5x
+time/call vs raw-driver floor with ctrlrun's statements | p50 ctrlrun.sync | p50 floor.same | info
+the receipts floor vs 2 autocommit statements floor (the part of the target receipts, columns and indexes take) | p50 floor.receipts | p50 floor.auto | info
+time/call vs floor with receipts and indexes | p50 ctrlrun.sync | p50 floor.receipts | info
+time/call vs floor with receipts and indexes, unprepared (as a client that may be behind a pooler sends them) | p50 ctrlrun.sync | p50 floor.receipts.unprepared | info
+async |  |  | <= 1.2x | auto receipts
+contention total time vs floor (2 txns) | total contend.ctrlrun | total contend.floor.min | <= 1.5x
+duplicate path vs one unprepared indexed read | p50 dup.ctrlrun | p50 dup.floor.unprepared | <= 1.5x
+""",
+    "pgbouncer": """
+time/call vs the unprepared psycopg floor, both via PgBouncer | p50 ctrlrun.sync | p50 floor.min | <= 1.3x
+time/call via PgBouncer vs ctrlrun direct (the pooler's hop) | p50 ctrlrun.sync | p50 ctrlrun.sync@postgres | info
+contention total time vs floor (2 txns), both via PgBouncer | total contend.ctrlrun | total contend.floor.min | <= 1.5x
+""",
+}
+CONTENTION_HEAD = "contention,durability,total s (median),all runs s,executions,doubles (all runs),errors,every key exactly once,vs floor 2 txns"
+
 
 def fmt_ratio(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
 
 def fmt_num(x: Optional[float], digits: int = 1) -> str:
-    if x is None:
-        return "-"
-    return f"{x:,.{digits}f}"
+    return "-" if x is None else f"{x:,.{digits}f}"
 
 
 def table(headers: List[str], rows: List[List[str]], align: str) -> str:
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
-    ]
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
 
     def line(cells: List[str]) -> str:
-        out = []
-        for i, c in enumerate(cells):
-            out.append(c.ljust(widths[i]) if align[i] == "l" else c.rjust(widths[i]))
-        return "  ".join(out).rstrip()
+        return "  ".join(
+            c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(cells, widths, align)
+        ).rstrip()
 
-    sep = "  ".join("-" * w for w in widths)
-    return "\n".join([line(headers), sep, *(line(r) for r in rows)])
+    return "\n".join([line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
+
+
+def latency_rows(
+    m: Measures, specs: List[Any], syscalls: Dict[str, Dict[str, float]]
+) -> List[List[str]]:
+    rows = []
+    for s in specs:
+        med, b = s.median(), s.backend
+        if s.kind == "contention" or med is None:
+            continue
+        extra = ""
+        if b == "sqlite" and s.id in syscalls:
+            extra = f"{syscalls[s.id]['fsync_per_call']:.2f}"
+        elif b == "postgres" and "server_commits_per_call" in med:
+            extra = f"{med['server_commits_per_call']:.2f} / {med['wal_syncs_per_call']:.2f}"
+        floor = f"floor.min.{s.durability}" if b == "sqlite" else "floor.min"
+        vs_floor = ratio(
+            med["p50_us"], m.p50(b, "dup.floor" if s.kind in ("dup", "read") else floor)
+        )
+        vs_ref = None
+        if s.kind == "latency" and s.who == "ctrlrun" and b != "pgbouncer":
+            vs_ref = ratio(
+                m.p50(b, "ref.sync.NORMAL" if b == "sqlite" else "ref.sync"), med["p50_us"]
+            )
+        if s.kind == "dup" and s.who == "ctrlrun":
+            vs_ref = ratio(m.p50(b, "dup.ref"), med["p50_us"])
+        p50s = [r["p50_us"] for r in s.results]
+        cells = [s.label, s.durability, fmt_num(med["per_s"], 0), fmt_num(med["per_s_wall"], 0)]
+        cells += [
+            fmt_num(med["p50_us"]),
+            f"{min(p50s):,.0f}-{max(p50s):,.0f}",
+            fmt_num(med["p99_us"]),
+        ]
+        rows.append(
+            [*cells, fmt_num(med["cpu_us_per_call"]), extra, fmt_ratio(vs_floor), fmt_ratio(vs_ref)]
+        )
+    return rows
+
+
+def contention_rows(m: Measures, specs: List[Any], keys: int) -> List[List[str]]:
+    rows = []
+    for s in specs:
+        med = s.median()
+        if s.kind != "contention" or med is None:
+            continue
+        fl = m.total(
+            s.backend,
+            f"contend.floor.min.{s.durability}" if s.backend == "sqlite" else "contend.floor.min",
+        )
+        runs = ", ".join(f"{r['total_s']:.3f}" for r in s.results)
+        cells = [
+            s.label,
+            s.durability,
+            f"{med['total_s']:.3f}",
+            runs,
+            f"{med['executions']}/{keys}",
+        ]
+        cells += [
+            str(sum(r["double_executions"] for r in s.results)),
+            str(sum(r["errors"] for r in s.results)),
+        ]
+        once = "yes" if all(r["exactly_once"] for r in s.results) else "NO"
+        rows.append([*cells, once, fmt_ratio(ratio(med["total_s"], fl))])
+    return rows
 
 
 def report(
@@ -39,407 +148,68 @@ def report(
     """The text of every table, the targets, and whether every contention run of ctrlrun ran
     each key exactly once. ``bench`` is run.py's ``Bench``, measured."""
     m = Measures(bench)
-    p50, mean, total, target, async_targets = m.p50, m.mean, m.total, m.target, m.async_targets
-    targets = m.targets
     out: List[str] = []
     all_once = True
-
-    for backend in ("sqlite", "postgres", "pgbouncer"):
+    for backend, title in TITLES.items():
         specs = [s for s in bench.specs if s.backend == backend]
         if not specs:
             continue
-        title = {
-            "sqlite": "SQLite (WAL)",
-            "postgres": "PostgreSQL (synchronous_commit=on)",
-            "pgbouncer": "PostgreSQL through PgBouncer (transaction mode, synchronous_commit=on)",
-        }[backend]
         n = bench.n_sqlite if backend == "sqlite" else bench.n_pg
-        out.append("")
-        out.append(f"== {title}: {n} calls per run, {bench.repeats} runs, the median run shown ==")
-        floor_full = {
-            "sqlite": {
-                "FULL": p50(backend, "floor.min.FULL"),
-                "NORMAL": p50(backend, "floor.min.NORMAL"),
-            },
-            "postgres": {"sync_commit=on": p50(backend, "floor.min")},
-            "pgbouncer": {"sync_commit=on": p50(backend, "floor.min")},
-        }[backend]
-        read_floor = p50(backend, "dup.floor")
-        ref_p50 = {
-            "sqlite": p50(backend, "ref.sync.NORMAL"),
-            "postgres": p50(backend, "ref.sync"),
-            "pgbouncer": None,
-        }[backend]
-        rows = []
-        for s in specs:
-            if s.kind == "contention":
-                continue
-            m = s.median()
-            if m is None:
-                continue
-            extra = ""
-            if backend == "sqlite" and s.id in syscalls:
-                extra = f"{syscalls[s.id]['fsync_per_call']:.2f}"
-            elif backend == "postgres" and "server_commits_per_call" in m:
-                extra = f"{m['server_commits_per_call']:.2f} / {m['wal_syncs_per_call']:.2f}"
-            if s.kind in ("dup", "read"):
-                vs_floor = ratio(m["p50_us"], read_floor)
-            else:
-                vs_floor = ratio(m["p50_us"], floor_full.get(s.durability))
-            vs_ref = None
-            if s.kind == "latency" and s.who == "ctrlrun" and ref_p50 is not None:
-                vs_ref = ratio(ref_p50, m["p50_us"])
-            if s.kind == "dup" and s.who == "ctrlrun":
-                vs_ref = ratio(p50(backend, "dup.ref"), m["p50_us"])
-            p50s = [r["p50_us"] for r in s.results]
-            rows.append(
-                [
-                    s.label,
-                    s.durability,
-                    fmt_num(m["per_s"], 0),
-                    fmt_num(m["per_s_wall"], 0),
-                    fmt_num(m["p50_us"]),
-                    f"{min(p50s):,.0f}-{max(p50s):,.0f}",
-                    fmt_num(m["p99_us"]),
-                    fmt_num(m["cpu_us_per_call"]),
-                    extra,
-                    fmt_ratio(vs_floor),
-                    fmt_ratio(vs_ref),
-                ]
-            )
-        io_head = "fsync/call" if backend == "sqlite" else "commits/WAL syncs per call"
+        out += ["", f"== {title}: {n} calls per run, {bench.repeats} runs, the median run shown =="]
         if backend == "pgbouncer":
             out.append(
-                "  Through the pooler the floors send every statement unnamed (psycopg "
-                "with prepare_threshold=None): a prepared one would not be there on the "
-                "next server connection."
+                "  Through the pooler the floors send every statement unnamed (psycopg with "
+                "prepare_threshold=None): a prepared one would not be there on the next server connection."
             )
+        io = "fsync/call" if backend == "sqlite" else "commits/WAL syncs per call"
         out.append(
             table(
-                [
-                    "workload",
-                    "durability",
-                    "calls/s (1/p50)",
-                    "calls/s (N/wall)",
-                    "p50 us",
-                    "p50 of runs",
-                    "p99 us",
-                    "client cpu us/call",
-                    io_head,
-                    "time/call vs floor",
-                    "speed vs original",
-                ],
-                rows,
+                LATENCY_HEAD.format(io=io).split(","),
+                latency_rows(m, specs, syscalls),
                 "llrrrrrrrrr",
             )
         )
         out.append(
-            "  time/call vs floor: p50 / p50 of the 2-txn floor at the same durability "
-            "(duplicate rows: / one indexed read)."
-        )
-        out.append(
-            "  speed vs original: the original's p50 / this p50 (original at its default, "
+            "  time/call vs floor: p50 / p50 of the 2-txn floor at the same durability (duplicate rows: / one "
+            "indexed read).\n  speed vs original: the original's p50 / this p50 (original at its default, "
             "NORMAL on SQLite)."
         )
-
-        crow = []
-        for s in specs:
-            if s.kind != "contention":
-                continue
-            m = s.median()
-            if m is None:
-                continue
-            all_once = all_once and all(r["exactly_once"] and r["errors"] == 0 for r in s.results)
-            fl = total(
-                backend,
-                f"contend.floor.min.{s.durability}" if backend == "sqlite" else "contend.floor.min",
-            )
-            crow.append(
-                [
-                    s.label,
-                    s.durability,
-                    f"{m['total_s']:.3f}",
-                    ", ".join(f"{r['total_s']:.3f}" for r in s.results),
-                    f"{m['executions']}/{contention_keys}",
-                    str(sum(r["double_executions"] for r in s.results)),
-                    str(sum(r["errors"] for r in s.results)),
-                    "yes" if all(r["exactly_once"] for r in s.results) else "NO",
-                    fmt_ratio(ratio(m["total_s"], fl)),
-                ]
-            )
-        if crow:
-            out.append("")
-            out.append(
-                table(
-                    [
-                        "contention",
-                        "durability",
-                        "total s (median)",
-                        "all runs s",
-                        "executions",
-                        "doubles (all runs)",
-                        "errors",
-                        "every key exactly once",
-                        "vs floor 2 txns",
-                    ],
-                    crow,
-                    "llrrrrrlr",
-                )
-            )
-
-        # targets
-        if backend == "sqlite":
-            c_norm, c_full = p50(backend, "ctrlrun.sync.NORMAL"), p50(backend, "ctrlrun.sync.FULL")
-            r = ratio(ref_p50, c_norm)
-            target(
-                backend,
-                "protected calls/s vs the original (both NORMAL)",
-                r,
-                ">= 10x",
-                None if r is None else r >= 10,
-            )
-            r = ratio(ref_p50, c_full)
-            target(
-                backend,
-                "protected calls/s vs the original (ours FULL, theirs NORMAL)",
-                r,
-                "info",
-                None,
-            )
-            r = ratio(c_norm, p50(backend, "floor.min.NORMAL"))
-            target(
-                backend,
-                "time/call vs engine floor, NORMAL (2 txns)",
-                r,
-                "<= 1.5x",
-                None if r is None else r <= 1.5,
-            )
-            r = ratio(c_full, p50(backend, "floor.min.FULL"))
-            target(
-                backend,
-                "time/call vs engine floor, FULL (2 txns)",
-                r,
-                "<= 1.2x",
-                None if r is None else r <= 1.2,
-            )
-            for sync in ("NORMAL", "FULL"):
-                r = ratio(p50(backend, f"ctrlrun.sync.{sync}"), p50(backend, f"floor.same.{sync}"))
-                target(
-                    backend,
-                    f"time/call vs floor with ctrlrun's statements, {sync}",
-                    r,
-                    "info",
-                    None,
-                )
-                r = ratio(p50(backend, f"floor.receipts.{sync}"), p50(backend, f"floor.min.{sync}"))
-                target(
-                    backend,
-                    f"the receipts floor vs engine floor, {sync} (the part of the "
-                    f"target receipts, columns and indexes take)",
-                    r,
-                    "info",
-                    None,
-                )
-                r = ratio(
-                    p50(backend, f"ctrlrun.sync.{sync}"), p50(backend, f"floor.receipts.{sync}")
-                )
-                target(
-                    backend,
-                    f"time/call vs floor with receipts and indexes, {sync}",
-                    r,
-                    "info",
-                    None,
-                )
-            for sync in ("NORMAL", "FULL"):
-                async_targets(
-                    backend,
-                    f".{sync}",
-                    f", {sync}",
-                    "<= 1.5x" if sync == "NORMAL" else "info",
-                    1.5,
-                    ("min", "receipts"),
-                )
-            r = ratio(
-                total(backend, "contend.ctrlrun.FULL"), total(backend, "contend.floor.min.FULL")
-            )
-            target(
-                backend,
-                "contention total time vs floor, FULL (2 txns)",
-                r,
-                "<= 1.5x",
-                None if r is None else r <= 1.5,
-            )
-            r = ratio(
-                total(backend, "contend.ctrlrun.NORMAL"), total(backend, "contend.floor.min.NORMAL")
-            )
-            target(
-                backend,
-                "contention total time vs floor, NORMAL (2 txns)",
-                r,
-                "<= 1.5x",
-                None if r is None else r <= 1.5,
-            )
-        elif backend == "pgbouncer":
-            c = p50(backend, "ctrlrun.sync")
-            r = ratio(c, p50(backend, "floor.min"))
-            target(
-                backend,
-                "time/call vs the unprepared psycopg floor, both via PgBouncer",
-                r,
-                "<= 1.3x",
-                None if r is None else r <= 1.3,
-            )
-            r = ratio(c, p50("postgres", "ctrlrun.sync"))
-            target(
-                backend,
-                "time/call via PgBouncer vs ctrlrun direct (the pooler's hop)",
-                r,
-                "info",
-                None,
-            )
-            r = ratio(total(backend, "contend.ctrlrun"), total(backend, "contend.floor.min"))
-            target(
-                backend,
-                "contention total time vs floor (2 txns), both via PgBouncer",
-                r,
-                "<= 1.5x",
-                None if r is None else r <= 1.5,
-            )
-        else:
-            c = p50(backend, "ctrlrun.sync")
-            r = ratio(ref_p50, c)
-            target(
-                backend,
-                "protected calls/s vs the original",
-                r,
-                ">= 10x",
-                None if r is None else r >= 10,
-            )
-            r = ratio(c, p50(backend, "floor.min"))
-            target(
-                backend,
-                "time/call vs raw-driver floor (2 txns)",
-                r,
-                "<= 1.3x",
-                None if r is None else r <= 1.3,
-            )
-            r = ratio(c, p50(backend, "floor.auto"))
-            target(
-                backend,
-                "time/call vs 2 autocommit statements floor, p50",
-                r,
-                "<= 1.3x",
-                None if r is None else r <= 1.3,
-            )
-            r = ratio(mean(backend, "ctrlrun.sync"), mean(backend, "floor.auto"))
-            target(
-                backend,
-                "time/call vs 2 autocommit statements floor, mean",
-                r,
-                "<= 1.3x",
-                None if r is None else r <= 1.3,
-            )
-            # the same targets with prepared_statements=on (a direct connection's option)
-            prepared = [
-                ("p50", p50(backend, "ctrlrun.sync.prepared"), p50(backend, "floor.auto"), 1.3),
-                ("mean", mean(backend, "ctrlrun.sync.prepared"), mean(backend, "floor.auto"), 1.3),
-                (
-                    "async p50 / sync p50",
-                    p50(backend, "ctrlrun.async.prepared"),
-                    p50(backend, "ctrlrun.sync.prepared"),
-                    1.2,
-                ),
-                (
-                    "duplicate vs one indexed read",
-                    p50(backend, "dup.ctrlrun.prepared"),
-                    read_floor,
-                    1.5,
-                ),
-            ]
-            for what, ours, floor, limit in prepared:
-                r = ratio(ours, floor)
-                label = (
-                    f"prepared_statements=on: {what}"
-                    if what[0] in "ad"
-                    else f"prepared_statements=on: time/call vs 2 autocommit statements, {what}"
-                )
-                target(backend, label, r, f"<= {limit:g}x", None if r is None else r <= limit)
-            r = ratio(c, p50(backend, "floor.same"))
-            target(
-                backend, "time/call vs raw-driver floor with ctrlrun's statements", r, "info", None
-            )
-            r = ratio(p50(backend, "floor.receipts"), p50(backend, "floor.auto"))
-            target(
-                backend,
-                "the receipts floor vs 2 autocommit statements floor (the part of "
-                "the target receipts, columns and indexes take)",
-                r,
-                "info",
-                None,
-            )
-            r = ratio(c, p50(backend, "floor.receipts"))
-            target(backend, "time/call vs floor with receipts and indexes", r, "info", None)
-            r = ratio(c, p50(backend, "floor.receipts.unprepared"))
-            target(
-                backend,
-                "time/call vs floor with receipts and indexes, unprepared (as a "
-                "client that may be behind a pooler sends them)",
-                r,
-                "info",
-                None,
-            )
-            async_targets(backend, "", "", "<= 1.2x", 1.2, ("auto", "receipts"))
-            r = ratio(total(backend, "contend.ctrlrun"), total(backend, "contend.floor.min"))
-            target(
-                backend,
-                "contention total time vs floor (2 txns)",
-                r,
-                "<= 1.5x",
-                None if r is None else r <= 1.5,
-            )
-            r = ratio(p50(backend, "dup.ctrlrun"), p50(backend, "dup.floor.unprepared"))
-            target(
-                backend,
-                "duplicate path vs one unprepared indexed read",
-                r,
-                "<= 1.5x",
-                None if r is None else r <= 1.5,
-            )
+        crows = contention_rows(m, specs, contention_keys)
+        if crows:
+            out += ["", table(CONTENTION_HEAD.split(","), crows, "llrrrrrlr")]
+        m.checks(backend, TARGETS[backend])
         cont = [s for s in specs if s.kind == "contention"]
-        doubles = sum(r["double_executions"] for s in cont for r in s.results)
-        ours = [s for s in cont if s.who == "ctrlrun"]
-        ok = all(r["exactly_once"] and r["errors"] == 0 for s in ours for r in s.results)
-        target(
+        ours = [r for s in cont if s.who == "ctrlrun" for r in s.results]
+        ok = all(r["exactly_once"] and r["errors"] == 0 for r in ours)
+        all_once = all_once and all(
+            r["exactly_once"] and r["errors"] == 0 for s in cont for r in s.results
+        )
+        m.target(
             backend,
             "contention: every key exactly one winner (ctrlrun, all runs)",
-            float(sum(r["double_executions"] for s in ours for r in s.results)),
+            float(sum(r["double_executions"] for r in ours)),
             "0 doubles",
             ok if ours else None,
-            f"doubles across all contention rows incl. floor/original: {doubles}",
+            f"doubles across all contention rows incl. floor/original: "
+            f"{sum(r['double_executions'] for s in cont for r in s.results)}",
         )
-        r = ratio(p50(backend, "dup.ctrlrun"), read_floor)
-        limit = 1.5  # issue 34, both backends
-        target(
+        m.check(
             backend,
             "duplicate path time/call vs one indexed read",
-            r,
-            f"<= {limit:g}x",
-            None if r is None else r <= limit,
+            m.p50(backend, "dup.ctrlrun"),
+            m.p50(backend, "dup.floor"),
+            "<= 1.5x",
         )
 
-    trows = [
-        [
-            t["backend"],
-            t["check"],
-            "-"
-            if t["measured"] is None
-            else (f"{t['measured']:.0f}" if t["goal"] == "0 doubles" else f"{t['measured']:.2f}x"),
-            t["goal"],
-            t["verdict"],
-        ]
-        for t in targets
+    def measured(t: Dict[str, Any]) -> str:
+        if t["measured"] is None:
+            return "-"
+        return f"{t['measured']:.0f}" if t["goal"] == "0 doubles" else f"{t['measured']:.2f}x"
+
+    trows = [[t["backend"], t["check"], measured(t), t["goal"], t["verdict"]] for t in m.targets]
+    out += [
+        "",
+        "== Targets (medians of the runs; ratios of p50 time per call, or of total time) ==",
     ]
-    out.append("")
-    out.append("== Targets (medians of the runs; ratios of p50 time per call, or of total time) ==")
     out.append(table(["backend", "check", "measured", "goal", "verdict"], trows, "llrll"))
-    return "\n".join(out), {"targets": targets}, all_once
+    return "\n".join(out), {"targets": m.targets}, all_once

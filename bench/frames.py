@@ -21,14 +21,9 @@ The designs:
 
 * ``ctrlrun``: ``@ctrlrun.protect`` on a SQLite store (``sqlite:///…?synchronous=…``), the
   extension the interpreter imports (receipts on, as always);
-* ``floor-min``: ``bench/_floor_sqlite.py``'s minimal floor, two transactions (the insert,
-  the compare-and-set), no index, no receipt;
-* ``floor-receipts``: ``bench/_floor_receipts.py``, ctrlrun's tables and indexes, two plain
-  statements per transaction (row, receipt), no triggers.
-
-Numbers of the current design (schema version 6), ``--n 500 --prefill 2000``, NORMAL (the
-synchronous level changes when the WAL is synced, not what is written), SQLite 4096-byte
-pages: see bench/README.md, "WAL frames and pages per call".
+* ``floor-min``, ``floor-receipts``: the floors of ``bench/_floor_sql.py`` (two transactions,
+  the insert and the compare-and-set, on ctrlrun's effects table alone; the same with each
+  write's receipt, on its tables with their indexes, no triggers).
 """
 
 from __future__ import annotations
@@ -36,7 +31,6 @@ from __future__ import annotations
 import argparse
 import collections
 import hashlib
-import importlib
 import json
 import os
 import shutil
@@ -47,9 +41,7 @@ import sys
 import tempfile
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-if _HERE not in sys.path:  # the floors' modules import each other by bare name
-    sys.path.insert(0, _HERE)
+from bench import _floor_sql
 
 TXNS = ("reservation", "outcome")
 
@@ -160,21 +152,26 @@ def ctrlrun_design(path: str, sync: str) -> Tuple[Call, Callable[[], None]]:
 
 def floor_design(variant: str) -> Callable[[str, str], Tuple[Call, Callable[[], None]]]:
     def open_floor(path: str, sync: str) -> Tuple[Call, Callable[[], None]]:
-        floor = importlib.import_module("_floor_sqlite")
-        receipts = importlib.import_module("_floor_receipts")
-        conn = floor.sqlite_open({"path": path, "synchronous": sync, "variant": variant})
+        template = os.path.join(os.path.dirname(path), "template.db")
+        if not os.path.exists(template):  # the floors' tables are copied from a store ctrlrun made
+            import ctrlrun
+
+            ctrlrun.open_store(f"sqlite:///{template}").close()
+        conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={sync}")
+        _floor_sql.sqlite_tables(conn, template, variant)
 
         def call(key: str, mark: Callable[[], None]) -> None:
-            bodies = floor.sqlite_steps(conn, variant, key)
             done: List[int] = []
 
             def step(body):
                 if done:  # the second transaction: the first has committed
                     mark()
                 done.append(1)
-                return floor.sqlite_txn(conn, body)
+                return _floor_sql.sqlite_txn(conn, body)
 
-            assert receipts.drive(bodies, step)
+            assert _floor_sql.drive(_floor_sql.sqlite_steps(conn, variant, key, lambda: 1), step)
 
         return call, conn.close
 
@@ -186,7 +183,6 @@ DESIGNS: Dict[str, Callable[[str, str], Tuple[Call, Callable[[], None]]]] = {
     "floor-min": floor_design("min"),
     "floor-receipts": floor_design("receipts"),
 }
-DESIGNS.update(importlib.import_module("_frames_sql").DESIGNS)  # PROTOTYPE schema designs
 
 
 def measure(name: str, workdir: str, n: int, prefill: int, sync: str) -> Dict[str, Any]:
@@ -215,39 +211,28 @@ def measure(name: str, workdir: str, n: int, prefill: int, sync: str) -> Dict[st
     commits = [i + 1 for i, (_, c) in enumerate(frames) if c]
     per_txn: Dict[str, Dict[str, Any]] = {}
     for t, txn in enumerate(TXNS):
-        counts: collections.Counter = collections.Counter()
-        kinds: collections.Counter = collections.Counter()
-        interior: collections.Counter = collections.Counter()
+        counts, kinds, interior = (
+            collections.Counter(),
+            collections.Counter(),
+            collections.Counter(),
+        )
         total = distinct = 0
         for b in bounds:
             lo, hi = b[t], b[t + 1]
             assert hi > lo and hi in commits, f"{txn}: frames {lo}..{hi} are not one commit"
             txn_pages = [frames[j][0] for j in range(lo, hi)]
-            total += len(txn_pages)
-            distinct += len(set(txn_pages))
+            total, distinct = total + len(txn_pages), distinct + len(set(txn_pages))
             for p in set(txn_pages):
                 btree, kind = pages.get(p, ("(freelist)", "free"))
-                counts[btree] += 1
-                kinds[kind] += 1
+                counts[btree], kinds[kind] = counts[btree] + 1, kinds[kind] + 1
                 if kind == "internal":
                     interior[btree] += 1
-        per_txn[txn] = {
-            "frames": total / n,
-            "pages": distinct / n,
-            "by_btree": {k: v / n for k, v in sorted(counts.items())},
-            "by_type": {k: v / n for k, v in sorted(kinds.items())},
-            "interior_by_btree": {k: v / n for k, v in sorted(interior.items())},
-        }
-    return {
-        "design": name,
-        "n": n,
-        "prefill": prefill,
-        "page_size": wal.page_size,
-        "commits_per_call": len(commits) / n,
-        "frames_per_call": len(frames) / n,
-        "wal_bytes_per_call": len(frames) * (wal.page_size + 24) / n,
-        "txns": per_txn,
-    }
+        per = lambda c: {k: v / n for k, v in sorted(c.items())}  # noqa: E731
+        per_txn[txn] = {"frames": total / n, "pages": distinct / n, "by_btree": per(counts)}
+        per_txn[txn].update(by_type=per(kinds), interior_by_btree=per(interior))
+    out = {"design": name, "n": n, "prefill": prefill, "page_size": wal.page_size}
+    out.update(commits_per_call=len(commits) / n, frames_per_call=len(frames) / n)
+    return {**out, "wal_bytes_per_call": len(frames) * (wal.page_size + 24) / n, "txns": per_txn}
 
 
 def table(results: List[Dict[str, Any]]) -> str:

@@ -9,9 +9,9 @@ one less that call, taken within each round and then the median of the rounds.
 
 Without ``--store``: SQLite (WAL) at synchronous FULL and NORMAL under bench/.work/, plus the
 PostgreSQL server ``CTRLRUN_TEST_POSTGRES_URL`` names when set
-(``python3 tests_py/support/pgserver.py -- python -m bench.gateway`` starts a throwaway one). The
-upstream is tests_py/support/mcp_upstream.py: a trivial tool, so what is measured is the protocol
-hop and the store's work.
+(``python3 -m throwaway.pgserver -- python -m bench.gateway`` starts a throwaway one). The
+upstream is the tests' MCP server, tests_py/support/mcp_upstream.py, run by path: a trivial
+tool, so what is measured is the protocol hop and the store's work.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Set, Tuple
 
 import anyio
 from mcp.client.session import ClientSession
@@ -33,21 +33,19 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM = [sys.executable, str(ROOT / "tests_py" / "support" / "mcp_upstream.py")]
+STORE_ROW, BEYOND_ROW = "async protect, same store", "reserving, beyond protect"
+RESERVED, RELAYED = "gateway, reserved", "gateway, not in the policy"
 POLICY = 'schema: ctrlrun.policy/v2\nactions:\n  mcp.b.refund:\n    effect: "refund:{payment_id}"\n'
 
 
-def _children() -> Dict[int, str]:
-    """This process's child processes: pid -> command line."""
-    me, out = os.getpid(), {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+def _children() -> Set[int]:
+    """This process's child processes."""
+    out = set()
+    for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            if ppid == me:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    out[int(entry)] = f.read().replace(b"\0", b" ").decode(errors="replace")
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                    out.add(int(entry))
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
     return out
@@ -63,11 +61,11 @@ def _cpu_s(pid: int) -> float:
 async def _timed(params: StdioServerParameters, tool: str, n: int) -> Tuple[List[float], float]:
     """The time of each of ``n`` calls (µs), and the CPU per call (µs) of the server the agent
     speaks to (the upstream, the proxy or the gateway; not the gateway's upstream)."""
-    before = set(_children())
+    before = _children()
     async with stdio_client(params, errlog=open(os.devnull, "w")) as (r, w):
         async with ClientSession(r, w) as s:
             await s.initialize()
-            (server,) = set(_children()) - before
+            (server,) = _children() - before
             run = uuid.uuid4().hex[:8]
             for i in range(20):  # warm up
                 await s.call_tool(tool, {"payment_id": f"w{run}{i}", "amount": 1})
@@ -88,41 +86,20 @@ def measure(store: str, n: int, work: Path) -> Dict[str, Any]:
     direct = StdioServerParameters(command=UPSTREAM[0], args=UPSTREAM[1:], env=env)
 
     def gateway(alias: str) -> StdioServerParameters:  # mcp.b.refund is reserved, c.refund not
-        return StdioServerParameters(
-            command=sys.executable,
-            args=[
-                "-m",
-                "ctrlrun",
-                "gateway",
-                "--name",
-                alias,
-                "--policy",
-                str(work / "ctrlrun.yaml"),
-                "--store",
-                store,
-                "--",
-                *UPSTREAM,
-            ],
-            env=env,
-            cwd=str(work),
-        )
+        args = ["-m", "ctrlrun", "gateway", "--name", alias, "--policy", str(work / "ctrlrun.yaml")]
+        args += ["--store", store, "--", *UPSTREAM]
+        return StdioServerParameters(command=sys.executable, args=args, env=env, cwd=str(work))
 
-    bare = StdioServerParameters(
-        command=sys.executable, args=[str(ROOT / "bench" / "_sdk_proxy.py"), *UPSTREAM], env=env
-    )
+    proxy = [str(ROOT / "bench" / "_sdk_proxy.py"), *UPSTREAM]
+    bare = StdioServerParameters(command=sys.executable, args=proxy, env=env)
     rows = {}
     for name, params, tool in [
         ("direct to the upstream", direct, "refund"),
         ("bare SDK proxy", bare, "refund"),
-        ("gateway, not in the policy", gateway("c"), "refund"),
-        ("gateway, reserved", gateway("b"), "refund"),
+        (RELAYED, gateway("c"), "refund"),
+        (RESERVED, gateway("b"), "refund"),
     ]:
-        times, cpu = anyio.run(_timed, params, tool, n)
-        rows[name] = {
-            "p50_us": statistics.median(times),
-            "p99_us": statistics.quantiles(times, n=100)[98],
-            "cpu_us": cpu,
-        }
+        rows[name] = _stats(*anyio.run(_timed, params, tool, n))
     # What the decorator's async path costs on the same store (the two writes, and protect's
     # binding, key, fingerprint and result around them): an async protected call in this
     # process, its body idle as long as the upstream's call and the calls as far apart as the
@@ -130,17 +107,18 @@ def measure(store: str, n: int, work: Path) -> Dict[str, Any]:
     # to answer than busy ones).
     direct_us = rows["direct to the upstream"]["p50_us"]
     hop_us = rows["bare SDK proxy"]["p50_us"] - direct_us
-    times, cpu = anyio.run(_store_writes, store, n, direct_us / 1e6, max(hop_us, 0) / 1e6)
-    rows[STORE_ROW] = {
+    rows[STORE_ROW] = _stats(
+        *anyio.run(_store_writes, store, n, direct_us / 1e6, max(hop_us, 0) / 1e6)
+    )
+    return rows
+
+
+def _stats(times: List[float], cpu: float) -> Dict[str, float]:
+    return {
         "p50_us": statistics.median(times),
         "p99_us": statistics.quantiles(times, n=100)[98],
         "cpu_us": cpu,
     }
-    return rows
-
-
-STORE_ROW = "async protect, same store"
-BEYOND_ROW = "reserving, beyond protect"
 
 
 async def _store_writes(
@@ -184,10 +162,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=500)
     ap.add_argument("--store", action="append", default=[])
     ap.add_argument(
-        "--rounds",
-        type=int,
-        default=5,
-        help="measure every row this many times; each row shows the median p50",
+        "--rounds", type=int, default=5, help="measure every row this many times (the median shown)"
     )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -214,15 +189,12 @@ def main() -> None:
         label = store.split("?")[0].split("://")[0] + (
             " " + store.split("synchronous=")[1] if "synchronous=" in store else ""
         )
+        figures = ("p50_us", "p99_us", "cpu_us")
         rows = {
-            name: {
-                "p50_us": statistics.median(r[name]["p50_us"] for r in rounds),
-                "p99_us": statistics.median(r[name]["p99_us"] for r in rounds),
-                "p50_of_rounds": [r[name]["p50_us"] for r in rounds],
-                "cpu_us": statistics.median(r[name]["cpu_us"] for r in rounds),
-            }
-            for name in rounds[0]
+            n: {f: statistics.median(r[n][f] for r in rounds) for f in figures} for n in rounds[0]
         }
+        for name, row in rows.items():
+            row["p50_of_rounds"] = [r[name]["p50_us"] for r in rounds]
         base = rows["direct to the upstream"]["p50_us"]
         for name, row in rows.items():
             added = "" if name == STORE_ROW else f"{row['p50_us'] - base:>+9.1f}"
@@ -236,18 +208,9 @@ def main() -> None:
         # rounds: a round's drift (the machine's load, the file's size) falls on all three
         # rows of the difference alike, where medians taken row by row may come from
         # different rounds. The difference of the medians is printed beside it.
-        each = [
-            r["gateway, reserved"]["p50_us"]
-            - r["gateway, not in the policy"]["p50_us"]
-            - r[STORE_ROW]["p50_us"]
-            for r in rounds
-        ]
-        beyond = statistics.median(each)
-        unpaired = (
-            rows["gateway, reserved"]["p50_us"]
-            - rows["gateway, not in the policy"]["p50_us"]
-            - rows[STORE_ROW]["p50_us"]
-        )
+        beyond_of = lambda r: r[RESERVED]["p50_us"] - r[RELAYED]["p50_us"] - r[STORE_ROW]["p50_us"]  # noqa: E731
+        each = [beyond_of(r) for r in rounds]
+        beyond, unpaired = statistics.median(each), beyond_of(rows)
         rows[BEYOND_ROW] = {"p50_us": beyond, "rounds": each, "difference_of_medians": unpaired}
         print(
             f"{label:<16} {BEYOND_ROW:<28} {beyond:>9.1f}   (reserved - not in the policy - "
@@ -262,13 +225,12 @@ def main() -> None:
     for label, rows in results.items():
         target = label == "sqlite normal"
         beyond = rows[BEYOND_ROW]["p50_us"]
-        relay = rows["gateway, not in the policy"]["p50_us"]
+        relay = rows[RELAYED]["p50_us"]
         proxy = rows["bare SDK proxy"]["p50_us"]
-        checks = [
+        for name, measured, goal, met in [
             (f"{label}: reserved, beyond the two writes", beyond, 500.0, beyond <= 500.0),
             (f"{label}: relay vs the bare SDK proxy", relay, proxy, relay <= proxy),
-        ]
-        for name, measured, goal, met in checks:
+        ]:
             verdict = ("MET" if met else "MISSED") if target else "info"
             print(f"{name:<58} {measured:>7.0f} µs {goal:>7.0f} µs {verdict}")
     if args.json:

@@ -9,7 +9,7 @@ import re
 import shutil
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from bench.rows import PG_DURABILITY, POSTGRES_ROWS, SQLITE_ROWS, Row
 from bench.venvs import REF_VERSION
@@ -25,23 +25,15 @@ from bench.workers import (
 )
 
 Runner = Callable[[int], Dict[str, Any]]
+SYSCALLS = "fsync,fdatasync,pwrite64,write"
 
 
 class Spec:
     """One row of the table: a workload measured ``repeats`` times."""
 
-    def __init__(
-        self,
-        backend: str,
-        rid: str,
-        who: str,
-        label: str,
-        durability: str,
-        kind: str,
-        run: Callable[[int], Dict[str, Any]],
-    ) -> None:
-        self.backend, self.id, self.who, self.label = backend, rid, who, label
-        self.durability, self.kind, self.run = durability, kind, run
+    def __init__(self, backend: str, row: Row, label: str, durability: str, run: Runner) -> None:
+        self.backend, self.id, self.who, self.kind = backend, row.id, row.who, row.kind
+        self.label, self.durability, self.run = label, durability, run
         self.results: List[Dict[str, Any]] = []
 
     def median(self) -> Optional[Dict[str, Any]]:
@@ -54,20 +46,16 @@ class Spec:
 
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
-        self.quick = args.quick
-        self.repeats = args.repeats
+        self.args, self.quick, self.repeats = args, args.quick, args.repeats
         self.n_sqlite = 200 if self.quick else 2000
         self.n_pg = 100 if self.quick else 1000
         self.reference = not args.no_reference
         self.specs: List[Spec] = []
         self.counter = 0
-        self.workdir = ""
-        self.pg_url = ""
-        self.bouncer_url = ""
+        self.workdir = self.pg_url = self.bouncer_url = self.ref_py = ""
+        self.templates: Dict[str, str] = {}  # the stores ctrlrun made, whose tables floors copy
         self.pg_schemas: List[str] = []
         self.floor_py = sys.executable
-        self.ref_py = ""
         self.meta: Dict[str, Any] = {}
 
     def fresh(self, tag: str) -> str:
@@ -82,6 +70,10 @@ class Bench:
         self.pg_schemas.append(name)
         return name
 
+    @staticmethod
+    def with_schema(base: str, schema: str) -> str:
+        return f"{base}{'&' if '?' in base else '?'}schema={schema}"
+
     # -- the rows ---------------------------------------------------------------------------
 
     def plan_sqlite(self) -> None:
@@ -94,6 +86,15 @@ class Bench:
 
     def plan(self, b: str, rows: List[Row]) -> None:
         via = b == "pgbouncer"
+        kind = "sqlite" if b == "sqlite" else "postgres"
+        if kind not in self.templates:  # the floors' tables are copied from a store ctrlrun made
+            if kind == "sqlite":
+                self.templates[kind] = os.path.join(self.fresh("template"), "state.db")
+                url = f"sqlite:///{self.templates[kind]}"
+            else:
+                self.templates[kind] = self.schema()
+                url = self.with_schema(self.pg_url, self.templates[kind])
+            run_worker(sys.executable, CTRLRUN_WORKER, {"mode": "init", "url": url})
         words = {
             "ref": REF_VERSION,
             "psycopg": "psycopg, unprepared" if via else "psycopg",
@@ -102,96 +103,75 @@ class Bench:
         for row in rows:
             if (row.who == "original" and (not self.reference or via)) or (row.direct and via):
                 continue
-            if b == "sqlite":
-                durability, run = row.sync, self.sqlite_runner(row)
-            else:
-                durability, run = PG_DURABILITY, self.pg_runner(row, via)
-            self.specs.append(
-                Spec(b, row.id, row.who, row.label.format(**words), durability, row.kind, run)
-            )
+            durability = row.sync if b == "sqlite" else PG_DURABILITY
+            label = row.label.format(**words)
+            self.specs.append(Spec(b, row, label, durability, self.runner(b, row)))
 
-    # -- SQLite ---------------------------------------------------------------------------
-
-    def sqlite_runner(self, row: Row) -> Runner:
-        n, w = self.n_sqlite, max(10, self.n_sqlite // 20)
-        sync, kind, is_async = row.sync, row.mode, row.is_async
-
-        if row.kind == "contention":
-            return self.sqlite_contend(row.who, sync, row.variant)
-        if row.who == "ctrlrun":
-
-            def run(r: int) -> Dict[str, Any]:
-                path = os.path.join(self.fresh("ctrlrun"), "state.db")
-                url = f"sqlite:///{path}?synchronous={sync.lower()}"
-                return run_worker(
-                    sys.executable,
-                    CTRLRUN_WORKER,
-                    {"mode": kind, "url": url, "n": n, "warmup": w, "async": is_async},
-                )
-
-            return run
-        if row.who == "original":
-
-            def run(r: int) -> Dict[str, Any]:
-                path = os.path.join(self.fresh("ref"), "state.db")
-                return run_worker(
-                    self.ref_py,
-                    REF_WORKER,
-                    {"mode": kind, "path": path, "n": n, "warmup": w, "async": is_async},
-                )
-
-            return run
-        mode, variant = row.mode, row.variant
-
-        def run(r: int) -> Dict[str, Any]:
-            path = os.path.join(self.fresh("floor"), "state.db")
-            return run_worker(
-                sys.executable,
-                FLOOR_WORKER,
-                {
-                    "mode": mode,
-                    "path": path,
-                    "synchronous": sync,
-                    "variant": variant,
-                    "n": n,
-                    "warmup": w,
-                    "async": is_async,
-                },
-            )
-
-        return run
-
-    def sqlite_contend(self, who: str, sync: str, variant: str = "min") -> Runner:
-        def run(r: int) -> Dict[str, Any]:
-            d = self.fresh(f"contend-{who}")
-            marks = os.path.join(d, "marks")
-            os.makedirs(marks)
-            path = os.path.join(d, "state.db")
-            if who == "ctrlrun":
-                url = f"sqlite:///{path}?synchronous={sync.lower()}"
-                cfg = {"url": url}
-                run_worker(sys.executable, CTRLRUN_WORKER, dict(cfg, mode="init"))
-                return run_contention(
-                    sys.executable, CTRLRUN_WORKER, dict(cfg, mode="contend"), marks, r
-                )
-            if who == "original":
-                cfg = {"path": path}
-                run_worker(self.ref_py, REF_WORKER, dict(cfg, mode="init"))
-                return run_contention(self.ref_py, REF_WORKER, dict(cfg, mode="contend"), marks, r)
-            cfg = {"path": path, "synchronous": sync, "variant": variant}
-            run_worker(sys.executable, FLOOR_WORKER, dict(cfg, mode="sqlite_init"))
-            return run_contention(
-                sys.executable, FLOOR_WORKER, dict(cfg, mode="sqlite_contend"), marks, r
-            )
-
-        return run
-
-    # -- PostgreSQL -------------------------------------------------------------------------
+    def worker(self, b: str, who: str) -> Tuple[str, str]:
+        """The interpreter and script that measure ``who``'s rows."""
+        if who == "ctrlrun":
+            return sys.executable, CTRLRUN_WORKER
+        if who == "original":
+            return self.ref_py, REF_WORKER
+        return (sys.executable if b == "sqlite" else self.floor_py), FLOOR_WORKER
 
     @staticmethod
-    def with_schema(base: str, schema: str) -> str:
-        sep = "&" if "?" in base else "?"
-        return f"{base}{sep}schema={schema}"
+    def mode(b: str, row: Row, step: str = "") -> str:
+        """The worker's mode: ``step`` (init, contend), or the row's measurement."""
+        if row.who != "floor":
+            return step or ("dup" if row.kind == "dup" else "latency")
+        prefix = "sqlite_" if b == "sqlite" else "pg_"
+        return prefix + (step or ("read" if row.kind == "read" else "latency"))
+
+    def store(self, b: str, row: Row) -> Dict[str, Any]:
+        """The worker's configuration for a fresh store (a new file, a new schema)."""
+        if b == "sqlite":
+            path = os.path.join(self.fresh(row.who), "state.db")
+            if row.who == "ctrlrun":
+                return {"url": f"sqlite:///{path}?synchronous={row.sync.lower()}"}
+            if row.who == "original":
+                return {"path": path}
+            floor = {
+                "synchronous": row.sync,
+                "variant": row.variant,
+                "template": self.templates["sqlite"],
+            }
+            return {"path": path, **floor}
+        via = b == "pgbouncer"
+        base = self.bouncer_url if via else self.pg_url
+        if row.who == "ctrlrun":
+            url = self.with_schema(base, self.schema())
+            return {"url": f"{url}&{row.url_options}" if row.url_options else url}
+        if row.who == "original":
+            return {"pg_url": self.pg_url, "schema": self.schema()}
+        prepare = (not via) if row.prepare is None else row.prepare
+        floor = {"variant": row.variant, "prepare": prepare, "template": self.templates["postgres"]}
+        return {"pg_url": base, "schema": self.schema(), **floor}
+
+    def runner(self, b: str, row: Row) -> Runner:
+        python, script = self.worker(b, row.who)
+        n = self.n_sqlite if b == "sqlite" else self.n_pg
+        w = max(10, n // 20)
+
+        def contend(r: int) -> Dict[str, Any]:
+            """CONTENTION_PROCS processes over the same keys, on a store made first."""
+            marks = os.path.join(self.fresh(f"contend-{b}-{row.who}"), "marks")
+            os.makedirs(marks)
+            cfg = self.store(b, row)
+            run_worker(python, script, dict(cfg, mode=self.mode(b, row, "init")))
+            contend = dict(cfg, mode=self.mode(b, row, "contend"))
+            return run_contention(python, script, contend, marks, r)
+
+        def run(r: int) -> Dict[str, Any]:
+            cfg = dict(self.store(b, row), mode=self.mode(b, row), n=n, warmup=w)
+            cfg["async"] = row.is_async
+            go = lambda: run_worker(python, script, cfg)  # noqa: E731
+            stats = b != "sqlite" and row.kind == "latency"  # commits, WAL syncs per call
+            return self.with_pg_stats(go, n + w) if stats else go()
+
+        return contend if row.kind == "contention" else run
+
+    # -- PostgreSQL: commits and WAL flushes per call ---------------------------------------
 
     def pg_stats(self) -> Dict[str, Any]:
         return run_worker(self.floor_py, FLOOR_WORKER, {"mode": "pg_stats", "pg_url": self.pg_url})
@@ -204,181 +184,50 @@ class Bench:
         result = fn()
         time.sleep(0.5)  # a backend reports its counters when it exits
         after = self.pg_stats()
-        result["server_commits_per_call"] = (after["xact_commit"] - before["xact_commit"]) / calls
-        result["wal_syncs_per_call"] = (after["wal_sync"] - before["wal_sync"]) / calls
+        for name, counter in (("server_commits", "xact_commit"), ("wal_syncs", "wal_sync")):
+            result[f"{name}_per_call"] = (after[counter] - before[counter]) / calls
         result["wal_writes_per_call"] = (after["wal_write"] - before["wal_write"]) / calls
         return result
 
-    def pg_runner(self, row: Row, via: bool) -> Runner:
-        n, w = self.n_pg, max(10, self.n_pg // 20)
-        base = self.bouncer_url if via else self.pg_url
-        kind, is_async = row.mode, row.is_async
-        stats = row.kind == "latency"  # commits and WAL flushes per call, on the latency rows
-
-        if row.kind == "contention":
-            return self.pg_contend(row.who, base, via, row.variant)
-        if row.who == "ctrlrun":
-            options = row.url_options
-
-            def run(r: int) -> Dict[str, Any]:
-                url = self.with_schema(base, self.schema())
-                cfg = {
-                    "mode": kind,
-                    "url": f"{url}&{options}" if options else url,
-                    "n": n,
-                    "warmup": w,
-                    "async": is_async,
-                }
-                go = lambda: run_worker(sys.executable, CTRLRUN_WORKER, cfg)  # noqa: E731
-                return self.with_pg_stats(go, n + w) if stats else go()
-
-            return run
-        if row.who == "original":
-
-            def run(r: int) -> Dict[str, Any]:
-                cfg = {
-                    "mode": kind,
-                    "pg_url": self.pg_url,
-                    "schema": self.schema(),
-                    "n": n,
-                    "warmup": w,
-                    "async": is_async,
-                }
-                go = lambda: run_worker(self.ref_py, REF_WORKER, cfg)  # noqa: E731
-                return self.with_pg_stats(go, n + w) if stats else go()
-
-            return run
-        mode, variant = row.mode, row.variant
-        prepare = (not via) if row.prepare is None else row.prepare
-
-        def run(r: int) -> Dict[str, Any]:
-            cfg = {
-                "mode": mode,
-                "pg_url": base,
-                "schema": self.schema(),
-                "variant": variant,
-                "n": n,
-                "warmup": w,
-                "prepare": prepare,
-                "async": is_async,
-            }
-            go = lambda: run_worker(self.floor_py, FLOOR_WORKER, cfg)  # noqa: E731
-            return self.with_pg_stats(go, n + w) if stats else go()
-
-        return run
-
-    def pg_contend(self, who: str, base: str, via: bool, variant: str = "min") -> Runner:
-        def run(r: int) -> Dict[str, Any]:
-            marks = os.path.join(self.fresh(f"contend-pg-{who}"), "marks")
-            os.makedirs(marks)
-            schema = self.schema()
-            if who == "ctrlrun":
-                cfg = {"url": self.with_schema(base, schema)}
-                run_worker(sys.executable, CTRLRUN_WORKER, dict(cfg, mode="init"))
-                return run_contention(
-                    sys.executable, CTRLRUN_WORKER, dict(cfg, mode="contend"), marks, r
-                )
-            if who == "original":
-                cfg = {"pg_url": self.pg_url, "schema": schema}
-                run_worker(self.ref_py, REF_WORKER, dict(cfg, mode="init"))
-                return run_contention(self.ref_py, REF_WORKER, dict(cfg, mode="contend"), marks, r)
-            cfg = {"pg_url": base, "schema": schema, "variant": variant, "prepare": not via}
-            run_worker(self.floor_py, FLOOR_WORKER, dict(cfg, mode="pg_init"))
-            return run_contention(
-                self.floor_py, FLOOR_WORKER, dict(cfg, mode="pg_contend"), marks, r
-            )
-
-        return run
-
-    # -- syscalls (SQLite): fsyncs per call, from strace, in a separate untimed pass --------
+    # -- SQLite: fsyncs per call, from strace, in a separate untimed pass -------------------
 
     def sqlite_syscalls(self) -> Dict[str, Dict[str, float]]:
+        """Every sync latency row again, with 0 and 200 calls, under ``strace -c``."""
         strace = shutil.which("strace")
         if strace is None or self.args.no_syscalls:
             return {}
-        n = 200
         out: Dict[str, Dict[str, float]] = {}
-
-        def count(python: str, script: str, cfg: Dict[str, Any]) -> Dict[str, int]:
-            trace = os.path.join(self.fresh("strace"), "trace.txt")
-            run_worker(
-                python,
-                script,
-                cfg,
-                prefix=[
-                    strace,
-                    "-f",
-                    "-qq",
-                    "-c",
-                    "-o",
-                    trace,
-                    "-e",
-                    "trace=fsync,fdatasync,pwrite64,write",
-                ],
-            )
-            counts: Dict[str, int] = {}
-            with open(trace) as f:
-                for line in f:
-                    m = re.match(r"\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$", line)
-                    if m:
-                        counts[m.group(2)] = int(m.group(1))
-            return counts
-
-        def per_call(rid: str, python: str, script: str, make: Callable[[int], Dict]) -> None:
-            base = count(python, script, make(0))
-            full = count(python, script, make(n))
-            diff = {k: (full.get(k, 0) - base.get(k, 0)) / n for k in set(full) | set(base)}
-            out[rid] = {
-                "fsync_per_call": diff.get("fsync", 0) + diff.get("fdatasync", 0),
-                "pwrite_per_call": diff.get("pwrite64", 0),
-            }
-
-        for sync in ("FULL", "NORMAL"):
-
-            def cfg_c(k: int, sync: str = sync) -> Dict[str, Any]:
-                path = os.path.join(self.fresh("sc"), "s.db")
-                return {
-                    "mode": "latency",
-                    "n": k,
-                    "warmup": 0,
-                    "url": f"sqlite:///{path}?synchronous={sync.lower()}",
-                }
-
-            per_call(f"ctrlrun.sync.{sync}", sys.executable, CTRLRUN_WORKER, cfg_c)
-            for variant in ("min", "same", "receipts"):
-
-                def cfg_f(k: int, sync: str = sync, variant: str = variant) -> Dict[str, Any]:
-                    return {
-                        "mode": "sqlite_latency",
-                        "n": k,
-                        "warmup": 0,
-                        "synchronous": sync,
-                        "variant": variant,
-                        "path": os.path.join(self.fresh("sf"), "s.db"),
-                    }
-
-                per_call(f"floor.{variant}.{sync}", sys.executable, FLOOR_WORKER, cfg_f)
-        if self.reference:
-
-            def cfg_r(k: int) -> Dict[str, Any]:
-                return {
-                    "mode": "latency",
-                    "n": k,
-                    "warmup": 0,
-                    "path": os.path.join(self.fresh("sr"), "s.db"),
-                }
-
-            per_call("ref.sync.NORMAL", self.ref_py, REF_WORKER, cfg_r)
+        line = re.compile(r"\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$")
+        for row in SQLITE_ROWS:
+            if (
+                row.kind != "latency"
+                or row.is_async
+                or (row.who == "original" and not self.reference)
+            ):
+                continue
+            counts: List[Dict[str, int]] = []
+            for n in (0, 200):
+                trace = os.path.join(self.fresh("strace"), "trace.txt")
+                cfg = dict(self.store("sqlite", row), mode=self.mode("sqlite", row), n=n, warmup=0)
+                traced = [strace, "-f", "-qq", "-c", "-o", trace, "-e", f"trace={SYSCALLS}"]
+                run_worker(*self.worker("sqlite", row.who), cfg, prefix=traced)
+                with open(trace) as f:
+                    found = (line.match(ln) for ln in f)
+                    counts.append({m.group(2): int(m.group(1)) for m in found if m})
+            before, after = counts
+            diff = {k: (after.get(k, 0) - before.get(k, 0)) / 200 for k in {*before, *after}}
+            fsyncs = diff.get("fsync", 0) + diff.get("fdatasync", 0)
+            out[row.id] = {"fsync_per_call": fsyncs, "pwrite_per_call": diff.get("pwrite64", 0)}
         return out
 
     # -- running ----------------------------------------------------------------------------
 
     def execute(self, backend: str) -> None:
+        """Every row of ``backend`` ``repeats`` times, in interleaved rounds."""
         specs = [s for s in self.specs if s.backend == backend]
         for r in range(self.repeats):
             for s in specs:
-                t0 = time.monotonic()
-                load = loadavg()
+                t0, load = time.monotonic(), loadavg()
                 res = s.run(r)
                 res["loadavg_1m_before"] = load
                 res["elapsed_s"] = time.monotonic() - t0

@@ -7,8 +7,8 @@ The store is filled by SQL in ctrlrun's own tables (its triggers write a receipt
 the real writes do): keys ``refund:cus_CCCC:N`` over 1,000 customers (a prefix selects 0.1 %),
 98 % committed, 1 % failed, 1 % ambiguous, created over the last 90 days, ten action names.
 PostgreSQL is the server ``CTRLRUN_TEST_POSTGRES_URL`` names
-(``python3 tests_py/support/pgserver.py -- python -m bench.retention`` starts a throwaway one); it
-is left out when unset.
+(``python3 -m throwaway.pgserver -- python -m bench.retention`` starts a throwaway one); it is
+left out when unset.
 
 Floors, same data, same indexes, same durability:
 * list: the same SELECT on the same index, without ctrlrun (SQLite through the ``sqlite3``
@@ -34,9 +34,9 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Dict, List
-from urllib.parse import urlsplit
 
 import ctrlrun
+from bench._pgbench import psql
 
 ROOT = Path(__file__).resolve().parent.parent
 DAY_US = 86_400 * 1_000_000
@@ -124,69 +124,44 @@ def sqlite_prune_floor(path: str, cut_us: int) -> Dict[str, float]:
 # -- PostgreSQL -----------------------------------------------------------------------------------
 
 
-class Psql:
-    def __init__(self, url: str) -> None:
-        p = urlsplit(url.split("?", 1)[0])
-        self.args = [
-            "psql",
-            "-h",
-            p.hostname or "127.0.0.1",
-            "-p",
-            str(p.port or 5432),
-            "-U",
-            p.username or "postgres",
-            "-d",
-            p.path.lstrip("/") or "postgres",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-Atq",
-        ]
-        self.env = dict(os.environ)
-        if p.password:
-            self.env["PGPASSWORD"] = p.password  # never on the command line
-
-    def run(self, sql: str) -> str:
-        out = subprocess.run(
-            [*self.args, "-c", sql], capture_output=True, text=True, env=self.env, timeout=3600
-        )
-        if out.returncode != 0:
-            raise RuntimeError(f"psql failed: {out.stderr.strip()}")
-        return out.stdout.strip()
-
-
-def pg_fill(psql: Psql, schema: str, rows: int, now_us: int) -> None:
+def pg_fill(url: str, schema: str, rows: int, now_us: int) -> None:
     values = _row_values(now_us).replace(
         "substr('0000' || (i % 1000), -4, 4)", "lpad((i % 1000)::text, 4, '0')"
     )
-    psql.run(f"""
+    psql(
+        url,
+        f"""
         INSERT INTO "{schema}".ctrlrun_effects (key_digest, effect_key, state, action_id,
             attempt, created_at, updated_at, action, last_event, written_by, receipt_seq,
             receipt_hash)
         SELECT sha256(convert_to(effect_key, 'UTF8')), effect_key, state, action_id, attempt,
                created_at, updated_at, action, 'outcome', 'bench:1', 1, 'fill'
-        FROM (SELECT {values} FROM generate_series(1, {rows}) i) r""")
-    psql.run(f'VACUUM ANALYZE "{schema}".ctrlrun_effects')
+        FROM (SELECT {values} FROM generate_series(1, {rows}) i) r""",
+    )
+    psql(url, f'VACUUM ANALYZE "{schema}".ctrlrun_effects')
 
 
-def pg_list_floor(psql: Psql, schema: str) -> float:
+def pg_list_floor(url: str, schema: str) -> float:
     end = PREFIX[:-1] + chr(ord(PREFIX[-1]) + 1)
     q = (
         f'EXPLAIN (ANALYZE, FORMAT JSON) SELECT * FROM "{schema}".ctrlrun_effects '
         f"WHERE left(effect_key, 200) COLLATE \"C\" >= '{PREFIX}' AND left(effect_key, 200) "
         f"COLLATE \"C\" < '{end}' ORDER BY created_at, effect_key"
     )
-    times = [json.loads(psql.run(q))[0]["Execution Time"] for _ in range(7)]
+    times = [json.loads(psql(url, q))[0]["Execution Time"] for _ in range(7)]
     return round(statistics.median(times), 2)
 
 
-def pg_prune_floor(psql: Psql, schema: str, cut_us: int) -> Dict[str, float]:
+def pg_prune_floor(url: str, schema: str, cut_us: int) -> Dict[str, float]:
     t = f'"{schema}".floor_copy'
-    psql.run(f'CREATE TABLE {t} (LIKE "{schema}".ctrlrun_effects INCLUDING ALL)')
-    psql.run(f'INSERT INTO {t} SELECT * FROM "{schema}".ctrlrun_effects')
-    psql.run(f"VACUUM ANALYZE {t}")
-    before = int(psql.run(f"SELECT count(*) FROM {t}"))
+    psql(url, f'CREATE TABLE {t} (LIKE "{schema}".ctrlrun_effects INCLUDING ALL)')
+    psql(url, f'INSERT INTO {t} SELECT * FROM "{schema}".ctrlrun_effects')
+    psql(url, f"VACUUM ANALYZE {t}")
+    before = int(psql(url, f"SELECT count(*) FROM {t}"))
     start = time.perf_counter()
-    psql.run(f"""DO $$ DECLARE s text; n int; BEGIN
+    psql(
+        url,
+        f"""DO $$ DECLARE s text; n int; BEGIN
         FOREACH s IN ARRAY ARRAY['committed', 'failed'] LOOP
             LOOP
                 DELETE FROM {t} WHERE key_digest IN (SELECT key_digest FROM {t}
@@ -195,10 +170,11 @@ def pg_prune_floor(psql: Psql, schema: str, cut_us: int) -> Dict[str, float]:
                 COMMIT;
                 EXIT WHEN n < {BATCH};
             END LOOP;
-        END LOOP; END $$""")
+        END LOOP; END $$""",
+    )
     elapsed = time.perf_counter() - start
-    removed = before - int(psql.run(f"SELECT count(*) FROM {t}"))
-    psql.run(f"DROP TABLE {t}")
+    removed = before - int(psql(url, f"SELECT count(*) FROM {t}"))
+    psql(url, f"DROP TABLE {t}")
     return {"rows": removed, "seconds": round(elapsed, 2), "rows_per_s": round(removed / elapsed)}
 
 
@@ -278,20 +254,19 @@ def main() -> int:
     pg_url = os.environ.get("CTRLRUN_TEST_POSTGRES_URL")
     if "postgres" in wanted and pg_url:
         schema = "bench_retention_" + uuid.uuid4().hex[:8]
-        psql = Psql(pg_url)
         sep = "&" if "?" in pg_url else "?"
         url = f"{pg_url}{sep}schema={schema}"
         try:
             ctrlrun.open_store(url).close()
             results["postgres"] = measure(
                 url,
-                lambda: pg_fill(psql, schema, args.rows, now_us),
-                lambda: pg_list_floor(psql, schema),
-                lambda cut: pg_prune_floor(psql, schema, cut),
+                lambda: pg_fill(pg_url, schema, args.rows, now_us),
+                lambda: pg_list_floor(pg_url, schema),
+                lambda cut: pg_prune_floor(pg_url, schema, cut),
                 now_us,
             )
         finally:
-            psql.run(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            psql(pg_url, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     print(json.dumps(results, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -21,8 +21,7 @@ class Row:
     id: str
     who: str  # ctrlrun | original | floor: which worker measures it
     label: str
-    kind: str  # latency | dup | read | contention: what the table shows of it
-    mode: str = ""  # the worker's mode (contention rows: none, the worker runs init+contend)
+    kind: str = "latency"  # latency | dup | read | contention: what the table shows of it
     variant: str = "min"  # the floor's statements (min, same, receipts, autocommit)
     is_async: bool = False
     sync: str = ""  # SQLite: PRAGMA synchronous, shown as its durability
@@ -36,86 +35,53 @@ def per_sync(*rows: Row) -> List[Row]:
     return [replace(r, id=r.id.format(sync=s), sync=s) for s in SYNCS for r in rows]
 
 
+# keyword arguments several rows share
+ASYNC, DIRECT = {"is_async": True}, {"direct": True}
+PREP = {
+    "direct": True,
+    "url_options": PREPARED,
+}  # a direct connection's option (never via a pooler)
+R, AU = {"variant": "receipts"}, {"variant": "autocommit"}
+RECEIPTS = "2 txns + receipts, columns, indexes"
 SQLITE_ROWS: List[Row] = [
     *per_sync(
-        Row("ctrlrun.sync.{sync}", "ctrlrun", "ctrlrun, sync", "latency", "latency"),
-        Row(
-            "ctrlrun.async.{sync}", "ctrlrun", "ctrlrun, async", "latency", "latency", is_async=True
-        ),
+        Row("ctrlrun.sync.{sync}", "ctrlrun", "ctrlrun, sync"),
+        Row("ctrlrun.async.{sync}", "ctrlrun", "ctrlrun, async", **ASYNC),
     ),
-    Row("ref.sync.NORMAL", "original", "original {ref}, sync", "latency", "latency", sync="NORMAL"),
+    Row("ref.sync.NORMAL", "original", "original {ref}, sync", sync="NORMAL"),
     Row(
-        "ref.async.NORMAL",
-        "original",
-        "original {ref}, async (to_thread)",
-        "latency",
-        "latency",
-        is_async=True,
-        sync="NORMAL",
+        "ref.async.NORMAL", "original", "original {ref}, async (to_thread)", sync="NORMAL", **ASYNC
     ),
     *per_sync(
-        Row(
-            "floor.min.{sync}",
-            "floor",
-            "floor: 2 txns (minimum)",
-            "latency",
-            "sqlite_latency",
-            "min",
-        ),
-        Row(
-            "floor.same.{sync}",
-            "floor",
-            "floor: ctrlrun's statements (2 txns)",
-            "latency",
-            "sqlite_latency",
-            "same",
-        ),
-        Row(
-            "floor.receipts.{sync}",
-            "floor",
-            "floor: 2 txns + receipts, columns, indexes",
-            "latency",
-            "sqlite_latency",
-            "receipts",
-        ),
+        Row("floor.min.{sync}", "floor", "floor: 2 txns (minimum)"),
+        Row("floor.same.{sync}", "floor", "floor: ctrlrun's statements (2 txns)", variant="same"),
+        Row("floor.receipts.{sync}", "floor", f"floor: {RECEIPTS}", **R),
         Row(
             "floor.min.async.{sync}",
             "floor",
             "floor: 2 txns (minimum), async (off the loop)",
-            "latency",
-            "sqlite_latency",
-            "min",
-            is_async=True,
+            **ASYNC,
         ),
         Row(
             "floor.receipts.async.{sync}",
             "floor",
-            "floor: 2 txns + receipts, columns, indexes, async (off the loop)",
-            "latency",
-            "sqlite_latency",
-            "receipts",
-            is_async=True,
+            f"floor: {RECEIPTS}, async (off the loop)",
+            **R,
+            **ASYNC,
         ),
     ),
-    Row(
-        "dup.ctrlrun",
-        "ctrlrun",
-        "duplicate: ctrlrun (committed key again)",
-        "dup",
-        "dup",
-        sync="FULL",
-    ),
-    Row("dup.ref", "original", "duplicate: original {ref}", "dup", "dup", sync="NORMAL"),
-    Row("dup.floor", "floor", "floor: one indexed read", "read", "sqlite_read", sync="FULL"),
+    Row("dup.ctrlrun", "ctrlrun", "duplicate: ctrlrun (committed key again)", "dup", sync="FULL"),
+    Row("dup.ref", "original", "duplicate: original {ref}", "dup", sync="NORMAL"),
+    Row("dup.floor", "floor", "floor: one indexed read", "read", sync="FULL"),
     *per_sync(
         Row("contend.ctrlrun.{sync}", "ctrlrun", "{c}, ctrlrun", "contention"),
-        Row("contend.floor.min.{sync}", "floor", "{c}, floor 2 txns", "contention", variant="min"),
+        Row("contend.floor.min.{sync}", "floor", "{c}, floor 2 txns", "contention"),
         Row(
             "contend.floor.same.{sync}",
             "floor",
             "{c}, floor ctrlrun's statements",
             "contention",
-            variant="same",
+            "same",
         ),
     ),
     Row("contend.ref.NORMAL", "original", "{c}, original {ref}", "contention", sync="NORMAL"),
@@ -125,125 +91,53 @@ SQLITE_ROWS: List[Row] = [
 # no original, and the floors send every statement unnamed, since a prepared one would not be
 # there on the next server connection). The pooler's report compares with the unprepared 2-txn
 # floor only, hence the rows marked ``direct``.
+AUTO, AUTO_R = (
+    "floor: 2 autocommit statements",
+    "floor: 2 autocommit statements + receipts, columns, indexes",
+)
 POSTGRES_ROWS: List[Row] = [
-    Row("ctrlrun.sync", "ctrlrun", "ctrlrun, sync", "latency", "latency"),
-    Row("ctrlrun.async", "ctrlrun", "ctrlrun, async", "latency", "latency", is_async=True),
-    # a direct connection may prepare its statements (never behind a transaction pooler)
-    Row(
-        "ctrlrun.sync.prepared",
-        "ctrlrun",
-        "ctrlrun, sync, prepared_statements=on",
-        "latency",
-        "latency",
-        direct=True,
-        url_options=PREPARED,
-    ),
-    Row(
-        "ctrlrun.async.prepared",
-        "ctrlrun",
-        "ctrlrun, async, prepared_statements=on",
-        "latency",
-        "latency",
-        is_async=True,
-        direct=True,
-        url_options=PREPARED,
-    ),
-    Row("ref.sync", "original", "original {ref}, sync", "latency", "latency"),
-    Row(
-        "ref.async",
-        "original",
-        "original {ref}, async (to_thread)",
-        "latency",
-        "latency",
-        is_async=True,
-    ),
-    Row("floor.min", "floor", "floor: 2 txns (minimum), {psycopg}", "latency", "pg_latency", "min"),
-    Row(
-        "floor.auto",
-        "floor",
-        "floor: 2 autocommit statements, {psycopg}",
-        "latency",
-        "pg_latency",
-        "autocommit",
-    ),
-    Row(
-        "floor.same",
-        "floor",
-        "floor: ctrlrun's statements (2 txns), {psycopg}",
-        "latency",
-        "pg_latency",
-        "same",
-    ),
-    Row(
-        "floor.receipts",
-        "floor",
-        "floor: 2 autocommit statements + receipts, columns, indexes, {psycopg}",
-        "latency",
-        "pg_latency",
-        "receipts",
-        direct=True,
-    ),
+    Row("ctrlrun.sync", "ctrlrun", "ctrlrun, sync"),
+    Row("ctrlrun.async", "ctrlrun", "ctrlrun, async", **ASYNC),
+    Row("ctrlrun.sync.prepared", "ctrlrun", f"ctrlrun, sync, {PREPARED}", **PREP),
+    Row("ctrlrun.async.prepared", "ctrlrun", f"ctrlrun, async, {PREPARED}", **PREP, **ASYNC),
+    Row("ref.sync", "original", "original {ref}, sync"),
+    Row("ref.async", "original", "original {ref}, async (to_thread)", **ASYNC),
+    Row("floor.min", "floor", "floor: 2 txns (minimum), {psycopg}"),
+    Row("floor.auto", "floor", f"{AUTO}, {{psycopg}}", **AU),
+    Row("floor.same", "floor", "floor: ctrlrun's statements (2 txns), {psycopg}", variant="same"),
+    Row("floor.receipts", "floor", f"{AUTO_R}, {{psycopg}}", **R, **DIRECT),
     Row(
         "floor.receipts.unprepared",
         "floor",
-        "floor: 2 autocommit statements + receipts, columns, indexes, psycopg, unprepared",
-        "latency",
-        "pg_latency",
-        "receipts",
+        f"{AUTO_R}, psycopg, unprepared",
         prepare=False,
-        direct=True,
+        **R,
+        **DIRECT,
     ),
-    Row(
-        "floor.auto.async",
-        "floor",
-        "floor: 2 autocommit statements, {psycopg} async",
-        "latency",
-        "pg_latency",
-        "autocommit",
-        is_async=True,
-        direct=True,
-    ),
-    Row(
-        "floor.receipts.async",
-        "floor",
-        "floor: 2 autocommit statements + receipts, columns, indexes, {psycopg} async",
-        "latency",
-        "pg_latency",
-        "receipts",
-        is_async=True,
-        direct=True,
-    ),
-    Row("dup.ctrlrun", "ctrlrun", "duplicate: ctrlrun (committed key again)", "dup", "dup"),
-    Row(
-        "dup.ctrlrun.prepared",
-        "ctrlrun",
-        "duplicate: ctrlrun, prepared_statements=on",
-        "dup",
-        "dup",
-        direct=True,
-        url_options=PREPARED,
-    ),
-    Row("dup.ref", "original", "duplicate: original {ref}", "dup", "dup"),
-    Row("dup.floor", "floor", "floor: one indexed read, {psycopg}", "read", "pg_read"),
+    Row("floor.auto.async", "floor", f"{AUTO}, {{psycopg}} async", **AU, **ASYNC, **DIRECT),
+    Row("floor.receipts.async", "floor", f"{AUTO_R}, {{psycopg}} async", **R, **ASYNC, **DIRECT),
+    Row("dup.ctrlrun", "ctrlrun", "duplicate: ctrlrun (committed key again)", "dup"),
+    Row("dup.ctrlrun.prepared", "ctrlrun", f"duplicate: ctrlrun, {PREPARED}", "dup", **PREP),
+    Row("dup.ref", "original", "duplicate: original {ref}", "dup"),
+    Row("dup.floor", "floor", "floor: one indexed read, {psycopg}", "read"),
     # what a read costs when it is parsed on every call, as ctrlrun's are
     Row(
         "dup.floor.unprepared",
         "floor",
         "one indexed read, psycopg, unprepared",
         "read",
-        "pg_read",
         prepare=False,
-        direct=True,
+        **DIRECT,
     ),
     Row("contend.ctrlrun", "ctrlrun", "{c}, ctrlrun", "contention"),
-    Row("contend.floor.min", "floor", "{c}, floor 2 txns", "contention", variant="min"),
+    Row("contend.floor.min", "floor", "{c}, floor 2 txns", "contention"),
     Row(
         "contend.floor.same",
         "floor",
         "{c}, floor ctrlrun's statements",
         "contention",
-        variant="same",
-        direct=True,
+        "same",
+        **DIRECT,
     ),
     Row("contend.ref", "original", "{c}, original {ref}", "contention"),
 ]

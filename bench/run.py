@@ -27,9 +27,6 @@ import tempfile
 from typing import Any, Dict, List
 from urllib.parse import unquote, urlsplit
 
-from tests_py.support.pgbouncer import PgBouncer
-from tests_py.support.pgserver import start_cluster
-
 from bench import _report
 from bench.plan import Bench
 from bench.venvs import FLOOR_VENV, PSYCOPG, REF_VENV, REF_VERSION, ensure_venv
@@ -44,16 +41,16 @@ from bench.workers import (
     log,
     run_worker,
 )
-
-# -- reporting ------------------------------------------------------------------------------
+from throwaway.pgbouncer import PgBouncer
+from throwaway.pgserver import start_cluster
 
 
 def fs_of(path: str) -> str:
+    """The type of the file system ``path`` is on (the longest mount point above it)."""
     best, fstype = "", "?"
     try:
         with open("/proc/mounts") as f:
-            for line in f:
-                parts = line.split()
+            for parts in (line.split() for line in f):
                 mnt = parts[1]
                 if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best):
                     best, fstype = mnt, parts[2]
@@ -63,16 +60,11 @@ def fs_of(path: str) -> str:
 
 
 def git_state() -> Dict[str, Any]:
+    git = ["git", "-C", ROOT]
     try:
-        head = subprocess.run(
-            ["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", ROOT, "status", "--porcelain", "--", "src", "python"],
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        return {"commit": head, "src_or_python_dirty": bool(dirty)}
+        out = lambda *a: subprocess.run([*git, *a], capture_output=True, text=True).stdout  # noqa: E731
+        head, dirty = out("rev-parse", "HEAD"), out("status", "--porcelain", "--", "src", "python")
+        return {"commit": head.strip(), "src_or_python_dirty": bool(dirty.strip())}
     except OSError:
         return {}
 
@@ -80,98 +72,43 @@ def git_state() -> Dict[str, Any]:
 def start_bouncer(pg_url: str) -> Any:
     """A throwaway PgBouncer in transaction mode in front of ``pg_url``'s server, with a
     server pool large enough for the contention rows' 8 processes."""
-    parts = urlsplit(pg_url)
-    return PgBouncer(
-        parts.hostname or "127.0.0.1",
-        parts.port or 5432,
-        unquote(parts.username or "postgres"),
-        unquote(parts.password) if parts.password else None,
-        "transaction",
-        pool_size=CONTENTION_PROCS,
-    )
+    u = urlsplit(pg_url)
+    host, port, user = u.hostname or "127.0.0.1", u.port or 5432, unquote(u.username or "postgres")
+    password = unquote(u.password) if u.password else None
+    return PgBouncer(host, port, user, password, "transaction", pool_size=CONTENTION_PROCS)
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="10x fewer calls per run")
+    for flag, text in [
+        ("--quick", "10x fewer calls per run"),
+        ("--no-reference", "skip the original product (no bench/.ref-venv needed)"),
+        ("--no-syscalls", "skip the strace pass that counts fsyncs per call (SQLite)"),
+    ]:
+        ap.add_argument(flag, action="store_true", help=text)
+    backends = "sqlite, postgres, pgbouncer (PostgreSQL through PgBouncer in transaction mode)"
     ap.add_argument(
-        "--backends",
-        default="sqlite,postgres,pgbouncer",
-        help="comma-separated: sqlite, postgres, pgbouncer (PostgreSQL through "
-        "PgBouncer in transaction mode); default all three",
-    )
-    ap.add_argument(
-        "--no-reference",
-        action="store_true",
-        help="skip the original product (no bench/.ref-venv needed)",
+        "--backends", default="sqlite,postgres,pgbouncer", help=f"of {backends}; default all"
     )
     ap.add_argument("--repeats", type=int, default=3, help="runs per measurement (default 3)")
+    work, results = os.path.join(BENCH, ".work"), os.path.join(BENCH, "results.json")
     ap.add_argument(
-        "--no-syscalls",
-        action="store_true",
-        help="skip the strace pass that counts fsyncs per call (SQLite)",
+        "--workdir", default=work, help="where the SQLite files go (keep it on a real disk)"
     )
     ap.add_argument(
-        "--workdir",
-        default=os.path.join(BENCH, ".work"),
-        help="where the SQLite files go (default bench/.work; keep it on a real disk)",
-    )
-    ap.add_argument(
-        "--json",
-        default=os.path.join(BENCH, "results.json"),
-        help="where to write the results (default bench/results.json)",
+        "--json", default=results, help="where to write the results (default bench/results.json)"
     )
     args = ap.parse_args()
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    for b in backends:
+    args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    for b in args.backends:
         if b not in ("sqlite", "postgres", "pgbouncer"):
             ap.error(f"unknown backend {b!r}")
+    return args
 
-    bench = Bench(args)
-    started = _dt.datetime.now(_dt.timezone.utc)
 
-    info = run_worker(sys.executable, CTRLRUN_WORKER, {"mode": "info"})
-    build_line = (
-        f"Measuring ctrlrun {info['version']} ({info['build']} build) from "
-        f"{info['extension']} ({info['extension_bytes'] / 1e6:.1f} MB), "
-        f"Python {info['python']}"
-    )
-    log(build_line)
-    warnings: List[str] = []
-    if info["build"] != "release":
-        warnings.append(
-            f"WARNING: the extension is a {info['build']} build: these numbers do not "
-            f"measure the product. Build it with `maturin develop --release` "
-            f"(`make bench` does)."
-        )
-    if info["stale"]:
-        warnings.append(
-            "WARNING: src/ has .rs files newer than the extension: the build is "
-            "stale (rebuild with `maturin develop --release`)."
-        )
-    for w in warnings:
-        log(w)
-
-    if args.no_reference:
-        log("the original product: skipped (--no-reference)")
-    else:
-        bench.ref_py = ensure_venv(
-            REF_VENV,
-            [f"ctrlrun=={REF_VERSION}", PSYCOPG],
-            f"import importlib.metadata as m, psycopg; "
-            f"assert m.version('ctrlrun') == '{REF_VERSION}'",
-        )
-        ref_info = run_worker(bench.ref_py, REF_WORKER, {"mode": "info"})
-        log(f"original product: ctrlrun {ref_info['version']} in {REF_VENV}")
-        bench.meta["original"] = ref_info
-    pg_wanted = "postgres" in backends or "pgbouncer" in backends
-    if pg_wanted:
-        bench.floor_py = ensure_venv(FLOOR_VENV, [PSYCOPG], "import psycopg")
-
-    os.makedirs(args.workdir, exist_ok=True)
-    bench.workdir = tempfile.mkdtemp(prefix="run-", dir=args.workdir)
-    cluster = None
-    bouncer = None
+def measure(bench: Bench, backends: List[str]) -> Dict[str, Dict[str, float]]:
+    """Every row of ``backends``, on throwaway servers; the fsyncs per call (SQLite)."""
+    cluster = bouncer = None
     syscalls: Dict[str, Dict[str, float]] = {}
     try:
         sqlite_info = run_worker(sys.executable, FLOOR_WORKER, {"mode": "sqlite_info"})
@@ -186,25 +123,22 @@ def main() -> int:
             bench.execute("sqlite")
             log("SQLite: counting fsyncs per call with strace (separate, untimed pass)")
             syscalls = bench.sqlite_syscalls()
-        if pg_wanted:
-            url = os.environ.get("CTRLRUN_BENCH_POSTGRES_URL")
-            if url:
-                bench.pg_url = url
-                bench.meta["postgres_server"] = "CTRLRUN_BENCH_POSTGRES_URL"
-            else:
+        if "postgres" in backends or "pgbouncer" in backends:
+            bench.pg_url = os.environ.get("CTRLRUN_BENCH_POSTGRES_URL", "")
+            bench.meta["postgres_server"] = "CTRLRUN_BENCH_POSTGRES_URL"
+            if not bench.pg_url:
                 cluster = start_cluster()
                 bench.pg_url = cluster.url()
                 bench.meta["postgres_server"] = f"throwaway cluster in {cluster.datadir}"
-            pg_info = run_worker(
+            info = run_worker(
                 bench.floor_py, FLOOR_WORKER, {"mode": "pg_info", "pg_url": bench.pg_url}
             )
-            bench.meta["postgres"] = pg_info
+            bench.meta["postgres"] = info
             bench.meta["postgres_fs"] = fs_of(cluster.datadir) if cluster else "?"
             log(
-                f"PostgreSQL {pg_info['server_version']}: synchronous_commit="
-                f"{pg_info['synchronous_commit']}, fsync={pg_info['fsync']}, "
-                f"wal_sync_method={pg_info['wal_sync_method']}; psycopg {pg_info['psycopg']} "
-                f"({pg_info['psycopg_impl']})"
+                f"PostgreSQL {info['server_version']}: synchronous_commit={info['synchronous_commit']}, "
+                f"fsync={info['fsync']}, wal_sync_method={info['wal_sync_method']}; psycopg "
+                f"{info['psycopg']} ({info['psycopg_impl']})"
             )
             if "postgres" in backends:
                 bench.plan_postgres()
@@ -213,8 +147,7 @@ def main() -> int:
                 bouncer = start_bouncer(bench.pg_url)
                 bench.bouncer_url = bouncer.url(db=urlsplit(bench.pg_url).path.lstrip("/"))
                 log(
-                    f"PgBouncer (transaction mode) on port {bouncer.port}, in front of the same "
-                    f"server"
+                    f"PgBouncer (transaction mode) on port {bouncer.port}, in front of the same server"
                 )
                 bench.plan_postgres("pgbouncer")
                 bench.execute("pgbouncer")
@@ -222,61 +155,85 @@ def main() -> int:
         if bouncer is not None:
             bouncer.stop()
         if bench.pg_schemas and bench.pg_url:
+            drop = {"mode": "pg_drop", "pg_url": bench.pg_url, "schemas": bench.pg_schemas}
             try:
-                run_worker(
-                    bench.floor_py,
-                    FLOOR_WORKER,
-                    {"mode": "pg_drop", "pg_url": bench.pg_url, "schemas": bench.pg_schemas},
-                )
+                run_worker(bench.floor_py, FLOOR_WORKER, drop)
             except Exception as exc:  # the cluster may be gone; a user's server is told
                 log(f"could not drop the bench schemas: {exc}")
         if cluster is not None:
             cluster.stop()
         shutil.rmtree(bench.workdir, ignore_errors=True)
+    return syscalls
+
+
+def main() -> int:
+    args = parse_args()
+    bench = Bench(args)
+    started = _dt.datetime.now(_dt.timezone.utc)
+    info = run_worker(sys.executable, CTRLRUN_WORKER, {"mode": "info"})
+    build_line = (
+        f"Measuring ctrlrun {info['version']} ({info['build']} build) from {info['extension']} "
+        f"({info['extension_bytes'] / 1e6:.1f} MB), Python {info['python']}"
+    )
+    log(build_line)
+    warnings: List[str] = []
+    if info["build"] != "release":
+        warnings.append(
+            f"WARNING: the extension is a {info['build']} build: these numbers do not measure the "
+            f"product. Build it with `maturin develop --release` (`make bench` does)."
+        )
+    if info["stale"]:
+        warnings.append(
+            "WARNING: src/ has .rs files newer than the extension: the build is stale (rebuild "
+            "with `maturin develop --release`)."
+        )
+    for w in warnings:
+        log(w)
+    if args.no_reference:
+        log("the original product: skipped (--no-reference)")
+    else:
+        check = f"import importlib.metadata as m, psycopg; assert m.version('ctrlrun') == '{REF_VERSION}'"
+        bench.ref_py = ensure_venv(REF_VENV, [f"ctrlrun=={REF_VERSION}", PSYCOPG], check)
+        bench.meta["original"] = run_worker(bench.ref_py, REF_WORKER, {"mode": "info"})
+        log(f"original product: ctrlrun {bench.meta['original']['version']} in {REF_VENV}")
+    if "postgres" in args.backends or "pgbouncer" in args.backends:
+        bench.floor_py = ensure_venv(FLOOR_VENV, [PSYCOPG], "import psycopg")
+    os.makedirs(args.workdir, exist_ok=True)
+    bench.workdir = tempfile.mkdtemp(prefix="run-", dir=args.workdir)
+    syscalls = measure(bench, args.backends)
 
     text, summary, all_once = _report.report(bench, syscalls, CONTENTION_KEYS)
-    loads = sorted(
-        r["loadavg_1m_before"]
-        for s in bench.specs
-        for r in s.results
-        if r.get("loadavg_1m_before") is not None
-    )
-    load_line = ""
+    got = (r.get("loadavg_1m_before") for s in bench.specs for r in s.results)
+    loads = sorted(x for x in got if x is not None)
+    header = [build_line, *warnings]
     if loads:
-        load_line = (
-            f"Load average (1 min) before each run: min {loads[0]:.2f}, median "
-            f"{statistics.median(loads):.2f}, max {loads[-1]:.2f} on {os.cpu_count()} "
-            f"CPUs"
-            + (
-                "; other work on the machine makes the rows noisy, the fsync-bound ones most"
-                if loads[-1] > 1.0
-                else ""
-            )
+        median = statistics.median(loads)
+        noisy = "; other work on the machine makes the rows noisy, the fsync-bound ones most"
+        header.append(
+            f"Load average (1 min) before each run: min {loads[0]:.2f}, median {median:.2f}, max "
+            f"{loads[-1]:.2f} on {os.cpu_count()} CPUs{noisy if loads[-1] > 1.0 else ''}"
         )
-        bench.meta["loadavg_1m"] = {
-            "min": loads[0],
-            "median": statistics.median(loads),
-            "max": loads[-1],
-        }
-    header = [
-        build_line,
-        *warnings,
-        *([load_line] if load_line else []),
-        f"Machine: {platform.platform()}, {os.cpu_count()} CPUs visible; "
-        f"SQLite files on {bench.meta.get('workdir_fs', '?')}"
-        + (
-            f"; PostgreSQL {bench.meta['postgres']['server_version']} "
-            f"(synchronous_commit={bench.meta['postgres']['synchronous_commit']}, "
-            f"fsync={bench.meta['postgres']['fsync']}), data on "
-            f"{bench.meta.get('postgres_fs', '?')}"
-            if "postgres" in bench.meta
-            else ""
-        ),
-        "p50/p99: per-call latency (time.perf_counter_ns around each call). calls/s "
-        "(1/p50) = 1e6 / p50 us; calls/s (N/wall) = calls / wall time of the timed loop.",
-    ]
+        bench.meta["loadavg_1m"] = {"min": loads[0], "median": median, "max": loads[-1]}
+    pg, meta = bench.meta.get("postgres"), bench.meta
+    where = f"SQLite files on {meta.get('workdir_fs', '?')}"
+    if pg:
+        where += (
+            f"; PostgreSQL {pg['server_version']} (synchronous_commit={pg['synchronous_commit']}, "
+            f"fsync={pg['fsync']}), data on {meta.get('postgres_fs', '?')}"
+        )
+    header.append(f"Machine: {platform.platform()}, {os.cpu_count()} CPUs visible; {where}")
+    header.append(
+        "p50/p99: per-call latency (time.perf_counter_ns around each call). calls/s (1/p50) = "
+        "1e6 / p50 us; calls/s (N/wall) = calls / wall time of the timed loop."
+    )
     print("\n".join(header) + "\n" + text)
 
+    names = ("backend", "id", "who", "label", "durability", "kind")
+    rows = [
+        {**{k: getattr(s, k) for k in names}, "median": s.median(), "runs": s.results}
+        | {"syscalls": syscalls.get(s.id) if s.backend == "sqlite" else None}
+        for s in bench.specs
+    ]
     results = {
         "started": started.isoformat(),
         "command": " ".join([os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]]),
@@ -288,20 +245,7 @@ def main() -> int:
         "warnings": warnings,
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
         "meta": bench.meta,
-        "rows": [
-            {
-                "backend": s.backend,
-                "id": s.id,
-                "who": s.who,
-                "label": s.label,
-                "durability": s.durability,
-                "kind": s.kind,
-                "median": s.median(),
-                "runs": s.results,
-                "syscalls": syscalls.get(s.id) if s.backend == "sqlite" else None,
-            }
-            for s in bench.specs
-        ],
+        "rows": rows,
         "targets": summary["targets"],
         "every_key_exactly_once": all_once,
         "table": text,

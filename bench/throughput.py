@@ -4,15 +4,16 @@ the same run, pgbench running ctrlrun's own statements (what the server alone co
 pgbench running the receipts floor (what the issues require be written, and no more). Each row
 also gives the server's and the client's CPU per call (``bench/_cpu.py``).
 
-    python3 tests_py/support/pgserver.py -- python -m bench.throughput [--seconds S] [--repeats N] [--json FILE]
+    python3 -m throwaway.pgserver -- python -m bench.throughput [--seconds S] [--repeats N] [--json FILE]
 
-The server is the one ``CTRLRUN_TEST_POSTGRES_URL`` names (``pgserver.py`` starts a throwaway
-one). Every protected call is a fresh key: its reservation and its outcome, two durable commits.
-pgbench's transaction is the smallest correct protocol for the same work: ``INSERT … ON CONFLICT
-DO NOTHING`` then the compare-and-set ``UPDATE``, each an autocommit statement, prepared
-(``-M prepared``), on a table with the key as primary key. The body of each protected call
-counts its executions per key: a key run twice is a double. The store keeps its default pool
-(16 connections per process): 64 threads or tasks share them, as they would in an application.
+The server is the one ``CTRLRUN_TEST_POSTGRES_URL`` names (``throwaway.pgserver`` starts a
+throwaway one). Every protected call is a fresh key: its reservation and its outcome, two
+durable commits. pgbench's transaction is the smallest correct protocol for the same work
+(``_floor_sql.py``, ``autocommit``): ``INSERT … ON CONFLICT DO NOTHING`` then the compare-and-set
+``UPDATE``, each an autocommit statement, prepared (``-M prepared``), on ctrlrun's effects table
+with its primary key alone. The body of each protected call counts its executions per key: a key
+run twice is a double. The store keeps its default pool (16 connections per process): 64 threads
+or tasks share them, as they would in an application.
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 import ctrlrun
+from bench import _pgbench
 from bench._cpu import CpuMeter
-from bench._pgbench import ctrlrun_script, pgbench, receipts_script
+from bench._pgbench import pgbench
 
 
 class Counted:
@@ -57,8 +59,18 @@ class Counted:
 
         self.call, self.acall = call, acall
 
-    def doubles(self) -> int:
-        return sum(1 for n in self.runs.values() if n > 1)
+    def result(self, calls: int, wall: float, cpu: CpuMeter) -> Dict[str, Any]:
+        """The run's figures (the store closed): calls, calls per second, doubles, CPU."""
+        spent = cpu.per_call(calls)
+        self.store.close()
+        doubles = sum(1 for n in self.runs.values() if n > 1)
+        return {
+            "calls": calls,
+            "wall_s": wall,
+            "calls_per_s": calls / wall,
+            "doubles": doubles,
+            **spent,
+        }
 
 
 PREPARED_8 = "ctrlrun, 8 threads, prepared_statements=on"
@@ -85,32 +97,21 @@ def threads(url: str, n: int, seconds: float) -> Dict[str, Any]:
     for t in ts:
         t.start()
     deadline[0] = time.monotonic() + seconds
-    cpu = CpuMeter()
-    began = time.monotonic()
+    cpu, began = CpuMeter(), time.monotonic()
     start.wait()
     for t in ts:
         t.join()
-    wall = time.monotonic() - began
-    spent = cpu.per_call(sum(done))
-    c.store.close()
-    return {
-        "calls": sum(done),
-        "wall_s": wall,
-        "calls_per_s": sum(done) / wall,
-        "doubles": c.doubles(),
-        **spent,
-    }
+    return c.result(sum(done), time.monotonic() - began, cpu)
 
 
 def tasks(url: str, n: int, seconds: float) -> Dict[str, Any]:
     c = Counted(url)
 
-    async def main() -> Dict[str, Any]:
+    async def main() -> Tuple[int, float, CpuMeter]:
         for i in range(20):
             await c.acall(f"warm{c.prefix}{i}")
         deadline = time.monotonic() + seconds
-        cpu = CpuMeter()
-        began = time.monotonic()
+        cpu, began = CpuMeter(), time.monotonic()
 
         async def worker(w: int) -> int:
             i = 0
@@ -120,14 +121,9 @@ def tasks(url: str, n: int, seconds: float) -> Dict[str, Any]:
             return i
 
         counts = await asyncio.gather(*(worker(w) for w in range(n)))
-        wall = time.monotonic() - began
-        spent = cpu.per_call(sum(counts))
-        return {"calls": sum(counts), "wall_s": wall, "calls_per_s": sum(counts) / wall, **spent}
+        return sum(counts), time.monotonic() - began, cpu
 
-    out = asyncio.run(main())
-    out["doubles"] = c.doubles()
-    c.store.close()
-    return out
+    return c.result(*asyncio.run(main()))
 
 
 def main() -> None:
@@ -142,45 +138,43 @@ def main() -> None:
     pg = os.environ.get("CTRLRUN_TEST_POSTGRES_URL")
     if not pg:
         sys.exit(
-            "bench/throughput.py needs a PostgreSQL server: run it as "
-            "python3 tests_py/support/pgserver.py -- python -m bench.throughput"
+            "needs a PostgreSQL server: python3 -m throwaway.pgserver -- python -m bench.throughput"
         )
-    sep = "&" if "?" in pg else "?"
+    s = args.seconds
+    prepared = "&prepared_statements=on"  # a direct connection's option (docs/postgres.md)
     rows: Dict[str, Callable[[str], Dict[str, Any]]] = {
-        "ctrlrun, 1 thread": lambda u: threads(u, 1, args.seconds),
-        "ctrlrun, 8 threads": lambda u: threads(u, 8, args.seconds),
-        "ctrlrun, 64 threads": lambda u: threads(u, 64, args.seconds),
-        "ctrlrun, 64 concurrent tasks": lambda u: tasks(u, 64, args.seconds),
-        # a direct connection's option (docs/postgres.md)
-        PREPARED_8: lambda u: threads(f"{u}&prepared_statements=on", 8, args.seconds),
-        PREPARED_64: lambda u: tasks(f"{u}&prepared_statements=on", 64, args.seconds),
-        "pgbench, 1 client": lambda u: pgbench(pg, 1, args.seconds),
-        "pgbench, 8 clients": lambda u: pgbench(pg, 8, args.seconds),
-        "pgbench, 32 clients": lambda u: pgbench(pg, 32, args.seconds),
+        "ctrlrun, 1 thread": lambda u: threads(u, 1, s),
+        "ctrlrun, 8 threads": lambda u: threads(u, 8, s),
+        "ctrlrun, 64 threads": lambda u: threads(u, 64, s),
+        "ctrlrun, 64 concurrent tasks": lambda u: tasks(u, 64, s),
+        PREPARED_8: lambda u: threads(u + prepared, 8, s),
+        PREPARED_64: lambda u: tasks(u + prepared, 64, s),
     }
-    if not args.no_ctrlrun_sql:
-        ours = ctrlrun_script(pg)
-        # unnamed, as ctrlrun sends them
-        rows["pgbench, 1 client, ctrlrun's SQL"] = lambda u: pgbench(
-            pg, 1, args.seconds, ours, "extended"
+    template = _pgbench.template(pg)
+    floor = _pgbench.floor_script(pg, template, "autocommit")
+    for clients in (1, 8, 32):
+        rows[f"pgbench, {clients} client{'s' if clients > 1 else ''}"] = lambda u, c=clients: (
+            pgbench(pg, c, s, floor)
         )
-        rows["pgbench, 8 clients, ctrlrun's SQL"] = lambda u: pgbench(
-            pg, 8, args.seconds, ours, "extended"
-        )
-    receipts = receipts_script(pg)
-    rows["pgbench, 8 clients, receipts floor"] = lambda u: pgbench(pg, 8, args.seconds, receipts)
+    if not args.no_ctrlrun_sql:  # unnamed, as ctrlrun sends them
+        ours = _pgbench.ctrlrun_script(pg)
+        rows["pgbench, 1 client, ctrlrun's SQL"] = lambda u: pgbench(pg, 1, s, ours, "extended")
+        rows["pgbench, 8 clients, ctrlrun's SQL"] = lambda u: pgbench(pg, 8, s, ours, "extended")
+    receipts = _pgbench.floor_script(pg, template, "receipts")
+    rows["pgbench, 8 clients, receipts floor"] = lambda u: pgbench(pg, 8, s, receipts)
     rows["pgbench, 8 clients, receipts floor, unnamed"] = lambda u: pgbench(
-        pg, 8, args.seconds, receipts, "extended"
+        pg, 8, s, receipts, "extended"
     )
     runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name in rows}
     for r in range(args.repeats):
         for name, measure in rows.items():
-            url = f"{pg}{sep}schema=ctrlrun_scratch_tp_{uuid.uuid4().hex[:8]}"
-            out = measure(url)
+            out = measure(
+                f"{pg}{'&' if '?' in pg else '?'}schema=ctrlrun_scratch_tp_{uuid.uuid4().hex[:8]}"
+            )
             runs[name].append(out)
+            doubles = f", doubles {out['doubles']}" if "doubles" in out else ""
             print(
-                f"  [{r + 1}/{args.repeats}] {name}: {out['calls_per_s']:,.0f} calls/s"
-                + (f", doubles {out['doubles']}" if "doubles" in out else ""),
+                f"  [{r + 1}/{args.repeats}] {name}: {out['calls_per_s']:,.0f} calls/s{doubles}",
                 flush=True,
             )
     median = {
@@ -199,52 +193,32 @@ def main() -> None:
         client = statistics.median(o["client_cpu_us"] for o in outs)
         print(f"{name:<46} {median[name]:>10,.0f} {each:>26} {server:>8,.0f} µs {client:>8,.0f} µs")
     print("(CPU per call, medians: every postgres process; this process or pgbench)")
+    pg8, pg32, mine = (
+        median["pgbench, 8 clients"],
+        median["pgbench, 32 clients"],
+        median.get("pgbench, 8 clients, ctrlrun's SQL"),
+    )
     checks = [
-        (
-            "8 threads vs pgbench 8 clients",
-            median["ctrlrun, 8 threads"] / median["pgbench, 8 clients"],
-        ),
-        (
-            "64 tasks vs pgbench 32 clients",
-            median["ctrlrun, 64 concurrent tasks"] / median["pgbench, 32 clients"],
-        ),
-        (
-            "8 threads, prepared_statements=on, vs pgbench 8 clients",
-            median[PREPARED_8] / median["pgbench, 8 clients"],
-        ),
-        (
-            "64 tasks, prepared_statements=on, vs pgbench 32 clients",
-            median[PREPARED_64] / median["pgbench, 32 clients"],
-        ),
+        ("8 threads vs pgbench 8 clients", median["ctrlrun, 8 threads"] / pg8),
+        ("64 tasks vs pgbench 32 clients", median["ctrlrun, 64 concurrent tasks"] / pg32),
+        ("8 threads, prepared_statements=on, vs pgbench 8 clients", median[PREPARED_8] / pg8),
+        ("64 tasks, prepared_statements=on, vs pgbench 32 clients", median[PREPARED_64] / pg32),
     ]
-    ours_row = median.get("pgbench, 8 clients, ctrlrun's SQL")
     info = [
         ("1 thread vs pgbench 1 client", median["ctrlrun, 1 thread"] / median["pgbench, 1 client"])
     ]
-    info += (
-        []
-        if ours_row is None
-        else [
-            (
-                "1 thread vs pgbench 1 client on ctrlrun's SQL",
-                median["ctrlrun, 1 thread"] / median["pgbench, 1 client, ctrlrun's SQL"],
-            ),
-            ("8 threads vs pgbench on ctrlrun's SQL", median["ctrlrun, 8 threads"] / ours_row),
-            (
-                "pgbench: ctrlrun's SQL vs the two statements",
-                ours_row / median["pgbench, 8 clients"],
-            ),
-        ]
-    )
+    if mine is not None:
+        one = median["ctrlrun, 1 thread"] / median["pgbench, 1 client, ctrlrun's SQL"]
+        info.append(("1 thread vs pgbench 1 client on ctrlrun's SQL", one))
+        info.append(("8 threads vs pgbench on ctrlrun's SQL", median["ctrlrun, 8 threads"] / mine))
+        info.append(("pgbench: ctrlrun's SQL vs the two statements", mine / pg8))
     floor = median["pgbench, 8 clients, receipts floor"]
-    info += [
-        ("receipts floor vs the two statements (8 clients)", floor / median["pgbench, 8 clients"]),
-        (
-            "receipts floor unnamed vs the two statements",
-            median["pgbench, 8 clients, receipts floor, unnamed"] / median["pgbench, 8 clients"],
-        ),
-        ("8 threads vs pgbench on the receipts floor", median["ctrlrun, 8 threads"] / floor),
-    ]
+    info.append(("receipts floor vs the two statements (8 clients)", floor / pg8))
+    unnamed = median["pgbench, 8 clients, receipts floor, unnamed"]
+    info.append(("receipts floor unnamed vs the two statements", unnamed / pg8))
+    info.append(
+        ("8 threads vs pgbench on the receipts floor", median["ctrlrun, 8 threads"] / floor)
+    )
     print(f"\n{'check':<56} {'measured':>8} {'goal':>8} verdict")
     for name, ratio in checks:
         print(f"{name:<56} {ratio:>7.2f}x {'>= 0.6x':>8} {'MET' if ratio >= 0.6 else 'MISSED'}")
@@ -252,18 +226,8 @@ def main() -> None:
         print(f"{name:<56} {ratio:>7.2f}x {'info':>8} n/a")
     print(f"{'doubles, every run':<56} {doubles:>8} {'0':>8} {'MET' if doubles == 0 else 'MISSED'}")
     if args.json:
-        Path(args.json).write_text(
-            json.dumps(
-                {
-                    "runs": runs,
-                    "median": median,
-                    "checks": dict(checks),
-                    "info": dict(info),
-                    "doubles": doubles,
-                },
-                indent=2,
-            )
-        )
+        summary = {"runs": runs, "median": median, "checks": dict(checks), "info": dict(info)}
+        Path(args.json).write_text(json.dumps({**summary, "doubles": doubles}, indent=2))
 
 
 if __name__ == "__main__":

@@ -19,9 +19,9 @@ import pytest
 import ctrlrun
 from ctrlrun.testing import MovableClock
 from tests_py.support.modes import Mode
-from tests_py.support.pgproxy import PgProxy
-from tests_py.support.pgserver import psql, start_cluster
 from tests_py.support.stores import sqlite_url
+from throwaway.pgproxy import PgProxy
+from throwaway.pgserver import psql, start_cluster
 
 PG_ENV = "CTRLRUN_TEST_POSTGRES_URL"
 
@@ -176,7 +176,7 @@ def second_store(store_url):
 
 @pytest.fixture
 def proxy(pg):
-    """A COMMIT-aware TCP proxy in front of the session's PostgreSQL (tests_py/support/pgproxy.py)."""
+    """A COMMIT-aware TCP proxy in front of the session's PostgreSQL (throwaway/pgproxy.py)."""
     p = PgProxy(pg.host, pg.port)
     yield p
     p.close()

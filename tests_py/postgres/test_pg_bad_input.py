@@ -6,7 +6,7 @@ import pytest
 
 import ctrlrun
 from ctrlrun import EffectState, StoreError
-from tests_py.support.pgserver import free_port
+from throwaway.pgserver import free_port
 
 
 def test_unreachable_server_is_a_store_error(pg):

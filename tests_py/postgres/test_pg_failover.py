@@ -12,7 +12,7 @@ import pytest
 
 import ctrlrun
 from ctrlrun import StoreError
-from tests_py.support.pgserver import _find_bin, start_cluster
+from throwaway.pgserver import _find_bin, start_cluster
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import pytest
 import ctrlrun
 from ctrlrun import DuplicateEffect, EffectState, NotExecuted, StoreUnresolved, StoreWriteFailed
 from tests_py.conftest import MovableClock
-from tests_py.support.pgserver import _find_bin
+from throwaway.pgserver import _find_bin
 
 STORE_LOG = "ctrlrun.store"
 

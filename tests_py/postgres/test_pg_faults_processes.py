@@ -19,8 +19,8 @@ import pytest
 import ctrlrun
 from ctrlrun import DuplicateEffect, EffectState
 from tests_py.conftest import MovableClock
-from tests_py.support.pgproxy import PgProxy
 from tests_py.support.racing import run_workers
+from throwaway.pgproxy import PgProxy
 
 
 # g. -------------------------------------------------------------------------------------

@@ -14,9 +14,9 @@ import pytest
 
 import ctrlrun
 from ctrlrun import DuplicateEffect, EffectState, NotExecuted, StoreWriteFailed
-from tests_py.support.pgbouncer import PgBouncer, pgbouncer_version
-from tests_py.support.pgproxy import PgProxy
 from tests_py.support.racing import executions, run_workers
+from throwaway.pgbouncer import PgBouncer, pgbouncer_version
+from throwaway.pgproxy import PgProxy
 
 HOT = (b".ctrlrun_reserve($1", b".ctrlrun_transition($1", b".ctrlrun_select($1")
 

@@ -27,8 +27,8 @@ import pytest
 import ctrlrun
 from ctrlrun import EffectState
 from tests_py.support.pgreplica import Replicated, replicated_pair
-from tests_py.support.pgserver import _find_bin
 from tests_py.support.racing import executions, run_workers
+from throwaway.pgserver import _find_bin
 
 STORE_LOG = "ctrlrun.store"
 BOUNDS = {"timeout": "5", "connect_timeout": "2"}  # every call ends; none hangs on a dead host

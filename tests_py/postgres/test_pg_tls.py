@@ -15,7 +15,7 @@ import pytest
 import ctrlrun
 from ctrlrun import InvalidArgument, StoreError
 from tests_py.support.certs import make_certs
-from tests_py.support.pgserver import start_cluster
+from throwaway.pgserver import start_cluster
 
 HBA = """\
 local all all trust

@@ -1,4 +1,4 @@
-"""The PostgreSQL store behind a real PgBouncer (tests_py/support/pgbouncer.py), in transaction and
+"""The PostgreSQL store behind a real PgBouncer (throwaway/pgbouncer.py), in transaction and
 session mode, with the default store URL pointed at the pooler.
 
 A transaction pooler hands each client transaction to whichever server connection is free, so
@@ -18,9 +18,9 @@ import pytest
 
 import ctrlrun
 from ctrlrun import DuplicateEffect, EffectState
-from tests_py.support.pgbouncer import PgBouncer, branches
-from tests_py.support.pgproxy import PgProxy
 from tests_py.support.racing import executions, run_workers
+from throwaway.pgbouncer import PgBouncer, branches
+from throwaway.pgproxy import PgProxy
 
 STORE_LOG = "ctrlrun.store"
 MODES = ["transaction", "session"]

@@ -1,6 +1,6 @@
 """What another client leaves on a pooled server connection (settings, a search path), a server
 gone behind the pooler, and an outcome write the pooler never sent: the PostgreSQL store behind
-a real PgBouncer (tests_py/support/pgbouncer.py)."""
+a real PgBouncer (throwaway/pgbouncer.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 
 import ctrlrun
 from ctrlrun import DuplicateEffect, EffectState
-from tests_py.support.pgbouncer import PgBouncer, branches
-from tests_py.support.pgproxy import PgProxy
-from tests_py.support.pgserver import _find_bin
+from throwaway.pgbouncer import PgBouncer, branches
+from throwaway.pgproxy import PgProxy
+from throwaway.pgserver import _find_bin
 
 STORE_LOG = "ctrlrun.store"
 MODES = ["transaction", "session"]

@@ -20,7 +20,7 @@ import ctrlrun
 from ctrlrun import InvalidArgument, NotExecuted
 from ctrlrun.testing import MovableClock
 from tests_py.support.cli import run_cli
-from tests_py.support.pgserver import _find_bin
+from throwaway.pgserver import _find_bin
 
 DAYS_30 = timedelta(days=30)
 

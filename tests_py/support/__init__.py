@@ -1,8 +1,10 @@
-"""Helpers the tests (and the benchmark in bench/) import: throwaway PostgreSQL clusters and
-PgBouncers, a fault-injecting TCP proxy, OS-process races, a real MCP upstream and gateway rig.
+"""Helpers the tests import: OS-process races, a real MCP upstream and gateway rig, a
+streaming standby, certificates, stores and CLI runners. The throwaway servers the benchmark
+uses too (a PostgreSQL cluster, a PgBouncer, a fault-injecting proxy) are in the top-level
+package ``throwaway``.
 
 Some modules here are also scripts run in their own process, by path:
-``python3 tests_py/support/pgserver.py -- CMD`` (CMD with a throwaway cluster),
-``tests_py/support/mcp_upstream.py`` (an MCP server) and ``tests_py/support/_race_worker.py``.
+``tests_py/support/mcp_upstream.py`` (an MCP server; bench/gateway.py runs it too) and
+``tests_py/support/_race_worker.py``.
 Those import nothing from this package, so they run without it on ``sys.path``.
 """

@@ -10,7 +10,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Optional
 
-from tests_py.support.pgserver import _find_bin
+from throwaway.pgserver import _find_bin
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """A real PostgreSQL primary and a streaming standby of it, for the failover tests.
 
-The primary is a throwaway cluster (tests_py/support/pgserver.py) with ``wal_level=replica``;
+The primary is a throwaway cluster (throwaway/pgserver.py) with ``wal_level=replica``;
 initdb's pg_hba.conf lets the ``postgres`` user replicate from 127.0.0.1 with its password
 (scram-sha-256). The standby is ``pg_basebackup -R`` of it, streaming under the
 application_name ``STANDBY``. ``synchronous=True`` names it in the primary's
@@ -29,7 +29,7 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator, List, Optional, Tuple
 
-from .pgserver import Cluster, _find_bin, launch, new_root, start_cluster
+from throwaway.pgserver import Cluster, _find_bin, launch, new_root, start_cluster
 
 STANDBY = "ctrlrun_standby"
 TIMEOUT = 60.0

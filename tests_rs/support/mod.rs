@@ -2,7 +2,7 @@
 //! transitions by name and the assertions on refusals.
 //!
 //! PostgreSQL is the server named by `CTRLRUN_TEST_POSTGRES_URL`; `make test-rs` starts a
-//! throwaway cluster and sets it (`python3 tests_py/pgserver.py -- cargo test`). Without it a
+//! throwaway cluster and sets it (`python3 -m throwaway.pgserver -- cargo test`). Without it a
 //! PostgreSQL test fails: it never skips.
 
 #![allow(dead_code)]

@@ -1,4 +1,4 @@
-"""A throwaway PostgreSQL cluster from the machine's binaries, for the tests.
+"""A throwaway PostgreSQL cluster from the machine's binaries, for the tests and the benchmark.
 
 ``initdb`` refuses to run as root, so as root the cluster is made and run as the ``postgres`` OS
 user. It listens on 127.0.0.1 and 127.0.0.2 (two addresses: "two hosts") on a free port, with
@@ -248,9 +248,9 @@ if __name__ == "__main__":
     import sys
 
     if len(sys.argv) > 2 and sys.argv[1] == "--":
-        # python3 tests_py/support/pgserver.py -- cargo test: the command, with a server.
+        # python3 -m throwaway.pgserver -- cargo test: the command, with a server.
         sys.exit(run_with_cluster(sys.argv[2:]))
-    # python3 tests_py/support/pgserver.py: start one by hand.
+    # python3 -m throwaway.pgserver: start one by hand.
     c = start_cluster()
     print(c.url())
     print(f"stop with: {' '.join(c._as_user)} {c._pg_ctl} -D {c.datadir} stop")

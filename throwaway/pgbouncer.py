@@ -1,4 +1,4 @@
-"""A throwaway PgBouncer in front of the tests' PostgreSQL, from the machine's binary.
+"""A throwaway PgBouncer in front of a PostgreSQL server, from the machine's binary.
 
 PgBouncer refuses to run as root, so as root it runs as the ``postgres`` OS user (as the
 throwaway cluster does). It listens on 127.0.0.1 on a free port, in a temporary folder removed on
