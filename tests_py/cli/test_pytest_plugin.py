@@ -73,10 +73,10 @@ def test_b_after():
     result.assert_outcomes(passed=2)
 
 
-def test_postgres_fixture_uses_its_own_schema_and_drops_it(pytester, pg, monkeypatch):
-    before = pg.schemas()
+def test_postgres_fixture_uses_its_own_schema_and_drops_it(pytester, pg, monkeypatch, tmp_path):
     pytester.makepyfile(
         test_pg="""
+import os, pathlib
 import ctrlrun
 
 @ctrlrun.protect("pay", effect="pay:{order}")
@@ -88,12 +88,17 @@ def test_pg(ctrlrun_postgres_store, ctrlrun_clock):
     assert "schema=ctrlrun_scratch_" in ctrlrun_postgres_store.url
     assert pay("o1") == 1
     assert ctrlrun_postgres_store.get_effect("pay:o1").state.value == "committed"
+    schema = ctrlrun_postgres_store.url.split("schema=", 1)[1].split("&", 1)[0]
+    pathlib.Path(os.environ["SCHEMA_FILE"]).write_text(schema)
 """
     )
     monkeypatch.setenv("CTRLRUN_TEST_POSTGRES_URL", pg.url())
+    monkeypatch.setenv("SCHEMA_FILE", str(tmp_path / "schema"))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=1)
-    assert pg.schemas() == before  # the schema was dropped
+    # Its own schema only: other workers' tests make and drop theirs on the same server.
+    schema = (tmp_path / "schema").read_text()
+    assert schema.startswith("ctrlrun_scratch_") and schema not in pg.schemas()  # dropped
 
 
 def test_postgres_fixture_without_a_server_says_why(pytester, monkeypatch):
