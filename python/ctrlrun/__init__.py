@@ -36,6 +36,10 @@ from ctrlrun.errors import (
     StoreUnresolved,
     StoreWriteFailed,
 )
+
+# The store tells its decisions to the notifications through the hook ``hooks`` adds when
+# imported: imported here, it is in place whichever of ctrlrun's modules a program imports.
+from ctrlrun.notify import hooks as _notify_hooks  # noqa: F401
 from ctrlrun.store.api import Store, default_store, open_store, set_default_store
 from ctrlrun.store.policy import ActionRule
 from ctrlrun.store.receipts import Receipt, ReceiptCheck

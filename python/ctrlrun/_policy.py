@@ -37,7 +37,7 @@ from typing import Dict, List, Optional, Tuple
 
 import yaml
 
-from ctrlrun import _core
+import ctrlrun._core as _core
 from ctrlrun._policy_notify import NotifyTarget, parse_console_url, parse_targets
 from ctrlrun._policy_yaml import absent, integer
 from ctrlrun._policy_yaml import duration as _duration

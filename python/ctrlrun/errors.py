@@ -26,7 +26,7 @@ from __future__ import annotations
 import types
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from ctrlrun.store.records import EffectRecord
+from ctrlrun._records import EffectRecord
 
 __all__ = [
     "CTRLRunError",

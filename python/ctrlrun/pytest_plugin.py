@@ -28,7 +28,7 @@ from typing import Any, Iterator, List, Literal
 
 import pytest
 
-from ctrlrun import _core
+import ctrlrun._core as _core
 from ctrlrun.store.api import Store, open_store, set_default_store, use_when_default_is_unset
 from ctrlrun.store.records import EffectRecord, EffectState
 from ctrlrun.store.scratch import scratch_schema_url

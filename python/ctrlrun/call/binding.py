@@ -10,7 +10,7 @@ import warnings
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ctrlrun import _core
+import ctrlrun._core as _core
 from ctrlrun._policy import current_policy, policy_path
 from ctrlrun.call.injected import injected_parameters
 from ctrlrun.errors import ActionDenied, EffectKeyError, InvalidArgument

@@ -274,7 +274,7 @@ def fingerprint(arguments: Mapping[str, Any], exclude: Collection[str] = ()) -> 
     No arguments at all still give a digest (of ``{}``). The digests are the core's
     (:func:`ctrlrun._core.arg_digests`), so they are those a reservation writes.
     """
-    from ctrlrun import _core
+    import ctrlrun._core as _core
 
     parts, left_out = texts(arguments, exclude)
     digest, lines = _core.arg_digests(parts)

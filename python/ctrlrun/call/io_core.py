@@ -24,7 +24,7 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from ctrlrun import _core
+import ctrlrun._core as _core
 from ctrlrun.call.io_threads import PerLoop
 
 _AVAILABLE = hasattr(_core, "Completions")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from ctrlrun import _core
+import ctrlrun._core as _core
 from ctrlrun.errors import NotExecuted
 from ctrlrun.store.records import result_to_json
 

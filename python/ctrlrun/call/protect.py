@@ -13,8 +13,7 @@ import time
 from datetime import timedelta
 from typing import Any, Callable, Iterable, Optional, Tuple, TypeVar, Union
 
-from ctrlrun import _core
-from ctrlrun._telemetry import UNOBSERVED, observe
+import ctrlrun._core as _core
 from ctrlrun.call import io_threads as _io_threads
 from ctrlrun.call import runner as _runner
 from ctrlrun.call import runner_async as _runner_async
@@ -29,6 +28,7 @@ from ctrlrun.call.steps import (
     idempotency_token,
     through_body,
 )
+from ctrlrun.call.telemetry import UNOBSERVED, observe
 from ctrlrun.errors import CTRLRunError, DuplicateEffect, InvalidArgument
 from ctrlrun.store.api import Store, default_store, store_at_hand, store_for_url
 from ctrlrun.store.approvers import check_name

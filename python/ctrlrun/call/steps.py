@@ -18,12 +18,12 @@ import time
 from datetime import timedelta
 from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple, TypeVar, Union
 
-from ctrlrun import _core
-from ctrlrun._telemetry import body_started
+import ctrlrun._core as _core
 from ctrlrun.call import outcome
 from ctrlrun.call.approval import ask, poll_interval, refusal
 from ctrlrun.call.fingerprint import Fingerprint, fingerprint, texts
 from ctrlrun.call.outcome import Outcome, exc_text
+from ctrlrun.call.telemetry import body_started
 from ctrlrun.errors import (
     AmbiguousEffect,
     DuplicateEffect,

@@ -13,7 +13,7 @@ from typing import Any, Dict, NoReturn, Optional, Sequence, Tuple
 
 import click
 
-from ctrlrun import _core
+import ctrlrun._core as _core
 from ctrlrun.errors import CTRLRunError, InvalidArgument
 from ctrlrun.store.api import Store, default_store, default_url, open_store
 

@@ -12,7 +12,7 @@ import sys
 import tempfile
 from typing import Any, Callable, Dict, Tuple
 
-from ctrlrun import _core
+import ctrlrun._core as _core
 from ctrlrun.store.api import open_store
 from ctrlrun.store.scratch import scratch_schema_url
 

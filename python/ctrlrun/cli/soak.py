@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import click
 
-from ctrlrun import _core
+import ctrlrun._core as _core
 from ctrlrun.cli._common import die, given_url, require_posix, store_option
 from ctrlrun.cli._scratch import Scratch, start_worker
 from ctrlrun.cli.soak_judge import PREFIX, Recorded, Report, judge

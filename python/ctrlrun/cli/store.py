@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from ctrlrun import _core
+import ctrlrun._core as _core
 from ctrlrun.cli._common import die
 from ctrlrun.errors import CTRLRunError
 from ctrlrun.store.api import default_url

@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ctrlrun import _core
+import ctrlrun._core as _core
 from ctrlrun._policy import Policy, load_policy
 from ctrlrun.cli._scratch import Scratch, start_worker
 from ctrlrun.store.api import Store, default_url, open_store

@@ -25,14 +25,14 @@ from mcp import types
 from mcp.client.session import ClientSession
 from pydantic import ValidationError
 
-from ctrlrun import _core
+import ctrlrun._core as _core
 from ctrlrun._policy import ActionPolicy, current_policy
-from ctrlrun._telemetry import UNOBSERVED, observe
 from ctrlrun.call import runner_async as _runner_async
 from ctrlrun.call.binding import render_value
 from ctrlrun.call.outcome import state_after
 from ctrlrun.call.protect import DEFAULT_LEASE
 from ctrlrun.call.steps import Call, Spec, replayable
+from ctrlrun.call.telemetry import UNOBSERVED, observe
 from ctrlrun.errors import (
     ActionDenied,
     AmbiguousEffect,

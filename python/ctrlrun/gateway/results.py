@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional
 
 from mcp import types
 
-from ctrlrun.integrations._common import refusal_of
+from ctrlrun.call.refusals import refusal_of
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,9 @@ def answer(f: Forwarded) -> types.CallToolResult:
     return not_forwarded(f.action, f.key, f.kind, f.why)
 
 
-def _result(text: str, payload: Dict[str, Any]) -> types.CallToolResult:
+def error_result(text: str, payload: Dict[str, Any]) -> types.CallToolResult:
+    """A tool error: ``text`` for the model, ``payload`` as ``structuredContent["ctrlrun"]``
+    (the gateway's answers, and ``ctrlrun.integrations.mcp``'s)."""
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)],
         structured_content={"ctrlrun": payload},
@@ -60,19 +62,19 @@ def refusal_result(action: str, key: Optional[str], exc: Exception) -> types.Cal
     """A refusal: nothing was sent to the upstream (the words every integration uses)."""
     refusal = refusal_of(exc, action, key)
     if refusal is None:
-        return _result(
+        return error_result(
             f"refused: {exc}", {"action": action, "effect_key": key, "refused": "invalid"}
         )
     if refusal.kind == "unreadable":
         return not_forwarded(action, key, "store", refusal.text.replace("was run", "was sent"))
-    return _result(refusal.text, refusal.payload)
+    return error_result(refusal.text, refusal.payload)
 
 
 def not_forwarded(action: str, key: Optional[str], kind: str, message: str) -> types.CallToolResult:
     """A call the gateway refused before sending (``invalid``, ``policy``, ``store``), or one
     whose outcome it recorded without an upstream answer (``failed``, ``ambiguous``)."""
     field = "outcome" if kind in ("failed", "ambiguous") else "refused"
-    return _result(f"{kind}: {message}", {"action": action, "effect_key": key, field: kind})
+    return error_result(f"{kind}: {message}", {"action": action, "effect_key": key, field: kind})
 
 
 def forwarded_error(

@@ -25,7 +25,7 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from ctrlrun import _core
+import ctrlrun._core as _core
 from ctrlrun._policy import current_policy
 from ctrlrun.call import io_threads as _io_threads
 from ctrlrun.gateway import stdio as _gateway_stdio

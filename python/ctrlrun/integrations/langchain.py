@@ -38,7 +38,7 @@ from ctrlrun.call import io_threads
 from ctrlrun.call.protect import protect as _protect
 from ctrlrun.call.seams import tuple_maker
 from ctrlrun.errors import InvalidArgument
-from ctrlrun.integrations._common import Protected, Refusal, answering, protected
+from ctrlrun.integrations._common import Protected, Refusal, Refused, answering, decide, protected
 
 __all__ = ["protect", "protect_tool", "ProtectedStructuredTool", "Decision", "decision_schema"]
 
@@ -52,15 +52,6 @@ _CALL: contextvars.ContextVar[Optional[Tuple[object, Optional[str]]]] = contextv
 # The keyword a protected tool passes its call's id on with, from ``_to_args_and_kwargs`` to
 # ``_run`` (no parameter can be named so).
 _CALL_ID = "ctrlrun:tool_call_id"
-
-
-class _Refused:
-    """What the answering function gives back for a refusal, before it is answered."""
-
-    __slots__ = ("refusal",)
-
-    def __init__(self, refusal: Refusal) -> None:
-        self.refusal = refusal
 
 
 class Decision(BaseModel):
@@ -155,20 +146,6 @@ def _ask(refusal: Refusal, call_id: Optional[str]) -> Decision:
     return interrupt(value, response_schema=schema)
 
 
-def _decide(about: Protected, request_id: str, grant: bool, by: str, note: Optional[str]) -> None:
-    """Record a person's decision of a pending request; one decided meanwhile stands."""
-    store = about.store()
-    current = store.get_approval(request_id)
-    if current is None or current.state.value != "pending":
-        return
-    try:
-        (store.grant_approval if grant else store.deny_approval)(request_id, by, note)
-    except InvalidArgument:
-        again = store.get_approval(request_id)
-        if again is not None and again.state.value == "pending":
-            raise  # not a race: the name or note cannot be stored
-
-
 def _apply(
     about: Protected, refusal: Refusal, decision: Decision, args: Any, kwargs: Dict[str, Any]
 ) -> Tuple[Any, Dict[str, Any]]:
@@ -178,20 +155,20 @@ def _apply(
         return args, kwargs  # the store's say stands (a grant made with `ctrlrun approve`)
     by = decision.by or "langgraph"
     if not decision.approved:
-        _decide(about, rid, False, by, decision.note)
+        decide(about.store(), rid, False, by, decision.note)
         return args, kwargs
     edits = decision.edits()
     if not edits:
-        _decide(about, rid, True, by, decision.note)
+        decide(about.store(), rid, True, by, decision.note)
         return args, kwargs
     edited = {**kwargs, **edits}
     record = about.approval(**edited)
     if record is None or record.request_id == rid:
-        _decide(about, rid, True, by, decision.note)
+        decide(about.store(), rid, True, by, decision.note)
         return (), edited
     said = f": {decision.note}" if decision.note else ""
-    _decide(about, record.request_id, True, by, f"edited from {rid}{said}")
-    _decide(about, rid, False, by, f"edited: replaced by {record.request_id}{said}")
+    decide(about.store(), record, True, by, f"edited from {rid}{said}")
+    decide(about.store(), rid, False, by, f"edited: replaced by {record.request_id}{said}")
     return (), edited
 
 
@@ -212,21 +189,21 @@ def _tool_function(
     an approval in a LangGraph run asks through ``interrupt`` first. ``marker``: the
     protected tool's, whose calls' ids the function then knows."""
     about = protected(fn)
-    inner = answering(fn, _Refused)
+    inner = answering(fn, Refused)
 
     if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
         async def tool_async(*args: Any, **kwargs: Any) -> Any:
             out = await inner(*args, **kwargs)
-            if isinstance(out, _Refused):
+            if isinstance(out, Refused):
                 refusal = out.refusal
                 if refusal.kind == "approval_required" and about is not None and _can_interrupt():
                     decision = _ask(refusal, _call_id(marker))
                     kw = _bound(fn, args, kwargs)
                     args, kwargs = await io_threads.run(_apply, about, refusal, decision, (), kw)
                     out = await inner(*args, **kwargs)
-                if isinstance(out, _Refused):
+                if isinstance(out, Refused):
                     return answer(out.refusal)
             return after(out)
 
@@ -235,13 +212,13 @@ def _tool_function(
     @functools.wraps(fn)
     def tool_sync(*args: Any, **kwargs: Any) -> Any:
         out = inner(*args, **kwargs)
-        if isinstance(out, _Refused):
+        if isinstance(out, Refused):
             refusal = out.refusal
             if refusal.kind == "approval_required" and about is not None and _can_interrupt():
                 decision = _ask(refusal, _call_id(marker))
                 args, kwargs = _apply(about, refusal, decision, (), _bound(fn, args, kwargs))
                 out = inner(*args, **kwargs)
-            if isinstance(out, _Refused):
+            if isinstance(out, Refused):
                 return answer(out.refusal)
         return after(out)
 

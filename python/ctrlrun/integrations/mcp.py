@@ -7,7 +7,7 @@
   decoration, naming this one). :func:`tool` registers and protects in one decorator.
 * A refusal is the tool's result, never a raised exception: a ``CallToolResult`` with
   ``isError`` set, the gateway's one line of text and ``structuredContent`` ``{"ctrlrun":
-  ...}``, as ``ctrlrun gateway`` answers (:mod:`ctrlrun.integrations._common`). The server
+  ...}``, as ``ctrlrun gateway`` answers (:mod:`ctrlrun.call.refusals`). The server
   logs no traceback for it. A body that raises :class:`ctrlrun.NotExecuted` (recorded
   ``failed``: a retry may run) is answered the same way.
 * The MCP ``Context`` a tool is handed is never part of its key, fingerprint or approval
@@ -42,7 +42,7 @@ from urllib.parse import quote
 
 from ctrlrun.call.protect import protect as _protect
 from ctrlrun.errors import InvalidArgument, NotExecuted
-from ctrlrun.integrations._common import Refusal, answering, protected
+from ctrlrun.integrations._common import Refusal, Refused, answering, protected
 
 if TYPE_CHECKING:
     from mcp.server import MCPServer
@@ -67,23 +67,11 @@ _INPUT_REQUIRED = "2026-07-28"
 _URL_FIELDS = frozenset({"request_id", "action", "effect_key"})
 
 
-class _Refused:
-    """What the protected call gave instead of raising a refusal."""
-
-    __slots__ = ("refusal",)
-
-    def __init__(self, refusal: Refusal) -> None:
-        self.refusal = refusal
-
-
 def _result(text: str, payload: Dict[str, Any]) -> CallToolResult:
-    from mcp import types
+    """The gateway's tool error (imported when one is made: it needs the MCP SDK)."""
+    from ctrlrun.gateway.results import error_result
 
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=text)],
-        structured_content={"ctrlrun": payload},
-        is_error=True,
-    )
+    return error_result(text, payload)
 
 
 def _answer(refusal: Refusal, **extra: Any) -> CallToolResult:
@@ -274,7 +262,7 @@ def _mcp_tool(
     about = protected(guarded)
     action = about.action if about is not None else getattr(fn, "__qualname__", "tool")
     approval = _Approval(action, make_url) if make_url is not None else None
-    inner = answering(guarded, _Refused)
+    inner = answering(guarded, Refused)
     own_ctx = _context_parameter(fn) if approval is not None else None
     added = approval is not None and own_ctx is None
 
@@ -296,7 +284,7 @@ def _mcp_tool(
             ctx = context(kwargs)
             try:
                 out = await inner(*args, **kwargs)
-                if not isinstance(out, _Refused):
+                if not isinstance(out, Refused):
                     return out
                 if approval is None:
                     return _answer(out.refusal)
@@ -306,7 +294,7 @@ def _mcp_tool(
                 said = await _elicit(ctx, step)
                 if said == "accept":  # the person may have decided meanwhile
                     out = await inner(*args, **kwargs)
-                    if not isinstance(out, _Refused):
+                    if not isinstance(out, Refused):
                         return out
                 return approval.after(out.refusal, step, said)
             except NotExecuted as exc:
@@ -320,7 +308,7 @@ def _mcp_tool(
             ctx = context(kwargs)
             try:
                 out = inner(*args, **kwargs)
-                if not isinstance(out, _Refused):
+                if not isinstance(out, Refused):
                     return out
                 if approval is None:
                     return _answer(out.refusal)
@@ -330,7 +318,7 @@ def _mcp_tool(
                 said = _elicit_from_thread(ctx, step)
                 if said == "accept":
                     out = inner(*args, **kwargs)
-                    if not isinstance(out, _Refused):
+                    if not isinstance(out, Refused):
                         return out
                 return approval.after(out.refusal, step, said)
             except NotExecuted as exc:

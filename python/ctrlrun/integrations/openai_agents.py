@@ -33,7 +33,14 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Un
 from ctrlrun.call import io_threads
 from ctrlrun.call.approval import refusal
 from ctrlrun.errors import InvalidArgument
-from ctrlrun.integrations._common import REFUSALS, Protected, answering, protected, refusal_of
+from ctrlrun.integrations._common import (
+    REFUSALS,
+    Protected,
+    answering,
+    decide,
+    protected,
+    refusal_of,
+)
 from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
 
 if TYPE_CHECKING:
@@ -111,14 +118,12 @@ def _sdk_approved(ctx: Any) -> bool:
 
 
 def _decided_here(tool: _Tool, record: Optional[ApprovalRecord], ctx: Any) -> None:
-    """Record a person's SDK approval as the grant of ``record`` (when it is still pending)."""
+    """Record a person's SDK approval as the grant of ``record`` (none: no approval needed),
+    unless it was decided meanwhile (granted already, or denied in ctrlrun: the denial stands)."""
     if record is None or record.state is not ApprovalState.PENDING:
-        return  # no approval needed, granted already, or denied in ctrlrun (the denial stands)
+        return  # (nothing to grant: the store is not asked)
     note = f"approved in an OpenAI Agents SDK run (tool call {getattr(ctx, 'tool_call_id', '?')})"
-    try:
-        tool.about.store().grant_approval(record.request_id, tool.approver(ctx), note)
-    except InvalidArgument:  # decided meanwhile (a twin call, or a person): that decision stands
-        pass
+    decide(tool.about.store(), record, True, tool.approver(ctx), note)
 
 
 def _tool_function(fn: Callable[..., Any], approved_by: Approver) -> Callable[..., Any]:
@@ -392,11 +397,8 @@ def approve(
     that request (``None`` for a tool ctrlrun does not protect, or a call needing none). A
     request denied in ctrlrun meanwhile stays denied: the resumed call answers "denied"."""
     tool, record, _ = _standing(item)
-    if tool is not None and record is not None and record.state is ApprovalState.PENDING:
-        try:
-            record = tool.about.store().grant_approval(record.request_id, by, note)
-        except InvalidArgument:  # decided meanwhile
-            record = tool.about.store().get_approval(record.request_id)
+    if tool is not None and record is not None:
+        record = decide(tool.about.store(), record, True, by, note)
     state.approve(item)
     return record
 
@@ -411,11 +413,7 @@ def reject(
     tool, record, bound = _standing(item)
     message = None
     if tool is not None and record is not None:
-        if record.state is ApprovalState.PENDING:
-            try:
-                record = tool.about.store().deny_approval(record.request_id, by, note)
-            except InvalidArgument:
-                record = tool.about.store().get_approval(record.request_id) or record
+        record = decide(tool.about.store(), record, False, by, note) or record
         if record.state is ApprovalState.DENIED:
             message = _denied_text(tool, record, bound)
     if message is None:

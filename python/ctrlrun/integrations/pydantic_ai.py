@@ -43,12 +43,11 @@ from pydantic_ai.tools import ToolDenied
 from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
-from ctrlrun.call import io_threads
 from ctrlrun.call.protect import protect as _protect
 from ctrlrun.errors import CTRLRunError, InvalidArgument, NotExecuted
-from ctrlrun.integrations._common import REFUSALS, Protected, Refusal, answering, protected
+from ctrlrun.integrations._common import REFUSALS, Protected, Refusal, adecide, answering, protected
 from ctrlrun.integrations._common import refusal_of as _refusal_of
-from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
+from ctrlrun.store.approvals import ApprovalRecord
 
 __all__ = ["protect", "protect_tool", "answer", "failed", "Approvals", "DEFAULT_APPROVER"]
 
@@ -235,20 +234,6 @@ def _decider(metadata: Any, default: str) -> str:
     return by if isinstance(by, str) and by.strip() else default
 
 
-async def _decide(
-    about: Protected, record: ApprovalRecord, grant: bool, by: str, note: str
-) -> None:
-    """Grant or deny a pending request (one decided meanwhile is left as it is)."""
-    if record.state is not ApprovalState.PENDING:
-        return
-    store = await about.astore()
-    decide = store.grant_approval if grant else store.deny_approval
-    try:
-        await io_threads.run(decide, record.request_id, by, note)
-    except InvalidArgument:  # decided by someone else since it was read: theirs stands
-        pass
-
-
 async def _standing(
     about: Protected, takes_ctx: bool, ctx: RunContext[Any], args: Dict[str, Any]
 ) -> Optional[ApprovalRecord]:
@@ -348,14 +333,15 @@ class Approvals(AbstractCapability[Any]):
             if old is not None and old.request_id == new.request_id:
                 old = None
         where = f"through pydantic-ai (tool call {ctx.tool_call_id})"
+        store = await about.astore()
         if old is None:
-            await _decide(about, new, True, by, f"approved {where}")
+            await adecide(store, new, True, by, f"approved {where}")
             return
-        await _decide(
-            about, new, True, by, f"approved {where}, the arguments edited from {old.request_id}"
+        await adecide(
+            store, new, True, by, f"approved {where}, the arguments edited from {old.request_id}"
         )
-        await _decide(
-            about, old, False, by, f"edited then approved {where}: granted as {new.request_id}"
+        await adecide(
+            store, old, False, by, f"edited then approved {where}: granted as {new.request_id}"
         )
 
     async def after_node_run(self, ctx: RunContext[Any], *, node: Any, result: Any) -> Any:
@@ -382,4 +368,4 @@ class Approvals(AbstractCapability[Any]):
         args = _validated(tool, part.args)
         record = None if args is None else await _standing(about, takes_ctx, ctx, args)
         if record is not None:
-            await _decide(about, record, False, self._by(metadata), denied.message)
+            await adecide(await about.astore(), record, False, self._by(metadata), denied.message)

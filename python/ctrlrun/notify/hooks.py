@@ -1,6 +1,7 @@
 """What the places where an event happens call: an approval request written
-(``ctrlrun.call.approval.ask``), a person's decision (``Store._decide``) and a body's outcome
-recorded ``ambiguous`` (the sync and async runners; the gateway runs the async one).
+(``ctrlrun.call.approval.ask``), a person's decision (``Store._decide``, through the hook this
+module adds with ``ctrlrun.store.approvals.when_decided``) and a body's outcome recorded
+``ambiguous`` (the sync and async runners; the gateway runs the async one).
 
 Each looks at the policy in force (``current_policy()``, the parsed file cached until it
 changes) and does nothing more when no ``notify`` list names a target (``Policy.notifies``);
@@ -16,7 +17,7 @@ from typing import Any, Optional, Tuple
 from ctrlrun._policy import Policy, current_policy
 from ctrlrun.notify import delivery
 from ctrlrun.notify.events import Event, approval_event, effect_event
-from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
+from ctrlrun.store.approvals import ApprovalRecord, ApprovalState, when_decided
 
 __all__ = [
     "emit",
@@ -84,6 +85,9 @@ def decided(record: ApprovalRecord) -> ApprovalRecord:
     except Exception as exc:
         log.error("ctrlrun: the decision on %s was not notified: %s", record.request_id, exc)
     return record
+
+
+when_decided(decided)
 
 
 def ambiguous(action: Optional[str], key: str, requested_by: Optional[str] = None) -> None:

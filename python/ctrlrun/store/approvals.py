@@ -1,17 +1,17 @@
 """Approval requests: the record a person decides on, as read from the store (how a call asks
-for one and waits is ``ctrlrun.call.approval``)."""
+for one and waits is ``ctrlrun.call.approval``), and who is told when a decision lands."""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ctrlrun import _core
+import ctrlrun._core as _core
 from ctrlrun.store.decode import from_row, stored_json
 
-__all__ = ["ApprovalState", "ApprovalRecord", "DEFAULT_APPROVAL_TTL"]
+__all__ = ["ApprovalState", "ApprovalRecord", "DEFAULT_APPROVAL_TTL", "when_decided"]
 
 #: How long a request waits for a decision, and a decision stands (per action in the policy,
 #: or ``approval_ttl=`` on the decorator).
@@ -109,3 +109,22 @@ def approval_from_core(row: _core.ApprovalRow) -> ApprovalRecord:
     return from_row(
         ApprovalRecord, row, arguments=shown, not_bound=not_bound, granted_by=tuple(row.granted_by)
     )
+
+
+# Told of every decision the store records (``Store.grant_approval`` / ``deny_approval``), in
+# order: ``ctrlrun.notify.hooks`` adds its ``decided`` when imported, and the package imports it
+# (the store imports nothing of what sits above it).
+_TOLD: List[Callable[[ApprovalRecord], object]] = []
+
+
+def when_decided(hook: Callable[[ApprovalRecord], object]) -> None:
+    """Call ``hook(record)`` after each decision the store records (``hook`` must not raise)."""
+    if hook not in _TOLD:
+        _TOLD.append(hook)
+
+
+def tell_decided(record: ApprovalRecord) -> ApprovalRecord:
+    """Tell every hook of the decision ``record``; returns ``record``."""
+    for hook in _TOLD:
+        hook(record)
+    return record

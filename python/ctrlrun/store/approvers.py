@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, List, Optional
 
-from ctrlrun import _core
+import ctrlrun._core as _core
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.store.decode import from_row
 

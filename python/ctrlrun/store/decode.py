@@ -10,7 +10,7 @@ import json
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar, get_type_hints
 
-from ctrlrun import _core
+import ctrlrun._core as _core
 from ctrlrun.errors import StoreError
 from ctrlrun.store.records import EffectRecord
 

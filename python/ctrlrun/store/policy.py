@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, List
 
-from ctrlrun import _core
+import ctrlrun._core as _core
 
 __all__ = ["ActionRule", "PolicyMethods"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Callable, Iterable, List, Optional, Union
 
-from ctrlrun import _core
+import ctrlrun._core as _core
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.store.decode import record_from_core
 from ctrlrun.store.durations import to_micros

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 
-from ctrlrun import _core
+import ctrlrun._core as _core
 
 
 def scratch_schema_url(url: str) -> str:

@@ -45,7 +45,7 @@ except ImportError:
     _metrics_internal = None  # type: ignore[assignment]
 
 if _trace is not None and _metrics is not None:
-    from ctrlrun import _core
+    import ctrlrun._core as _core
 
     _tracer: Any = _trace.get_tracer("ctrlrun", _core.__version__)
     _meter: Any = _metrics.get_meter("ctrlrun", _core.__version__)
