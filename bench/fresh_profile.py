@@ -95,7 +95,7 @@ def main() -> None:
         store.begin_execution(k, aid)
         store.commit_effect(k, aid, 1)
 
-    core, pauses = store.core, list(OUTCOME_PAUSES)
+    core, pauses = store._core, list(OUTCOME_PAUSES)
 
     def core_calls(k: str) -> None:
         aid = "act_" + os.urandom(16).hex()

@@ -56,7 +56,7 @@ def main() -> None:
         except ctrlrun.DuplicateEffect:
             pass
 
-    core, aid, parts = store.core, "act_" + "1" * 32, [("k", '"k0"')]
+    core, aid, parts = store._core, "act_" + "1" * 32, [("k", '"k0"')]
 
     def core_alone() -> None:  # what protect hands the core, with no Python around it
         try:

@@ -37,6 +37,8 @@ from ctrlrun.errors import (
     StoreWriteFailed,
 )
 from ctrlrun.store.api import Store, default_store, open_store, set_default_store
+from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
+from ctrlrun.store.approvers import ApproverRecord
 from ctrlrun.store.policy import ActionRule
 from ctrlrun.store.receipts import Receipt, ReceiptCheck
 from ctrlrun.store.records import EffectRecord, EffectState, Reservation
@@ -52,6 +54,9 @@ __all__ = [
     "Reservation",
     "Receipt",
     "ReceiptCheck",
+    "ApprovalState",
+    "ApprovalRecord",
+    "ApproverRecord",
     "ActionRule",
     "Store",
     "open_store",

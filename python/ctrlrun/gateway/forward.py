@@ -26,7 +26,6 @@ from mcp.client.session import ClientSession
 from pydantic import ValidationError
 
 from ctrlrun import _core
-from ctrlrun._policy import ActionPolicy, current_policy
 from ctrlrun._telemetry import UNOBSERVED, observe
 from ctrlrun.call import runner_async as _runner_async
 from ctrlrun.call.binding import render_value
@@ -45,6 +44,7 @@ from ctrlrun.errors import (
 from ctrlrun.gateway.relay import Relay
 from ctrlrun.gateway.results import Forwarded, answer
 from ctrlrun.gateway.upstream import NotSent, Upstream, brief, progress_of
+from ctrlrun.policy import ActionPolicy, current_policy
 from ctrlrun.store.api import Store
 
 #: The seconds a forwarded call may take unless ``--call-timeout`` or the policy says.
