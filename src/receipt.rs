@@ -7,8 +7,9 @@
 //! the request's own row and is computed by the write statement itself from the head it
 //! replaces, so concurrent writers of one key are ordered by that row's lock and no single
 //! global row is contended. This module holds the hash (the same one the statements compute:
-//! SQLite calls [`hash_fields`] as a registered function, PostgreSQL runs the SQL function in
-//! [`PG_HASH_FUNCTION`]), the event names, and the verification of chains.
+//! SQLite calls [`hash_fields`] as a registered function, PostgreSQL runs the SQL function
+//! `ctrlrun_receipt_hash` that the store's schema creates), the event names, and the
+//! verification of chains.
 
 use std::collections::HashMap;
 
@@ -31,7 +32,7 @@ pub struct Receipt {
     pub prev_hash: Option<String>,
     pub hash: String,
     pub at: Micros,
-    /// What the write was: see [`effect_event`] and [`approval_event`].
+    /// What the write was: see [`Event`] and [`approval_event`].
     pub kind: String,
     pub action: Option<String>,
     pub action_id: Option<String>,

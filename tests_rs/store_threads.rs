@@ -263,8 +263,8 @@ fn an_outcome_written_without_reading_back_lands_the_same_row_and_refuses_alike(
 fn the_store_names_its_backend(b: Backend) {
     let f = Fixture::new(b);
     let want = match b {
-        Backend::Sqlite => ctrlrun::store::Backend::Sqlite,
-        Backend::Postgres => ctrlrun::store::Backend::Postgres,
+        Backend::Sqlite => ctrlrun::store::BackendKind::Sqlite,
+        Backend::Postgres => ctrlrun::store::BackendKind::Postgres,
     };
     assert_eq!(f.store.backend(), want);
     assert_eq!(f.store.fork_sensitive(), b == Backend::Sqlite);

@@ -41,6 +41,8 @@ from ctrlrun.errors import (
 # imported: imported here, it is in place whichever of ctrlrun's modules a program imports.
 from ctrlrun.notify import hooks as _notify_hooks  # noqa: F401
 from ctrlrun.store.api import Store, default_store, open_store, set_default_store
+from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
+from ctrlrun.store.approvers import ApproverRecord
 from ctrlrun.store.policy import ActionRule
 from ctrlrun.store.receipts import Receipt, ReceiptCheck
 from ctrlrun.store.records import EffectRecord, EffectState, Reservation
@@ -56,6 +58,9 @@ __all__ = [
     "Reservation",
     "Receipt",
     "ReceiptCheck",
+    "ApprovalState",
+    "ApprovalRecord",
+    "ApproverRecord",
     "ActionRule",
     "Store",
     "open_store",

@@ -11,7 +11,7 @@ use crate::planner::Proposal;
 use crate::record::Micros;
 use crate::store::outcome::record_retrying;
 use crate::store::retention::{self, EffectFilter, Prune};
-use crate::store::{fork, Backend, Store};
+use crate::store::{fork, BackendKind, Store};
 
 /// A store handle. Every method releases the GIL while it talks to the database.
 /// Timestamps are integer microseconds since the Unix epoch (UTC); `now_us=None` uses the
@@ -21,7 +21,7 @@ pub struct PyStore {
     inner: RwLock<Option<Arc<dyn Store>>>,
     description: String,
     /// Which database it writes to (`Store::backend`), kept for after `close()`.
-    backend: Backend,
+    backend: BackendKind,
     /// The process that opened it: connections do not survive a `fork()`.
     pid: u32,
 }

@@ -4,15 +4,15 @@
 use pyo3::prelude::*;
 
 use super::errors::IntoPyResult;
-use crate::store::Backend;
+use crate::store::BackendKind;
 
 /// `sqlite` or `postgres`: the database a store URL names. Raises `InvalidArgument` for a
 /// malformed URL.
 #[pyfunction]
 pub fn url_backend(py: Python<'_>, url: &str) -> PyResult<&'static str> {
     Ok(match crate::url::parse(url).py_err(py)? {
-        crate::url::StoreUrl::Sqlite(_) => Backend::Sqlite,
-        crate::url::StoreUrl::Postgres { .. } => Backend::Postgres,
+        crate::url::StoreUrl::Sqlite(_) => BackendKind::Sqlite,
+        crate::url::StoreUrl::Postgres { .. } => BackendKind::Postgres,
     }
     .as_str())
 }

@@ -1,8 +1,8 @@
 //! The traits every store implements: [`Store`] (effects), [`Approvals`], [`Receipts`] and
-//! [`Retention`]. [`Store`] is written once over what a backend supplies ([`Engine`]).
+//! [`Retention`]. [`Store`] is written once over what a backend supplies ([`Backend`]).
 
-use super::cold::StorePolicy;
-use super::engine::{Backend, Engine, RowWrite};
+use super::backend::{Backend, BackendKind, RowWrite};
+use super::oversight::StorePolicy;
 use super::recovery::TransitionCall;
 use super::retention::{self, Cursor, EffectFilter, Prune, PruneBatch, PruneStep};
 use crate::approval::{ApprovalAsk, ApprovalRecord, ApprovalState, ApproverRecord};
@@ -11,8 +11,8 @@ use crate::planner::{self, Proposal, Transition};
 use crate::receipt::{Event, Receipt, Verification};
 use crate::record::{EffectRecord, EffectState, Micros};
 
-/// Approval requests, kept in the same database as the effects (each backend implements it in
-/// its `approvals.rs`).
+/// Approval requests, kept in the same database as the effects (written once for both
+/// backends, in `oversight/approvals.rs`, over each backend's `oversight.rs`).
 pub trait Approvals {
     /// Ask for an approval of `ask`: the request that stands for its action and arguments
     /// (pending, granted, or denied), or a new pending one.
@@ -56,7 +56,7 @@ pub trait Approvals {
 }
 
 /// The accounts of the people who decide in the console (see [`ApproverRecord`]), kept in the
-/// same database (written once for both backends, in `cold/approvers.rs`).
+/// same database (written once for both backends, in `oversight/approvers.rs`).
 pub trait Approvers {
     /// Create the account `name` (`create`; refused when it exists), or set the secret hash of
     /// the existing one.
@@ -78,8 +78,8 @@ pub trait Approvers {
     fn remove_approver(&self, name: &str) -> Result<bool>;
 }
 
-/// Receipts: one per committed write, chained per effect key and per approval request (each
-/// backend implements it in its `receipts.rs`; see [`crate::receipt`]).
+/// Receipts: one per committed write, chained per effect key and per approval request (read and
+/// verified once for both backends, in `oversight/receipts.rs`; see [`crate::receipt`]).
 pub trait Receipts {
     /// The receipts of `key` (or of every key), oldest first; with `limit`, the latest that
     /// many.
@@ -95,7 +95,7 @@ pub trait Receipts {
 
 /// Listing by filter and retention (each backend implements it in its `retention.rs`; see
 /// [`super::retention`]).
-pub trait Retention: Engine {
+pub trait Retention: Backend {
     /// The records `filter` selects, oldest first, served by the store's indexes (no scan of
     /// the whole table for a state, a prefix or an action).
     fn list(&self, filter: &EffectFilter<'_>) -> Result<Vec<EffectRecord>>;
@@ -104,7 +104,7 @@ pub trait Retention: Engine {
     #[doc(hidden)]
     fn explain_list(&self, filter: &EffectFilter<'_>) -> Result<String>;
 
-    /// One bounded transaction of [`Store::prune`]: up to `p.batch` rows in `state` after
+    /// One bounded transaction of [`Retention::prune`]: up to `p.batch` rows in `state` after
     /// `after` (from the first when `None`), in order, are looked at and those still prunable removed.
     fn prune_batch(
         &self,
@@ -122,7 +122,7 @@ pub trait Retention: Engine {
         })
     }
 
-    /// How many rows [`Store::prune`] would remove now (a dry run).
+    /// How many rows [`Retention::prune`] would remove now (a dry run).
     fn count_prunable(&self, p: &Prune<'_>, now: Option<Micros>) -> Result<u64>;
 
     /// The store's clock: the database server's for PostgreSQL (`now` when given).
@@ -152,21 +152,21 @@ pub trait Retention: Engine {
 ///
 /// `now` overrides the backend's clock (tests move time with it); `None` uses the backend's
 /// clock. `attempt` narrows a compare-and-set to one attempt; the decorator always passes it.
-pub trait Store: Approvals + Approvers + Receipts + Retention + StorePolicy + Engine {
+pub trait Store: Approvals + Approvers + Receipts + Retention + StorePolicy + Backend {
     /// The store's location for messages (never a password).
     fn describe(&self) -> String {
         self.location()
     }
 
     /// Which database this store writes to.
-    fn backend(&self) -> Backend {
+    fn backend(&self) -> BackendKind {
         self.kind()
     }
 
     /// Whether a `fork()` must wait for this store's calls and close its idle connections
     /// first (see [`super::fork`]): SQLite keeps per-file state for the whole process.
     fn fork_sensitive(&self) -> bool {
-        self.backend() == Backend::Sqlite
+        self.backend() == BackendKind::Sqlite
     }
 
     /// Reserve `key` for the attempt `action_id` for `lease` microseconds (docs/spec.md §3). Returns the
@@ -316,4 +316,4 @@ pub trait Store: Approvals + Approvers + Receipts + Retention + StorePolicy + En
     }
 }
 
-impl<S: Engine + Approvals + Approvers + Receipts + Retention + StorePolicy> Store for S {}
+impl<S: Backend + Approvals + Approvers + Receipts + Retention + StorePolicy> Store for S {}

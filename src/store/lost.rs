@@ -3,7 +3,7 @@
 //! `ambiguous` for a person where the agent's duty can mark it, so that no blind retry runs the
 //! effect once more.
 
-use super::engine::{Engine, RowWrite};
+use super::backend::{Backend, RowWrite};
 use super::recovery::TransitionCall;
 use crate::error::Error;
 use crate::planner::{self, Proposal, Transition};
@@ -15,7 +15,7 @@ use crate::record::{EffectState, Micros};
 /// reservation, `Error::LostWrite` ([`settle_lost`]); else `e` as it is. A refusal is rare
 /// on this path (a newer attempt, a person's resolution), so the read costs nothing on the
 /// way every call takes.
-pub(crate) fn after_refusal<S: Engine + ?Sized>(
+pub(crate) fn after_refusal<S: Backend + ?Sized>(
     store: &S,
     e: Error,
     (key, action_id, held): (&str, &str, i64),
@@ -49,7 +49,7 @@ pub(crate) fn after_refusal<S: Engine + ?Sized>(
 /// A lost write met by an outcome write whose executor ran, or may have (`commit`,
 /// `mark_ambiguous`), first marks the key `ambiguous` for a person, and says whether it did. A
 /// lost `fail` reports an executor that did not run: it is only reported.
-fn settle_lost<S: Engine + ?Sized>(
+fn settle_lost<S: Backend + ?Sized>(
     store: &S,
     e: Error,
     transition: &Transition,
@@ -126,7 +126,7 @@ fn settle_lost<S: Engine + ?Sized>(
 
 /// A new attempt of `action_id` on `key` (no row, or a failed one), marked `ambiguous` with
 /// `note` at once: the key then refuses a blind retry until a person resolves it.
-fn record_anew<S: Engine + ?Sized>(
+fn record_anew<S: Backend + ?Sized>(
     store: &S,
     (key, action_id): (&str, &str),
     note: &str,

@@ -2,17 +2,18 @@
 //! from [`crate::planner`].
 
 pub(crate) mod api;
-pub(crate) mod cold;
-pub(crate) mod engine;
+pub(crate) mod backend;
 pub mod fork;
 mod lost;
 pub mod nowait;
 pub mod outcome;
+pub(crate) mod oversight;
 pub mod pool;
 pub mod postgres;
 pub mod posture;
 mod recovery;
 pub mod retention;
+pub(crate) mod rows;
 pub mod sqlite;
 
 use std::sync::Arc;
@@ -22,8 +23,8 @@ use crate::url::{self, StoreUrl};
 
 pub use crate::planner::Transition;
 pub use api::{Approvals, Receipts, Retention, Store};
-pub use cold::StorePolicy;
-pub use engine::Backend;
+pub use backend::BackendKind;
+pub use oversight::StorePolicy;
 pub use retention::PruneBatch;
 
 /// Open the store a URL names (see [`crate::url`]).

@@ -11,8 +11,8 @@ use crate::error::{Error, Result};
 use crate::planner::breaks_a_line;
 use crate::record::{EffectState, Micros};
 
-/// What [`crate::Store::list`] selects: every filter given must hold. Rows come oldest first
-/// (creation time, then key); with `limit`, the first that many.
+/// What [`crate::store::Retention::list`] selects: every filter given must hold. Rows come
+/// oldest first (creation time, then key); with `limit`, the first that many.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct EffectFilter<'a> {
     pub state: Option<EffectState>,
@@ -58,7 +58,7 @@ pub const MAX_AGE: Micros = 100 * 366 * 86_400 * 1_000_000;
 pub const MAX_BATCH: u32 = 10_000;
 pub const DEFAULT_BATCH: u32 = 1_000;
 
-/// What [`crate::Store::prune`] removes.
+/// What [`crate::store::Retention::prune`] removes.
 #[derive(Clone, Debug)]
 pub struct Prune<'a> {
     /// Rows created and last written more than this many microseconds before now.

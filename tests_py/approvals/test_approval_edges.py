@@ -98,7 +98,7 @@ def test_a_time_to_live_under_a_second_is_refused(tmp_path, ttl):
         f"    approval_ttl: {ttl}\n"
     )
     with pytest.raises(ctrlrun.PolicyError, match="from 1 second"):
-        from ctrlrun._policy import load_policy
+        from ctrlrun.policy import load_policy
 
         load_policy(str(path))
 

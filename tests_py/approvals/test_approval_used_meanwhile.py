@@ -26,7 +26,7 @@ TTL = 600
 
 class ActsAtTheReservation(MovableClock):
     """A store clock that, once armed, runs ``act`` the first time it is read to build a
-    reservation request (``Call.reserve_request`` reads it through ``Store.now_us``), then
+    reservation request (``Call.reserve_request`` reads it through ``Store._now_us``), then
     reads as usual."""
 
     def __init__(self) -> None:

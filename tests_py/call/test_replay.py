@@ -10,7 +10,7 @@ import pytest
 
 import ctrlrun
 from ctrlrun import AmbiguousEffect, DuplicateEffect, EffectConflict, InvalidArgument
-from ctrlrun._policy import load_policy
+from ctrlrun.policy import load_policy
 
 
 def test_a_committed_duplicate_with_the_same_arguments_gets_the_stored_result(mode, store):

@@ -1,4 +1,4 @@
-"""The agent's stdio, read and written by the gateway's event loop (``_gateway_stdio``): whole
+"""The agent's stdio, read and written by the gateway's event loop (``ctrlrun.gateway.stdio``): whole
 messages whatever their size or the characters in them, an agent that reads slowly, and the
 MCP SDK's own transport where stdin or stdout is not a pipe to watch (a file, stdout shared
 with stderr). Real gateway processes, spoken to line by line."""

@@ -13,11 +13,11 @@ import time
 
 import pytest
 
-from ctrlrun._policy_notify import NotifyTarget
 from ctrlrun.notify import delivery, signing
 from ctrlrun.notify.bodies import json_body, slack_body
 from ctrlrun.notify.delivery import Delivery, Dispatcher
 from ctrlrun.notify.events import Event
+from ctrlrun.policy.notify import NotifyTarget
 from tests_py.notify.conftest import SECRET
 
 EVENT = Event(

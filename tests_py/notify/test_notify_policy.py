@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from ctrlrun import PolicyError
-from ctrlrun._policy import load_policy
+from ctrlrun.policy import load_policy
 from tests_py.notify.conftest import SECRET, policy
 
 HEAD = "schema: ctrlrun.policy/v2\n"

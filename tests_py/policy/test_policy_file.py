@@ -10,7 +10,7 @@ import pytest
 
 import ctrlrun
 from ctrlrun import PolicyError, PolicyWarning
-from ctrlrun._policy import ActionPolicy, load_policy
+from ctrlrun.policy import ActionPolicy, load_policy
 from tests_py.support.policy_files import write
 
 

@@ -57,13 +57,13 @@ def ask(
     distinct people to grant it."""
     shown = {**arguments, NOT_BOUND: list(not_bound)} if not_bound else arguments
     text = json.dumps(shown, sort_keys=True, separators=(",", ":"))
-    t = store.core.request_approval(
+    t = store._core.request_approval(
         action,
         digest,
         effect_key,
         text,
         int(ttl / timedelta(microseconds=1)),
-        store.now_us(),
+        store._now_us(),
         requested_by,
         approvals_needed,
     )

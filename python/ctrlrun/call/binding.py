@@ -11,9 +11,9 @@ from datetime import timedelta
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import ctrlrun._core as _core
-from ctrlrun._policy import current_policy, policy_path
 from ctrlrun.call.injected import injected_parameters
 from ctrlrun.errors import ActionDenied, EffectKeyError, InvalidArgument
+from ctrlrun.policy import current_policy, policy_path
 
 
 class PolicyWarning(UserWarning):

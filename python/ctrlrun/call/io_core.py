@@ -5,12 +5,12 @@ at ``synchronous=NORMAL`` with the write lock free at once: ``_core.reserve_soon
 (src/py/background.rs): the database work starts without waiting for the GIL, and the event
 loop is woken once for the steps that finished meanwhile. Either way the caller gets a future;
 one done on the loop's thread is settled already. Every other store call of an async caller
-goes through ``_io_threads``.
+goes through ``io_threads``.
 
 Each event loop has an inbox (``_core.Completions``): a socket the loop watches, and the steps
 finished for it. A step is known by a token; its future lives here, on the loop. Where the core
 has no background threads (Windows), or the loop cannot watch a descriptor, the functions
-return ``None`` and the caller uses ``_io_threads``. A forked child makes new inboxes (and the
+return ``None`` and the caller uses ``io_threads``. A forked child makes new inboxes (and the
 core a new pool); at exit the core's threads finish the steps queued.
 """
 
@@ -87,7 +87,7 @@ class _Inbox:
             then = _in_context(contextvars.copy_context(), then)
         self.waiting[token] = (future, then)
         try:
-            now = start(store.core, self.completions, token, *args)
+            now = start(store._core, self.completions, token, *args)
         except BaseException:
             del self.waiting[token]
             raise
@@ -114,7 +114,7 @@ _inboxes = _registry()
 def reserve(
     store: Any, args: Tuple[Any, ...], then: Optional[Then] = None
 ) -> Optional[asyncio.Future[Any]]:
-    """``store.core.reserve(*args)`` here or on a core thread: a future of its record tuple (or
+    """``store._core.reserve(*args)`` here or on a core thread: a future of its record tuple (or
     of what ``then`` makes of it), or ``None`` where this loop has no inbox."""
     inbox = _inboxes.of(asyncio.get_running_loop())
     return None if inbox is None else inbox.submit(_reserve_soon, store, args, then)
@@ -123,7 +123,7 @@ def reserve(
 def transition(
     store: Any, pauses: Tuple[float, ...], args: Tuple[Any, ...], then: Optional[Then] = None
 ) -> Optional[asyncio.Future[Any]]:
-    """``store.core.record_outcome(pauses, *args)`` here or on a core thread (the same retries and
+    """``store._core.record_outcome(pauses, *args)`` here or on a core thread (the same retries and
     the same rule for an unknown try): a future of ``None`` (or of what ``then`` makes of it),
     or ``None`` where this loop has no inbox."""
     inbox = _inboxes.of(asyncio.get_running_loop())
@@ -143,5 +143,5 @@ if hasattr(os, "register_at_fork"):
 
 if _AVAILABLE:
     # Run when the interpreter exits, before it finalizes: the core's threads finish the steps
-    # queued (an outcome write is never cut off), as ``_io_threads``' workers do.
+    # queued (an outcome write is never cut off), as ``io_threads``' workers do.
     threading._register_atexit(_core.finish_background)  # type: ignore[attr-defined]

@@ -104,7 +104,7 @@ class PerLoop(Generic[T]):
     """What each event loop has one of (``make(loop)``; ``None``: that loop has none, and the
     caller uses its fallback), held for as long as the loop lives. When a new loop comes, the
     ones of closed loops are let go (``close``): their waiting futures refer to their loops,
-    which would otherwise never be collected. Shared by ``_io_threads`` and ``_io_core``."""
+    which would otherwise never be collected. Shared by ``io_threads`` and ``io_core``."""
 
     def __init__(
         self, make: Callable[[asyncio.AbstractEventLoop], Optional[T]], close: Callable[[T], None]

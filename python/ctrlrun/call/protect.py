@@ -1,8 +1,8 @@
 """``protect``: reserve the effect key, run the executor, record the outcome.
 
-The pieces, each in its own module: ``_binding`` (the key from the arguments, and the policy's
-say), ``_steps`` (the steps of one call: reserve, run, record the outcome), ``_runner`` and
-``_runner_async`` (their drivers for functions and for coroutines)."""
+The pieces, each in its own module of :mod:`ctrlrun.call`: ``binding`` (the key from the
+arguments, and the policy's say), ``steps`` (the steps of one call: reserve, run, record the
+outcome), ``runner`` and ``runner_async`` (their drivers for functions and for coroutines)."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def protect(
         name: the action's name, e.g. ``"stripe.refund"``.
         effect: the effect-key template, e.g. ``"refund:{payment_id}"``; each placeholder
             names a parameter. Without it, the policy file's template for ``name`` applies
-            (see :mod:`ctrlrun._policy`); with neither, the call runs unreserved.
+            (see :mod:`ctrlrun.policy`); with neither, the call runs unreserved.
         lease: how long a reservation is held for the executor: a ``timedelta`` or seconds
             (> 0, finite). Default 5 minutes.
         store: a :class:`Store`, a store URL, or ``None`` for the default store looked up at

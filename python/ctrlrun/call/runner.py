@@ -1,4 +1,4 @@
-"""The synchronous driver of a protected call: the steps of :class:`._steps.Call`, in line
+"""The synchronous driver of a protected call: the steps of :class:`.steps.Call`, in line
 (reserve, run the executor in its context, record the outcome)."""
 
 from __future__ import annotations

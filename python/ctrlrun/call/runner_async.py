@@ -1,10 +1,10 @@
 """The driver of a protected call for ``async def`` executors: the steps of
-:class:`._steps.Call` as ``_runner`` takes them, with every store step off the event loop (the
-reservation and the outcome write on the core's threads, ``_io_core``; the rarer ones on worker
-threads, ``_io_threads``) so the loop never waits on the database, and the cancellation rules
+:class:`.steps.Call` as ``runner`` takes them, with every store step off the event loop (the
+reservation and the outcome write on the core's threads, ``io_core``; the rarer ones on worker
+threads, ``io_threads``) so the loop never waits on the database, and the cancellation rules
 of docs/spec.md §8.1: a reservation or outcome write in flight settles before a cancellation
 propagates. The two hot steps are futures settled by the inbox that takes their end
-(``_io_core``), not coroutines: a future is never cut off by a cancellation, the settling of
+(``io_core``), not coroutines: a future is never cut off by a cancellation, the settling of
 an outcome included."""
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ _background: Set[asyncio.Future[Any]] = set()
 
 def _in_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
     """Store calls are synchronous and release the GIL; coroutines run them on worker
-    threads (``_io_threads``), so the event loop never waits on the database."""
+    threads (``io_threads``), so the event loop never waits on the database."""
     return _io_threads.run(fn, *args)
 
 
 def _reserving(call: Call) -> asyncio.Future[int]:
-    """``call.reserve()`` off the event loop: on a core thread (``_io_core``) where it can be,
+    """``call.reserve()`` off the event loop: on a core thread (``io_core``) where it can be,
     else on a worker thread; a future of the attempt (set on ``call`` as the write lands, in
     the turn of the loop that takes the step's end)."""
 

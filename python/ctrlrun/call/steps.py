@@ -5,7 +5,7 @@ A :class:`Call` holds every decision once: the reservation, the executor context
 return or a raise records, how a refused outcome write is chained onto the executor's
 exception. Its store steps (:meth:`Call.reserve`, :meth:`Call.record`,
 :meth:`Call.fail_unstarted`) are plain blocking calls. The drivers only sequence the steps,
-do the I/O and await: ``_runner`` calls them in line, ``_runner_async`` off the event loop
+do the I/O and await: ``runner`` calls them in line, ``runner_async`` off the event loop
 with the cancellation rules of docs/spec.md §8.1."""
 
 from __future__ import annotations
@@ -212,7 +212,7 @@ class Call:
         returns the attempt."""
         attempt: Optional[int] = None
         try:
-            attempt = self.store.core.reserve(*self.reserve_request()).attempt
+            attempt = self.store._core.reserve(*self.reserve_request()).attempt
             # Still inside the try: an interrupt (KeyboardInterrupt) landing just after the
             # reservation returned records it as failed, since the body never started.
             self.attempt = attempt
@@ -229,7 +229,7 @@ class Call:
         """The arguments of the core's ``reserve`` for this call (its clock read now)."""
         spec = self.spec
         said = () if spec is None else (spec.action, spec.parts, self.approve)
-        return (self.key, self.action_id, self.lease_us, self.store.now_us(), True, *said)
+        return (self.key, self.action_id, self.lease_us, self.store._now_us(), True, *said)
 
     def ask(self) -> ApprovalRecord:
         """This call's approval request: the one that stands for its action and arguments, or
@@ -265,13 +265,13 @@ class Call:
         into ``ambiguous``."""
         store = self.store
         try:
-            store.core.transition(
+            store._core.transition(
                 self.key,
                 self.action_id,
                 self.attempt,
                 _core.Step.FAIL,
                 f"the executor never started: {exc_text(why)}",
-                store.now_us(),
+                store._now_us(),
             )
         except Exception as exc:  # the original error is what the caller must see
             log.warning("ctrlrun: could not record %r as failed after %r: %s", self.key, why, exc)
@@ -320,7 +320,7 @@ class Call:
             self.attempt,
             ending.step,
             ending.payload,
-            self.store.now_us(),
+            self.store._now_us(),
         )
 
     def record(self, ending: Outcome) -> None:
@@ -328,7 +328,7 @@ class Call:
         I/O). The core re-issues the compare-and-set on store failures after each of
         ``OUTCOME_PAUSES``, as the async path's core threads do."""
         try:
-            self.store.core.record_outcome(OUTCOME_PAUSES, *self.record_request(ending))
+            self.store._core.record_outcome(OUTCOME_PAUSES, *self.record_request(ending))
         except Exception as exc:
             raise self.not_recorded(ending, exc)  # noqa: B904 - not_recorded() sets the cause itself
 
@@ -345,7 +345,7 @@ class Call:
                 )
             return exc
         if isinstance(exc, (DuplicateEffect, AmbiguousEffect, InvalidArgument)) and not (
-            isinstance(exc, InvalidArgument) and self.store.core.closed
+            isinstance(exc, InvalidArgument) and self.store._core.closed
         ):
             # The row is no longer this attempt's to write (a newer attempt holds it, or a
             # person settled it in a way the outcome cannot change): the store's refusal is

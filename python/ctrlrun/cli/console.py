@@ -42,7 +42,7 @@ def _sqlite_warning(store: Store) -> Optional[str]:
 
 def _console_url(given: str) -> str:
     """``--console-url`` checked as the policy's ``console_url`` is (it makes the links)."""
-    from ctrlrun._policy_notify import url_problem
+    from ctrlrun.policy.notify import url_problem
 
     url = given.strip()
     problem = url_problem(url, "--console-url", query_allowed=False)

@@ -97,7 +97,7 @@ def gateway(
 
     if upstream_url is not None and not re.match(r"^https?://[^\s/]+", upstream_url):
         die(f"--upstream-url {redacted(upstream_url)!r}: expected an http:// or https:// URL")
-    from ctrlrun._policy import current_policy
+    from ctrlrun.policy import current_policy
     from ctrlrun.store.api import default_store, open_store
 
     if policy is not None:

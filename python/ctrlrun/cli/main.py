@@ -188,7 +188,7 @@ def policy() -> None:
 def policy_check(file: Optional[str]) -> None:
     """Validate FILE (default: CTRLRUN_CONFIG, else ./ctrlrun.yaml) and list every action with
     no effect template: the writes that run unreserved."""
-    from ctrlrun._policy import load_policy, policy_path
+    from ctrlrun.policy import load_policy, policy_path
 
     path = file or policy_path()[0]
     try:

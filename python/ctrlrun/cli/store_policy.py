@@ -8,10 +8,10 @@ from typing import List, Optional
 
 import click
 
-from ctrlrun._policy import load_policy
 from ctrlrun.cli._common import die, open_existing, store_option
 from ctrlrun.cli.table import printable
 from ctrlrun.errors import CTRLRunError
+from ctrlrun.policy import load_policy
 from ctrlrun.store.api import default_url, open_store
 from ctrlrun.store.policy import ActionRule
 

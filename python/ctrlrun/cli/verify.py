@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import ctrlrun._core as _core
-from ctrlrun._policy import Policy, load_policy
 from ctrlrun.cli._scratch import Scratch, start_worker
+from ctrlrun.policy import Policy, load_policy
 from ctrlrun.store.api import Store, default_url, open_store
 
 __all__ = ["WorkerOutcome", "Row", "Verdict", "judge_g3", "judge_g4", "run_verify"]

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ctrlrun._policy import Policy, current_policy
 from ctrlrun.notify import hooks
 from ctrlrun.notify.watcher import Watcher, start_watcher
+from ctrlrun.policy import Policy, current_policy
 from ctrlrun.store.api import Store
 
 __all__ = ["start_notifications"]

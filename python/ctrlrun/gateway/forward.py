@@ -26,7 +26,6 @@ from mcp.client.session import ClientSession
 from pydantic import ValidationError
 
 import ctrlrun._core as _core
-from ctrlrun._policy import ActionPolicy, current_policy
 from ctrlrun.call import runner_async as _runner_async
 from ctrlrun.call.binding import render_value
 from ctrlrun.call.outcome import state_after
@@ -45,6 +44,7 @@ from ctrlrun.errors import (
 from ctrlrun.gateway.relay import Relay
 from ctrlrun.gateway.results import Forwarded, answer
 from ctrlrun.gateway.upstream import NotSent, Upstream, brief, progress_of
+from ctrlrun.policy import ActionPolicy, current_policy
 from ctrlrun.store.api import Store
 
 #: The seconds a forwarded call may take unless ``--call-timeout`` or the policy says.

@@ -26,13 +26,13 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 import ctrlrun._core as _core
-from ctrlrun._policy import current_policy
 from ctrlrun.call import io_threads as _io_threads
 from ctrlrun.gateway import stdio as _gateway_stdio
 from ctrlrun.gateway.forward import Gateway
 from ctrlrun.gateway.launch import CannotRun, first_error, hold_upstream, only_errors
 from ctrlrun.gateway.relay import PassThrough, Relay, handshake_era, notification_options
 from ctrlrun.gateway.upstream import Upstream, brief, redacted
+from ctrlrun.policy import current_policy
 from ctrlrun.store.api import Store
 
 

@@ -248,7 +248,7 @@ def _needs_approval(tool: _Tool, own: Any, fn: Callable[..., Any]) -> Callable[.
 def _asks_approval(name: str, options: Dict[str, Any]) -> bool:
     """Whether calls of ``name`` need approval: its decorator says ``approve``, or the policy
     in force now does."""
-    from ctrlrun._policy import current_policy
+    from ctrlrun.policy import current_policy
 
     decision = options.get("decision", "allow")
     policy = current_policy()

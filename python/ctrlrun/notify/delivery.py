@@ -25,10 +25,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Deque, Dict, Optional, Set, Tuple
 
-from ctrlrun._policy_notify import NotifyTarget, env_value, redact, secret_problem, url_problem
 from ctrlrun.notify.bodies import render
 from ctrlrun.notify.events import Event
 from ctrlrun.notify.signing import signed_headers
+from ctrlrun.policy.notify import NotifyTarget, env_value, redact, secret_problem, url_problem
 
 __all__ = ["Delivery", "Dispatcher", "submit", "flush", "QUEUE_SIZE", "TIMEOUT", "PAUSES"]
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional, Tuple
 
-from ctrlrun._policy import Policy, current_policy
 from ctrlrun.notify import delivery
 from ctrlrun.notify.events import Event, approval_event, effect_event
+from ctrlrun.policy import Policy, current_policy
 from ctrlrun.store.approvals import ApprovalRecord, ApprovalState, when_decided
 
 __all__ = [

@@ -31,9 +31,9 @@ import threading
 from datetime import datetime, timezone
 from typing import Optional, Set, Tuple
 
-from ctrlrun._policy import Policy, current_policy
 from ctrlrun.notify.events import Event, approval_event, effect_event
 from ctrlrun.notify.hooks import emit
+from ctrlrun.policy import Policy, current_policy
 from ctrlrun.store.api import Store
 from ctrlrun.store.records import EffectRecord
 

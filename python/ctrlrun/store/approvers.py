@@ -85,15 +85,15 @@ class ApproverMethods:
     """The approver account methods of :class:`ctrlrun.Store`."""
 
     __slots__ = ()
-    core: _core.Store
-    now_us: Callable[[], Optional[int]]
+    _core: _core.Store
+    _now_us: Callable[[], Optional[int]]
 
     def add_approver(self, name: str, secret_hash: str) -> ApproverRecord:
         """Create the account ``name`` with the hash of its secret; ``InvalidArgument`` when
         the name has one."""
         row = _call(
             "add_approver",
-            lambda: _core.put_approver(self.core, name, secret_hash, True, self.now_us()),
+            lambda: _core.put_approver(self._core, name, secret_hash, True, self._now_us()),
         )
         return _approver(row)
 
@@ -102,19 +102,19 @@ class ApproverMethods:
         none."""
         row = _call(
             "set_approver_secret",
-            lambda: _core.put_approver(self.core, name, secret_hash, False, self.now_us()),
+            lambda: _core.put_approver(self._core, name, secret_hash, False, self._now_us()),
         )
         return _approver(row)
 
     def get_approver(self, name: str) -> Optional[ApproverRecord]:
         """The account ``name``, or ``None``."""
-        row = _call("get_approver", lambda: _core.get_approver(self.core, name))
+        row = _call("get_approver", lambda: _core.get_approver(self._core, name))
         return None if row is None else _approver(row)
 
     def list_approvers(self) -> List[ApproverRecord]:
         """Every account, by name."""
-        return [_approver(r) for r in _core.list_approvers(self.core)]
+        return [_approver(r) for r in _core.list_approvers(self._core)]
 
     def remove_approver(self, name: str) -> bool:
         """Delete the account ``name``; whether there was one."""
-        return bool(_call("remove_approver", lambda: _core.remove_approver(self.core, name)))
+        return bool(_call("remove_approver", lambda: _core.remove_approver(self._core, name)))

@@ -69,18 +69,18 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
     without it, the action id alone is matched.
     """
 
-    __slots__ = ("__weakref__", "_clock", "core")
+    __slots__ = ("__weakref__", "_clock", "_core")
 
     def __init__(self, core: _core.Store, clock: Optional[Clock] = None) -> None:
         if clock is not None and not callable(clock):
             raise InvalidArgument(f"clock must be a callable returning a datetime, got {clock!r}")
-        self.core = core
+        self._core = core
         self._clock = clock
 
     # -- for ctrlrun's own modules (the decorator's hot path), not part of the API ----------
-    # ``core`` is the Rust store this handle wraps (set in __init__).
+    # ``_core`` is the Rust store this handle wraps (set in __init__).
 
-    def now_us(self) -> Optional[int]:
+    def _now_us(self) -> Optional[int]:
         """The store clock's time in microseconds, or None: the backend's own clock."""
         clock = self._clock
         if clock is None:
@@ -90,18 +90,18 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
     @property
     def url(self) -> str:
         """Where the store lives (``sqlite:////abs/path.db``; never a password)."""
-        return self.core.url
+        return self._core.url
 
     @property
     def backend(self) -> str:
         """``"sqlite"`` or ``"postgres"``: the database this store writes to."""
-        return self.core.backend
+        return self._core.backend
 
     def posture(self) -> List[Tuple[str, str, str]]:
         """What the store's set-up does to the promise, as read at open: ``(check, standing,
         detail)`` for ``durable commits``, ``replication`` and (PostgreSQL) ``pooler``;
         standing ``pass``, ``fail``, ``not visible`` or ``info`` (docs/postgres.md)."""
-        return [(c, s, d) for c, s, d in self.core.posture()]
+        return [(c, s, d) for c, s, d in self._core.posture()]
 
     @property
     def clock(self) -> Optional[Clock]:
@@ -109,7 +109,7 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
 
     def with_clock(self, clock: Optional[Clock]) -> Store:
         """A handle on the same database whose lease decisions use ``clock``."""
-        return Store(self.core, clock)
+        return Store(self._core, clock)
 
     # -- the reference's API -------------------------------------------------------------
     @_api
@@ -123,7 +123,7 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
             AmbiguousEffect: the key is ambiguous (or just became so: its lease lapsed).
             StoreWriteFailed / StoreUnresolved: see docs/spec.md §6.
         """
-        t = self.core.reserve(key, action_id, lease_to_micros(lease), self.now_us())
+        t = self._core.reserve(key, action_id, lease_to_micros(lease), self._now_us())
         rec = record_from_core(t)
         assert rec.lease_expires_at is not None
         return Reservation(rec.effect_key, rec.action_id, rec.attempt, rec.lease_expires_at, rec)
@@ -134,7 +134,7 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
     ) -> EffectRecord:
         """``reserved`` -> ``executing``, just before the executor's body starts."""
         return record_from_core(
-            self.core.transition(*self._step(key, action_id, attempt, _core.Step.BEGIN, None))
+            self._core.transition(*self._step(key, action_id, attempt, _core.Step.BEGIN, None))
         )
 
     @_api
@@ -143,7 +143,7 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
     ) -> EffectRecord:
         """``executing`` -> ``committed``; ``result`` is stored as JSON (or its repr)."""
         return record_from_core(
-            self.core.transition(
+            self._core.transition(
                 *self._step(key, action_id, attempt, _core.Step.COMMIT, result_to_json(result))
             )
         )
@@ -154,7 +154,7 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
     ) -> EffectRecord:
         """``executing`` (or ``reserved``: the body never started) -> ``failed``."""
         return record_from_core(
-            self.core.transition(*self._step(key, action_id, attempt, _core.Step.FAIL, str(error)))
+            self._core.transition(*self._step(key, action_id, attempt, _core.Step.FAIL, str(error)))
         )
 
     @_api
@@ -163,7 +163,7 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
     ) -> EffectRecord:
         """``reserved``/``executing``/``ambiguous`` -> ``ambiguous`` (outcome unknown)."""
         return record_from_core(
-            self.core.transition(
+            self._core.transition(
                 *self._step(key, action_id, attempt, _core.Step.AMBIGUOUS, str(error))
             )
         )
@@ -173,7 +173,7 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
     ) -> Tuple[Any, ...]:
         # The core's transition arguments (the clock read now); the core call itself stays in
         # the API method's frame, where a TypeError/OverflowError is the caller's argument's.
-        return (key, action_id, attempt, step, payload, self.now_us())
+        return (key, action_id, attempt, step, payload, self._now_us())
 
     @_api
     def extend_lease(
@@ -189,13 +189,13 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
         ``until`` is an aware datetime, or a timedelta counted from now. It must not be earlier
         than the current expiry; a lapsed lease cannot be revived (``InvalidArgument``).
         """
-        now = self.now_us()
+        now = self._now_us()
         if isinstance(until, timedelta):
             base = now if now is not None else datetime_to_micros(_utcnow())
             until_us = base + lease_to_micros(until, "extension")
         else:
             until_us = datetime_to_micros(until, "until")
-        return record_from_core(self.core.extend_lease(key, action_id, attempt, until_us, now))
+        return record_from_core(self._core.extend_lease(key, action_id, attempt, until_us, now))
 
     @_api
     def resolve_effect(
@@ -211,13 +211,13 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
         record's ``error`` text.
         """
         return record_from_core(
-            self.core.resolve(key, _state_text(state), resolver, self.now_us(), note)
+            self._core.resolve(key, _state_text(state), resolver, self._now_us(), note)
         )
 
     @_api
     def get_effect(self, key: str) -> Optional[EffectRecord]:
         """The record for ``key``, or ``None``."""
-        t = self.core.get_effect(key)
+        t = self._core.get_effect(key)
         return None if t is None else record_from_core(t)
 
     # -- approvals ------------------------------------------------------------------------
@@ -225,7 +225,7 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
         """The approval request ``request_id`` (its state as of now), or ``None``."""
 
         try:
-            t = self.core.get_approval(request_id, self.now_us())
+            t = self._core.get_approval(request_id, self._now_us())
         except (UnicodeEncodeError, TypeError) as exc:
             if isinstance(exc, TypeError) and not _raised_by_a_call_in(exc, 1):
                 raise
@@ -238,7 +238,7 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
 
         st = None if state is None else str(getattr(state, "value", state))
         try:
-            found = self.core.list_approvals(st, self.now_us())
+            found = self._core.list_approvals(st, self._now_us())
         except UnicodeEncodeError:
             raise InvalidArgument(f"unknown approval state {st!r}") from None
         return [approval_from_core(t) for t in found]
@@ -257,7 +257,7 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
 
     def _decide(self, request_id: str, grant: bool, by: str, note: Optional[str]) -> ApprovalRecord:
         try:
-            t = self.core.decide_approval(request_id, grant, by, note, self.now_us())
+            t = self._core.decide_approval(request_id, grant, by, note, self._now_us())
         except UnicodeEncodeError:
             raise InvalidArgument(
                 "a request id, name or note with a lone surrogate cannot be stored; nothing was written"
@@ -272,7 +272,7 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
 
     def close(self) -> None:
         """Release the store's connections; later calls raise ``InvalidArgument``."""
-        self.core.close()
+        self._core.close()
 
     def __enter__(self) -> Store:
         return self

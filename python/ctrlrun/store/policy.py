@@ -33,13 +33,13 @@ class PolicyMethods:
     """The store-policy methods of :class:`ctrlrun.Store`."""
 
     __slots__ = ()
-    core: _core.Store
+    _core: _core.Store
 
     def policy(self) -> List[ActionRule]:
         """Every action's rule in the store's policy, by name."""
-        return [ActionRule(*r) for r in _core.store_policy(self.core)]
+        return [ActionRule(*r) for r in _core.store_policy(self._core)]
 
     def apply_policy(self, rules: Iterable[ActionRule]) -> None:
         """Make ``rules`` the store's whole policy, in one transaction (an action left out has
         no rule afterwards). On PostgreSQL, only the role that owns the store's tables may."""
-        _core.apply_store_policy(self.core, [(r.action, r.decision, r.approvals) for r in rules])
+        _core.apply_store_policy(self._core, [(r.action, r.decision, r.approvals) for r in rules])

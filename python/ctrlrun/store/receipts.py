@@ -118,7 +118,7 @@ class ReceiptMethods:
     """The receipt methods of :class:`ctrlrun.Store` (kept here, with the records they read)."""
 
     __slots__ = ()
-    core: _core.Store
+    _core: _core.Store
 
     def list_receipts(
         self, key: Optional[str] = None, *, limit: Optional[int] = None
@@ -132,7 +132,7 @@ class ReceiptMethods:
         ):
             raise InvalidArgument(f"limit must be a positive integer, got {limit!r}")
         try:
-            found = self.core.list_receipts(key, limit)
+            found = self._core.list_receipts(key, limit)
         except UnicodeEncodeError:
             raise InvalidArgument(f"{key!r} is not an effect key") from None
         return [receipt_from_core(t) for t in found]
@@ -146,7 +146,7 @@ class ReceiptMethods:
         if key is not None and not isinstance(key, str):
             raise InvalidArgument(f"verify_receipts: key must be a str, got {key!r}")
         try:
-            return check_from_core(self.core.verify_receipts(key))
+            return check_from_core(self._core.verify_receipts(key))
         except UnicodeEncodeError:
             raise InvalidArgument(
                 "verify_receipts: a key with a lone surrogate names no effect"

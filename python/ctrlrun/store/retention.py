@@ -55,8 +55,8 @@ class RetentionMethods:
     """The listing and retention methods of :class:`ctrlrun.Store`."""
 
     __slots__ = ()
-    core: _core.Store
-    now_us: Callable[[], Optional[int]]  # Store's: the movable clock, or None
+    _core: _core.Store
+    _now_us: Callable[[], Optional[int]]  # Store's: the movable clock, or None
 
     def list_effects(
         self,
@@ -87,7 +87,7 @@ class RetentionMethods:
             isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 2**63 - 1
         ):
             raise InvalidArgument(f"limit must be a positive integer, got {limit!r}")
-        found = self.core.list_effects(st, prefix, action, limit)
+        found = self._core.list_effects(st, prefix, action, limit)
         return [record_from_core(t) for t in found]
 
     def prune(
@@ -147,7 +147,7 @@ class RetentionMethods:
         if progress is not None and not callable(progress):
             raise InvalidArgument(f"progress must be callable, got {progress!r}")
         return int(
-            self.core.prune(
-                older_us, names, receipts, by, batch_size, dry_run, progress, self.now_us()
+            self._core.prune(
+                older_us, names, receipts, by, batch_size, dry_run, progress, self._now_us()
             )
         )

@@ -7,13 +7,14 @@
 //!
 //! Every write the agent or the approver makes goes through a `SECURITY DEFINER` function of
 //! the owner's. `EXECUTE` on each is revoked from `PUBLIC` and granted to one duty only
-//! (`ctrlrun store roles`, [`grants`]), and the roles hold no `INSERT`, `UPDATE`, `DELETE` or
-//! `TRUNCATE` on any table: a process holding the agent's credentials can write nothing else,
-//! whatever SQL it sends. Each function's guard admits only its duty's steps, so the agent's
-//! compare-and-set cannot be used to resolve or to decide. The guards check the parameters
-//! (the state a compare-and-set expects and the state it writes), which is exact because the
-//! write matches a row only in the state it expects. The row rules themselves stay in the
-//! planner; a guard says only *who* may take a step (this module is the one place that says it).
+//! (`ctrlrun store roles`, [`super::grants`]), and the roles hold no `INSERT`, `UPDATE`,
+//! `DELETE` or `TRUNCATE` on any table: a process holding the agent's credentials can write
+//! nothing else, whatever SQL it sends. Each function's guard admits only its duty's steps, so
+//! the agent's compare-and-set cannot be used to resolve or to decide. The guards check the
+//! parameters (the state a compare-and-set expects and the state it writes), which is exact
+//! because the write matches a row only in the state it expects. The row rules themselves stay
+//! in the planner; a guard says only *who* may take a step (this module is the one place that
+//! says it).
 //!
 //! Like the schema's other functions, each pins its `search_path` (`pg_catalog, pg_temp`) and
 //! names every table with its schema, so a `search_path` a caller or a pooler's server

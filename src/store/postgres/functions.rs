@@ -1,7 +1,7 @@
 //! Every function of the store's schema, as this build writes them: the hot statements'
-//! (schema version 7), the cold writes' and the store policy's check (version 9). The writes are
-//! `SECURITY DEFINER`, each guarded by its duty's rule ([`super::duties`]); their statements'
-//! text is in [`super::statements`].
+//! (schema version 7), the oversight writes' and the store policy's check (version 9). The
+//! writes are `SECURITY DEFINER`, each guarded by its duty's rule ([`super::duties`]); their
+//! statements' text is in [`super::statements`].
 
 use super::duties::{self, ASK_PARAMS, CAS_PARAMS, DEFINER, REQUEST_CAS_PARAMS};
 use super::statements::{Statements, INSERT_PARAMS, ROW_TYPES, SELECT_PARAMS, TRANSITION_PARAMS};
@@ -14,7 +14,7 @@ pub(super) fn all_functions(schema: &str) -> String {
     let mut sql = durable_function(schema);
     sql.push_str(&policy_check_function(schema));
     sql.push_str(&hot_functions(schema));
-    sql.push_str(&cold_functions(schema));
+    sql.push_str(&oversight_functions(schema));
     for (name, params, _) in DEFINER {
         sql.push_str(&format!(
             "REVOKE ALL ON FUNCTION \"{schema}\".{name}({params}) FROM PUBLIC;\n"
@@ -167,9 +167,9 @@ fn hot_functions(schema: &str) -> String {
         .collect()
 }
 
-/// The cold write functions: the effect's whole-row compare-and-set for the agent and for a
+/// The oversight write functions: the effect's whole-row compare-and-set for the agent and for a
 /// resolution, the approval request's writes, and the two row locks.
-fn cold_functions(schema: &str) -> String {
+fn oversight_functions(schema: &str) -> String {
     let s = Statements::new(schema);
     let t = format!("\"{schema}\".ctrlrun_effects");
     let a = format!("\"{schema}\".ctrlrun_approvals");
@@ -204,7 +204,7 @@ fn cold_functions(schema: &str) -> String {
          AND note IS NOT DISTINCT FROM $5 AND expires_at = $2"
     );
     // A decision adds its name to those recorded (never writes over another's): with the
-    // request locked first ([`super::cold`]'s `lock_request`) none is lost, and should a
+    // request locked first ([`super::oversight`]'s `lock_request`) none is lost, and should a
     // write ever meet a list it did not read, it matches nothing and is refused.
     let decide = format!(
         "{request_cas} AND (granted_by IS NULL OR $13 = granted_by \

@@ -14,11 +14,11 @@
 //! is `StoreUnresolved`. Each branch is logged on `ctrlrun.store` with its name.
 
 mod client;
-mod cold;
 mod conn;
 mod duties;
 mod functions;
 mod hosts;
+mod oversight;
 mod posture;
 mod retention;
 mod roles;

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::planner::{Expected, Transition};
 use crate::receipt::Event;
 use crate::record::{EffectRecord, Micros};
-use crate::store::cold::rows::{self, Value};
+use crate::store::rows::{self, Value};
 
 use super::duties::{ASK_PARAMS, CAS_PARAMS, REQUEST_CAS_PARAMS};
 use super::statements::{call, INSERT_PARAMS, SELECT_PARAMS, TRANSITION_PARAMS};
@@ -30,7 +30,7 @@ pub(super) use super::statements::{now_expr, COLUMNS};
 /// An unnamed statement is parsed and planned on every call, and ctrlrun's are costly to plan
 /// (about 0.1-0.25 ms each, more than the row's work). So the three every protected call sends
 /// (the read, the reservation's `INSERT`, the outcome's `UPDATE`) live in PL/pgSQL functions of
-/// the store's schema ([`super::statements::functions`], schema version 7): PL/pgSQL keeps a statement's plan
+/// the store's schema ([`super::functions`], schema version 7): PL/pgSQL keeps a statement's plan
 /// for the server session, whichever client a pooler gives that session to, and the call that
 /// goes out unnamed (`SELECT * FROM s.ctrlrun_select($1, $2)`) is cheap to plan. The values
 /// still travel as bound parameters, never in a statement's text.
@@ -52,7 +52,7 @@ pub(super) struct Sql {
     /// what other transactions committed while it waited on a row). The isolation must be set
     /// before the first query, so it is `START TRANSACTION`'s own.
     pub(super) begin_read_committed: String,
-    /// The approvals table, schema-qualified (its statements are in `approvals.rs`).
+    /// The approvals table, schema-qualified (its statements are in `oversight.rs`).
     pub(super) approvals: String,
     /// The approver accounts, schema-qualified.
     pub(super) approvers: String,
@@ -273,7 +273,7 @@ impl InsertArgs {
         }
     }
 
-    /// The parameters of the `INSERT` of row `r` (see [`Statements::new`]).
+    /// The parameters of the `INSERT` of row `r` (see [`super::statements::Statements::new`]).
     fn params<'a>(&'a self, r: &'a EffectRecord) -> [(&'a (dyn ToSql + Sync), Type); 17] {
         let (state, now, lease, writer) = (&self.state, &self.now, &self.lease, &self.writer);
         [

@@ -1,7 +1,7 @@
 //! The text of the PostgreSQL store's statements, and schema version 7's functions that hold
 //! the hot ones (see [`super::sql::Sql`] for why).
 
-pub(super) use crate::store::cold::rows::EFFECT_COLUMNS as COLUMNS;
+pub(super) use crate::store::rows::EFFECT_COLUMNS as COLUMNS;
 
 /// The row's index: the SHA-256 of the key's UTF-8 bytes. The primary key is this digest, not
 /// the key, because a B-tree entry cannot exceed ~2.7 KB and keys may be longer; every lookup
@@ -97,7 +97,7 @@ impl Statements {
                 found = select(&t, 5, ", false"),
                 policy = policy_check(schema, "$11, $1, $13, $15"),
             ),
-            // [`crate::store::cold::rows::effect_values`] of the row written ($1 to $16),
+            // [`crate::store::rows::effect_values`] of the row written ($1 to $16),
             // then the expected state, action id and attempt, the event and the writer.
             cas: format!(
                 "UPDATE {t} SET state = $2, action_id = $3, attempt = $4, created_at = $5, \

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::planner::{self, Expected, Proposal, Transition};
 use crate::receipt::Event;
 use crate::record::{EffectRecord, Micros};
-use crate::store::engine::{Backend, Engine, RowWrite};
+use crate::store::backend::{Backend, BackendKind, RowWrite};
 use crate::store::pool::{Pool, Pooled};
 use crate::store::posture::PostureLine;
 use crate::store::recovery::{reread_failed, Commit, Reread, TransitionCall};
@@ -304,13 +304,13 @@ impl Reread for PostgresStore {
     }
 }
 
-impl Engine for PostgresStore {
+impl Backend for PostgresStore {
     fn location(&self) -> String {
         self.description.clone()
     }
 
-    fn kind(&self) -> Backend {
-        Backend::Postgres
+    fn kind(&self) -> BackendKind {
+        BackendKind::Postgres
     }
 
     fn posture(&self) -> Vec<PostureLine> {

@@ -2,8 +2,8 @@
 //! re-read after an unknown `COMMIT`.
 
 use super::client::{Client, PgError};
-use super::cold;
 use super::conn::rolled_back;
+use super::oversight;
 use super::sql::{read_found, read_record, Found, Sql};
 use super::store::PostgresStore;
 use crate::env::{holder, new_attempt_token};
@@ -165,7 +165,7 @@ impl PostgresStore {
                 if let (true, ReservationPlan::Insert(_) | ReservationPlan::Renew { .. }) =
                     (proposal.needs_approval, &plan)
                 {
-                    let used = match cold::grant_in_force(self, tx, proposal, n) {
+                    let used = match oversight::grant_in_force(self, tx, proposal, n) {
                         Ok(used) => used,
                         Err(needed) => {
                             // A winner may have used the grant and written the key meanwhile:
@@ -212,7 +212,7 @@ impl PostgresStore {
                 };
                 if written.is_some() {
                     if let Some(used) = &grant {
-                        cold::mark_used(self, tx, key, used, n)?; // an error rolls back
+                        oversight::mark_used(self, tx, key, used, n)?; // an error rolls back
                     }
                     let event = match written.as_ref().map(|r| r.state) {
                         Some(EffectState::Ambiguous) => Event::Lapse, // a lapse's row

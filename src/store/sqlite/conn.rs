@@ -8,7 +8,6 @@ use rusqlite::{Connection, OpenFlags};
 
 use super::files::create_file;
 use super::identity::{path_id, FileId};
-use super::sql::{MIGRATIONS, SCHEMA, SCHEMA_VERSION};
 use crate::error::{Error, Result};
 use crate::url::{SqliteOptions, Synchronous};
 
@@ -20,7 +19,7 @@ pub struct Conn {
     pub(super) file: Option<FileId>,
 }
 
-/// Runs on every pooled connection after it is set up (see [`SqliteStore::open_with`]).
+/// Runs on every pooled connection after it is set up (see [`super::SqliteStore::open_with`]).
 pub type ConnectionInit = Arc<dyn Fn(&mut Connection) -> rusqlite::Result<()> + Send + Sync>;
 
 pub(super) struct Manager {
@@ -37,7 +36,7 @@ const AUTOCHECKPOINT_PAGES: i32 = 1000;
 /// [`AUTOCHECKPOINT_PAGES`] pages in the log), except for a commit made on a thread that
 /// must not wait ([`crate::store::nowait`]): a checkpoint writes the database file and
 /// syncs it, so that commit only marks it `due`, and while it is due no write is made on
-/// such a thread ([`crate::store::engine::Engine::writes_without_waiting`]): the next one is
+/// such a thread ([`crate::store::backend::Backend::writes_without_waiting`]): the next one is
 /// made on a thread that may wait, and its commit runs the checkpoint. Deferring it to a
 /// job that ran beside the loop's writes let the log grow without end: a log restarts only
 /// when a write begins with every frame checkpointed, which a checkpoint racing new commits
@@ -161,43 +160,4 @@ fn register_receipt_hash(conn: &Connection) -> rusqlite::Result<()> {
             Ok(crate::receipt::hash_fields(&fields))
         },
     )
-}
-
-/// Create the table on a new file, bring an older one to [`SCHEMA_VERSION`] (one write
-/// transaction), refuse a newer one.
-pub(super) fn init_schema(conn: &Connection, path: &Path) -> Result<()> {
-    let version: i64 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(|e| open_error(path, e))?;
-    if version == SCHEMA_VERSION {
-        return Ok(());
-    }
-    if version > SCHEMA_VERSION {
-        return Err(Error::Store(format!(
-            "the SQLite store at {} has schema version {version}, newer than this ctrlrun \
-             understands ({SCHEMA_VERSION}); upgrade ctrlrun",
-            path.display()
-        )));
-    }
-    conn.execute_batch("BEGIN IMMEDIATE")
-        .map_err(|e| open_error(path, e))?;
-    let created = (|| -> rusqlite::Result<()> {
-        // Read again under the write lock: another process may have got here first.
-        let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        if v == 0 {
-            conn.execute_batch(SCHEMA)?; // version 1, then every step below
-        }
-        for step in MIGRATIONS.iter().skip((v - 1).max(0) as usize) {
-            conn.execute_batch(step)?;
-        }
-        if v < SCHEMA_VERSION {
-            conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-        }
-        conn.execute_batch("COMMIT")
-    })();
-    if let Err(e) = created {
-        let _ = conn.execute_batch("ROLLBACK");
-        return Err(open_error(path, e));
-    }
-    Ok(())
 }

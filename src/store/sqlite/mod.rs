@@ -5,15 +5,16 @@
 //! failed write: rolled back, `StoreWriteFailed`. An error on `COMMIT` is unknown: the row is
 //! re-read on a fresh connection and decides; a failed re-read is `StoreUnresolved`.
 
-mod cold;
 mod conn;
 mod files;
 mod identity;
+mod oversight;
 mod retention;
+mod schema;
 mod sql;
 mod store;
 mod writes;
 
 pub use conn::ConnectionInit;
-pub use sql::SCHEMA_VERSION;
+pub use schema::SCHEMA_VERSION;
 pub use store::SqliteStore;

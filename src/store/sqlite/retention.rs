@@ -16,10 +16,10 @@ use crate::env::{holder, now_micros};
 use crate::error::{Error, Result};
 use crate::record::{EffectRecord, EffectState, Micros};
 use crate::store::api::Retention;
-use crate::store::cold::rows::EFFECT_COLUMNS;
 use crate::store::recovery::{Commit, Reread};
 use crate::store::retention::PruneBatch;
 use crate::store::retention::{batch_unknown, prefix_end, Cursor, EffectFilter, Prune, PruneStep};
+use crate::store::rows::EFFECT_COLUMNS;
 
 /// The listing `f` asks for and its parameters.
 fn list_query(f: &EffectFilter<'_>) -> (String, Vec<Value>) {

@@ -6,11 +6,10 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
-use super::conn::{
-    init_schema, open_connection, open_error, open_pinned, Conn, ConnectionInit, Manager,
-};
+use super::conn::{open_connection, open_error, open_pinned, Conn, ConnectionInit, Manager};
 use super::files::create_folder;
 use super::identity::{refuse_unsupported, FileId, Held};
+use super::schema::init_schema;
 use super::sql::select;
 use crate::env::now_micros;
 use crate::error::{Error, Result};
@@ -24,7 +23,7 @@ use crate::url::{SqliteOptions, Synchronous};
 pub struct SqliteStore {
     pub(super) opts: SqliteOptions,
     pool: Arc<Pool<Manager>>,
-    /// The database file as the store opened it, held open (see [`identity`]).
+    /// The database file as the store opened it, held open (see [`super::identity`]).
     held: Held,
     /// A commit made without waiting deferred the log's checkpoint (see `conn`).
     checkpoint_due: Arc<AtomicBool>,
@@ -131,7 +130,7 @@ impl SqliteStore {
 
     /// The path still names the file this store opened, and `conn` (the file a connection
     /// opened) is it: checked by every write transaction under the write lock (see
-    /// [`identity`]).
+    /// [`super::identity`]).
     pub(super) fn check_identity(&self, conn: Option<FileId>) -> Result<()> {
         self.held.check(&self.opts.path, conn)
     }

@@ -3,7 +3,7 @@
 
 use rusqlite::Connection;
 
-use super::cold;
+use super::oversight;
 use super::sql::{compare_and_set, insert, select, set_synchronous, transition_cas};
 use super::store::SqliteStore;
 use crate::env::{holder, new_attempt_token, now_micros};
@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::planner::{self, Expected, Mismatch, Proposal, ReservationPlan};
 use crate::receipt::Event;
 use crate::record::{EffectRecord, Micros};
-use crate::store::engine::{Backend, Engine, RowWrite};
+use crate::store::backend::{Backend, BackendKind, RowWrite};
 use crate::store::posture::PostureLine;
 use crate::store::recovery::{settle_transition, settle_write, Step, TransitionCall};
 use crate::store::retention::{PruneBatch, PruneStep};
@@ -132,13 +132,13 @@ impl SqliteStore {
     }
 }
 
-impl Engine for SqliteStore {
+impl Backend for SqliteStore {
     fn location(&self) -> String {
         format!("sqlite:///{}", self.opts.path.display())
     }
 
-    fn kind(&self) -> Backend {
-        Backend::Sqlite
+    fn kind(&self) -> BackendKind {
+        BackendKind::Sqlite
     }
 
     fn posture(&self) -> Vec<PostureLine> {
@@ -180,7 +180,8 @@ impl Engine for SqliteStore {
                     ) {
                         return Ok(Step::of_reservation(plan));
                     }
-                    let used = cold::consume(self, c, (action, digest), p.key, p.action_id, now)?;
+                    let used =
+                        oversight::consume(self, c, (action, digest), p.key, p.action_id, now)?;
                     let with = Proposal {
                         approval_id: Some(&used.request_id),
                         ..p
@@ -203,7 +204,7 @@ impl Engine for SqliteStore {
                         ReservationPlan::Insert(_) | ReservationPlan::Renew { .. },
                     ) = (p.action, &plan)
                     {
-                        cold::check_unapproved(self, c, action, p.key)?;
+                        oversight::check_unapproved(self, c, action, p.key)?;
                     }
                     Ok(Step::of_reservation(plan))
                 };

@@ -2,7 +2,7 @@
 //! once for both backends. Where it binds: a reservation (each backend's, and on PostgreSQL
 //! the server's guard) and a new approval request ([`super::approvals`]).
 
-use super::tx::{ColdStore, ColdTx};
+use super::tx::{OversightStore, OversightTx};
 use crate::approval::ActionRule;
 use crate::error::{Error, Result};
 use crate::planner;
@@ -18,7 +18,7 @@ pub trait StorePolicy {
     fn apply_policy(&self, rules: &[ActionRule]) -> Result<()>;
 }
 
-impl<S: ColdStore> StorePolicy for S {
+impl<S: OversightStore> StorePolicy for S {
     fn policy(&self) -> Result<Vec<ActionRule>> {
         let found = self.read(("policy", ""), |tx| tx.rules(None))?;
         found.map_err(|e| self.read_failed("policy", e))
@@ -57,6 +57,9 @@ impl<S: ColdStore> StorePolicy for S {
 }
 
 /// The rule of `action` in the transaction `tx`, if the store's policy has one.
-pub(crate) fn rule_of<T: ColdTx>(tx: &mut T, action: &str) -> Result<Option<ActionRule>, T::Err> {
+pub(crate) fn rule_of<T: OversightTx>(
+    tx: &mut T,
+    action: &str,
+) -> Result<Option<ActionRule>, T::Err> {
     Ok(tx.rules(Some(action))?.into_iter().next())
 }

@@ -1,4 +1,4 @@
-//! The SQLite store's statements for the cold paths ([`crate::store::cold`]): approval
+//! The SQLite store's statements for oversight ([`crate::store::oversight`]): approval
 //! requests and receipts, each write under `BEGIN IMMEDIATE`. A grant is used inside the
 //! reservation's own transaction ([`consume`]).
 
@@ -12,11 +12,11 @@ use crate::error::{Error, Result};
 use crate::planner;
 use crate::receipt::Receipt;
 use crate::record::Micros;
-use crate::store::cold::rows::{
+use crate::store::oversight::{rule_of, At, OversightStore, OversightTx, Pick};
+use crate::store::recovery::Commit;
+use crate::store::rows::{
     self, Cells, Value, APPROVAL_COLUMNS, APPROVER_COLUMNS, RECEIPT_COLUMNS, RULE_COLUMNS,
 };
-use crate::store::cold::{rule_of, At, ColdStore, ColdTx, Pick};
-use crate::store::recovery::Commit;
 
 impl Cells for Row<'_> {
     type Err = rusqlite::Error;
@@ -106,7 +106,7 @@ impl SqliteTx<'_> {
     }
 }
 
-impl ColdTx for SqliteTx<'_> {
+impl OversightTx for SqliteTx<'_> {
     type Err = rusqlite::Error;
 
     /// This host's clock: SQLite has no other.
@@ -277,7 +277,7 @@ impl ColdTx for SqliteTx<'_> {
     }
 }
 
-impl ColdStore for SqliteStore {
+impl OversightStore for SqliteStore {
     type Err = rusqlite::Error;
     type Tx<'t> = SqliteTx<'t>;
     const VERIFY_STOPS_AT_BREAK: bool = false;

@@ -1,5 +1,5 @@
 """The policy's notification keys: ``console_url``, ``notify`` (webhook targets) and the URL
-rules every webhook and link must meet. Parsed from YAML nodes (``_policy`` calls these);
+rules every webhook and link must meet. Parsed from YAML nodes (``file.py`` calls these);
 every problem is a :class:`~ctrlrun.PolicyError` naming the file, the line and the field.
 
 A webhook URL is a secret (a Slack incoming-webhook URL is its own credential), so no message
@@ -16,7 +16,7 @@ from urllib.parse import SplitResult, urlsplit
 
 import yaml
 
-from ctrlrun._policy_yaml import absent, fail, mapping, scalar, sequence
+from ctrlrun.policy.nodes import absent, fail, mapping, scalar, sequence
 
 __all__ = [
     "NotifyTarget",

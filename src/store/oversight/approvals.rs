@@ -3,7 +3,7 @@
 //! transaction, which stays with each backend.)
 
 use super::policy::rule_of;
-use super::tx::{ColdStore, ColdTx, Pick};
+use super::tx::{OversightStore, OversightTx, Pick};
 use crate::approval::{new_request_id, ApprovalAsk, ApprovalRecord, ApprovalState};
 use crate::error::{Error, Result};
 use crate::planner::{self, RequestPlan};
@@ -16,7 +16,7 @@ fn first(rows: Vec<ApprovalRecord>) -> Option<ApprovalRecord> {
     rows.into_iter().next()
 }
 
-impl<S: ColdStore> Approvals for S {
+impl<S: OversightStore> Approvals for S {
     fn ask_approval(
         &self,
         ask: &ApprovalAsk<'_>,
@@ -56,7 +56,7 @@ impl<S: ColdStore> Approvals for S {
 
 /// The request that stands for `ask`, or a new one; and whether it is new (written by this
 /// call).
-fn request<S: ColdStore>(
+fn request<S: OversightStore>(
     s: &S,
     ask: &ApprovalAsk<'_>,
     now: Option<Micros>,
@@ -115,7 +115,7 @@ fn request<S: ColdStore>(
 }
 
 /// A person's decision `(grant, by, note)` on the pending request `id`.
-fn decide<S: ColdStore>(
+fn decide<S: OversightStore>(
     s: &S,
     id: &str,
     (grant, by, note): (bool, &str, Option<&str>),
@@ -154,7 +154,11 @@ fn decide<S: ColdStore>(
 }
 
 /// The requests `pick` selects, each in its state as of the store's clock (or `now`).
-fn read<S: ColdStore>(s: &S, pick: Pick<'_>, now: Option<Micros>) -> Result<Vec<ApprovalRecord>> {
+fn read<S: OversightStore>(
+    s: &S,
+    pick: Pick<'_>,
+    now: Option<Micros>,
+) -> Result<Vec<ApprovalRecord>> {
     let fixed = s.fixed_now(now);
     let found = s.read(("approvals", ""), |tx| {
         let n = tx.clock(fixed)?;
@@ -168,7 +172,7 @@ fn read<S: ColdStore>(s: &S, pick: Pick<'_>, now: Option<Micros>) -> Result<Vec<
 /// re-read on a fresh connection and `landed` says whether the row there is ours. Where a
 /// failed `COMMIT` cannot land later (SQLite), a re-read that does not find it means nothing
 /// was committed.
-fn write<S: ColdStore>(
+fn write<S: OversightStore>(
     s: &S,
     what: &str,
     id: &str,

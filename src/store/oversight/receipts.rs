@@ -1,7 +1,7 @@
 //! Reading and verifying receipts, written once for both backends (the triggers of schema
 //! version 4 write them: see [`crate::receipt`]).
 
-use super::tx::{ColdStore, ColdTx};
+use super::tx::{OversightStore, OversightTx};
 use crate::error::Result;
 use crate::receipt::{Receipt, Verification, Verifier};
 use crate::store::api::Receipts;
@@ -10,7 +10,7 @@ use crate::store::api::Receipts;
 /// at once.
 const PAGE: usize = 5000;
 
-impl<S: ColdStore> Receipts for S {
+impl<S: OversightStore> Receipts for S {
     fn list_receipts(&self, key: Option<&str>, limit: Option<u64>) -> Result<Vec<Receipt>> {
         key.map(|k| self.check_text(k)).transpose()?;
         let mut found = self
@@ -41,7 +41,7 @@ impl<S: ColdStore> Receipts for S {
 }
 
 /// The heads and every receipt, from one snapshot.
-fn verify<S: ColdStore>(s: &S) -> Result<Verification> {
+fn verify<S: OversightStore>(s: &S) -> Result<Verification> {
     let found = s.snapshot(|tx| {
         let heads = tx.receipt_heads(None)?;
         let mut verifier = Verifier::new();

@@ -1,7 +1,7 @@
 //! The approver accounts, written once for both backends: each write one transaction with the
 //! planner's row.
 
-use super::tx::{ColdStore, ColdTx};
+use super::tx::{OversightStore, OversightTx};
 use crate::approval::ApproverRecord;
 use crate::error::{Error, Result};
 use crate::planner;
@@ -9,7 +9,7 @@ use crate::record::Micros;
 use crate::store::api::Approvers;
 use crate::store::recovery::Commit;
 
-impl<S: ColdStore> Approvers for S {
+impl<S: OversightStore> Approvers for S {
     fn put_approver(
         &self,
         name: &str,

@@ -1,13 +1,13 @@
-//! The small transaction both backends give the cold paths: what it selects, inserts and
-//! compare-and-sets ([`ColdTx`]), and how the store begins, commits and re-reads one
-//! ([`ColdStore`]). The read-plan-write logic over them is written once, in this module's
+//! The small transaction both backends give oversight: what it selects, inserts and
+//! compare-and-sets ([`OversightTx`]), and how the store begins, commits and re-reads one
+//! ([`OversightStore`]). The read-plan-write logic over them is written once, in this module's
 //! siblings; only the statements' text stays with each backend.
 
 use crate::approval::{ActionRule, ApprovalRecord, ApprovalState, ApproverRecord};
 use crate::error::{Error, Result};
 use crate::receipt::Receipt;
 use crate::record::Micros;
-use crate::store::engine::Engine;
+use crate::store::backend::Backend;
 use crate::store::recovery::Commit;
 
 /// What a call is and the key (or request) it is on, for messages: `("request_approval",
@@ -47,8 +47,8 @@ impl<'a> Pick<'a> {
     }
 }
 
-/// The statements of the cold paths, inside one transaction (or one read) of a backend.
-pub(crate) trait ColdTx {
+/// The statements of oversight, inside one transaction (or one read) of a backend.
+pub(crate) trait OversightTx {
     type Err;
 
     /// The clock the transaction's writes use: `now` when given, else the store's.
@@ -120,10 +120,10 @@ pub(crate) trait ColdTx {
     ) -> Result<Vec<Receipt>, Self::Err>;
 }
 
-/// A store as the cold paths use it.
-pub(crate) trait ColdStore: Engine {
+/// A store as oversight uses it.
+pub(crate) trait OversightStore: Backend {
     type Err;
-    type Tx<'t>: ColdTx<Err = Self::Err>;
+    type Tx<'t>: OversightTx<Err = Self::Err>;
 
     /// Whether a verification stops reading receipts at the first broken one (the count of
     /// receipts it reports is then those read so far).

@@ -1,4 +1,4 @@
-//! The PostgreSQL store's statements for the cold paths ([`crate::store::cold`]): approval
+//! The PostgreSQL store's statements for oversight ([`crate::store::oversight`]): approval
 //! requests and receipts. Times are the server's clock unless the caller gives `now`. A grant
 //! is used inside the reservation's own transaction ([`grant_in_force`], [`mark_used`]).
 
@@ -14,11 +14,11 @@ use crate::error::{Error, Result};
 use crate::planner::{self, Proposal};
 use crate::receipt::Receipt;
 use crate::record::Micros;
-use crate::store::cold::rows::{
+use crate::store::oversight::{rule_of, At, OversightStore, OversightTx, Pick};
+use crate::store::recovery::Commit;
+use crate::store::rows::{
     self, Cells, APPROVAL_COLUMNS, APPROVER_COLUMNS, RECEIPT_COLUMNS, RULE_COLUMNS,
 };
-use crate::store::cold::{rule_of, At, ColdStore, ColdTx, Pick};
-use crate::store::recovery::Commit;
 
 const CLOCK: &str = "SELECT COALESCE($1::int8, \
                      (extract(epoch FROM pg_catalog.clock_timestamp()) * 1000000)::int8)";
@@ -42,7 +42,7 @@ impl Cells for Row {
     }
 }
 
-/// What failed in a cold path: a statement, or a row that does not decode (an error of its
+/// What failed in an oversight call: a statement, or a row that does not decode (an error of its
 /// own, passed on as it is).
 pub(crate) enum PgFault {
     Pg(PgError),
@@ -79,7 +79,7 @@ pub(crate) struct PgTx<'t> {
     pub(super) sql: &'t Sql,
 }
 
-impl ColdTx for PgTx<'_> {
+impl OversightTx for PgTx<'_> {
     type Err = PgFault;
 
     /// The server's clock (or `now`).
@@ -281,7 +281,7 @@ impl ColdTx for PgTx<'_> {
     }
 }
 
-impl ColdStore for PostgresStore {
+impl OversightStore for PostgresStore {
     type Err = PgFault;
     type Tx<'t> = PgTx<'t>;
     const VERIFY_STOPS_AT_BREAK: bool = true;

@@ -1,6 +1,7 @@
-//! What a backend supplies ([`Engine`]) for the [`Store`] trait, which is written once over
-//! it: the checks, the clock and the planner's calls of each method are the same for both
-//! backends; only how a row is reserved, transitioned and replaced is the backend's.
+//! What a backend supplies ([`Backend`]) for the [`Store`](super::Store) trait, which is
+//! written once over it: the checks, the clock and the planner's calls of each method are the
+//! same for both backends; only how a row is reserved, transitioned and replaced is the
+//! backend's. [`BackendKind`] says which database a store is.
 
 use super::posture::PostureLine;
 use super::recovery::{Reread, TransitionCall};
@@ -10,20 +11,20 @@ use crate::planner::{Proposal, Transition};
 use crate::receipt::Event;
 use crate::record::{EffectRecord, Micros};
 
-/// The database behind a [`Store`].
+/// Which database is behind a [`Store`](super::Store).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Backend {
+pub enum BackendKind {
     /// One SQLite file on this host.
     Sqlite,
     /// A PostgreSQL database, shared by many hosts.
     Postgres,
 }
 
-impl Backend {
+impl BackendKind {
     pub fn as_str(self) -> &'static str {
         match self {
-            Backend::Sqlite => "sqlite",
-            Backend::Postgres => "postgres",
+            BackendKind::Sqlite => "sqlite",
+            BackendKind::Postgres => "postgres",
         }
     }
 }
@@ -42,12 +43,14 @@ pub struct RowWrite<'a> {
     pub plan: &'a RowPlan<'a>,
 }
 
-pub trait Engine: Reread + Send + Sync {
-    /// [`Store::describe`].
+/// What a backend supplies; the rest of the [`Store`](super::Store) trait is written once over
+/// it. Which backend it is: [`BackendKind`].
+pub trait Backend: Reread + Send + Sync {
+    /// [`Store::describe`](super::Store::describe).
     fn location(&self) -> String;
 
-    /// [`Store::backend`].
-    fn kind(&self) -> Backend;
+    /// [`Store::backend`](super::Store::backend).
+    fn kind(&self) -> BackendKind;
 
     /// What the store's set-up does to the promise (see [`super::posture`]), as read at open.
     fn posture(&self) -> Vec<PostureLine>;
@@ -61,7 +64,7 @@ pub trait Engine: Reread + Send + Sync {
         Ok(())
     }
 
-    /// [`Store::propose`].
+    /// [`Store::propose`](super::Store::propose).
     fn reserve_row(&self, p: Proposal<'_>, now: Option<Micros>) -> Result<EffectRecord>;
 
     /// A later transition; with `read_back` the row written comes back (a store may read it
@@ -78,7 +81,7 @@ pub trait Engine: Reread + Send + Sync {
     /// [`crate::store::Retention::prune_batch`].
     fn prune_rows(&self, step: PruneStep<'_>) -> Result<PruneBatch>;
 
-    /// [`Store::get`].
+    /// [`Store::get`](super::Store::get).
     fn read_row(&self, key: &str) -> Result<Option<EffectRecord>>;
 
     /// Whether a reservation or an outcome write may be tried on a thread that must not wait

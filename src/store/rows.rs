@@ -28,7 +28,7 @@ pub(crate) const APPROVAL_COLUMNS: &str = "request_id, action, args_digest, effe
 /// An approver account's columns, in [`approver`]'s order.
 pub(crate) const APPROVER_COLUMNS: &str = "name, secret_hash, created_at, updated_at";
 
-/// A receipt's columns, in [`receipt`]'s order.
+/// A receipt's columns, in [`receipt()`]'s order.
 pub(crate) const RECEIPT_COLUMNS: &str = "id, chain, effect_key, request_id, seq, prev_hash, \
      hash, at, kind, action, action_id, attempt, state, args_digest, approval_id, actor, writer";
 

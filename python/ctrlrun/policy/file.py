@@ -38,13 +38,13 @@ from typing import Dict, List, Optional, Tuple
 import yaml
 
 import ctrlrun._core as _core
-from ctrlrun._policy_notify import NotifyTarget, parse_console_url, parse_targets
-from ctrlrun._policy_yaml import absent, integer
-from ctrlrun._policy_yaml import duration as _duration
-from ctrlrun._policy_yaml import fail as _fail
-from ctrlrun._policy_yaml import mapping as _mapping
-from ctrlrun._policy_yaml import scalar as _scalar
 from ctrlrun.errors import InvalidArgument, PolicyError
+from ctrlrun.policy.nodes import absent, integer
+from ctrlrun.policy.nodes import duration as _duration
+from ctrlrun.policy.nodes import fail as _fail
+from ctrlrun.policy.nodes import mapping as _mapping
+from ctrlrun.policy.nodes import scalar as _scalar
+from ctrlrun.policy.notify import NotifyTarget, parse_console_url, parse_targets
 
 __all__ = ["Policy", "ActionPolicy", "load_policy", "current_policy", "SCHEMA", "DEFAULT_FILE"]
 
