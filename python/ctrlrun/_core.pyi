@@ -16,22 +16,18 @@ __all__ = [
     "ReceiptRow",
     "ReceiptCheckRow",
     "Step",
+    "ReserveRequest",
+    "OutcomeRequest",
     "Store",
     "open_store",
     "drop_scratch_schema",
     "store_roles",
-    "store_policy",
-    "apply_store_policy",
     "sqlite_path",
     "url_backend",
     "arg_digests",
     "before_fork",
     "after_fork_in_parent",
     "after_fork_in_child",
-    "put_approver",
-    "get_approver",
-    "list_approvers",
-    "remove_approver",
     "check_name",
     "check_approver_name",
     "SCRATCH_SCHEMA_PREFIX",
@@ -45,10 +41,18 @@ __all__ = [
     "finish_background",
 ]
 
+#: Where an effect stands (``ctrlrun.EffectState``'s values). A state passed in is one of these
+#: (an ``EffectState`` is one); anything else is refused as ``InvalidArgument``.
+_EffectState = Literal["reserved", "executing", "committed", "failed", "ambiguous"]
+#: Where an approval request stands (``ctrlrun.ApprovalState``'s values).
+_ApprovalState = Literal["pending", "granted", "denied", "used", "expired"]
+#: What a store's policy says of an action.
+_Decision = Literal["allow", "approve", "deny"]
+
 @final
 class EffectRow:
     effect_key: Final[str]
-    state: Final[str]
+    state: Final[_EffectState]
     action_id: Final[str]
     attempt: Final[int]
     created_at: Final[int]
@@ -70,7 +74,7 @@ class ApprovalRow:
     args_digest: Final[str]
     effect_key: Final[str]
     arguments: Final[str]
-    state: Final[str]
+    state: Final[_ApprovalState]
     requested_at: Final[int]
     ttl: Final[int]
     expires_at: Final[int]
@@ -128,6 +132,40 @@ class Step:
     FAIL: Step
     AMBIGUOUS: Step
 
+@final
+class ReserveRequest:
+    """A reservation, converted once (text, integers): ``Store.reserve`` and the async paths
+    write it. A text argument that is not a ``str`` or holds a lone surrogate, or an integer
+    out of range, raises ``InvalidArgument`` here."""
+
+    def __new__(
+        cls,
+        key: str,
+        action_id: str,
+        lease_us: int,
+        now_us: Optional[int] = None,
+        begin: bool = False,
+        action: Optional[str] = None,
+        args: Optional[Sequence[Tuple[str, str]]] = None,
+        approval: bool = False,
+    ) -> ReserveRequest: ...
+
+@final
+class OutcomeRequest:
+    """An attempt's transition, converted once: ``Store.transition`` makes one try,
+    ``Store.record_outcome`` and the async paths re-issue it after each of ``pauses``."""
+
+    def __new__(
+        cls,
+        key: str,
+        action_id: str,
+        attempt: Optional[int],
+        step: Step,
+        payload: Optional[str] = None,
+        now_us: Optional[int] = None,
+        pauses: Sequence[float] = ...,
+    ) -> OutcomeRequest: ...
+
 __version__: str
 SCRATCH_SCHEMA_PREFIX: str
 
@@ -153,17 +191,7 @@ class Store:
     @property
     def closed(self) -> bool: ...
     def posture(self) -> List[Tuple[str, Literal["pass", "fail", "not visible", "info"], str]]: ...
-    def reserve(
-        self,
-        key: str,
-        action_id: str,
-        lease_us: int,
-        now_us: Optional[int] = None,
-        begin: bool = False,
-        action: Optional[str] = None,
-        args: Optional[List[Tuple[str, str]]] = None,
-        approval: bool = False,
-    ) -> EffectRow: ...
+    def reserve(self, request: ReserveRequest) -> EffectRow: ...
     def request_approval(
         self,
         action: str,
@@ -173,7 +201,7 @@ class Store:
         ttl_us: int,
         now_us: Optional[int] = None,
         requested_by: Optional[str] = None,
-        approvals_needed: int = 1,
+        approvals_needed: int = ...,
     ) -> ApprovalRow: ...
     def decide_approval(
         self,
@@ -189,29 +217,20 @@ class Store:
     def list_approvals(
         self, state: Optional[str] = None, now_us: Optional[int] = None
     ) -> List[ApprovalRow]: ...
+    def put_approver(
+        self, name: str, secret_hash: str, create: bool, now_us: Optional[int] = None
+    ) -> ApproverRow: ...
+    def get_approver(self, name: str) -> Optional[ApproverRow]: ...
+    def list_approvers(self) -> List[ApproverRow]: ...
+    def remove_approver(self, name: str) -> bool: ...
+    def policy(self) -> List[Tuple[str, _Decision, int]]: ...
+    def apply_policy(self, rules: Sequence[Tuple[str, str, int]]) -> None: ...
     def list_receipts(
         self, key: Optional[str] = None, limit: Optional[int] = None
     ) -> List[ReceiptRow]: ...
     def verify_receipts(self, key: Optional[str] = None) -> ReceiptCheckRow: ...
-    def transition(
-        self,
-        key: str,
-        action_id: str,
-        attempt: Optional[int],
-        step: Step,
-        payload: Optional[str] = None,
-        now_us: Optional[int] = None,
-    ) -> EffectRow: ...
-    def record_outcome(
-        self,
-        pauses: Sequence[float],
-        key: str,
-        action_id: str,
-        attempt: Optional[int],
-        step: Step,
-        payload: Optional[str] = None,
-        now_us: Optional[int] = None,
-    ) -> None: ...
+    def transition(self, request: OutcomeRequest) -> EffectRow: ...
+    def record_outcome(self, request: OutcomeRequest) -> None: ...
     def extend_lease(
         self,
         key: str,
@@ -239,10 +258,10 @@ class Store:
     def prune(
         self,
         older_than_us: int,
-        states: List[str],
+        states: Sequence[str],
         drop_receipts: bool = False,
         by: Optional[str] = None,
-        batch: int = 1000,
+        batch: int = ...,
         dry_run: bool = False,
         progress: Optional[Callable[[int], Any]] = None,
         now_us: Optional[int] = None,
@@ -258,16 +277,8 @@ def arg_digests(parts: List[Tuple[str, str]]) -> Tuple[str, str]: ...
 def before_fork() -> None: ...
 def after_fork_in_parent() -> None: ...
 def after_fork_in_child() -> None: ...
-def put_approver(
-    store: Store, name: str, secret_hash: str, create: bool, now_us: Optional[int] = None
-) -> ApproverRow: ...
-def get_approver(store: Store, name: str) -> Optional[ApproverRow]: ...
-def list_approvers(store: Store) -> List[ApproverRow]: ...
-def remove_approver(store: Store, name: str) -> bool: ...
-def store_policy(store: Store) -> List[Tuple[str, str, int]]: ...
-def apply_store_policy(store: Store, rules: List[Tuple[str, str, int]]) -> None: ...
-def check_name(what: str, name: str) -> None: ...
-def check_approver_name(name: str) -> None: ...
+def check_name(what: str, name: object) -> str: ...
+def check_approver_name(name: object) -> str: ...
 
 # POSIX only (src/py/background.rs): the store steps of async protected calls on core threads.
 @final
@@ -280,53 +291,15 @@ class Completions:
     def close(self) -> None: ...
 
 def reserve_in_background(
-    store: Store,
-    completions: Completions,
-    token: int,
-    key: str,
-    action_id: str,
-    lease_us: int,
-    now_us: Optional[int] = None,
-    begin: bool = False,
-    action: Optional[str] = None,
-    args: Optional[List[Tuple[str, str]]] = None,
-    approval: bool = False,
+    store: Store, completions: Completions, token: int, request: ReserveRequest
 ) -> None: ...
 def transition_in_background(
-    store: Store,
-    completions: Completions,
-    token: int,
-    pauses: Sequence[float],
-    key: str,
-    action_id: str,
-    attempt: Optional[int],
-    outcome: Step,
-    payload: Optional[str] = None,
-    now_us: Optional[int] = None,
+    store: Store, completions: Completions, token: int, request: OutcomeRequest
 ) -> None: ...
 def reserve_soon(
-    store: Store,
-    completions: Completions,
-    token: int,
-    key: str,
-    action_id: str,
-    lease_us: int,
-    now_us: Optional[int] = None,
-    begin: bool = False,
-    action: Optional[str] = None,
-    args: Optional[List[Tuple[str, str]]] = None,
-    approval: bool = False,
+    store: Store, completions: Completions, token: int, request: ReserveRequest
 ) -> Optional[Tuple[bool, Any]]: ...
 def transition_soon(
-    store: Store,
-    completions: Completions,
-    token: int,
-    pauses: Sequence[float],
-    key: str,
-    action_id: str,
-    attempt: Optional[int],
-    outcome: Step,
-    payload: Optional[str] = None,
-    now_us: Optional[int] = None,
+    store: Store, completions: Completions, token: int, request: OutcomeRequest
 ) -> Optional[Tuple[bool, Any]]: ...
 def finish_background() -> None: ...

@@ -29,14 +29,12 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use pyo3::prelude::*;
 
-use super::args::parse_pauses;
 use super::errors::{to_py, IntoPyResult};
-use super::records::{EffectRow, Step};
-use super::step_args::{Outcome, Reserve};
+use super::records::EffectRow;
+use super::requests::{Outcome, OutcomeRequest, Reserve, ReserveRequest};
 use super::store::PyStore;
 use crate::error::Error;
-
-use crate::record::{EffectRecord, Micros};
+use crate::record::EffectRecord;
 use crate::store::fork::{self, this_process, PerProcess};
 use crate::store::outcome::record_retrying;
 use crate::store::Store;
@@ -323,37 +321,18 @@ fn release(store: Arc<dyn Store>) {
     drop(store);
 }
 
-/// `Store.reserve` (its arguments after `completions` and `token`) on a core thread; the
-/// record tuple, or the exception, comes back through `completions` under `token`.
+/// `Store.reserve(request)` on a core thread; the row, or the exception, comes back through
+/// `completions` under `token`.
 #[pyfunction]
-#[pyo3(signature = (store, completions, token, key, action_id, lease_us, now_us=None, begin=false, action=None, args=None, approval=false))]
-#[allow(clippy::too_many_arguments)]
 pub fn reserve_in_background(
     py: Python<'_>,
     store: &PyStore,
     completions: &Completions,
     token: u64,
-    key: String,
-    action_id: String,
-    lease_us: Micros,
-    now_us: Option<Micros>,
-    begin: bool,
-    action: Option<String>,
-    args: Option<Vec<(String, String)>>,
-    approval: bool,
+    request: &ReserveRequest,
 ) -> PyResult<()> {
     let store = store.get().py_err(py)?;
-    let reserve = Reserve {
-        digests: args.map(|mut parts| crate::fingerprint::digests(&mut parts)),
-        key,
-        action_id,
-        lease_us,
-        now_us,
-        begin,
-        action,
-        approval,
-    };
-    queue_reserve(store, completions, token, reserve).py_err(py)
+    queue_reserve(store, completions, token, Arc::clone(&request.0)).py_err(py)
 }
 
 /// Queue `r` for a core thread; its end comes back through `completions` under `token`.
@@ -361,7 +340,7 @@ pub(super) fn queue_reserve(
     store: Arc<dyn Store>,
     completions: &Completions,
     token: u64,
-    r: Reserve,
+    r: Arc<Reserve>,
 ) -> Result<(), Error> {
     let send = completions.sender();
     submit(Box::new(move || {
@@ -370,37 +349,19 @@ pub(super) fn queue_reserve(
     }))
 }
 
-/// `Store.transition_unread` on a core thread, re-issued after each of `pauses` (seconds) as
-/// `Store.record_outcome` does on the sync path (`crate::store::outcome`). `None`, or the
-/// exception that ends it, comes back through `completions` under `token`: the retries never
-/// depend on the event loop still running.
+/// `Store.record_outcome(request)` on a core thread, with the same retries
+/// (`crate::store::outcome`). `None`, or the exception that ends it, comes back through
+/// `completions` under `token`: the retries never depend on the event loop still running.
 #[pyfunction]
-#[pyo3(signature = (store, completions, token, pauses, key, action_id, attempt, outcome, payload=None, now_us=None))]
-#[allow(clippy::too_many_arguments)]
 pub fn transition_in_background(
     py: Python<'_>,
     store: &PyStore,
     completions: &Completions,
     token: u64,
-    pauses: Vec<f64>,
-    key: String,
-    action_id: String,
-    attempt: Option<i64>,
-    outcome: Step,
-    payload: Option<String>,
-    now_us: Option<Micros>,
+    request: &OutcomeRequest,
 ) -> PyResult<()> {
     let store = store.get().py_err(py)?;
-    let t = Outcome {
-        kind: outcome.as_str(),
-        transition: outcome.with(payload),
-        pauses: parse_pauses(pauses),
-        key,
-        action_id,
-        attempt,
-        now_us,
-    };
-    queue_transition(store, completions, token, t, None).py_err(py)
+    queue_transition(store, completions, token, Arc::clone(&request.0), None).py_err(py)
 }
 
 /// Queue `o` for a core thread (`unknown`: a try already made whose end is unknown, which
@@ -409,7 +370,7 @@ pub(super) fn queue_transition(
     store: Arc<dyn Store>,
     completions: &Completions,
     token: u64,
-    o: Outcome,
+    o: Arc<Outcome>,
     unknown: Option<Error>,
 ) -> Result<(), Error> {
     let send = completions.sender();

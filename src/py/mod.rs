@@ -1,18 +1,17 @@
 //! `ctrlrun._core`: the thin PyO3 layer. It converts arguments, releases the GIL around every
 //! store call, and maps core errors to Python exceptions in one place (`errors.rs`).
 
-mod approvers;
-mod args;
 #[cfg(unix)]
 mod background;
+mod convert;
 mod errors;
 mod fork;
 mod logging;
 #[cfg(unix)]
 mod on_loop;
-mod policy;
+mod oversight;
 mod records;
-mod step_args;
+mod requests;
 mod store;
 mod template;
 mod urls;
@@ -32,12 +31,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     logging::install();
     export!(m;
         classes template::PyTemplate, store::PyStore, records::EffectRow, records::ApprovalRow,
-            records::ReceiptRow, records::ReceiptCheckRow, records::Step, records::ApproverRow;
+            records::ReceiptRow, records::ReceiptCheckRow, records::Step, records::ApproverRow,
+            requests::ReserveRequest, requests::OutcomeRequest;
         functions store::open_store, urls::drop_scratch_schema, urls::store_roles, urls::sqlite_path,
             urls::url_backend, store::arg_digests, fork::before_fork, fork::after_fork_in_parent,
-            fork::after_fork_in_child, approvers::put_approver, approvers::get_approver,
-            approvers::list_approvers, approvers::remove_approver, approvers::check_name,
-            approvers::check_approver_name, policy::store_policy, policy::apply_store_policy,
+            fork::after_fork_in_child, oversight::check_name, oversight::check_approver_name,
     );
     #[cfg(unix)]
     export!(m;

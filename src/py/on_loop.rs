@@ -18,14 +18,12 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 
-use super::args::parse_pauses;
 use super::background::{queue_reserve, queue_transition, unpanicked, Completions};
 use super::errors::{to_py, IntoPyResult};
-use super::records::{EffectRow, Step};
-use super::step_args::{Outcome, Reserve};
+use super::records::EffectRow;
+use super::requests::{OutcomeRequest, ReserveRequest};
 use super::store::PyStore;
 use crate::error::Error;
-use crate::record::Micros;
 use crate::store::{fork, nowait, Store};
 
 type Now = Option<(bool, Py<PyAny>)>;
@@ -61,39 +59,21 @@ fn answer<T>(
 
 /// `reserve_in_background`, done here when it need not wait.
 #[pyfunction]
-#[pyo3(signature = (store, completions, token, key, action_id, lease_us, now_us=None, begin=false, action=None, args=None, approval=false))]
-#[allow(clippy::too_many_arguments)]
 pub fn reserve_soon(
     py: Python<'_>,
     store: &PyStore,
     completions: &Completions,
     token: u64,
-    key: String,
-    action_id: String,
-    lease_us: Micros,
-    now_us: Option<Micros>,
-    begin: bool,
-    action: Option<String>,
-    args: Option<Vec<(String, String)>>,
-    approval: bool,
+    request: &ReserveRequest,
 ) -> PyResult<Now> {
     let store = store.get().py_err(py)?;
-    let reserve = Reserve {
-        digests: args.map(|mut parts| crate::fingerprint::digests(&mut parts)),
-        key,
-        action_id,
-        lease_us,
-        now_us,
-        begin,
-        action,
-        approval,
-    };
-    if let Some(done) = without_waiting(&store, |s| s.propose(reserve.proposal(), now_us)) {
+    let r = &request.0;
+    if let Some(done) = without_waiting(&store, |s| s.propose(r.proposal(), r.now_us)) {
         return answer(py, done, |row| {
             Py::new(py, EffectRow::from(row)).map(Py::into_any)
         });
     }
-    queue_reserve(store, completions, token, reserve).py_err(py)?;
+    queue_reserve(store, completions, token, Arc::clone(r)).py_err(py)?;
     Ok(None)
 }
 
@@ -101,36 +81,20 @@ pub fn reserve_soon(
 /// whose end is unknown is retried on a core thread, and stays the answer unless a later one
 /// settles it (as `crate::store::outcome` keeps it).
 #[pyfunction]
-#[pyo3(signature = (store, completions, token, pauses, key, action_id, attempt, outcome, payload=None, now_us=None))]
-#[allow(clippy::too_many_arguments)]
 pub fn transition_soon(
     py: Python<'_>,
     store: &PyStore,
     completions: &Completions,
     token: u64,
-    pauses: Vec<f64>,
-    key: String,
-    action_id: String,
-    attempt: Option<i64>,
-    outcome: Step,
-    payload: Option<String>,
-    now_us: Option<Micros>,
+    request: &OutcomeRequest,
 ) -> PyResult<Now> {
     let store = store.get().py_err(py)?;
-    let o = Outcome {
-        kind: outcome.as_str(),
-        transition: outcome.with(payload),
-        pauses: parse_pauses(pauses),
-        key,
-        action_id,
-        attempt,
-        now_us,
-    };
-    let unknown = match without_waiting(&store, |s| o.write_once(s, now_us)) {
+    let o = &request.0;
+    let unknown = match without_waiting(&store, |s| o.write_once(s, o.now_us)) {
         Some(Err(e @ Error::StoreUnresolved { .. })) => Some(e),
         Some(done) => return answer(py, done, |()| Ok(py.None())),
         None => None,
     };
-    queue_transition(store, completions, token, o, unknown).py_err(py)?;
+    queue_transition(store, completions, token, Arc::clone(o), unknown).py_err(py)?;
     Ok(None)
 }

@@ -2,13 +2,12 @@ use std::sync::{Arc, RwLock};
 
 use pyo3::prelude::*;
 
-use super::args::{parse_approval_state, parse_pauses, parse_state};
+use super::convert::{int, opt, Int, Text};
 use super::errors::IntoPyResult;
-use super::records::{ApprovalRow, EffectRow, ReceiptCheckRow, ReceiptRow, Step};
-use crate::approval::ApprovalAsk;
+use super::records::EffectRow;
+use super::requests::{OutcomeRequest, ReserveRequest};
 use crate::error::Error;
-use crate::planner::Proposal;
-use crate::record::Micros;
+use crate::record::{EffectState, Micros};
 use crate::store::outcome::record_retrying;
 use crate::store::retention::{self, EffectFilter, Prune};
 use crate::store::{fork, BackendKind, Store};
@@ -74,7 +73,7 @@ impl Drop for PyStore {
 /// Open the store a URL names. Raises `InvalidArgument` for a bad URL and `StoreError` when the
 /// store cannot be opened.
 #[pyfunction]
-pub fn open_store(py: Python<'_>, url: String) -> PyResult<PyStore> {
+pub fn open_store(py: Python<'_>, url: Text) -> PyResult<PyStore> {
     let store = py
         .detach(|| {
             let sqlite = matches!(crate::url::parse(&url), Ok(crate::url::StoreUrl::Sqlite(_)));
@@ -94,7 +93,8 @@ pub fn open_store(py: Python<'_>, url: String) -> PyResult<PyStore> {
 /// `[(name, canonical JSON text)]` per argument -> (the digest of the whole, the per-argument
 /// `name digest` lines): what a reservation writes for the same arguments.
 #[pyfunction]
-pub fn arg_digests(mut parts: Vec<(String, String)>) -> (String, String) {
+pub fn arg_digests(parts: Vec<(Text, Text)>) -> (String, String) {
+    let mut parts: Vec<_> = parts.into_iter().map(|(n, v)| (n.0, v.0)).collect();
     crate::fingerprint::digests(&mut parts)
 }
 
@@ -122,172 +122,33 @@ impl PyStore {
             .collect())
     }
 
-    /// With `begin=True` a granted row is written `executing` at once (the caller runs the body
-    /// right after), saving the separate begin write. `action` names the action, `args` is
-    /// `[(name, canonical JSON text)]` per argument (their digests go on the row), and
-    /// `approval=True` uses a granted approval for the action and arguments in the same
-    /// transaction.
-    #[pyo3(signature = (key, action_id, lease_us, now_us=None, begin=false, action=None, args=None, approval=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn reserve(
-        &self,
-        py: Python<'_>,
-        key: &str,
-        action_id: &str,
-        lease_us: Micros,
-        now_us: Option<Micros>,
-        begin: bool,
-        action: Option<&str>,
-        args: Option<Vec<(String, String)>>,
-        approval: bool,
-    ) -> PyResult<EffectRow> {
-        let digests = args.map(|mut parts| crate::fingerprint::digests(&mut parts));
-        let args = digests.as_ref().map(|(d, f)| (d.as_str(), f.as_str()));
-        let proposal = Proposal {
-            action,
-            args,
-            needs_approval: approval,
-            ..Proposal::new(key, action_id, lease_us, begin)
-        };
-        self.call(py, |s| s.propose(proposal, now_us))
+    /// Write `request` (see `ReserveRequest`): the row as the reservation left it.
+    fn reserve(&self, py: Python<'_>, request: &ReserveRequest) -> PyResult<EffectRow> {
+        let r = &request.0;
+        self.call(py, |s| s.propose(r.proposal(), r.now_us))
             .map(EffectRow::from)
     }
 
-    /// Ask for an approval (see `Store.request_approval` in Rust): the request that stands, or
-    /// a new pending one.
-    #[pyo3(signature = (action, args_digest, effect_key, arguments, ttl_us, now_us=None, requested_by=None, approvals_needed=1))]
-    #[allow(clippy::too_many_arguments)]
-    fn request_approval(
-        &self,
-        py: Python<'_>,
-        action: &str,
-        args_digest: &str,
-        effect_key: &str,
-        arguments: &str,
-        ttl_us: Micros,
-        now_us: Option<Micros>,
-        requested_by: Option<&str>,
-        approvals_needed: i64,
-    ) -> PyResult<ApprovalRow> {
-        let ask = ApprovalAsk {
-            action,
-            args_digest,
-            effect_key,
-            arguments,
-            ttl: ttl_us,
-            requested_by,
-            approvals_needed,
-        };
-        self.call(py, |s| s.ask_approval(&ask, now_us))
-            .map(ApprovalRow::asked)
-    }
-
-    #[pyo3(signature = (request_id, grant, by, note=None, now_us=None))]
-    fn decide_approval(
-        &self,
-        py: Python<'_>,
-        request_id: &str,
-        grant: bool,
-        by: &str,
-        note: Option<String>,
-        now_us: Option<Micros>,
-    ) -> PyResult<ApprovalRow> {
+    /// One try of `request` (see `OutcomeRequest`; its pauses are not used): the row as the
+    /// write left it.
+    fn transition(&self, py: Python<'_>, request: &OutcomeRequest) -> PyResult<EffectRow> {
+        let o = &request.0;
         self.call(py, |s| {
-            s.decide_approval(request_id, grant, by, note.as_deref(), now_us)
+            s.transition(&o.key, &o.action_id, o.attempt, &o.transition, o.now_us)
         })
-        .map(ApprovalRow::from)
+        .map(EffectRow::from)
     }
 
-    #[pyo3(signature = (request_id, now_us=None))]
-    fn get_approval(
-        &self,
-        py: Python<'_>,
-        request_id: &str,
-        now_us: Option<Micros>,
-    ) -> PyResult<Option<ApprovalRow>> {
-        self.call(py, |s| s.get_approval(request_id, now_us))
-            .map(|r| r.map(ApprovalRow::from))
-    }
-
-    #[pyo3(signature = (state=None, now_us=None))]
-    fn list_approvals(
-        &self,
-        py: Python<'_>,
-        state: Option<String>,
-        now_us: Option<Micros>,
-    ) -> PyResult<Vec<ApprovalRow>> {
-        let state = state
-            .as_deref()
-            .map(parse_approval_state)
-            .transpose()
-            .py_err(py)?;
-        self.call(py, |s| s.list_approvals(state, now_us))
-            .map(|v| v.into_iter().map(ApprovalRow::from).collect())
-    }
-
-    /// The receipts of `key` (or of every key), oldest first; with `limit`, the latest that many.
-    #[pyo3(signature = (key=None, limit=None))]
-    fn list_receipts(
-        &self,
-        py: Python<'_>,
-        key: Option<&str>,
-        limit: Option<u64>,
-    ) -> PyResult<Vec<ReceiptRow>> {
-        self.call(py, |s| s.list_receipts(key, limit))
-            .map(|v| v.into_iter().map(ReceiptRow::from).collect())
-    }
-
-    /// What a check of every receipt chain (or of `key`'s alone) found.
-    #[pyo3(signature = (key=None))]
-    fn verify_receipts(&self, py: Python<'_>, key: Option<&str>) -> PyResult<ReceiptCheckRow> {
-        self.call(py, |s| match key {
-            None => s.verify_receipts(),
-            Some(k) => s.verify_key_receipts(k),
-        })
-        .map(ReceiptCheckRow::from)
-    }
-
-    /// `step` with its payload: the result JSON of `COMMIT`, the error text of `FAIL` and
-    /// `AMBIGUOUS`.
-    #[pyo3(signature = (key, action_id, attempt, step, payload=None, now_us=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn transition(
-        &self,
-        py: Python<'_>,
-        key: &str,
-        action_id: &str,
-        attempt: Option<i64>,
-        step: Step,
-        payload: Option<String>,
-        now_us: Option<Micros>,
-    ) -> PyResult<EffectRow> {
-        let t = step.with(payload);
-        self.call(py, |s| s.transition(key, action_id, attempt, &t, now_us))
-            .map(EffectRow::from)
-    }
-
-    /// The decorator's outcome write: `transition_unread`, re-issued after each of `pauses`
-    /// (seconds) while it fails as a write that did not land or whose end is unknown; after
+    /// The decorator's outcome write: `request` (`transition_unread`), re-issued after each of
+    /// its pauses while it fails as a write that did not land or whose end is unknown; after
     /// an unknown try, the error is that unknown (`crate::store::outcome`).
-    #[pyo3(signature = (pauses, key, action_id, attempt, step, payload=None, now_us=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn record_outcome(
-        &self,
-        py: Python<'_>,
-        pauses: Vec<f64>,
-        key: &str,
-        action_id: &str,
-        attempt: Option<i64>,
-        step: Step,
-        payload: Option<String>,
-        now_us: Option<Micros>,
-    ) -> PyResult<()> {
+    fn record_outcome(&self, py: Python<'_>, request: &OutcomeRequest) -> PyResult<()> {
         let store = self.get().py_err(py)?;
-        let (t, pauses) = (step.with(payload), parse_pauses(pauses));
+        let o = &request.0;
         py.detach(|| {
-            record_retrying(step.as_str(), key, now_us, &pauses, None, |now| {
+            record_retrying(o.kind, &o.key, o.now_us, &o.pauses, None, |now| {
                 let _pass = store.fork_sensitive().then(fork::pass);
-                store.record_held_outcome(key, action_id, attempt, &t, now)
+                o.write_once(&*store, now)
             })
         })
         .py_err(py)
@@ -297,14 +158,15 @@ impl PyStore {
     fn extend_lease(
         &self,
         py: Python<'_>,
-        key: &str,
-        action_id: &str,
-        attempt: Option<i64>,
-        until_us: Micros,
-        now_us: Option<Micros>,
+        key: Text,
+        action_id: Text,
+        attempt: Option<Int<i64>>,
+        until_us: Int<Micros>,
+        now_us: Option<Int<Micros>>,
     ) -> PyResult<EffectRow> {
+        let (attempt, now_us) = (int(&attempt), int(&now_us));
         self.call(py, |s| {
-            s.extend_lease(key, action_id, attempt, until_us, now_us)
+            s.extend_lease(&key, &action_id, attempt, until_us.0, now_us)
         })
         .map(EffectRow::from)
     }
@@ -313,19 +175,21 @@ impl PyStore {
     fn resolve(
         &self,
         py: Python<'_>,
-        key: &str,
-        state: &str,
-        resolver: &str,
-        now_us: Option<Micros>,
-        note: Option<&str>,
+        key: Text,
+        state: EffectState,
+        resolver: Text,
+        now_us: Option<Int<Micros>>,
+        note: Option<Text>,
     ) -> PyResult<EffectRow> {
-        let target = parse_state(state).py_err(py)?;
-        self.call(py, |s| s.resolve_noted(key, target, resolver, note, now_us))
-            .map(EffectRow::from)
+        let now_us = int(&now_us);
+        self.call(py, |s| {
+            s.resolve_noted(&key, state, &resolver, opt(&note), now_us)
+        })
+        .map(EffectRow::from)
     }
 
-    fn get_effect(&self, py: Python<'_>, key: &str) -> PyResult<Option<EffectRow>> {
-        self.call(py, |s| s.get(key))
+    fn get_effect(&self, py: Python<'_>, key: Text) -> PyResult<Option<EffectRow>> {
+        self.call(py, |s| s.get(&key))
             .map(|r| r.map(EffectRow::from))
     }
 
@@ -334,17 +198,16 @@ impl PyStore {
     fn list_effects(
         &self,
         py: Python<'_>,
-        state: Option<&str>,
-        prefix: Option<&str>,
-        action: Option<&str>,
-        limit: Option<u64>,
+        state: Option<EffectState>,
+        prefix: Option<Text>,
+        action: Option<Text>,
+        limit: Option<Int<u64>>,
     ) -> PyResult<Vec<EffectRow>> {
-        let state = state.map(parse_state).transpose().py_err(py)?;
         let filter = EffectFilter {
             state,
-            prefix,
-            action,
-            limit,
+            prefix: opt(&prefix),
+            action: opt(&action),
+            limit: int(&limit),
         };
         self.call(py, |s| s.list(&filter))
             .map(|v| v.into_iter().map(EffectRow::from).collect())
@@ -354,31 +217,27 @@ impl PyStore {
     /// `store::retention`), or with `dry_run` count them; the count. `progress(n)` hears the
     /// running count after each batch; an exception it raises, or a signal (Ctrl-C), stops the
     /// prune after the batch in flight and is raised.
-    #[pyo3(signature = (older_than_us, states, drop_receipts=false, by=None, batch=1000, dry_run=false, progress=None, now_us=None))]
+    #[pyo3(signature = (older_than_us, states, drop_receipts=false, by=None, batch=Int(1000), dry_run=false, progress=None, now_us=None))]
     #[allow(clippy::too_many_arguments)]
     fn prune(
         &self,
         py: Python<'_>,
-        older_than_us: Micros,
-        states: Vec<String>,
+        older_than_us: Int<Micros>,
+        states: Vec<EffectState>,
         drop_receipts: bool,
-        by: Option<&str>,
-        batch: u32,
+        by: Option<Text>,
+        batch: Int<u32>,
         dry_run: bool,
         progress: Option<Py<PyAny>>,
-        now_us: Option<Micros>,
+        now_us: Option<Int<Micros>>,
     ) -> PyResult<u64> {
-        let states = states
-            .iter()
-            .map(|s| parse_state(s))
-            .collect::<Result<Vec<_>, _>>()
-            .py_err(py)?;
+        let now_us = int(&now_us);
         let p = Prune {
-            older_than: older_than_us,
+            older_than: older_than_us.0,
             states,
             drop_receipts,
-            by,
-            batch,
+            by: opt(&by),
+            batch: batch.0,
         };
         p.check().py_err(py)?;
         let now = self.call(py, |s| s.store_now(now_us))?;

@@ -245,20 +245,24 @@ def test_every_core_error_kind_maps_to_its_exception_with_its_typed_fields(store
         ctrlrun.open_store("postgresql://nobody@127.0.0.1:1/none?connect_timeout=1")
     assert type(unopened.value) is ctrlrun.StoreError
     now = store._now_us() if store._now_us() is not None else None
-    store._core.reserve("pay:o1", "act_" + "1" * 32, 60_000_000, now, True)
+    store._core.reserve(_core.ReserveRequest("pay:o1", "act_" + "1" * 32, 60_000_000, now, True))
     with pytest.raises(ctrlrun.DuplicateEffect) as held:
-        store._core.reserve("pay:o1", "act_" + "2" * 32, 60_000_000, now)
+        store._core.reserve(_core.ReserveRequest("pay:o1", "act_" + "2" * 32, 60_000_000, now))
     assert type(held.value) is ctrlrun.DuplicateEffect
     assert (held.value.state, held.value.effect_key) == ("in_progress", "pay:o1")
     assert held.value.record is not None and held.value.record.action_id == "act_" + "1" * 32
-    store._core.transition("pay:o1", "act_" + "1" * 32, 1, _core.Step.COMMIT, "1", now)
+    store._core.transition(
+        _core.OutcomeRequest("pay:o1", "act_" + "1" * 32, 1, _core.Step.COMMIT, "1", now)
+    )
     with pytest.raises(ctrlrun.DuplicateEffect) as done:
-        store._core.reserve("pay:o1", "act_" + "2" * 32, 60_000_000, now)
+        store._core.reserve(_core.ReserveRequest("pay:o1", "act_" + "2" * 32, 60_000_000, now))
     assert (done.value.state, done.value.record.result) == ("committed", 1)
-    store._core.reserve("pay:o2", "act_" + "3" * 32, 60_000_000, now, True)
-    store._core.transition("pay:o2", "act_" + "3" * 32, 1, _core.Step.AMBIGUOUS, "lost", now)
+    store._core.reserve(_core.ReserveRequest("pay:o2", "act_" + "3" * 32, 60_000_000, now, True))
+    store._core.transition(
+        _core.OutcomeRequest("pay:o2", "act_" + "3" * 32, 1, _core.Step.AMBIGUOUS, "lost", now)
+    )
     with pytest.raises(ctrlrun.AmbiguousEffect) as amb:
-        store._core.reserve("pay:o2", "act_" + "4" * 32, 60_000_000, now)
+        store._core.reserve(_core.ReserveRequest("pay:o2", "act_" + "4" * 32, 60_000_000, now))
     assert type(amb.value) is ctrlrun.AmbiguousEffect
     assert (amb.value.effect_key, amb.value.action_id) == ("pay:o2", "act_" + "3" * 32)
     assert amb.value.record.state is ctrlrun.EffectState.AMBIGUOUS

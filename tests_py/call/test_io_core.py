@@ -252,9 +252,7 @@ def test_an_outcome_write_is_reissued_after_its_loop_closed(tmp_path):
         call.attempt = (await _io_core.reserve(store, call.reserve_request())).attempt
 
     async def leave_the_outcome():
-        _io_core.transition(
-            store, (0.05, 0.25, 1.0), call.record_request(Outcome(_core.Step.COMMIT, "1"))
-        )
+        _io_core.transition(store, call.record_request(Outcome(_core.Step.COMMIT, "1")))
 
     asyncio.run(reserve())
     holder = locked(path, 0.5)

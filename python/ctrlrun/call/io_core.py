@@ -79,7 +79,7 @@ class _Inbox:
             _settle(future, ok, value, then)
 
     def submit(
-        self, start: Any, store: Any, args: Tuple[Any, ...], then: Optional[Then] = None
+        self, start: Any, store: Any, request: Any, then: Optional[Then] = None
     ) -> asyncio.Future[Any]:
         future = asyncio.get_running_loop().create_future()
         token = next(self.tokens)
@@ -87,7 +87,7 @@ class _Inbox:
             then = _in_context(contextvars.copy_context(), then)
         self.waiting[token] = (future, then)
         try:
-            now = start(store._core, self.completions, token, *args)
+            now = start(store._core, self.completions, token, request)
         except BaseException:
             del self.waiting[token]
             raise
@@ -112,24 +112,22 @@ _inboxes = _registry()
 
 
 def reserve(
-    store: Any, args: Tuple[Any, ...], then: Optional[Then] = None
+    store: Any, request: _core.ReserveRequest, then: Optional[Then] = None
 ) -> Optional[asyncio.Future[Any]]:
-    """``store._core.reserve(*args)`` here or on a core thread: a future of its record tuple (or
-    of what ``then`` makes of it), or ``None`` where this loop has no inbox."""
+    """``store._core.reserve(request)`` here or on a core thread: a future of its row (or of
+    what ``then`` makes of it), or ``None`` where this loop has no inbox."""
     inbox = _inboxes.of(asyncio.get_running_loop())
-    return None if inbox is None else inbox.submit(_reserve_soon, store, args, then)
+    return None if inbox is None else inbox.submit(_reserve_soon, store, request, then)
 
 
 def transition(
-    store: Any, pauses: Tuple[float, ...], args: Tuple[Any, ...], then: Optional[Then] = None
+    store: Any, request: _core.OutcomeRequest, then: Optional[Then] = None
 ) -> Optional[asyncio.Future[Any]]:
-    """``store._core.record_outcome(pauses, *args)`` here or on a core thread (the same retries and
+    """``store._core.record_outcome(request)`` here or on a core thread (the same retries and
     the same rule for an unknown try): a future of ``None`` (or of what ``then`` makes of it),
     or ``None`` where this loop has no inbox."""
     inbox = _inboxes.of(asyncio.get_running_loop())
-    if inbox is None:
-        return None
-    return inbox.submit(_transition_soon, store, (list(pauses), *args), then)
+    return None if inbox is None else inbox.submit(_transition_soon, store, request, then)
 
 
 def _after_fork_in_child() -> None:

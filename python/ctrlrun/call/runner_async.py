@@ -19,7 +19,7 @@ from ctrlrun.call import io_threads as _io_threads
 from ctrlrun.call.approval import poll_interval, refusal
 from ctrlrun.call.heartbeat import Heartbeat
 from ctrlrun.call.outcome import Outcome
-from ctrlrun.call.steps import OUTCOME_PAUSES, REFUSALS, Call, through_body
+from ctrlrun.call.steps import REFUSALS, Call, through_body
 from ctrlrun.errors import ApprovalNeeded
 from ctrlrun.notify import hooks as notify
 from ctrlrun.store.api import Store
@@ -60,9 +60,7 @@ def _recording(call: Call, outcome: Outcome) -> asyncio.Future[None]:
         return False, call.not_recorded(outcome, value) if isinstance(value, Exception) else value
 
     try:
-        written = _io_core.transition(
-            call.store, OUTCOME_PAUSES, call.record_request(outcome), landed
-        )
+        written = _io_core.transition(call.store, call.record_request(outcome), landed)
     except Exception:  # not started (no inbox, a closed store): the worker thread's way
         written = None
     return _in_thread(call.record, outcome) if written is None else written

@@ -212,7 +212,7 @@ class Call:
         returns the attempt."""
         attempt: Optional[int] = None
         try:
-            attempt = self.store._core.reserve(*self.reserve_request()).attempt
+            attempt = self.store._core.reserve(self.reserve_request()).attempt
             # Still inside the try: an interrupt (KeyboardInterrupt) landing just after the
             # reservation returned records it as failed, since the body never started.
             self.attempt = attempt
@@ -225,11 +225,23 @@ class Call:
                 self.fail_unstarted(exc)
             raise
 
-    def reserve_request(self) -> Tuple[Any, ...]:
-        """The arguments of the core's ``reserve`` for this call (its clock read now)."""
+    def reserve_request(self) -> _core.ReserveRequest:
+        """The core's reservation for this call (its clock read now), straight into
+        ``executing``."""
         spec = self.spec
-        said = () if spec is None else (spec.action, spec.parts, self.approve)
-        return (self.key, self.action_id, self.lease_us, self.store._now_us(), True, *said)
+        now = self.store._now_us()
+        if spec is None:
+            return _core.ReserveRequest(self.key, self.action_id, self.lease_us, now, True)
+        return _core.ReserveRequest(
+            self.key,
+            self.action_id,
+            self.lease_us,
+            now,
+            True,
+            spec.action,
+            spec.parts,
+            self.approve,
+        )
 
     def ask(self) -> ApprovalRecord:
         """This call's approval request: the one that stands for its action and arguments, or
@@ -266,12 +278,14 @@ class Call:
         store = self.store
         try:
             store._core.transition(
-                self.key,
-                self.action_id,
-                self.attempt,
-                _core.Step.FAIL,
-                f"the executor never started: {exc_text(why)}",
-                store._now_us(),
+                _core.OutcomeRequest(
+                    self.key,
+                    self.action_id,
+                    self.attempt,
+                    _core.Step.FAIL,
+                    f"the executor never started: {exc_text(why)}",
+                    store._now_us(),
+                )
             )
         except Exception as exc:  # the original error is what the caller must see
             log.warning("ctrlrun: could not record %r as failed after %r: %s", self.key, why, exc)
@@ -311,16 +325,17 @@ class Call:
         tail.__cause__ = exc
         return refusal
 
-    def record_request(self, ending: Outcome) -> Tuple[Any, ...]:
-        """The arguments of the core's ``record_outcome`` after its pauses, for ``ending``
-        (the clock read now)."""
-        return (
+    def record_request(self, ending: Outcome) -> _core.OutcomeRequest:
+        """The core's outcome write for ``ending`` (the clock read now), re-issued after each
+        of ``OUTCOME_PAUSES``."""
+        return _core.OutcomeRequest(
             self.key,
             self.action_id,
             self.attempt,
             ending.step,
             ending.payload,
             self.store._now_us(),
+            OUTCOME_PAUSES,
         )
 
     def record(self, ending: Outcome) -> None:
@@ -328,7 +343,7 @@ class Call:
         I/O). The core re-issues the compare-and-set on store failures after each of
         ``OUTCOME_PAUSES``, as the async path's core threads do."""
         try:
-            self.store._core.record_outcome(OUTCOME_PAUSES, *self.record_request(ending))
+            self.store._core.record_outcome(self.record_request(ending))
         except Exception as exc:
             raise self.not_recorded(ending, exc)  # noqa: B904 - not_recorded() sets the cause itself
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, List, Optional
+from typing import Callable, List, Optional
 
 import ctrlrun._core as _core
-from ctrlrun.errors import InvalidArgument
 from ctrlrun.store.decode import from_row
 
 __all__ = ["ApproverRecord", "ApproverMethods", "check_name", "check_approver_name"]
@@ -34,51 +33,22 @@ class ApproverRecord:
         return f"ApproverRecord(name={self.name!r}, created_at={self.created_at.isoformat()})"
 
 
-def _as_text(what: str, name: object) -> str:
-    """``name`` as text the core can read: a ``str`` without lone surrogates."""
-    if not isinstance(name, str):
-        raise InvalidArgument(
-            f"{what} is a name (a str), got {type(name).__name__}; nothing was written"
-        )
-    for at, c in enumerate(name, 1):
-        if "\ud800" <= c <= "\udfff":
-            raise InvalidArgument(
-                f"{what} holds U+{ord(c):04X} (a lone surrogate) at character {at}, which no "
-                "store can keep as text; nothing was written (type the name without it)"
-            )
-    return name
-
-
 def check_name(what: str, name: object) -> str:
     """``name`` when the core records it as a person's or an agent's name, else
     ``InvalidArgument`` naming ``what``: no control, bidirectional or invisible format
     character, not empty once normalised, at most 200 characters (the rule is the core's, and
     is applied again where the name is written)."""
-    text = _as_text(what, name)
-    _core.check_name(what, text)
-    return text
+    return _core.check_name(what, name)
 
 
 def check_approver_name(name: object) -> str:
     """``name`` when an approver account may have it (:func:`check_name`, and no space at
     either end), else ``InvalidArgument``."""
-    text = _as_text("an approver's name", name)
-    _core.check_approver_name(text)
-    return text
+    return _core.check_approver_name(name)
 
 
 def _approver(row: _core.ApproverRow) -> ApproverRecord:
     return from_row(ApproverRecord, row)
-
-
-def _call(what: str, call: Callable[[], Any]) -> Any:
-    try:
-        return call()
-    except (UnicodeEncodeError, TypeError) as exc:
-        raise InvalidArgument(
-            f"{what}: a name and a secret hash are str without lone surrogates ({type(exc).__name__}); "
-            "nothing was written"
-        ) from None
 
 
 class ApproverMethods:
@@ -91,30 +61,22 @@ class ApproverMethods:
     def add_approver(self, name: str, secret_hash: str) -> ApproverRecord:
         """Create the account ``name`` with the hash of its secret; ``InvalidArgument`` when
         the name has one."""
-        row = _call(
-            "add_approver",
-            lambda: _core.put_approver(self._core, name, secret_hash, True, self._now_us()),
-        )
-        return _approver(row)
+        return _approver(self._core.put_approver(name, secret_hash, True, self._now_us()))
 
     def set_approver_secret(self, name: str, secret_hash: str) -> ApproverRecord:
         """Replace the secret hash of the account ``name``; ``InvalidArgument`` when there is
         none."""
-        row = _call(
-            "set_approver_secret",
-            lambda: _core.put_approver(self._core, name, secret_hash, False, self._now_us()),
-        )
-        return _approver(row)
+        return _approver(self._core.put_approver(name, secret_hash, False, self._now_us()))
 
     def get_approver(self, name: str) -> Optional[ApproverRecord]:
         """The account ``name``, or ``None``."""
-        row = _call("get_approver", lambda: _core.get_approver(self._core, name))
+        row = self._core.get_approver(name)
         return None if row is None else _approver(row)
 
     def list_approvers(self) -> List[ApproverRecord]:
         """Every account, by name."""
-        return [_approver(r) for r in _core.list_approvers(self._core)]
+        return [_approver(r) for r in self._core.list_approvers()]
 
     def remove_approver(self, name: str) -> bool:
         """Delete the account ``name``; whether there was one."""
-        return bool(_call("remove_approver", lambda: _core.remove_approver(self._core, name)))
+        return self._core.remove_approver(name)

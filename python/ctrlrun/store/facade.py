@@ -3,11 +3,9 @@
 
 from __future__ import annotations
 
-import functools
 import os
-import traceback
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, List, Optional, Tuple, TypeVar, Union
+from typing import Callable, List, Optional, Tuple, Union
 
 import ctrlrun._core as _core
 from ctrlrun.errors import InvalidArgument
@@ -20,40 +18,9 @@ from ctrlrun.store.receipts import ReceiptMethods
 from ctrlrun.store.records import EffectRecord, EffectState, Reservation, result_to_json
 from ctrlrun.store.retention import RetentionMethods
 
-F = TypeVar("F", bound=Callable[..., Any])
-
 __all__ = ["Store", "open_store", "Clock"]
 
 Clock = Callable[[], datetime]
-
-
-def _api(method: F) -> F:
-    """A Store API method: text arguments (key, action id, error, resolver) must be valid
-    Unicode (a lone surrogate, which no store can keep as text, is ``InvalidArgument`` before
-    anything is written, not the ``UnicodeEncodeError`` of the conversion). (A
-    ``StoreUnresolved`` names the call's key and action id as the core raised it.)"""
-
-    @functools.wraps(method)
-    def checked(self: Store, key: str, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, key, *args, **kwargs)
-        except UnicodeEncodeError as exc:
-            raise InvalidArgument(
-                f"{method.__name__}: {exc.object!r} holds a lone surrogate at position "
-                f"{exc.start}, which no store can keep as text; nothing was written"
-            ) from None
-        except (TypeError, OverflowError) as exc:
-            if not _raised_by_a_call_in(exc, 2):
-                raise  # from deeper down (a clock, a conversion): not the caller's arguments
-            raise InvalidArgument(f"{method.__name__}: {exc}") from None
-
-    return checked  # type: ignore[return-value]
-
-
-def _raised_by_a_call_in(exc: BaseException, frames: int) -> bool:
-    """Whether ``exc`` was raised by a built-in call (the core's, refusing an argument it
-    cannot take) made in the innermost of the ``frames`` Python frames it passed through."""
-    return sum(1 for _ in traceback.walk_tb(exc.__traceback__)) <= frames
 
 
 class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
@@ -112,7 +79,6 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
         return Store(self._core, clock)
 
     # -- the reference's API -------------------------------------------------------------
-    @_api
     def reserve_effect(
         self, key: str, action_id: str, lease: Union[timedelta, int, float]
     ) -> Reservation:
@@ -123,59 +89,48 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
             AmbiguousEffect: the key is ambiguous (or just became so: its lease lapsed).
             StoreWriteFailed / StoreUnresolved: see docs/spec.md §6.
         """
-        t = self._core.reserve(key, action_id, lease_to_micros(lease), self._now_us())
+        t = self._core.reserve(
+            _core.ReserveRequest(key, action_id, lease_to_micros(lease), self._now_us())
+        )
         rec = record_from_core(t)
         assert rec.lease_expires_at is not None
         return Reservation(rec.effect_key, rec.action_id, rec.attempt, rec.lease_expires_at, rec)
 
-    @_api
     def begin_execution(
         self, key: str, action_id: str, *, attempt: Optional[int] = None
     ) -> EffectRecord:
         """``reserved`` -> ``executing``, just before the executor's body starts."""
-        return record_from_core(
-            self._core.transition(*self._step(key, action_id, attempt, _core.Step.BEGIN, None))
-        )
+        return self._step(key, action_id, attempt, _core.Step.BEGIN, None)
 
-    @_api
     def commit_effect(
         self, key: str, action_id: str, result: object = None, *, attempt: Optional[int] = None
     ) -> EffectRecord:
         """``executing`` -> ``committed``; ``result`` is stored as JSON (or its repr)."""
-        return record_from_core(
-            self._core.transition(
-                *self._step(key, action_id, attempt, _core.Step.COMMIT, result_to_json(result))
-            )
-        )
+        return self._step(key, action_id, attempt, _core.Step.COMMIT, result_to_json(result))
 
-    @_api
     def fail_effect(
         self, key: str, action_id: str, error: str, *, attempt: Optional[int] = None
     ) -> EffectRecord:
         """``executing`` (or ``reserved``: the body never started) -> ``failed``."""
-        return record_from_core(
-            self._core.transition(*self._step(key, action_id, attempt, _core.Step.FAIL, str(error)))
-        )
+        return self._step(key, action_id, attempt, _core.Step.FAIL, str(error))
 
-    @_api
     def mark_ambiguous(
         self, key: str, action_id: str, error: str, *, attempt: Optional[int] = None
     ) -> EffectRecord:
         """``reserved``/``executing``/``ambiguous`` -> ``ambiguous`` (outcome unknown)."""
-        return record_from_core(
-            self._core.transition(
-                *self._step(key, action_id, attempt, _core.Step.AMBIGUOUS, str(error))
-            )
-        )
+        return self._step(key, action_id, attempt, _core.Step.AMBIGUOUS, str(error))
 
     def _step(
-        self, key: str, action_id: str, attempt: Optional[int], step: _core.Step, payload: Any
-    ) -> Tuple[Any, ...]:
-        # The core's transition arguments (the clock read now); the core call itself stays in
-        # the API method's frame, where a TypeError/OverflowError is the caller's argument's.
-        return (key, action_id, attempt, step, payload, self._now_us())
+        self,
+        key: str,
+        action_id: str,
+        attempt: Optional[int],
+        step: _core.Step,
+        payload: Optional[str],
+    ) -> EffectRecord:
+        request = _core.OutcomeRequest(key, action_id, attempt, step, payload, self._now_us())
+        return record_from_core(self._core.transition(request))
 
-    @_api
     def extend_lease(
         self,
         key: str,
@@ -197,7 +152,6 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
             until_us = datetime_to_micros(until, "until")
         return record_from_core(self._core.extend_lease(key, action_id, attempt, until_us, now))
 
-    @_api
     def resolve_effect(
         self, key: str, state: Union[EffectState, str], resolver: str, note: Optional[str] = None
     ) -> EffectRecord:
@@ -210,11 +164,8 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
         ``note``: why (one line, at most 2,000 characters), kept after the resolution in the
         record's ``error`` text.
         """
-        return record_from_core(
-            self._core.resolve(key, _state_text(state), resolver, self._now_us(), note)
-        )
+        return record_from_core(self._core.resolve(key, state, resolver, self._now_us(), note))
 
-    @_api
     def get_effect(self, key: str) -> Optional[EffectRecord]:
         """The record for ``key``, or ``None``."""
         t = self._core.get_effect(key)
@@ -223,25 +174,13 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
     # -- approvals ------------------------------------------------------------------------
     def get_approval(self, request_id: str) -> Optional[ApprovalRecord]:
         """The approval request ``request_id`` (its state as of now), or ``None``."""
-
-        try:
-            t = self._core.get_approval(request_id, self._now_us())
-        except (UnicodeEncodeError, TypeError) as exc:
-            if isinstance(exc, TypeError) and not _raised_by_a_call_in(exc, 1):
-                raise
-            raise InvalidArgument(f"{request_id!r} is not an approval request id") from None
+        t = self._core.get_approval(request_id, self._now_us())
         return None if t is None else approval_from_core(t)
 
     def list_approvals(self, state: Optional[str] = None) -> List[ApprovalRecord]:
         """Every approval request (or those in ``state``: pending, granted, denied, used,
         expired), oldest first."""
-
-        st = None if state is None else str(getattr(state, "value", state))
-        try:
-            found = self._core.list_approvals(st, self._now_us())
-        except UnicodeEncodeError:
-            raise InvalidArgument(f"unknown approval state {st!r}") from None
-        return [approval_from_core(t) for t in found]
+        return [approval_from_core(t) for t in self._core.list_approvals(state, self._now_us())]
 
     def grant_approval(
         self, request_id: str, by: str, note: Optional[str] = None
@@ -256,18 +195,7 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
         return self._decide(request_id, False, by, note)
 
     def _decide(self, request_id: str, grant: bool, by: str, note: Optional[str]) -> ApprovalRecord:
-        try:
-            t = self._core.decide_approval(request_id, grant, by, note, self._now_us())
-        except UnicodeEncodeError:
-            raise InvalidArgument(
-                "a request id, name or note with a lone surrogate cannot be stored; nothing was written"
-            ) from None
-        except TypeError as exc:
-            if not _raised_by_a_call_in(exc, 1):
-                raise
-            raise InvalidArgument(
-                f"the request id, name and note must be str: {exc}; nothing was written"
-            ) from None
+        t = self._core.decide_approval(request_id, grant, by, note, self._now_us())
         return tell_decided(approval_from_core(t))  # approval.granted / approval.denied
 
     def close(self) -> None:
@@ -286,14 +214,6 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
 
 def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def _state_text(state: Union[EffectState, str]) -> str:
-    if isinstance(state, EffectState):
-        return state.value
-    if isinstance(state, str):
-        return state
-    raise InvalidArgument(f"state must be an EffectState or str, got {type(state).__name__}")
 
 
 def open_store(url: str, *, clock: Optional[Clock] = None) -> Store:

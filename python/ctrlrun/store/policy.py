@@ -37,9 +37,9 @@ class PolicyMethods:
 
     def policy(self) -> List[ActionRule]:
         """Every action's rule in the store's policy, by name."""
-        return [ActionRule(*r) for r in _core.store_policy(self._core)]
+        return [ActionRule(*r) for r in self._core.policy()]
 
     def apply_policy(self, rules: Iterable[ActionRule]) -> None:
         """Make ``rules`` the store's whole policy, in one transaction (an action left out has
         no rule afterwards). On PostgreSQL, only the role that owns the store's tables may."""
-        _core.apply_store_policy(self._core, [(r.action, r.decision, r.approvals) for r in rules])
+        self._core.apply_policy([(r.action, r.decision, r.approvals) for r in rules])
