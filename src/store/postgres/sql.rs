@@ -4,7 +4,7 @@
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
-use super::client::{Client, Params, PgError, PgResult};
+use super::client::{Answer, Client, Params, PgError, PgResult};
 
 use crate::env::holder;
 use crate::error::Result;
@@ -116,40 +116,17 @@ impl Sql {
         }
     }
 
-    /// The one row of hot call `sql` (slot `slot`), named or unnamed as the URL says.
-    fn one(&self, c: &mut Client, slot: usize, sql: &str, params: Params<'_>) -> PgResult<Row> {
-        if !self.prepared {
-            return c.query_typed_one(sql, params);
-        }
-        let st = c.statement(slot, sql, params)?;
-        c.query_prepared_one(slot, &st, params)
-    }
-
-    /// The row, if any, of hot call `sql`.
-    fn opt(
+    /// The answer (every row, the one row, or the row if any: [`Answer`]) of hot call `sql`
+    /// (slot `slot`), named or unnamed as the URL says.
+    fn hot<T: Answer>(
         &self,
         c: &mut Client,
         slot: usize,
         sql: &str,
         params: Params<'_>,
-    ) -> PgResult<Option<Row>> {
+    ) -> PgResult<T> {
         if !self.prepared {
-            return c.query_typed_opt(sql, params);
-        }
-        let st = c.statement(slot, sql, params)?;
-        c.query_prepared_opt(slot, &st, params)
-    }
-
-    /// The rows of hot call `sql`.
-    fn all(
-        &self,
-        c: &mut Client,
-        slot: usize,
-        sql: &str,
-        params: Params<'_>,
-    ) -> PgResult<Vec<Row>> {
-        if !self.prepared {
-            return c.query_typed(sql, params);
+            return c.query_as(sql, params);
         }
         let st = c.statement(slot, sql, params)?;
         c.query_prepared(slot, &st, params)
@@ -164,7 +141,7 @@ impl Sql {
         key: &str,
         now: Option<Micros>,
     ) -> PgResult<Row> {
-        self.one(
+        self.hot(
             c,
             SELECT,
             &self.select,
@@ -182,7 +159,7 @@ impl Sql {
         now: Option<Micros>,
     ) -> PgResult<Option<Row>> {
         let args = InsertArgs::of(r, now);
-        self.opt(c, INSERT, &self.insert, &args.params(r))
+        self.hot(c, INSERT, &self.insert, &args.params(r))
     }
 
     /// [`Sql::insert`] of a key's first row, or, when a row is there, that row read afresh:
@@ -194,7 +171,7 @@ impl Sql {
         now: Option<Micros>,
     ) -> PgResult<(bool, Row)> {
         let args = InsertArgs::of(r, now);
-        let row = self.one(c, RESERVE, &self.reserve, &args.params(r))?;
+        let row: Row = self.hot(c, RESERVE, &self.reserve, &args.params(r))?;
         // A column that does not decode is the driver's error (the call's commit is then
         // unknown, and the re-read decides), never a panic.
         let inserted = row.try_get(17).map_err(PgError::Driver)?;
@@ -248,7 +225,7 @@ impl Sql {
             (&kind, Type::TEXT),
             (&writer, Type::TEXT),
         ];
-        self.all(c, TRANSITION, &self.transition, &params)
+        self.hot(c, TRANSITION, &self.transition, &params)
     }
 }
 
