@@ -1,7 +1,7 @@
 //! Store URLs fail closed: anything that looks like a URL but is malformed is refused (never
 //! taken as a SQLite file path), and no message shows a password in any URL or DSN form.
 
-use ctrlrun::url::{parse, redact, StoreUrl};
+use ctrlrun::url::{parse, redact, PostgresOptions, StoreUrl};
 use ctrlrun::Error;
 
 const SECRET: &str = "s3cr3t";
@@ -180,11 +180,11 @@ fn an_option_given_twice_or_a_bound_of_no_time_is_refused() {
 #[test]
 fn prepared_statements_is_on_or_off_and_off_unless_asked_for() {
     let prepared = |url: &str| match parse(url) {
-        Ok(StoreUrl::Postgres {
+        Ok(StoreUrl::Postgres(PostgresOptions {
             prepared_statements,
             url,
             ..
-        }) => {
+        })) => {
             assert!(
                 !url.contains("prepared_statements"),
                 "{url}: left for the driver"

@@ -1,7 +1,7 @@
 //! The traits every store implements: [`Store`] (effects), [`Approvals`], [`Receipts`] and
 //! [`Retention`]. [`Store`] is written once over what a backend supplies ([`Backend`]).
 
-use super::backend::{Backend, BackendKind, RowWrite};
+use super::backend::{Backend, BackendKind, RowPlan, RowWrite};
 use super::oversight::StorePolicy;
 use super::recovery::TransitionCall;
 use super::retention::{self, Cursor, EffectFilter, Prune, PruneBatch, PruneStep};
@@ -203,11 +203,7 @@ pub trait Store: Approvals + Approvers + Receipts + Retention + StorePolicy + Ba
         transition: &Transition,
         now: Option<Micros>,
     ) -> Result<EffectRecord> {
-        self.check_transition(transition)?;
-        let call = TransitionCall::new(key, action_id, attempt, transition, self.fixed_now(now))?;
-        let row = self
-            .write_transition(&call, true)
-            .map_err(|e| e.naming(key, Some(action_id)))?;
+        let row = checked_transition(self, (key, action_id, attempt), transition, now, true)?;
         Ok(row.expect("a transition that landed reads its row back"))
     }
 
@@ -221,11 +217,7 @@ pub trait Store: Approvals + Approvers + Receipts + Retention + StorePolicy + Ba
         transition: &Transition,
         now: Option<Micros>,
     ) -> Result<()> {
-        self.check_transition(transition)?;
-        let call = TransitionCall::new(key, action_id, attempt, transition, self.fixed_now(now))?;
-        self.write_transition(&call, false)
-            .map(|_| ())
-            .map_err(|e| e.naming(key, Some(action_id)))
+        checked_transition(self, (key, action_id, attempt), transition, now, false).map(|_| ())
     }
 
     /// The decorator's outcome write ([`Store::transition_unread`]) of the attempt it holds:
@@ -262,15 +254,8 @@ pub trait Store: Approvals + Approvers + Receipts + Retention + StorePolicy + Ba
         let plan = |found: Option<EffectRecord>, n: Micros| {
             planner::plan_extension(found, key, action_id, attempt, until, n)
         };
-        let (what, event, now) = ("extend_lease", Event::Extension, self.fixed_now(now));
-        self.replace_row(RowWrite {
-            what,
-            event,
-            key,
-            now,
-            plan: &plan,
-        })
-        .map_err(|e| e.naming(key, Some(action_id)))
+        let what = ("extend_lease", Event::Extension);
+        replace_planned(self, what, (key, Some(action_id)), now, &plan)
     }
 
     /// A person settles an `ambiguous` effect as `committed` or `failed`.
@@ -300,15 +285,8 @@ pub trait Store: Approvals + Approvers + Receipts + Retention + StorePolicy + Ba
         let plan = |found: Option<EffectRecord>, n: Micros| {
             planner::plan_resolution_noted(found, key, target, (resolver, note), n)
         };
-        let (what, event, now) = ("resolve_effect", Event::Resolution, self.fixed_now(now));
-        self.replace_row(RowWrite {
-            what,
-            event,
-            key,
-            now,
-            plan: &plan,
-        })
-        .map_err(|e| e.naming(key, None))
+        let what = ("resolve_effect", Event::Resolution);
+        replace_planned(self, what, (key, None), now, &plan)
     }
 
     fn get(&self, key: &str) -> Result<Option<EffectRecord>> {
@@ -317,3 +295,41 @@ pub trait Store: Approvals + Approvers + Receipts + Retention + StorePolicy + Ba
 }
 
 impl<S: Backend + Approvals + Approvers + Receipts + Retention + StorePolicy> Store for S {}
+
+/// A holder's transition of `key` (checked, then written; the row read back when `read`), its
+/// error naming the key and the attempt.
+fn checked_transition<S: Backend + ?Sized>(
+    store: &S,
+    (key, action_id, attempt): (&str, &str, Option<i64>),
+    transition: &Transition,
+    now: Option<Micros>,
+    read: bool,
+) -> Result<Option<EffectRecord>> {
+    store.check_transition(transition)?;
+    let call = TransitionCall::new(key, action_id, attempt, transition, store.fixed_now(now))?;
+    store
+        .write_transition(&call, read)
+        .map_err(|e| e.naming(key, Some(action_id)))
+}
+
+/// A person's or a holder's whole-row write of `key` (`what` for messages, written as the
+/// event), planned by `plan` at the caller's `now` (else the store's clock); its error names
+/// the key and the action id, if any.
+fn replace_planned<S: Backend + ?Sized>(
+    store: &S,
+    (what, event): (&str, Event),
+    (key, action_id): (&str, Option<&str>),
+    now: Option<Micros>,
+    plan: &RowPlan<'_>,
+) -> Result<EffectRecord> {
+    let now = store.fixed_now(now);
+    store
+        .replace_row(RowWrite {
+            what,
+            event,
+            key,
+            now,
+            plan,
+        })
+        .map_err(|e| e.naming(key, action_id))
+}

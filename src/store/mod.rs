@@ -31,21 +31,6 @@ pub use retention::PruneBatch;
 pub fn open_store(url: &str) -> Result<Arc<dyn Store>> {
     match url::parse(url)? {
         StoreUrl::Sqlite(opts) => Ok(Arc::new(sqlite::SqliteStore::open(opts)?)),
-        StoreUrl::Postgres {
-            url,
-            schema,
-            pool_size,
-            timeout,
-            tls,
-            prepared_statements,
-            risks,
-        } => Ok(Arc::new(postgres::PostgresStore::open(
-            &url,
-            &schema,
-            pool_size,
-            timeout,
-            &tls,
-            (prepared_statements, risks),
-        )?)),
+        StoreUrl::Postgres(opts) => Ok(Arc::new(postgres::PostgresStore::open(&opts)?)),
     }
 }

@@ -15,8 +15,8 @@ mod options;
 mod postgres;
 mod redact;
 pub use options::{
-    PgRisks, PgTls, SqliteOptions, SslMode, StoreUrl, Synchronous, DEFAULT_BUSY_TIMEOUT,
-    DEFAULT_FILE_MODE, DEFAULT_PG_TIMEOUT, DEFAULT_POOL_SIZE, MAX_POOL_SIZE,
+    PgRisks, PgTls, PostgresOptions, SqliteOptions, SslMode, StoreUrl, Synchronous,
+    DEFAULT_BUSY_TIMEOUT, DEFAULT_FILE_MODE, DEFAULT_PG_TIMEOUT, DEFAULT_POOL_SIZE, MAX_POOL_SIZE,
 };
 use postgres::parse_postgres;
 pub use redact::redact;

@@ -31,23 +31,27 @@ pub const DEFAULT_FILE_MODE: u32 = 0o600;
 #[derive(Clone, Debug, PartialEq)]
 pub enum StoreUrl {
     Sqlite(SqliteOptions),
-    /// `url` is the driver's connection URL: without our own options (`schema`, `pool_size`,
-    /// `timeout`, `prepared_statements`) and the TLS ones, which `tls` holds.
-    Postgres {
-        url: String,
-        schema: String,
-        /// At most this many connections per store (per process): `pool_size`, default 16.
-        pool_size: usize,
-        /// The bound on every exchange with the server (`timeout`, seconds; default 30).
-        timeout: Duration,
-        tls: PgTls,
-        /// Send the hot statements as named ones prepared once per connection
-        /// (`prepared_statements=on`; default off: every statement unnamed, safe behind any
-        /// transaction pooler).
-        prepared_statements: bool,
-        /// The risks the URL accepts by name (none unless it says so).
-        risks: PgRisks,
-    },
+    Postgres(PostgresOptions),
+}
+
+/// What a PostgreSQL store URL says. `url` is the driver's connection URL: without our own
+/// options (`schema`, `pool_size`, `timeout`, `prepared_statements`) and the TLS ones, which
+/// `tls` holds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PostgresOptions {
+    pub url: String,
+    pub schema: String,
+    /// At most this many connections per store (per process): `pool_size`, default 16.
+    pub pool_size: usize,
+    /// The bound on every exchange with the server (`timeout`, seconds; default 30).
+    pub timeout: Duration,
+    pub tls: PgTls,
+    /// Send the hot statements as named ones prepared once per connection
+    /// (`prepared_statements=on`; default off: every statement unnamed, safe behind any
+    /// transaction pooler).
+    pub prepared_statements: bool,
+    /// The risks the URL accepts by name (none unless it says so).
+    pub risks: PgRisks,
 }
 
 /// Risks to the promise that a PostgreSQL URL may accept, each only by an option that names

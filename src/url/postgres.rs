@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::options::{
-    PgRisks, PgTls, SslMode, StoreUrl, DEFAULT_PG_TIMEOUT, DEFAULT_POOL_SIZE, MAX_POOL_SIZE,
+    PgRisks, PgTls, PostgresOptions, SslMode, StoreUrl, DEFAULT_PG_TIMEOUT, DEFAULT_POOL_SIZE,
+    MAX_POOL_SIZE,
 };
 use super::redact::redact;
 use crate::error::{Error, Result};
@@ -201,7 +202,7 @@ pub(super) fn parse_postgres(url: &str) -> Result<StoreUrl> {
         _ => "sslmode=require",
     });
     let url = format!("{base}?{}", rest.join("&"));
-    Ok(StoreUrl::Postgres {
+    Ok(StoreUrl::Postgres(PostgresOptions {
         url,
         schema,
         pool_size,
@@ -209,7 +210,7 @@ pub(super) fn parse_postgres(url: &str) -> Result<StoreUrl> {
         tls,
         prepared_statements,
         risks,
-    })
+    }))
 }
 
 /// libpq's `target_session_attrs` and `load_balance_hosts`, as the driver is to get them

@@ -11,6 +11,7 @@
 //! Our own small wrapper, not a pool crate: the store's pool (`store::pool`) must stay
 //! fork-aware and lends each connection to one thread at a time, which is all this needs.
 
+use std::future::Future;
 use std::time::Duration;
 
 use tokio::runtime::{Builder, Runtime};
@@ -133,6 +134,50 @@ fn values<'a>(params: Params<'a>) -> Vec<&'a (dyn ToSql + Sync)> {
     params.iter().map(|(v, _)| *v).collect()
 }
 
+/// What a statement answers with: every row (`Vec<Row>`), exactly one (`Row`) or at most one
+/// (`Option<Row>`), each read by the driver's call of that kind, so that a count the statement
+/// breaks is the driver's error. One method a kind serves unnamed and prepared statements alike.
+pub(crate) trait Answer: Sized {
+    fn unnamed<'a>(
+        c: &'a tokio_postgres::Client,
+        sql: &'a str,
+        params: Params<'a>,
+    ) -> impl Future<Output = Result<Self, tokio_postgres::Error>> + 'a;
+
+    fn prepared<'a>(
+        c: &'a tokio_postgres::Client,
+        st: &'a Statement,
+        values: &'a [&'a (dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<Self, tokio_postgres::Error>> + 'a;
+}
+
+/// Each kind of [`Answer`] with the driver's two calls that read it.
+macro_rules! answer {
+    ($kind:ty, $unnamed:ident, $prepared:ident) => {
+        impl Answer for $kind {
+            fn unnamed<'a>(
+                c: &'a tokio_postgres::Client,
+                sql: &'a str,
+                params: Params<'a>,
+            ) -> impl Future<Output = Result<Self, tokio_postgres::Error>> + 'a {
+                c.$unnamed(sql, params)
+            }
+
+            fn prepared<'a>(
+                c: &'a tokio_postgres::Client,
+                st: &'a Statement,
+                values: &'a [&'a (dyn ToSql + Sync)],
+            ) -> impl Future<Output = Result<Self, tokio_postgres::Error>> + 'a {
+                c.$prepared(st, values)
+            }
+        }
+    };
+}
+
+answer!(Vec<Row>, query_typed, query);
+answer!(Row, query_typed_one, query_one);
+answer!(Option<Row>, query_typed_opt, query_opt);
+
 /// The connection's runtime. Dropped, it shuts down without waiting: a host name lookup still
 /// running on its blocking pool (the only threads it ever starts) must not stretch a bound.
 struct Rt(Option<Runtime>);
@@ -243,20 +288,17 @@ impl Client {
         })
     }
 
+    /// The [`Answer`] (every row, the one row, or the row if any) of `sql`, unnamed.
+    pub(crate) fn query_as<T: Answer>(&mut self, sql: &str, params: Params<'_>) -> PgResult<T> {
+        self.run("a statement", |c| T::unnamed(c, sql, params))
+    }
+
     pub(crate) fn query_typed(&mut self, sql: &str, params: Params<'_>) -> PgResult<Vec<Row>> {
-        self.run("a statement", |c| c.query_typed(sql, params))
+        self.query_as(sql, params)
     }
 
     pub(crate) fn query_typed_one(&mut self, sql: &str, params: Params<'_>) -> PgResult<Row> {
-        self.run("a statement", |c| c.query_typed_one(sql, params))
-    }
-
-    pub(crate) fn query_typed_opt(
-        &mut self,
-        sql: &str,
-        params: Params<'_>,
-    ) -> PgResult<Option<Row>> {
-        self.run("a statement", |c| c.query_typed_opt(sql, params))
+        self.query_as(sql, params)
     }
 
     pub(crate) fn execute_typed(&mut self, sql: &str, params: Params<'_>) -> PgResult<u64> {
@@ -282,39 +324,15 @@ impl Client {
         Ok(st)
     }
 
-    /// Rows of the prepared statement `st` (from slot `slot`) with `params`.
-    pub(crate) fn query_prepared(
+    /// The [`Answer`] of the prepared statement `st` (from slot `slot`) with `params`.
+    pub(crate) fn query_prepared<T: Answer>(
         &mut self,
         slot: usize,
         st: &Statement,
         params: Params<'_>,
-    ) -> PgResult<Vec<Row>> {
+    ) -> PgResult<T> {
         let values = values(params);
-        let done = self.run("a statement", |c| c.query(st, &values));
-        self.forget_after_error(slot, done)
-    }
-
-    /// The one row of the prepared statement `st` (as [`Client::query_typed_one`]).
-    pub(crate) fn query_prepared_one(
-        &mut self,
-        slot: usize,
-        st: &Statement,
-        params: Params<'_>,
-    ) -> PgResult<Row> {
-        let values = values(params);
-        let done = self.run("a statement", |c| c.query_one(st, &values));
-        self.forget_after_error(slot, done)
-    }
-
-    /// The row, if any, of the prepared statement `st` (as [`Client::query_typed_opt`]).
-    pub(crate) fn query_prepared_opt(
-        &mut self,
-        slot: usize,
-        st: &Statement,
-        params: Params<'_>,
-    ) -> PgResult<Option<Row>> {
-        let values = values(params);
-        let done = self.run("a statement", |c| c.query_opt(st, &values));
+        let done = self.run("a statement", |c| T::prepared(c, st, &values));
         self.forget_after_error(slot, done)
     }
 

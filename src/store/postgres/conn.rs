@@ -298,17 +298,11 @@ pub(super) struct Target {
 /// `not_postgres` (the command's own words).
 pub(super) fn target(url: &str, not_postgres: &str) -> Result<Target> {
     match crate::url::parse(url)? {
-        crate::url::StoreUrl::Postgres {
-            url,
-            schema,
-            timeout,
-            tls,
-            ..
-        } => Ok(Target {
-            url,
-            schema,
-            timeout,
-            tls,
+        crate::url::StoreUrl::Postgres(o) => Ok(Target {
+            url: o.url,
+            schema: o.schema,
+            timeout: o.timeout,
+            tls: o.tls,
         }),
         _ => Err(Error::InvalidArgument(not_postgres.to_owned())),
     }

@@ -73,6 +73,20 @@ fn decode<T>(rows: Vec<Row>, read: impl Fn(&Row) -> Result<T>) -> Fallible<Vec<T
         .map_err(PgFault::Data)
 }
 
+/// The rows (of `columns`) of `table` whose key column `key` is `only`, or all of them, in key
+/// order: the approver accounts and the policy's rules.
+fn keyed<T>(
+    c: &mut Client,
+    (table, columns, key): (&str, &str, &str),
+    only: Option<&str>,
+    read: impl Fn(&Row) -> Result<T>,
+) -> Fallible<Vec<T>> {
+    let sql = format!(
+        "SELECT {columns} FROM {table} WHERE $1::text IS NULL OR {key} = $1 ORDER BY {key}"
+    );
+    decode(c.query_typed(&sql, &[(&only, Type::TEXT)])?, read)
+}
+
 /// A transaction (or a read) on one PostgreSQL connection.
 pub(crate) struct PgTx<'t> {
     pub(super) c: &'t mut Client,
@@ -127,14 +141,8 @@ impl OversightTx for PgTx<'_> {
     }
 
     fn rules(&mut self, action: Option<&str>) -> Fallible<Vec<ActionRule>> {
-        let sql = format!(
-            "SELECT {RULE_COLUMNS} FROM {} WHERE $1::text IS NULL OR action = $1 ORDER BY action",
-            self.sql.policy
-        );
-        decode(
-            self.c.query_typed(&sql, &[(&action, Type::TEXT)])?,
-            rows::rule,
-        )
+        let table = (self.sql.policy.as_str(), RULE_COLUMNS, "action");
+        keyed(self.c, table, action, rows::rule)
     }
 
     fn replace_rules(&mut self, rules: &[ActionRule], now: Micros) -> Fallible<()> {
@@ -167,14 +175,8 @@ impl OversightTx for PgTx<'_> {
     }
 
     fn approvers(&mut self, name: Option<&str>) -> Fallible<Vec<ApproverRecord>> {
-        let sql = format!(
-            "SELECT {APPROVER_COLUMNS} FROM {} WHERE $1::text IS NULL OR name = $1 ORDER BY name",
-            self.sql.approvers
-        );
-        decode(
-            self.c.query_typed(&sql, &[(&name, Type::TEXT)])?,
-            rows::approver,
-        )
+        let table = (self.sql.approvers.as_str(), APPROVER_COLUMNS, "name");
+        keyed(self.c, table, name, rows::approver)
     }
 
     fn put_approver(&mut self, r: &ApproverRecord, create: bool) -> Fallible<u64> {

@@ -4,7 +4,7 @@
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
-use super::client::{Client, Params, PgError, PgResult};
+use super::client::{Answer, Client, Params, PgError, PgResult, PREPARED_SLOTS};
 
 use crate::env::holder;
 use crate::error::Result;
@@ -63,13 +63,11 @@ pub(super) struct Sql {
     pub(super) receipt_hash: String,
     pub(super) receipts: String,
     pub(super) effects: String,
-    insert: String,
-    select: String,
-    reserve: String,
+    /// The hot calls, by their slot among a connection's prepared statements.
+    hot: [String; PREPARED_SLOTS],
     /// The agent's whole-row compare-and-set, and a person's resolution (`duties`).
     cas: String,
     resolve: String,
-    transition: String,
     /// The approval request's writes (`duties`): asking, expiring or using, deciding; the
     /// locks of a request and of an effect row.
     pub(super) ask: String,
@@ -101,12 +99,15 @@ impl Sql {
             receipts: format!("\"{schema}\".ctrlrun_receipts"),
             receipt_hash: format!("\"{schema}\".ctrlrun_receipt_hash"),
             effects: format!("\"{schema}\".ctrlrun_effects"),
-            insert: call(schema, "ctrlrun_insert", INSERT_PARAMS),
-            select: call(schema, "ctrlrun_select", SELECT_PARAMS),
-            reserve: call(schema, "ctrlrun_reserve", INSERT_PARAMS),
+            // In slot order: SELECT, INSERT, RESERVE, TRANSITION.
+            hot: [
+                call(schema, "ctrlrun_select", SELECT_PARAMS),
+                call(schema, "ctrlrun_insert", INSERT_PARAMS),
+                call(schema, "ctrlrun_reserve", INSERT_PARAMS),
+                call(schema, "ctrlrun_transition", TRANSITION_PARAMS),
+            ],
             cas: call(schema, "ctrlrun_cas", CAS_PARAMS),
             resolve: call(schema, "ctrlrun_resolve", CAS_PARAMS),
-            transition: call(schema, "ctrlrun_transition", TRANSITION_PARAMS),
             ask: call(schema, "ctrlrun_ask", ASK_PARAMS),
             settle_request: call(schema, "ctrlrun_settle_request", REQUEST_CAS_PARAMS),
             decide: call(schema, "ctrlrun_decide", REQUEST_CAS_PARAMS),
@@ -116,40 +117,12 @@ impl Sql {
         }
     }
 
-    /// The one row of hot call `sql` (slot `slot`), named or unnamed as the URL says.
-    fn one(&self, c: &mut Client, slot: usize, sql: &str, params: Params<'_>) -> PgResult<Row> {
+    /// The answer (every row, the one row, or the row if any: [`Answer`]) of the hot call in
+    /// slot `slot`, named or unnamed as the URL says.
+    fn hot<T: Answer>(&self, c: &mut Client, slot: usize, params: Params<'_>) -> PgResult<T> {
+        let sql = &self.hot[slot];
         if !self.prepared {
-            return c.query_typed_one(sql, params);
-        }
-        let st = c.statement(slot, sql, params)?;
-        c.query_prepared_one(slot, &st, params)
-    }
-
-    /// The row, if any, of hot call `sql`.
-    fn opt(
-        &self,
-        c: &mut Client,
-        slot: usize,
-        sql: &str,
-        params: Params<'_>,
-    ) -> PgResult<Option<Row>> {
-        if !self.prepared {
-            return c.query_typed_opt(sql, params);
-        }
-        let st = c.statement(slot, sql, params)?;
-        c.query_prepared_opt(slot, &st, params)
-    }
-
-    /// The rows of hot call `sql`.
-    fn all(
-        &self,
-        c: &mut Client,
-        slot: usize,
-        sql: &str,
-        params: Params<'_>,
-    ) -> PgResult<Vec<Row>> {
-        if !self.prepared {
-            return c.query_typed(sql, params);
+            return c.query_as(sql, params);
         }
         let st = c.statement(slot, sql, params)?;
         c.query_prepared(slot, &st, params)
@@ -164,12 +137,7 @@ impl Sql {
         key: &str,
         now: Option<Micros>,
     ) -> PgResult<Row> {
-        self.one(
-            c,
-            SELECT,
-            &self.select,
-            &[(&key, Type::TEXT), (&now, Type::INT8)],
-        )
+        self.hot(c, SELECT, &[(&key, Type::TEXT), (&now, Type::INT8)])
     }
 
     /// Insert the planner's row `r` unless a row is there: the row inserted, or `None`. The
@@ -182,7 +150,7 @@ impl Sql {
         now: Option<Micros>,
     ) -> PgResult<Option<Row>> {
         let args = InsertArgs::of(r, now);
-        self.opt(c, INSERT, &self.insert, &args.params(r))
+        self.hot(c, INSERT, &args.params(r))
     }
 
     /// [`Sql::insert`] of a key's first row, or, when a row is there, that row read afresh:
@@ -194,7 +162,7 @@ impl Sql {
         now: Option<Micros>,
     ) -> PgResult<(bool, Row)> {
         let args = InsertArgs::of(r, now);
-        let row = self.one(c, RESERVE, &self.reserve, &args.params(r))?;
+        let row: Row = self.hot(c, RESERVE, &args.params(r))?;
         // A column that does not decode is the driver's error (the call's commit is then
         // unknown, and the re-read decides), never a panic.
         let inserted = row.try_get(17).map_err(PgError::Driver)?;
@@ -248,7 +216,7 @@ impl Sql {
             (&kind, Type::TEXT),
             (&writer, Type::TEXT),
         ];
-        self.all(c, TRANSITION, &self.transition, &params)
+        self.hot(c, TRANSITION, &params)
     }
 }
 

@@ -1,7 +1,5 @@
 //! The PostgreSQL store's handle: its pool, its reads and its transactions.
 
-use std::time::Duration;
-
 use tokio_postgres::error::SqlState;
 
 use super::client::{Client, PgError, PgResult};
@@ -17,7 +15,7 @@ use crate::store::pool::{Pool, Pooled};
 use crate::store::posture::PostureLine;
 use crate::store::recovery::{reread_failed, Commit, Reread, TransitionCall};
 use crate::store::retention::{PruneBatch, PruneStep};
-use crate::url::{PgRisks, PgTls};
+use crate::url::PostgresOptions;
 
 /// PostgreSQL `text` cannot hold NUL: refuse such a key before any write.
 pub(super) fn check_key(key: &str) -> Result<()> {
@@ -62,16 +60,10 @@ impl PostgresStore {
     /// Connect, create the schema's tables if missing, check the recorded schema version, and
     /// read the server's posture (refused when it can lose an acknowledged write and `risks`
     /// does not accept that).
-    pub fn open(
-        url: &str,
-        schema: &str,
-        pool_size: usize,
-        timeout: Duration,
-        tls: &PgTls,
-        (prepared_statements, risks): (bool, PgRisks),
-    ) -> Result<PostgresStore> {
-        let mut fresh = Manager::for_url(url, timeout, tls)?;
-        if risks.crash_may_lose_commits {
+    pub fn open(opts: &PostgresOptions) -> Result<PostgresStore> {
+        let (schema, pool_size) = (opts.schema.as_str(), opts.pool_size);
+        let mut fresh = Manager::for_url(&opts.url, opts.timeout, &opts.tls)?;
+        if opts.risks.crash_may_lose_commits {
             fresh.commit_as_the_server_says();
         }
         let description = describe(&fresh.config, schema);
@@ -89,10 +81,10 @@ impl PostgresStore {
                 e.describe()
             ))
         })?;
-        let posture = super::posture::judge(&seen, risks, client.port, &description)?;
+        let posture = super::posture::judge(&seen, opts.risks, client.port, &description)?;
         init_schema(&mut client, schema, &description)?;
         drop(client);
-        let sql = std::sync::Arc::new(Sql::new(schema, prepared_statements));
+        let sql = std::sync::Arc::new(Sql::new(schema, opts.prepared_statements));
         // Waiting for a pooled connection, or for the server: the connect timeout bounds both.
         let pool = Pool::new(fresh.clone(), pool_size, fresh.connect_timeout);
         Ok(PostgresStore {

@@ -104,6 +104,19 @@ impl SqliteTx<'_> {
         let rows = stmt.query_map(params, read)?;
         rows.collect()
     }
+
+    /// The rows (of `columns`) of `table` whose key column `key` is `only`, or all of them, in
+    /// key order: the approver accounts and the policy's rules.
+    fn keyed<T>(
+        &self,
+        (table, columns, key): (&str, &str, &str),
+        only: Option<&str>,
+        read: impl FnMut(&Row<'_>) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<Vec<T>> {
+        let sql =
+            format!("SELECT {columns} FROM {table} WHERE ?1 IS NULL OR {key} = ?1 ORDER BY {key}");
+        self.all(&sql, [only], read)
+    }
 }
 
 impl OversightTx for SqliteTx<'_> {
@@ -148,11 +161,8 @@ impl OversightTx for SqliteTx<'_> {
     }
 
     fn approvers(&mut self, name: Option<&str>) -> rusqlite::Result<Vec<ApproverRecord>> {
-        let sql = format!(
-            "SELECT {APPROVER_COLUMNS} FROM ctrlrun_approvers WHERE ?1 IS NULL OR name = ?1 \
-             ORDER BY name"
-        );
-        self.all(&sql, [name], |r| rows::approver(r))
+        let table = ("ctrlrun_approvers", APPROVER_COLUMNS, "name");
+        self.keyed(table, name, |r| rows::approver(r))
     }
 
     fn put_approver(&mut self, r: &ApproverRecord, create: bool) -> rusqlite::Result<u64> {
@@ -188,11 +198,8 @@ impl OversightTx for SqliteTx<'_> {
     }
 
     fn rules(&mut self, action: Option<&str>) -> rusqlite::Result<Vec<ActionRule>> {
-        let sql = format!(
-            "SELECT {RULE_COLUMNS} FROM ctrlrun_policy WHERE ?1 IS NULL OR action = ?1 \
-             ORDER BY action"
-        );
-        self.all(&sql, [action], |r| rows::rule(r))
+        let table = ("ctrlrun_policy", RULE_COLUMNS, "action");
+        self.keyed(table, action, |r| rows::rule(r))
     }
 
     fn replace_rules(&mut self, rules: &[ActionRule], now: Micros) -> rusqlite::Result<()> {

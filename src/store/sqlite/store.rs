@@ -100,24 +100,25 @@ impl SqliteStore {
         self.checkpoint_due.load(Ordering::Acquire)
     }
 
-    /// A pooled connection; inside [`nowait::run`], only an idle one.
-    fn lend(&self) -> Result<Option<Pooled<'_, Manager>>, crate::store::pool::GetError> {
-        if nowait::must_not_wait() {
-            return Ok(self.pool.try_idle());
-        }
-        self.pool.get().map(Some)
+    /// A pooled connection; inside [`nowait::run`], only an idle one (else `Error::WouldWait`).
+    /// Failing to get one is `failed`'s error, given the reason.
+    fn lend(&self, failed: impl FnOnce(String) -> Error) -> Result<Pooled<'_, Manager>> {
+        let got = if nowait::must_not_wait() {
+            Ok(self.pool.try_idle())
+        } else {
+            self.pool.get().map(Some)
+        };
+        got.transpose().ok_or(Error::WouldWait)?.map_err(|e| {
+            failed(format!(
+                "cannot get a connection to the SQLite store at {}: {e}",
+                self.opts.path.display()
+            ))
+        })
     }
 
+    /// A pooled connection for a write: failing to get one is a write's error.
     pub(super) fn conn(&self) -> Result<Pooled<'_, Manager>> {
-        self.lend()
-            .transpose()
-            .ok_or(Error::WouldWait)?
-            .map_err(|e| {
-                Error::StoreWriteFailed(format!(
-                    "cannot get a connection to the SQLite store at {}: {e}; nothing was written",
-                    self.opts.path.display()
-                ))
-            })
+        self.lend(|why| Error::StoreWriteFailed(format!("{why}; nothing was written")))
     }
 
     pub(super) fn failed(&self, what: &str, key: &str, e: impl std::fmt::Display) -> Error {
@@ -205,15 +206,7 @@ impl SqliteStore {
 
     /// A pooled connection for a read: failing to get one is a store error, not a write's.
     pub(super) fn read_conn(&self) -> Result<Pooled<'_, Manager>> {
-        self.lend()
-            .transpose()
-            .ok_or(Error::WouldWait)?
-            .map_err(|e| {
-                Error::Store(format!(
-                    "cannot get a connection to the SQLite store at {}: {e}",
-                    self.opts.path.display()
-                ))
-            })
+        self.lend(Error::Store)
     }
 
     pub(super) fn read(&self, key: &str) -> Result<Option<EffectRecord>> {
