@@ -34,10 +34,7 @@ __all__ = [
     "__version__",
     # POSIX only:
     "Completions",
-    "reserve_in_background",
-    "transition_in_background",
-    "reserve_soon",
-    "transition_soon",
+    "step_soon",
     "finish_background",
 ]
 
@@ -290,16 +287,7 @@ class Completions:
     def take(self) -> List[Tuple[int, bool, Any]]: ...
     def close(self) -> None: ...
 
-def reserve_in_background(
-    store: Store, completions: Completions, token: int, request: ReserveRequest
-) -> None: ...
-def transition_in_background(
-    store: Store, completions: Completions, token: int, request: OutcomeRequest
-) -> None: ...
-def reserve_soon(
-    store: Store, completions: Completions, token: int, request: ReserveRequest
-) -> Optional[Tuple[bool, Any]]: ...
-def transition_soon(
-    store: Store, completions: Completions, token: int, request: OutcomeRequest
+def step_soon(
+    store: Store, completions: Completions, token: int, request: ReserveRequest | OutcomeRequest
 ) -> Optional[Tuple[bool, Any]]: ...
 def finish_background() -> None: ...

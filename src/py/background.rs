@@ -29,10 +29,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use pyo3::prelude::*;
 
-use super::errors::{to_py, IntoPyResult};
+use super::errors::to_py;
 use super::records::EffectRow;
-use super::requests::{Outcome, OutcomeRequest, Reserve, ReserveRequest};
-use super::store::PyStore;
+use super::requests::Request;
 use crate::error::Error;
 use crate::record::EffectRecord;
 use crate::store::fork::{self, this_process, PerProcess};
@@ -321,64 +320,29 @@ fn release(store: Arc<dyn Store>) {
     drop(store);
 }
 
-/// `Store.reserve(request)` on a core thread; the row, or the exception, comes back through
-/// `completions` under `token`.
-#[pyfunction]
-pub fn reserve_in_background(
-    py: Python<'_>,
-    store: &PyStore,
-    completions: &Completions,
-    token: u64,
-    request: &ReserveRequest,
-) -> PyResult<()> {
-    let store = store.get().py_err(py)?;
-    queue_reserve(store, completions, token, Arc::clone(&request.0)).py_err(py)
-}
-
-/// Queue `r` for a core thread; its end comes back through `completions` under `token`.
-pub(super) fn queue_reserve(
+/// Queue `request` for a core thread; its end comes back through `completions` under
+/// `token`. An outcome write is re-issued as `Store.record_outcome` does on the sync path
+/// (`crate::store::outcome`), whether or not the event loop still runs; `unknown` is a try
+/// already made whose end is unknown, which stays the answer unless a later one settles it.
+pub(super) fn queue_step(
     store: Arc<dyn Store>,
     completions: &Completions,
     token: u64,
-    r: Arc<Reserve>,
-) -> Result<(), Error> {
-    let send = completions.sender();
-    submit(Box::new(move || {
-        let done = step(store, |s| s.propose(r.proposal(), r.now_us));
-        send(token, Done::Record(done.map(Box::new)));
-    }))
-}
-
-/// `Store.record_outcome(request)` on a core thread, with the same retries
-/// (`crate::store::outcome`). `None`, or the exception that ends it, comes back through
-/// `completions` under `token`: the retries never depend on the event loop still running.
-#[pyfunction]
-pub fn transition_in_background(
-    py: Python<'_>,
-    store: &PyStore,
-    completions: &Completions,
-    token: u64,
-    request: &OutcomeRequest,
-) -> PyResult<()> {
-    let store = store.get().py_err(py)?;
-    queue_transition(store, completions, token, Arc::clone(&request.0), None).py_err(py)
-}
-
-/// Queue `o` for a core thread (`unknown`: a try already made whose end is unknown, which
-/// stays the answer unless a later one settles it); its end comes back through `completions`.
-pub(super) fn queue_transition(
-    store: Arc<dyn Store>,
-    completions: &Completions,
-    token: u64,
-    o: Arc<Outcome>,
+    request: Request,
     unknown: Option<Error>,
 ) -> Result<(), Error> {
     let send = completions.sender();
-    submit(Box::new(move || {
-        let done = record_retrying(o.kind, &o.key, o.now_us, &o.pauses, unknown, |now| {
-            step(Arc::clone(&store), |s| o.write_once(s, now))
-        });
-        release(store);
-        send(token, Done::Unit(done));
-    }))
+    submit(match request {
+        Request::Reserve(r) => Box::new(move || {
+            let done = step(store, |s| s.propose(r.proposal(), r.now_us));
+            send(token, Done::Record(done.map(Box::new)));
+        }),
+        Request::Outcome(o) => Box::new(move || {
+            let done = record_retrying(o.kind, &o.key, o.now_us, &o.pauses, unknown, |now| {
+                step(Arc::clone(&store), |s| o.write_once(s, now))
+            });
+            release(store);
+            send(token, Done::Unit(done));
+        }),
+    })
 }

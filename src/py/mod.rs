@@ -40,8 +40,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     #[cfg(unix)]
     export!(m;
         classes background::Completions;
-        functions background::reserve_in_background, background::transition_in_background,
-            background::finish_background, on_loop::reserve_soon, on_loop::transition_soon,
+        functions background::finish_background, on_loop::step_soon,
     );
     m.add(
         "SCRATCH_SCHEMA_PREFIX",

@@ -11,17 +11,17 @@
 //! The GIL stays held: the step is short, and taking it back after releasing it could wait a
 //! whole switch interval for another thread.
 //!
-//! Each returns `None` when the step was queued (its end comes through `completions` under
+//! It returns `None` when the step was queued (its end comes through `completions` under
 //! `token`), else `(ok, value)` as `Completions.take` gives it.
 
 use std::sync::Arc;
 
 use pyo3::prelude::*;
 
-use super::background::{queue_reserve, queue_transition, unpanicked, Completions};
+use super::background::{queue_step, unpanicked, Completions};
 use super::errors::{to_py, IntoPyResult};
 use super::records::EffectRow;
-use super::requests::{OutcomeRequest, ReserveRequest};
+use super::requests::Request;
 use super::store::PyStore;
 use crate::error::Error;
 use crate::store::{fork, nowait, Store};
@@ -57,44 +57,35 @@ fn answer<T>(
     }))
 }
 
-/// `reserve_in_background`, done here when it need not wait.
+/// `request` (a `ReserveRequest` or an `OutcomeRequest`) done here when it need not wait,
+/// else queued for a core thread. A first outcome try whose end is unknown is retried on a
+/// core thread, and stays the answer unless a later one settles it (as
+/// `crate::store::outcome` keeps it).
 #[pyfunction]
-pub fn reserve_soon(
+pub fn step_soon(
     py: Python<'_>,
     store: &PyStore,
     completions: &Completions,
     token: u64,
-    request: &ReserveRequest,
+    request: Request,
 ) -> PyResult<Now> {
     let store = store.get().py_err(py)?;
-    let r = &request.0;
-    if let Some(done) = without_waiting(&store, |s| s.propose(r.proposal(), r.now_us)) {
-        return answer(py, done, |row| {
-            Py::new(py, EffectRow::from(row)).map(Py::into_any)
-        });
-    }
-    queue_reserve(store, completions, token, Arc::clone(r)).py_err(py)?;
-    Ok(None)
-}
-
-/// `transition_in_background`, its first try done here when it need not wait. A first try
-/// whose end is unknown is retried on a core thread, and stays the answer unless a later one
-/// settles it (as `crate::store::outcome` keeps it).
-#[pyfunction]
-pub fn transition_soon(
-    py: Python<'_>,
-    store: &PyStore,
-    completions: &Completions,
-    token: u64,
-    request: &OutcomeRequest,
-) -> PyResult<Now> {
-    let store = store.get().py_err(py)?;
-    let o = &request.0;
-    let unknown = match without_waiting(&store, |s| o.write_once(s, o.now_us)) {
-        Some(Err(e @ Error::StoreUnresolved { .. })) => Some(e),
-        Some(done) => return answer(py, done, |()| Ok(py.None())),
-        None => None,
+    let unknown = match &request {
+        Request::Reserve(r) => match without_waiting(&store, |s| s.propose(r.proposal(), r.now_us))
+        {
+            Some(done) => {
+                return answer(py, done, |row| {
+                    Py::new(py, EffectRow::from(row)).map(Py::into_any)
+                })
+            }
+            None => None,
+        },
+        Request::Outcome(o) => match without_waiting(&store, |s| o.write_once(s, o.now_us)) {
+            Some(Err(e @ Error::StoreUnresolved { .. })) => Some(e),
+            Some(done) => return answer(py, done, |()| Ok(py.None())),
+            None => None,
+        },
     };
-    queue_transition(store, completions, token, Arc::clone(o), unknown).py_err(py)?;
+    queue_step(store, completions, token, request, unknown).py_err(py)?;
     Ok(None)
 }

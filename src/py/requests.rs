@@ -137,3 +137,20 @@ impl OutcomeRequest {
         }))
     }
 }
+
+/// Either request, as the async paths take it (`on_loop::step_soon`).
+pub(super) enum Request {
+    Reserve(Arc<Reserve>),
+    Outcome(Arc<Outcome>),
+}
+
+impl FromPyObject<'_, '_> for Request {
+    type Error = PyErr;
+    fn extract(obj: Borrowed<'_, '_, PyAny>) -> PyResult<Self> {
+        if let Ok(r) = obj.cast::<ReserveRequest>() {
+            return Ok(Request::Reserve(Arc::clone(&r.get().0)));
+        }
+        let o = obj.cast::<OutcomeRequest>()?;
+        Ok(Request::Outcome(Arc::clone(&o.get().0)))
+    }
+}

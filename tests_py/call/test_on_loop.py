@@ -21,8 +21,7 @@ from ctrlrun.call import io_core as _io_core
 from tests_py.support.sqlite_lock import locked
 
 pytestmark = pytest.mark.skipif(
-    not hasattr(_core, "reserve_soon"),
-    reason="the core runs background steps on POSIX systems only",
+    not hasattr(_core, "step_soon"), reason="the core runs background steps on POSIX systems only"
 )
 
 
@@ -30,15 +29,14 @@ pytestmark = pytest.mark.skipif(
 def where(monkeypatch) -> Dict[str, int]:
     """How many steps were done on the loop's thread ("loop") and how many queued ("queued")."""
     counts = {"loop": 0, "queued": 0}
-    for name in ("_reserve_soon", "_transition_soon"):
-        start = getattr(_io_core, name)
+    start = _io_core._step_soon
 
-        def counted(*args, _start=start):
-            done = _start(*args)
-            counts["loop" if done is not None else "queued"] += 1
-            return done
+    def counted(*args):
+        done = start(*args)
+        counts["loop" if done is not None else "queued"] += 1
+        return done
 
-        monkeypatch.setattr(_io_core, name, counted)
+    monkeypatch.setattr(_io_core, "_step_soon", counted)
     return counts
 
 

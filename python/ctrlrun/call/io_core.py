@@ -1,7 +1,7 @@
 """The two store steps every ``async def`` protected call makes (the reservation and the
 outcome write): done on the event loop's thread where the store cannot make them wait (SQLite
-at ``synchronous=NORMAL`` with the write lock free at once: ``_core.reserve_soon`` and
-``_core.transition_soon``, src/py/on_loop.rs), else run on the core's own threads
+at ``synchronous=NORMAL`` with the write lock free at once: ``_core.step_soon``,
+src/py/on_loop.rs), else run on the core's own threads
 (src/py/background.rs): the database work starts without waiting for the GIL, and the event
 loop is woken once for the steps that finished meanwhile. Either way the caller gets a future;
 one done on the loop's thread is settled already. Every other store call of an async caller
@@ -52,8 +52,7 @@ def _settle(future: asyncio.Future[Any], ok: bool, value: Any, then: Optional[Th
         future.set_exception(value)
 
 
-_reserve_soon = getattr(_core, "reserve_soon", None)
-_transition_soon = getattr(_core, "transition_soon", None)
+_step_soon = getattr(_core, "step_soon", None)
 
 
 class _Inbox:
@@ -78,16 +77,14 @@ class _Inbox:
                 continue  # the caller stopped waiting; the step ran to its end anyway
             _settle(future, ok, value, then)
 
-    def submit(
-        self, start: Any, store: Any, request: Any, then: Optional[Then] = None
-    ) -> asyncio.Future[Any]:
+    def submit(self, store: Any, request: Any, then: Optional[Then] = None) -> asyncio.Future[Any]:
         future = asyncio.get_running_loop().create_future()
         token = next(self.tokens)
         if then is not None:  # run in the caller's context (its log records carry its ids)
             then = _in_context(contextvars.copy_context(), then)
         self.waiting[token] = (future, then)
         try:
-            now = start(store._core, self.completions, token, request)
+            now = _step_soon(store._core, self.completions, token, request)
         except BaseException:
             del self.waiting[token]
             raise
@@ -117,7 +114,7 @@ def reserve(
     """``store._core.reserve(request)`` here or on a core thread: a future of its row (or of
     what ``then`` makes of it), or ``None`` where this loop has no inbox."""
     inbox = _inboxes.of(asyncio.get_running_loop())
-    return None if inbox is None else inbox.submit(_reserve_soon, store, request, then)
+    return None if inbox is None else inbox.submit(store, request, then)
 
 
 def transition(
@@ -127,7 +124,7 @@ def transition(
     the same rule for an unknown try): a future of ``None`` (or of what ``then`` makes of it),
     or ``None`` where this loop has no inbox."""
     inbox = _inboxes.of(asyncio.get_running_loop())
-    return None if inbox is None else inbox.submit(_transition_soon, store, request, then)
+    return None if inbox is None else inbox.submit(store, request, then)
 
 
 def _after_fork_in_child() -> None:
