@@ -52,7 +52,7 @@ def _settle(future: asyncio.Future[Any], ok: bool, value: Any, then: Optional[Th
         future.set_exception(value)
 
 
-_step_soon = getattr(_core, "step_soon", None)
+_step_soon: Any = getattr(_core, "step_soon", None)  # POSIX only, as `Completions`
 
 
 class _Inbox:
