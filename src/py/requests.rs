@@ -3,7 +3,8 @@
 //! (`background.rs`) or the event loop's own (`on_loop.rs`). Their arguments are declared
 //! here and nowhere else (as pydantic-core's `ArgsKwargs` carries a call's arguments in one
 //! object); each is converted, and refused as `InvalidArgument`, when the request is made.
-//! The owned values sit behind an `Arc` so that a core thread takes them without a copy.
+//! The owned values sit behind an `Arc` so that a core thread takes them without a copy, and
+//! each class keeps a free list (as `ArgsKwargs` does): one of each is made per protected call.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,7 +47,7 @@ impl Reserve {
 /// at once (the caller runs the body right after). `action` names the action, `args` is
 /// `[(name, canonical JSON text)]` per argument (their digests go on the row), and `approval`
 /// uses a granted approval for the action and arguments in the same transaction.
-#[pyclass(frozen, module = "ctrlrun._core")]
+#[pyclass(frozen, freelist = 64, module = "ctrlrun._core")]
 pub struct ReserveRequest(pub(super) Arc<Reserve>);
 
 #[pymethods]
@@ -110,7 +111,7 @@ impl Outcome {
 /// `AMBIGUOUS`. `Store.transition` makes one try; `Store.record_outcome` and the async paths
 /// re-issue it after each of `pauses` (seconds) while it fails as a write that did not land
 /// or whose end is unknown.
-#[pyclass(frozen, module = "ctrlrun._core")]
+#[pyclass(frozen, freelist = 64, module = "ctrlrun._core")]
 pub struct OutcomeRequest(pub(super) Arc<Outcome>);
 
 #[pymethods]
