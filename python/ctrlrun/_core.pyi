@@ -175,7 +175,8 @@ class Template:
     def source(self) -> str: ...
     @property
     def placeholders(self) -> List[str]: ...
-    def render(self, values: List[str]) -> str: ...
+    def render(self, values: List[str]) -> str:
+        """``EffectKeyError`` when a value holds a lone surrogate."""
 
 @final
 class Store:

@@ -1,6 +1,8 @@
 use pyo3::prelude::*;
+use pyo3::types::PyString;
 
 use super::errors::IntoPyResult;
+use crate::error::Error;
 use crate::template::Template;
 
 /// A parsed effect-key template. `Template(source)` raises `InvalidArgument` on a bad form.
@@ -29,9 +31,22 @@ impl PyTemplate {
         self.inner.placeholders().to_vec()
     }
 
-    /// Render from one text value per placeholder, in `placeholders` order.
-    fn render(&self, py: Python<'_>, values: Vec<String>) -> PyResult<String> {
-        self.inner.render(&values).py_err(py)
+    /// Render from one text value per placeholder, in `placeholders` order. A value with a
+    /// lone surrogate makes no key a store can keep: `EffectKeyError`.
+    fn render(&self, py: Python<'_>, values: Vec<Bound<'_, PyString>>) -> PyResult<String> {
+        let texts: Option<Vec<String>> = values
+            .iter()
+            .map(|v| v.to_cow().ok().map(|c| c.into_owned()))
+            .collect();
+        let Some(texts) = texts else {
+            return Err(Error::EffectKey(format!(
+                "effect template {}: a value holds a lone surrogate, which no store can keep \
+                 as text",
+                PyString::new(py, self.inner.source()).repr()?
+            )))
+            .py_err(py);
+        };
+        self.inner.render(&texts).py_err(py)
     }
 
     fn __repr__(&self) -> String {

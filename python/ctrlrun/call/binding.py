@@ -171,12 +171,7 @@ class KeyBinder:
                         f"available: {', '.join(arguments) or '(none)'}"
                     )
             values.append(render_value(src, name, value))
-        try:
-            return self.template.render(values)
-        except UnicodeEncodeError:
-            raise EffectKeyError(
-                f"effect template {src!r}: a value holds a lone surrogate, which no store can keep as text"
-            ) from None
+        return self.template.render(values)
 
 
 #: What :meth:`Gate.route` decides for a call: the key binder, the approval's time to live

@@ -65,12 +65,7 @@ def render_key(template: _core.Template, arguments: Dict[str, Any]) -> str:
                 f"the call's arguments are {', '.join(sorted(arguments)) or '(none)'}"
             )
         values.append(render_value(template.source, name, arguments[name]))
-    try:
-        return template.render(values)
-    except UnicodeEncodeError:
-        raise EffectKeyError(
-            f"effect template {template.source!r}: a value holds a lone surrogate, which no store can keep as text"
-        ) from None
+    return template.render(values)
 
 
 class Gateway:
