@@ -10,16 +10,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ctrlrun.console.identity import Identity
-from ctrlrun.console.pages import render
 from ctrlrun.console.state import ConsoleState
 from ctrlrun.console.web import (
-    MAX_NOTE,
-    FormTooLarge,
     as_signed_in,
+    detail_page,
+    list_page,
+    note_of,
+    posted,
     problem,
-    read_form,
     redirect,
-    too_large,
+    unreadable,
 )
 from ctrlrun.errors import CTRLRunError
 from ctrlrun.store.approvals import ApprovalRecord
@@ -45,21 +45,7 @@ def _lists(state: ConsoleState) -> Dict[str, List[ApprovalRecord]]:
 
 
 async def approvals_page(request: Request) -> Response:
-    def page(state: ConsoleState, me: Identity) -> Response:
-        try:
-            found = _lists(state)
-        except CTRLRunError as exc:
-            return problem(request, me, f"The store could not be read: {exc}", 503)
-        return render(
-            request,
-            "approvals.html",
-            me,
-            fragment="_approvals_live.html",
-            pending=found["pending"],
-            recent=found["recent"],
-        )
-
-    return await as_signed_in(request, page)
+    return await list_page(request, "approvals", _lists)
 
 
 def _detail(
@@ -75,20 +61,10 @@ def _detail(
     try:
         r = state.store.get_approval(request_id)
     except CTRLRunError as exc:
-        return problem(request, me, f"The store could not be read: {exc}", 503)
+        return unreadable(request, me, exc)
     if r is None:
         return problem(request, me, f"No approval request {request_id}.", 404, "/approvals")
-    notice = DONE.get(request.query_params.get("done", "")) if error is None else None
-    return render(
-        request,
-        "approval.html",
-        me,
-        status=status,
-        fragment="_approval_live.html",
-        r=r,
-        error=error,
-        notice=notice,
-    )
+    return detail_page(request, "approval", me, status, error, DONE, r=r)
 
 
 async def approval_page(request: Request) -> Response:
@@ -96,34 +72,25 @@ async def approval_page(request: Request) -> Response:
     return await as_signed_in(request, lambda state, me: _detail(request, state, me, request_id))
 
 
-async def grant(request: Request) -> Response:
-    return await _decide(request, True)
+@posted
+async def grant(request: Request, form: Dict[str, str]) -> Response:
+    return await _decide(request, form, True)
 
 
-async def deny(request: Request) -> Response:
-    return await _decide(request, False)
+@posted
+async def deny(request: Request, form: Dict[str, str]) -> Response:
+    return await _decide(request, form, False)
 
 
-async def _decide(request: Request, granting: bool) -> Response:
+async def _decide(request: Request, form: Dict[str, str], granting: bool) -> Response:
     request_id = request.path_params["request_id"]
-    try:
-        form = await read_form(request)
-    except FormTooLarge:
-        return too_large()
 
     def act(state: ConsoleState, me: Identity) -> Response:
         if not REQUEST_ID.fullmatch(request_id):
             return problem(request, me, f"No approval request {request_id!r}.", 404, "/approvals")
-        note = form.get("note", "").strip() or None
-        if note is not None and len(note) > MAX_NOTE:
-            return _detail(
-                request,
-                state,
-                me,
-                request_id,
-                400,
-                f"The note is longer than {MAX_NOTE} characters; nothing was done.",
-            )
+        note, refused = note_of(form)
+        if refused is not None:
+            return _detail(request, state, me, request_id, 400, refused)
         try:
             decide = state.store.grant_approval if granting else state.store.deny_approval
             r = decide(request_id, me.account, note)

@@ -11,16 +11,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ctrlrun.console.identity import Identity
-from ctrlrun.console.pages import effect_url, render
+from ctrlrun.console.pages import effect_url
 from ctrlrun.console.state import ConsoleState
 from ctrlrun.console.web import (
-    MAX_NOTE,
-    FormTooLarge,
     as_signed_in,
+    detail_page,
+    list_page,
+    note_of,
+    posted,
     problem,
-    read_form,
     redirect,
-    too_large,
+    unreadable,
 )
 from ctrlrun.errors import CTRLRunError
 from ctrlrun.store.records import EffectRecord, EffectState
@@ -53,14 +54,7 @@ def _listed(state: ConsoleState) -> List[Dict[str, Any]]:
 
 
 async def effects_page(request: Request) -> Response:
-    def page(state: ConsoleState, me: Identity) -> Response:
-        try:
-            effects = _listed(state)
-        except CTRLRunError as exc:
-            return problem(request, me, f"The store could not be read: {exc}", 503)
-        return render(request, "effects.html", me, fragment="_effects_live.html", effects=effects)
-
-    return await as_signed_in(request, page)
+    return await list_page(request, "effects", lambda state: {"effects": _listed(state)})
 
 
 def _detail(
@@ -80,22 +74,21 @@ def _detail(
         receipts = state.store.list_receipts(key)
         check = state.store.verify_receipts(key)  # this key's chains: reads nothing else
     except CTRLRunError as exc:
-        return problem(request, me, f"The store could not be read: {exc}", 503)
+        return unreadable(request, me, exc)
     lapsed = _lapsed(rec)
-    notice = DONE.get(request.query_params.get("done", "")) if error is None else None
-    return render(
+    resolvable = rec.state is EffectState.AMBIGUOUS or lapsed
+    return detail_page(
         request,
-        "effect.html",
+        "effect",
         me,
-        status=status,
-        fragment="_effect_live.html",
+        status,
+        error,
+        DONE,
         rec=rec,
         lapsed=lapsed,
-        resolvable=rec.state is EffectState.AMBIGUOUS or lapsed,
+        resolvable=resolvable,
         receipts=receipts,
         check=check,
-        error=error,
-        notice=notice,
     )
 
 
@@ -104,34 +97,17 @@ async def effect_page(request: Request) -> Response:
     return await as_signed_in(request, lambda state, me: _detail(request, state, me, key))
 
 
-async def resolve(request: Request) -> Response:
+@posted
+async def resolve(request: Request, form: Dict[str, str]) -> Response:
     key = request.path_params["key"]
-    try:
-        form = await read_form(request)
-    except FormTooLarge:
-        return too_large()
 
     def act(state: ConsoleState, me: Identity) -> Response:
         outcome = form.get("outcome", "")
-        if outcome not in OUTCOMES:
-            return _detail(
-                request,
-                state,
-                me,
-                key,
-                400,
-                "Say what happened: committed or failed; nothing was done.",
-            )
-        note = form.get("note", "").strip() or None
-        if note is not None and len(note) > MAX_NOTE:
-            return _detail(
-                request,
-                state,
-                me,
-                key,
-                400,
-                f"The note is longer than {MAX_NOTE} characters; nothing was done.",
-            )
+        note, refused = note_of(form)
+        if outcome not in OUTCOMES:  # the first thing to put right
+            refused = "Say what happened: committed or failed; nothing was done."
+        if refused is not None:
+            return _detail(request, state, me, key, 400, refused)
         try:
             state.store.resolve_effect(key, outcome, me.account, note)
         except CTRLRunError as exc:
