@@ -4,23 +4,14 @@ decided lately, one request, and granting or denying it as the signed-in account
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ctrlrun.console import web
 from ctrlrun.console.identity import Identity
 from ctrlrun.console.state import ConsoleState
-from ctrlrun.console.web import (
-    as_signed_in,
-    detail_page,
-    list_page,
-    note_of,
-    posted,
-    problem,
-    redirect,
-    unreadable,
-)
 from ctrlrun.errors import CTRLRunError
 from ctrlrun.store.approvals import ApprovalRecord
 
@@ -45,39 +36,34 @@ def _lists(state: ConsoleState) -> Dict[str, List[ApprovalRecord]]:
 
 
 async def approvals_page(request: Request) -> Response:
-    return await list_page(request, "approvals", _lists)
+    return await web.list_page(request, "approvals", _lists)
 
 
 def _detail(
-    request: Request,
-    state: ConsoleState,
-    me: Identity,
-    request_id: str,
-    status: int = 200,
-    error: Optional[str] = None,
+    request: Request, me: Identity, request_id: str, page: web.PageStatus = web.PAGE_OK
 ) -> Response:
     if not REQUEST_ID.fullmatch(request_id):
-        return problem(request, me, f"No approval request {request_id!r}.", 404, "/approvals")
+        return web.problem(request, me, f"No approval request {request_id!r}.", 404, "/approvals")
     try:
-        r = state.store.get_approval(request_id)
+        r = web.state_of(request).store.get_approval(request_id)
     except CTRLRunError as exc:
-        return unreadable(request, me, exc)
+        return web.unreadable(request, me, exc)
     if r is None:
-        return problem(request, me, f"No approval request {request_id}.", 404, "/approvals")
-    return detail_page(request, "approval", me, status, error, DONE, r=r)
+        return web.problem(request, me, f"No approval request {request_id}.", 404, "/approvals")
+    return web.detail_page(request, "approval", me, page, DONE, r=r)
 
 
 async def approval_page(request: Request) -> Response:
     request_id = request.path_params["request_id"]
-    return await as_signed_in(request, lambda state, me: _detail(request, state, me, request_id))
+    return await web.as_signed_in(request, lambda _, me: _detail(request, me, request_id))
 
 
-@posted
+@web.posted
 async def grant(request: Request, form: Dict[str, str]) -> Response:
     return await _decide(request, form, True)
 
 
-@posted
+@web.posted
 async def deny(request: Request, form: Dict[str, str]) -> Response:
     return await _decide(request, form, False)
 
@@ -87,16 +73,18 @@ async def _decide(request: Request, form: Dict[str, str], granting: bool) -> Res
 
     def act(state: ConsoleState, me: Identity) -> Response:
         if not REQUEST_ID.fullmatch(request_id):
-            return problem(request, me, f"No approval request {request_id!r}.", 404, "/approvals")
-        note, refused = note_of(form)
+            return web.problem(
+                request, me, f"No approval request {request_id!r}.", 404, "/approvals"
+            )
+        note, refused = web.note_of(form)
         if refused is not None:
-            return _detail(request, state, me, request_id, 400, refused)
+            return _detail(request, me, request_id, refused)
         try:
             decide = state.store.grant_approval if granting else state.store.deny_approval
             r = decide(request_id, me.account, note)
         except CTRLRunError as exc:
-            return _detail(request, state, me, request_id, 409, str(exc))
+            return _detail(request, me, request_id, (409, str(exc)))
         done = "denied" if not granting else ("partly" if r.state.value == "pending" else "granted")
-        return redirect(f"/approvals/{request_id}?done={done}")
+        return web.redirect(f"/approvals/{request_id}?done={done}")
 
-    return await as_signed_in(request, act, form)
+    return await web.as_signed_in(request, act, form)

@@ -5,24 +5,15 @@ the signed-in account."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ctrlrun.console import web
 from ctrlrun.console.identity import Identity
 from ctrlrun.console.pages import effect_url
 from ctrlrun.console.state import ConsoleState
-from ctrlrun.console.web import (
-    as_signed_in,
-    detail_page,
-    list_page,
-    note_of,
-    posted,
-    problem,
-    redirect,
-    unreadable,
-)
 from ctrlrun.errors import CTRLRunError
 from ctrlrun.store.records import EffectRecord, EffectState
 
@@ -54,35 +45,30 @@ def _listed(state: ConsoleState) -> List[Dict[str, Any]]:
 
 
 async def effects_page(request: Request) -> Response:
-    return await list_page(request, "effects", lambda state: {"effects": _listed(state)})
+    return await web.list_page(request, "effects", lambda state: {"effects": _listed(state)})
 
 
 def _detail(
-    request: Request,
-    state: ConsoleState,
-    me: Identity,
-    key: str,
-    status: int = 200,
-    error: Optional[str] = None,
+    request: Request, me: Identity, key: str, page: web.PageStatus = web.PAGE_OK
 ) -> Response:
+    store = web.state_of(request).store
     try:
-        rec = state.store.get_effect(key)
+        rec = store.get_effect(key)
         if rec is None:
-            return problem(
+            return web.problem(
                 request, me, f"No effect is recorded under key {key!r}.", 404, "/effects"
             )
-        receipts = state.store.list_receipts(key)
-        check = state.store.verify_receipts(key)  # this key's chains: reads nothing else
+        receipts = store.list_receipts(key)
+        check = store.verify_receipts(key)  # this key's chains: reads nothing else
     except CTRLRunError as exc:
-        return unreadable(request, me, exc)
+        return web.unreadable(request, me, exc)
     lapsed = _lapsed(rec)
     resolvable = rec.state is EffectState.AMBIGUOUS or lapsed
-    return detail_page(
+    return web.detail_page(
         request,
         "effect",
         me,
-        status,
-        error,
+        page,
         DONE,
         rec=rec,
         lapsed=lapsed,
@@ -94,24 +80,24 @@ def _detail(
 
 async def effect_page(request: Request) -> Response:
     key = request.path_params["key"]
-    return await as_signed_in(request, lambda state, me: _detail(request, state, me, key))
+    return await web.as_signed_in(request, lambda _, me: _detail(request, me, key))
 
 
-@posted
+@web.posted
 async def resolve(request: Request, form: Dict[str, str]) -> Response:
     key = request.path_params["key"]
 
     def act(state: ConsoleState, me: Identity) -> Response:
         outcome = form.get("outcome", "")
-        note, refused = note_of(form)
+        note, refused = web.note_of(form)
         if outcome not in OUTCOMES:  # the first thing to put right
-            refused = "Say what happened: committed or failed; nothing was done."
+            refused = (400, "Say what happened: committed or failed; nothing was done.")
         if refused is not None:
-            return _detail(request, state, me, key, 400, refused)
+            return _detail(request, me, key, refused)
         try:
             state.store.resolve_effect(key, outcome, me.account, note)
         except CTRLRunError as exc:
-            return _detail(request, state, me, key, 409, str(exc))
-        return redirect(effect_url(key) + "?done=resolved")
+            return _detail(request, me, key, (409, str(exc)))
+        return web.redirect(effect_url(key) + "?done=resolved")
 
-    return await as_signed_in(request, act, form)
+    return await web.as_signed_in(request, act, form)

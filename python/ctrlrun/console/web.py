@@ -29,12 +29,18 @@ __all__ = [
     "unreadable",
     "list_page",
     "detail_page",
+    "PageStatus",
+    "PAGE_OK",
     "MAX_FORM",
     "MAX_NOTE",
 ]
 
 #: The largest form body read (bytes); a note's longest length (characters).
 MAX_FORM, MAX_NOTE = 64 * 1024, 2000
+
+#: How a page is shown: its HTTP status, and the error it tells of (an action refused).
+PageStatus = Tuple[int, Optional[str]]
+PAGE_OK: PageStatus = (200, None)
 
 
 class FormTooLarge(Exception):
@@ -85,12 +91,12 @@ def posted(
     return route
 
 
-def note_of(form: Dict[str, str]) -> Tuple[Optional[str], Optional[str]]:
+def note_of(form: Dict[str, str]) -> Tuple[Optional[str], Optional[PageStatus]]:
     """The form's note (``None`` when blank), and the refusal to show when it is longer than
     ``MAX_NOTE`` (else ``None``)."""
     note = form.get("note", "").strip() or None
     if note is not None and len(note) > MAX_NOTE:
-        return None, f"The note is longer than {MAX_NOTE} characters; nothing was done."
+        return None, (400, f"The note is longer than {MAX_NOTE} characters; nothing was done.")
     return note, None
 
 
@@ -164,17 +170,12 @@ async def list_page(
 
 
 def detail_page(
-    request: Request,
-    name: str,
-    me: Identity,
-    status: int,
-    error: Optional[str],
-    done: Dict[str, str],
-    **shown: Any,
+    request: Request, name: str, me: Identity, page: PageStatus, done: Dict[str, str], **shown: Any
 ) -> Response:
-    """The page of one thing, ``NAME.html`` (refreshed by ``_NAME_live.html``): with ``error``
-    when an action was refused, else with what ``done`` says for the ``?done=`` the action
-    redirected to."""
+    """The page of one thing, ``NAME.html`` (refreshed by ``_NAME_live.html``): with the error
+    ``page`` tells of, else with what ``done`` says for the ``?done=`` an action redirected
+    to."""
+    status, error = page
     notice = done.get(request.query_params.get("done", "")) if error is None else None
     return render(
         request,
