@@ -13,7 +13,17 @@ from typing import Any, Dict, Optional
 __all__ = ["EffectState", "EffectRecord", "Reservation"]
 
 
-class EffectState(str, enum.Enum):
+class StoredState(str, enum.Enum):
+    """A state as the store keeps it: the member is its text (``str()`` gives ``"failed"``, not
+    ``"EffectState.FAILED"``), so it prints and compares as the store and the CLI write it."""
+
+    _value_: str
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class EffectState(StoredState):
     """The stored states of an effect key. (``new`` means no row and is never stored.)"""
 
     RESERVED = "reserved"
@@ -21,9 +31,6 @@ class EffectState(str, enum.Enum):
     COMMITTED = "committed"
     FAILED = "failed"
     AMBIGUOUS = "ambiguous"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,13 @@ import functools
 import inspect
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple, Type
 
 from ctrlrun import errors
-from ctrlrun.call.protected import protected
+from ctrlrun.call.protected import Protected, protected
 from ctrlrun.call.steps import THROUGH_BODY
 
-__all__ = ["Refusal", "Refused", "refusal_of", "answering", "REFUSALS"]
+__all__ = ["Refusal", "Refused", "refusal_of", "answering", "catching", "key_or_none", "REFUSALS"]
 
 #: The exceptions that are refusals (nothing was run by the call that raised them).
 REFUSALS = (
@@ -172,12 +172,7 @@ def answering(fn: Callable[..., Any], on_refusal: Callable[[Refusal], Any]) -> C
     action = about.action if about is not None else getattr(fn, "__qualname__", "tool")
 
     def refused(exc: BaseException, args: Any, kwargs: Any) -> Any:
-        key = None
-        if about is not None:
-            try:
-                key = about.key(*args, **kwargs)
-            except Exception:  # the refusal itself is what the model must hear
-                key = None
+        key = key_or_none(about, args, kwargs)
         own = getattr(exc, "effect_key", None)
         if key is not None and own is not None and own != key:
             raise exc  # a nested protected call's refusal: the tool's own error
@@ -186,22 +181,43 @@ def answering(fn: Callable[..., Any], on_refusal: Callable[[Refusal], Any]) -> C
             raise exc
         return on_refusal(refusal)
 
+    return catching(fn, REFUSALS, refused)
+
+
+def catching(
+    fn: Callable[..., Any],
+    caught: Tuple[Type[BaseException], ...],
+    handle: Callable[[Any, Any, Any], Any],
+) -> Callable[..., Any]:
+    """``fn`` (sync or async) with what it raises of ``caught`` given to ``handle(exc, args,
+    kwargs)``, whose return is the call's (or which raises). Its signature is ``fn``'s
+    (``functools.wraps``): the integrations wrap the tools a framework reads the parameters of."""
     if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
-        async def answering_async(*args: Any, **kwargs: Any) -> Any:
+        async def catching_async(*args: Any, **kwargs: Any) -> Any:
             try:
                 return await fn(*args, **kwargs)
-            except REFUSALS as exc:
-                return refused(exc, args, kwargs)
+            except caught as exc:
+                return handle(exc, args, kwargs)
 
-        return answering_async
+        return catching_async
 
     @functools.wraps(fn)
-    def answering_sync(*args: Any, **kwargs: Any) -> Any:
+    def catching_sync(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except REFUSALS as exc:
-            return refused(exc, args, kwargs)
+        except caught as exc:
+            return handle(exc, args, kwargs)
 
-    return answering_sync
+    return catching_sync
+
+
+def key_or_none(about: Optional[Protected], args: Any, kwargs: Any) -> Optional[str]:
+    """The key this call of ``about``'s function reserves; ``None`` for a function not
+    protected or arguments that make no key (what the model must hear is the refusal or the
+    failure at hand, not that)."""
+    try:
+        return None if about is None else about.key(*args, **kwargs)
+    except Exception:
+        return None

@@ -9,13 +9,15 @@ import importlib
 import os
 import sys
 from datetime import datetime
-from typing import Any, Dict, NoReturn, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, NoReturn, Optional, Sequence, Tuple, TypeVar
 
 import click
 
 import ctrlrun._core as _core
 from ctrlrun.errors import CTRLRunError, InvalidArgument
 from ctrlrun.store.api import Store, default_store, default_url, open_store
+
+T = TypeVar("T")
 
 store_option = click.option(
     "--store",
@@ -50,6 +52,16 @@ def open_existing(url: Optional[str]) -> Store:
         if path is not None and not os.path.exists(path):
             die(f"no store at {path} (nothing has been reserved there yet)")
         return open_store(url) if url is not None else default_store()
+    except CTRLRunError as exc:
+        die(str(exc))
+
+
+def on_existing(url: Optional[str], use: Callable[[Store], T]) -> Tuple[Store, T]:
+    """An existing store (:func:`open_existing`) and what ``use`` got from it; a ctrlrun error
+    on the way is the command's one-line exit."""
+    store = open_existing(url)
+    try:
+        return store, use(store)
     except CTRLRunError as exc:
         die(str(exc))
 

@@ -8,7 +8,15 @@ from typing import Any, Dict, Optional
 
 import click
 
-from ctrlrun.cli._common import as_json, cli_user, die, iso, open_existing, store_option
+from ctrlrun.cli._common import (
+    as_json,
+    cli_user,
+    die,
+    iso,
+    on_existing,
+    open_existing,
+    store_option,
+)
 from ctrlrun.cli.table import printable
 from ctrlrun.errors import CTRLRunError
 from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
@@ -48,11 +56,7 @@ def approvals() -> None:
 @store_option
 def approvals_list(state: Optional[str], as_json: bool, store_url: Optional[str]) -> None:
     """List approval requests, oldest first, with the arguments each was asked for."""
-    store = open_existing(store_url)
-    try:
-        records = store.list_approvals(state)
-    except CTRLRunError as exc:
-        die(str(exc))
+    store, records = on_existing(store_url, lambda store: store.list_approvals(state))
     if as_json:
         click.echo(json.dumps([approval_dict(r) for r in records], indent=2))
         return

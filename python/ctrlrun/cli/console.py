@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
-from typing import NoReturn, Optional, Tuple
+from typing import Any, Callable, NoReturn, Optional, Tuple
 
 import click
 
-from ctrlrun.cli._common import die, iso, open_existing, require_extra, store_option
+from ctrlrun.cli._common import die, iso, on_existing, open_existing, require_extra, store_option
 from ctrlrun.cli.table import printable
 from ctrlrun.errors import CTRLRunError, InvalidArgument
 from ctrlrun.store.api import Store, default_store, open_store
@@ -177,6 +178,29 @@ def _show_secret(name: str, secret: str, what: str) -> None:
     click.echo(secret)
 
 
+def _give_secret(
+    name: str,
+    password_stdin: bool,
+    opened: Callable[[], Store],
+    write: Callable[[Store, str, str], Any],
+    what: str,
+    set_line: str,
+) -> None:
+    """NAME's new secret, read or made before the store is opened (a bad password writes
+    nothing), written by ``write``: a secret made is shown this once; a password read is not,
+    and the line then ends in ``set_line``."""
+    secret, generated = _secret(password_stdin)
+    store = opened()
+    try:
+        write(store, name, secret)
+    except CTRLRunError as exc:
+        _fail(exc)
+    if generated:
+        _show_secret(name, secret, what)
+    else:
+        click.echo(f"approver {printable(name)}{set_line}", err=True)
+
+
 _password_stdin = click.option(
     "--password-stdin",
     is_flag=True,
@@ -197,16 +221,8 @@ def approvers_add(name: str, password_stdin: bool, store_url: Optional[str]) -> 
         check_approver_name(name)
     except CTRLRunError as exc:
         _fail(exc)
-    secret, generated = _secret(password_stdin)
-    store = _open(store_url)
-    try:
-        accounts.add(store, name, secret)
-    except CTRLRunError as exc:
-        _fail(exc)
-    if generated:
-        _show_secret(name, secret, "added")
-    else:
-        click.echo(f"approver {printable(name)} added", err=True)
+    opened = functools.partial(_open, store_url)
+    _give_secret(name, password_stdin, opened, accounts.add, "added", " added")
 
 
 @approvers.command("reset")
@@ -217,16 +233,8 @@ def approvers_reset(name: str, password_stdin: bool, store_url: Optional[str]) -
     """Give the approver NAME a new secret (its console sessions end)."""
     from ctrlrun.console import accounts
 
-    secret, generated = _secret(password_stdin)
-    store = open_existing(store_url)
-    try:
-        accounts.reset(store, name, secret)
-    except CTRLRunError as exc:
-        _fail(exc)
-    if generated:
-        _show_secret(name, secret, "reset")
-    else:
-        click.echo(f"approver {printable(name)}: password set", err=True)
+    opened = functools.partial(open_existing, store_url)
+    _give_secret(name, password_stdin, opened, accounts.reset, "reset", ": password set")
 
 
 @approvers.command("remove")
@@ -236,11 +244,7 @@ def approvers_remove(name: str, store_url: Optional[str]) -> None:
     """Remove the approver NAME (its console sessions end)."""
     from ctrlrun.console import accounts
 
-    store = open_existing(store_url)
-    try:
-        removed = accounts.remove(store, name)
-    except CTRLRunError as exc:
-        _fail(exc)
+    store, removed = on_existing(store_url, lambda store: accounts.remove(store, name))
     if not removed:
         die(f"no approver {name!r} in {store.url}")
     click.echo(f"approver {printable(name)} removed")
@@ -253,11 +257,7 @@ def approvers_list(as_json: bool, store_url: Optional[str]) -> None:
     """List the approver accounts (names and dates; never a secret or its hash)."""
     from ctrlrun.console import accounts
 
-    store = open_existing(store_url)
-    try:
-        found = accounts.listed(store)
-    except CTRLRunError as exc:
-        _fail(exc)
+    store, found = on_existing(store_url, lambda store: accounts.listed(store))
     rows = [
         {"name": a.name, "created_at": iso(a.created_at), "updated_at": iso(a.updated_at)}
         for a in found

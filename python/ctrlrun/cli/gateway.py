@@ -29,7 +29,6 @@ _ALIAS = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
     "--policy",
     "policy",
     metavar="FILE",
-    default=None,
     help="The policy file (default: CTRLRUN_CONFIG, else ./ctrlrun.yaml).",
 )
 @click.option(
@@ -43,20 +42,17 @@ _ALIAS = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 @click.option(
     "--requested-by",
     metavar="NAME",
-    default=None,
     help="Who asks for the approvals of the calls relayed (the agent's name): recorded on "
     "each request, and never able to grant it.",
 )
 @click.option(
     "--upstream-url",
     metavar="URL",
-    default=None,
     help="Reach the upstream over streamable HTTP instead of starting a command.",
 )
 @click.option(
     "--listen",
     metavar="HOST:PORT",
-    default=None,
     help="Serve agents over streamable HTTP (at /mcp) instead of stdio.",
 )
 @store_option

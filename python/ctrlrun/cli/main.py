@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 import click
 
 from ctrlrun.cli import approvals, console, gateway, receipts, retention, soak, store, store_policy
-from ctrlrun.cli._common import as_json, cli_user, die, open_existing, store_option
+from ctrlrun.cli._common import as_json, cli_user, die, on_existing, store_option
 from ctrlrun.cli.table import lease_text, printable, table
 from ctrlrun.errors import CTRLRunError
 from ctrlrun.store.records import EffectRecord, EffectState
@@ -72,11 +72,10 @@ def effects_list(
 ) -> None:
     """List effects, oldest first. A live lease shows its remaining time. --state and
     --prefix are served by an index: a large store is never read whole for them."""
-    store = open_existing(store_url)
-    try:
-        records = store.list_effects(state, prefix=prefix, action=action, limit=limit)
-    except CTRLRunError as exc:
-        die(str(exc))
+    store, records = on_existing(
+        store_url,
+        lambda store: store.list_effects(state, prefix=prefix, action=action, limit=limit),
+    )
     if as_json:
         click.echo(json.dumps([record_dict(r) for r in records], indent=2))
     elif not records:
@@ -98,11 +97,7 @@ def effects_list(
 @store_option
 def effects_show(key: str, as_json: bool, store_url: Optional[str]) -> None:
     """Show one effect's whole record."""
-    store = open_existing(store_url)
-    try:
-        rec = store.get_effect(key)
-    except CTRLRunError as exc:
-        die(str(exc))
+    store, rec = on_existing(store_url, lambda store: store.get_effect(key))
     if rec is None:
         die(f"no effect is recorded under key {key!r} in {store.url}")
     d = record_dict(rec)
@@ -139,11 +134,7 @@ def resolve(
     target = "committed" if committed else "failed"
     if resolver is None:
         resolver = cli_user()
-    store = open_existing(store_url)
-    try:
-        rec = store.resolve_effect(key, target, resolver, note)
-    except CTRLRunError as exc:
-        die(str(exc))
+    _, rec = on_existing(store_url, lambda store: store.resolve_effect(key, target, resolver, note))
     click.echo(f"{rec.effect_key}: {rec.state.value} (resolved by {rec.resolved_by})")
 
 

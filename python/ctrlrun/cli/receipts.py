@@ -8,9 +8,8 @@ from typing import List, Optional, Tuple
 
 import click
 
-from ctrlrun.cli._common import die, open_existing, store_option
+from ctrlrun.cli._common import on_existing, store_option
 from ctrlrun.cli.table import printable
-from ctrlrun.errors import CTRLRunError
 from ctrlrun.store.receipts import Receipt
 
 #: Options that take a value (the next argument, unless given as ``--opt=value``).
@@ -75,11 +74,7 @@ def receipts_list(
     key: Optional[str], limit: Optional[int], as_json: bool, store_url: Optional[str]
 ) -> None:
     """List receipts (of KEY, or of every key), oldest first."""
-    store = open_existing(store_url)
-    try:
-        found = store.list_receipts(key, limit=limit)
-    except CTRLRunError as exc:
-        die(str(exc))
+    store, found = on_existing(store_url, lambda store: store.list_receipts(key, limit=limit))
     if as_json:
         click.echo(json.dumps([r.to_json() for r in found], indent=2, ensure_ascii=False))
         return
@@ -99,11 +94,7 @@ def receipts_list(
 @store_option
 def receipts_verify(as_json: bool, store_url: Optional[str]) -> None:
     """Check every chain; exit 1 naming the first broken receipt."""
-    store = open_existing(store_url)
-    try:
-        check = store.verify_receipts()
-    except CTRLRunError as exc:
-        die(str(exc))
+    store, check = on_existing(store_url, lambda store: store.verify_receipts())
     if as_json:
         click.echo(json.dumps(check.to_json(), indent=2, ensure_ascii=False))
     elif check.ok:

@@ -8,11 +8,11 @@ from typing import List, Optional
 
 import click
 
-from ctrlrun.cli._common import die, open_existing, store_option
+from ctrlrun.cli._common import die, on_existing, store_option
 from ctrlrun.cli.table import printable
 from ctrlrun.errors import CTRLRunError
 from ctrlrun.policy import load_policy
-from ctrlrun.store.api import default_url, open_store
+from ctrlrun.store.api import Store, default_url, open_store
 from ctrlrun.store.policy import ActionRule
 
 
@@ -55,11 +55,7 @@ def _count(r: ActionRule) -> str:
 @store_option
 def show(as_json: bool, store_url: Optional[str]) -> None:
     """The store's policy, by action."""
-    store = open_existing(store_url)
-    try:
-        rules = store.policy()
-    except CTRLRunError as exc:
-        die(str(exc))
+    _, rules = on_existing(store_url, Store.policy)
     if as_json:
         click.echo(json.dumps([r.__dict__ for r in rules], indent=2))
         return

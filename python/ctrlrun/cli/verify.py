@@ -13,6 +13,7 @@ functions (:func:`judge_g3`, :func:`judge_g4`) are pure, so they are tested on r
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -87,8 +88,7 @@ def judge_g3(
 ) -> Verdict:
     """G3 from the two attempts' reports, the executions counted, and the row afterwards."""
 
-    def fail(why: str) -> Verdict:
-        return Verdict("G3", "fail", why, action)
+    fail = functools.partial(Verdict, "G3", "fail", action=action)
 
     if first.outcome != "committed":
         return fail(f"control failed: the first attempt did not commit ({_bad(first)})")
@@ -123,8 +123,7 @@ def judge_g4(
 ) -> Verdict:
     """G4 from both legs' reports, executions counted per key, and the rows afterwards."""
 
-    def fail(why: str) -> Verdict:
-        return Verdict("G4", "fail", why, action)
+    fail = functools.partial(Verdict, "G4", "fail", action=action)
 
     if len(control) != WORKERS or len({w.key for w in control}) != WORKERS:
         return fail(

@@ -32,15 +32,8 @@ def _b64(data: bytes) -> str:
 
 
 def _derive(secret: str, salt: bytes, n: int, r: int, p: int) -> bytes:
-    return hashlib.scrypt(
-        secret.encode("utf-8", "surrogatepass"),
-        salt=salt,
-        n=n,
-        r=r,
-        p=p,
-        maxmem=_MAXMEM,
-        dklen=_DKLEN,
-    )
+    data = secret.encode("utf-8", "surrogatepass")
+    return hashlib.scrypt(data, salt=salt, n=n, r=r, p=p, maxmem=_MAXMEM, dklen=_DKLEN)
 
 
 def hash_secret(secret: str) -> str:

@@ -6,29 +6,23 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass, field
 from typing import Callable, Deque, Dict, Optional, Tuple
 
 __all__ = ["SignInLimiter"]
 
 
+@dataclass(eq=False)  # one limiter is one set of counts: compared by identity
 class SignInLimiter:
     """Failures counted per key (``account:NAME``, ``addr:HOST``), in memory, thread-safe."""
 
-    def __init__(
-        self,
-        per_account: int = 5,
-        per_address: int = 20,
-        window: float = 300.0,
-        clock: Callable[[], float] = time.monotonic,
-        max_keys: int = 100_000,
-    ) -> None:
-        self.per_account = per_account
-        self.per_address = per_address
-        self.window = window
-        self._clock = clock
-        self._max_keys = max_keys
-        self._failures: Dict[str, Deque[float]] = {}
-        self._lock = threading.Lock()
+    per_account: int = 5
+    per_address: int = 20
+    window: float = 300.0
+    clock: Callable[[], float] = time.monotonic
+    max_keys: int = 100_000
+    _failures: Dict[str, Deque[float]] = field(default_factory=dict, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def _recent(self, key: str, now: float) -> Deque[float]:
         found = self._failures.get(key)
@@ -42,7 +36,7 @@ class SignInLimiter:
 
     def refused(self, account: str, address: str) -> Optional[float]:
         """``None`` when an attempt may be checked now; else the seconds until one may."""
-        now = self._clock()
+        now = self.clock()
         with self._lock:
             waits = []
             for key, limit in self._keys(account, address):
@@ -52,9 +46,9 @@ class SignInLimiter:
             return max(waits) if waits else None
 
     def failed(self, account: str, address: str) -> None:
-        now = self._clock()
+        now = self.clock()
         with self._lock:
-            if len(self._failures) >= self._max_keys:  # bounded memory: forget the stale
+            if len(self._failures) >= self.max_keys:  # bounded memory: forget the stale
                 for key in list(self._failures):
                     self._recent(key, now)
             for key, _ in self._keys(account, address):

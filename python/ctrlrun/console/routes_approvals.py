@@ -4,23 +4,14 @@ decided lately, one request, and granting or denying it as the signed-in account
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ctrlrun.console import web
 from ctrlrun.console.identity import Identity
-from ctrlrun.console.pages import render
 from ctrlrun.console.state import ConsoleState
-from ctrlrun.console.web import (
-    MAX_NOTE,
-    FormTooLarge,
-    as_signed_in,
-    problem,
-    read_form,
-    redirect,
-    too_large,
-)
 from ctrlrun.errors import CTRLRunError
 from ctrlrun.store.approvals import ApprovalRecord
 
@@ -45,91 +36,55 @@ def _lists(state: ConsoleState) -> Dict[str, List[ApprovalRecord]]:
 
 
 async def approvals_page(request: Request) -> Response:
-    def page(state: ConsoleState, me: Identity) -> Response:
-        try:
-            found = _lists(state)
-        except CTRLRunError as exc:
-            return problem(request, me, f"The store could not be read: {exc}", 503)
-        return render(
-            request,
-            "approvals.html",
-            me,
-            fragment="_approvals_live.html",
-            pending=found["pending"],
-            recent=found["recent"],
-        )
-
-    return await as_signed_in(request, page)
+    return await web.list_page(request, "approvals", _lists)
 
 
 def _detail(
-    request: Request,
-    state: ConsoleState,
-    me: Identity,
-    request_id: str,
-    status: int = 200,
-    error: Optional[str] = None,
+    request: Request, me: Identity, request_id: str, page: web.PageStatus = web.PAGE_OK
 ) -> Response:
     if not REQUEST_ID.fullmatch(request_id):
-        return problem(request, me, f"No approval request {request_id!r}.", 404, "/approvals")
+        return web.problem(request, me, f"No approval request {request_id!r}.", 404, "/approvals")
     try:
-        r = state.store.get_approval(request_id)
+        r = web.state_of(request).store.get_approval(request_id)
     except CTRLRunError as exc:
-        return problem(request, me, f"The store could not be read: {exc}", 503)
+        return web.unreadable(request, me, exc)
     if r is None:
-        return problem(request, me, f"No approval request {request_id}.", 404, "/approvals")
-    notice = DONE.get(request.query_params.get("done", "")) if error is None else None
-    return render(
-        request,
-        "approval.html",
-        me,
-        status=status,
-        fragment="_approval_live.html",
-        r=r,
-        error=error,
-        notice=notice,
-    )
+        return web.problem(request, me, f"No approval request {request_id}.", 404, "/approvals")
+    return web.detail_page(request, "approval", me, page, DONE, r=r)
 
 
 async def approval_page(request: Request) -> Response:
     request_id = request.path_params["request_id"]
-    return await as_signed_in(request, lambda state, me: _detail(request, state, me, request_id))
+    return await web.as_signed_in(request, lambda _, me: _detail(request, me, request_id))
 
 
-async def grant(request: Request) -> Response:
-    return await _decide(request, True)
+@web.posted
+async def grant(request: Request, form: Dict[str, str]) -> Response:
+    return await _decide(request, form, True)
 
 
-async def deny(request: Request) -> Response:
-    return await _decide(request, False)
+@web.posted
+async def deny(request: Request, form: Dict[str, str]) -> Response:
+    return await _decide(request, form, False)
 
 
-async def _decide(request: Request, granting: bool) -> Response:
+async def _decide(request: Request, form: Dict[str, str], granting: bool) -> Response:
     request_id = request.path_params["request_id"]
-    try:
-        form = await read_form(request)
-    except FormTooLarge:
-        return too_large()
 
     def act(state: ConsoleState, me: Identity) -> Response:
         if not REQUEST_ID.fullmatch(request_id):
-            return problem(request, me, f"No approval request {request_id!r}.", 404, "/approvals")
-        note = form.get("note", "").strip() or None
-        if note is not None and len(note) > MAX_NOTE:
-            return _detail(
-                request,
-                state,
-                me,
-                request_id,
-                400,
-                f"The note is longer than {MAX_NOTE} characters; nothing was done.",
+            return web.problem(
+                request, me, f"No approval request {request_id!r}.", 404, "/approvals"
             )
+        note, refused = web.note_of(form)
+        if refused is not None:
+            return _detail(request, me, request_id, refused)
         try:
             decide = state.store.grant_approval if granting else state.store.deny_approval
             r = decide(request_id, me.account, note)
         except CTRLRunError as exc:
-            return _detail(request, state, me, request_id, 409, str(exc))
+            return _detail(request, me, request_id, (409, str(exc)))
         done = "denied" if not granting else ("partly" if r.state.value == "pending" else "granted")
-        return redirect(f"/approvals/{request_id}?done={done}")
+        return web.redirect(f"/approvals/{request_id}?done={done}")
 
-    return await as_signed_in(request, act, form)
+    return await web.as_signed_in(request, act, form)

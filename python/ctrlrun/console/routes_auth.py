@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import secrets
+from typing import Dict
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -17,16 +18,7 @@ from ctrlrun.console.identity import SESSION_COOKIE, client_address, identify, s
 from ctrlrun.console.pages import render
 from ctrlrun.console.sessions import same_token
 from ctrlrun.console.state import ConsoleState
-from ctrlrun.console.web import (
-    FormTooLarge,
-    csrf_ok,
-    problem,
-    read_form,
-    redirect,
-    safe_next,
-    state_of,
-    too_large,
-)
+from ctrlrun.console.web import csrf_ok, posted, problem, redirect, safe_next, state_of
 
 __all__ = ["signin_page", "signin", "signout"]
 
@@ -71,12 +63,9 @@ async def signin_page(request: Request) -> Response:
     return _form(request)
 
 
-async def signin(request: Request) -> Response:
+@posted
+async def signin(request: Request, form: Dict[str, str]) -> Response:
     state = state_of(request)
-    try:
-        form = await read_form(request)
-    except FormTooLarge:
-        return too_large()
     name, secret = form.get("account", ""), form.get("secret", "")
     nxt = safe_next(form.get("next"))
     if not same_token(form.get("csrf"), request.cookies.get(SIGNIN_COOKIE) or "\0"):
@@ -106,12 +95,9 @@ async def signin(request: Request) -> Response:
     return response
 
 
-async def signout(request: Request) -> Response:
+@posted
+async def signout(request: Request, form: Dict[str, str]) -> Response:
     state = state_of(request)
-    try:
-        form = await read_form(request)
-    except FormTooLarge:
-        return too_large()
     me = await run_in_threadpool(identify, state, request)
     if me is None:
         return redirect("/signin")

@@ -5,23 +5,15 @@ the signed-in account."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ctrlrun.console import web
 from ctrlrun.console.identity import Identity
-from ctrlrun.console.pages import effect_url, render
+from ctrlrun.console.pages import effect_url
 from ctrlrun.console.state import ConsoleState
-from ctrlrun.console.web import (
-    MAX_NOTE,
-    FormTooLarge,
-    as_signed_in,
-    problem,
-    read_form,
-    redirect,
-    too_large,
-)
 from ctrlrun.errors import CTRLRunError
 from ctrlrun.store.records import EffectRecord, EffectState
 
@@ -53,89 +45,59 @@ def _listed(state: ConsoleState) -> List[Dict[str, Any]]:
 
 
 async def effects_page(request: Request) -> Response:
-    def page(state: ConsoleState, me: Identity) -> Response:
-        try:
-            effects = _listed(state)
-        except CTRLRunError as exc:
-            return problem(request, me, f"The store could not be read: {exc}", 503)
-        return render(request, "effects.html", me, fragment="_effects_live.html", effects=effects)
-
-    return await as_signed_in(request, page)
+    return await web.list_page(request, "effects", lambda state: {"effects": _listed(state)})
 
 
 def _detail(
-    request: Request,
-    state: ConsoleState,
-    me: Identity,
-    key: str,
-    status: int = 200,
-    error: Optional[str] = None,
+    request: Request, me: Identity, key: str, page: web.PageStatus = web.PAGE_OK
 ) -> Response:
+    store = web.state_of(request).store
     try:
-        rec = state.store.get_effect(key)
+        rec = store.get_effect(key)
         if rec is None:
-            return problem(
+            return web.problem(
                 request, me, f"No effect is recorded under key {key!r}.", 404, "/effects"
             )
-        receipts = state.store.list_receipts(key)
-        check = state.store.verify_receipts(key)  # this key's chains: reads nothing else
+        receipts = store.list_receipts(key)
+        check = store.verify_receipts(key)  # this key's chains: reads nothing else
     except CTRLRunError as exc:
-        return problem(request, me, f"The store could not be read: {exc}", 503)
+        return web.unreadable(request, me, exc)
     lapsed = _lapsed(rec)
-    notice = DONE.get(request.query_params.get("done", "")) if error is None else None
-    return render(
+    resolvable = rec.state is EffectState.AMBIGUOUS or lapsed
+    return web.detail_page(
         request,
-        "effect.html",
+        "effect",
         me,
-        status=status,
-        fragment="_effect_live.html",
+        page,
+        DONE,
         rec=rec,
         lapsed=lapsed,
-        resolvable=rec.state is EffectState.AMBIGUOUS or lapsed,
+        resolvable=resolvable,
         receipts=receipts,
         check=check,
-        error=error,
-        notice=notice,
     )
 
 
 async def effect_page(request: Request) -> Response:
     key = request.path_params["key"]
-    return await as_signed_in(request, lambda state, me: _detail(request, state, me, key))
+    return await web.as_signed_in(request, lambda _, me: _detail(request, me, key))
 
 
-async def resolve(request: Request) -> Response:
+@web.posted
+async def resolve(request: Request, form: Dict[str, str]) -> Response:
     key = request.path_params["key"]
-    try:
-        form = await read_form(request)
-    except FormTooLarge:
-        return too_large()
 
     def act(state: ConsoleState, me: Identity) -> Response:
         outcome = form.get("outcome", "")
-        if outcome not in OUTCOMES:
-            return _detail(
-                request,
-                state,
-                me,
-                key,
-                400,
-                "Say what happened: committed or failed; nothing was done.",
-            )
-        note = form.get("note", "").strip() or None
-        if note is not None and len(note) > MAX_NOTE:
-            return _detail(
-                request,
-                state,
-                me,
-                key,
-                400,
-                f"The note is longer than {MAX_NOTE} characters; nothing was done.",
-            )
+        note, refused = web.note_of(form)
+        if outcome not in OUTCOMES:  # the first thing to put right
+            refused = (400, "Say what happened: committed or failed; nothing was done.")
+        if refused is not None:
+            return _detail(request, me, key, refused)
         try:
             state.store.resolve_effect(key, outcome, me.account, note)
         except CTRLRunError as exc:
-            return _detail(request, state, me, key, 409, str(exc))
-        return redirect(effect_url(key) + "?done=resolved")
+            return _detail(request, me, key, (409, str(exc)))
+        return web.redirect(effect_url(key) + "?done=resolved")
 
-    return await as_signed_in(request, act, form)
+    return await web.as_signed_in(request, act, form)

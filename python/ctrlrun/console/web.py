@@ -4,7 +4,8 @@ person did)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional
+import functools
+from typing import Any, Awaitable, Callable, Dict, Optional, Tuple
 from urllib.parse import parse_qsl, quote
 
 from starlette.concurrency import run_in_threadpool
@@ -15,11 +16,31 @@ from ctrlrun.console.identity import Identity, identify
 from ctrlrun.console.pages import FRAGMENT_HEADER, SECURITY_HEADERS, render
 from ctrlrun.console.sessions import same_token
 from ctrlrun.console.state import ConsoleState
+from ctrlrun.errors import CTRLRunError
 
-__all__ = ["state_of", "read_form", "csrf_ok", "signed_out", "problem", "MAX_FORM", "MAX_NOTE"]
+__all__ = [
+    "state_of",
+    "read_form",
+    "posted",
+    "note_of",
+    "csrf_ok",
+    "signed_out",
+    "problem",
+    "unreadable",
+    "list_page",
+    "detail_page",
+    "PageStatus",
+    "PAGE_OK",
+    "MAX_FORM",
+    "MAX_NOTE",
+]
 
 #: The largest form body read (bytes); a note's longest length (characters).
 MAX_FORM, MAX_NOTE = 64 * 1024, 2000
+
+#: How a page is shown: its HTTP status, and the error it tells of (an action refused).
+PageStatus = Tuple[int, Optional[str]]
+PAGE_OK: PageStatus = (200, None)
 
 
 class FormTooLarge(Exception):
@@ -51,6 +72,32 @@ async def read_form(request: Request) -> Dict[str, str]:
     for name, value in pairs:
         out.setdefault(name, value)
     return out
+
+
+def posted(
+    handler: Callable[[Request, Dict[str, str]], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
+    """The route of a form post: ``handler`` gets the form read by :func:`read_form`; a body
+    too large is refused here, before anything else is looked at."""
+
+    @functools.wraps(handler)
+    async def route(request: Request) -> Response:
+        try:
+            form = await read_form(request)
+        except FormTooLarge:
+            return too_large()
+        return await handler(request, form)
+
+    return route
+
+
+def note_of(form: Dict[str, str]) -> Tuple[Optional[str], Optional[PageStatus]]:
+    """The form's note (``None`` when blank), and the refusal to show when it is longer than
+    ``MAX_NOTE`` (else ``None``)."""
+    note = form.get("note", "").strip() or None
+    if note is not None and len(note) > MAX_NOTE:
+        return None, (400, f"The note is longer than {MAX_NOTE} characters; nothing was done.")
+    return note, None
 
 
 def csrf_ok(form: Dict[str, str], identity: Identity) -> bool:
@@ -100,6 +147,46 @@ def problem(
     back: Optional[str] = None,
 ) -> HTMLResponse:
     return render(request, "error.html", identity, status=status, title=title, back=back)
+
+
+def unreadable(request: Request, identity: Identity, exc: CTRLRunError) -> HTMLResponse:
+    return problem(request, identity, f"The store could not be read: {exc}", 503)
+
+
+async def list_page(
+    request: Request, name: str, read: Callable[[ConsoleState], Dict[str, Any]]
+) -> Response:
+    """The list page ``name`` (``NAME.html``, refreshed by its fragment ``_NAME_live.html``)
+    showing what ``read`` found in the store, for the signed-in person."""
+
+    def page(state: ConsoleState, me: Identity) -> Response:
+        try:
+            found = read(state)
+        except CTRLRunError as exc:
+            return unreadable(request, me, exc)
+        return render(request, f"{name}.html", me, fragment=f"_{name}_live.html", **found)
+
+    return await as_signed_in(request, page)
+
+
+def detail_page(
+    request: Request, name: str, me: Identity, page: PageStatus, done: Dict[str, str], **shown: Any
+) -> Response:
+    """The page of one thing, ``NAME.html`` (refreshed by ``_NAME_live.html``): with the error
+    ``page`` tells of, else with what ``done`` says for the ``?done=`` an action redirected
+    to."""
+    status, error = page
+    notice = done.get(request.query_params.get("done", "")) if error is None else None
+    return render(
+        request,
+        f"{name}.html",
+        me,
+        status=status,
+        fragment=f"_{name}_live.html",
+        error=error,
+        notice=notice,
+        **shown,
+    )
 
 
 def too_large() -> Response:

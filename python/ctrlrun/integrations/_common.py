@@ -9,7 +9,15 @@ from typing import Optional, Union
 
 from ctrlrun.call import io_threads
 from ctrlrun.call.protected import Protected, protected
-from ctrlrun.call.refusals import REFUSALS, Refusal, Refused, answering, refusal_of
+from ctrlrun.call.refusals import (
+    REFUSALS,
+    Refusal,
+    Refused,
+    answering,
+    catching,
+    key_or_none,
+    refusal_of,
+)
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.store.api import Store
 from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
@@ -19,6 +27,8 @@ __all__ = [
     "Refused",
     "refusal_of",
     "answering",
+    "catching",
+    "key_or_none",
     "protected",
     "Protected",
     "REFUSALS",

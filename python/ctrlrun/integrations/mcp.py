@@ -42,7 +42,7 @@ from urllib.parse import quote
 
 from ctrlrun.call.protect import protect as _protect
 from ctrlrun.errors import InvalidArgument, NotExecuted
-from ctrlrun.integrations._common import Refusal, Refused, answering, protected
+from ctrlrun.integrations._common import Refusal, Refused, answering, key_or_none, protected
 
 if TYPE_CHECKING:
     from mcp.server import MCPServer
@@ -186,11 +186,14 @@ class _Approval:
             return _waiting(refusal, url, _action_of(asked))
         return _ask(message, url, rid)
 
-    def after(self, refusal: Refusal, ask: _Ask, said: Optional[str]) -> CallToolResult:
-        """The result of a call still refused after the elicitation ``ask``."""
-        if refusal.kind != "approval_required":
-            return _answer(refusal)
-        return _waiting(refusal, ask.url, said)
+    def after(self, out: Any, ask: _Ask, said: Optional[str]) -> Any:
+        """What the call answers after the elicitation ``ask``: ``out``, its value (or its
+        refusal's result: a call still refused)."""
+        if not isinstance(out, Refused):
+            return out
+        if out.refusal.kind != "approval_required":
+            return _answer(out.refusal)
+        return _waiting(out.refusal, ask.url, said)
 
 
 def _opens_urls(ctx: Any) -> bool:
@@ -271,12 +274,17 @@ def _mcp_tool(
             return kwargs.pop(_CONTEXT, None)
         return kwargs.get(own_ctx) if own_ctx is not None else None
 
-    def key_of(args: Any, kwargs: Any) -> Optional[str]:
-        try:
-            return about.key(*args, **kwargs) if about is not None else None
-        except Exception:  # the failure itself is what the model must hear
-            return None
+    def first(out: Any, ctx: Any) -> Any:
+        """What the call answers: its value, its refusal's result, or an :class:`_Ask` to send
+        the person before answering (then :meth:`_Approval.after`)."""
+        if not isinstance(out, Refused):
+            return out
+        if approval is None:
+            return _answer(out.refusal)
+        return approval.answer(out.refusal, ctx)
 
+    # Twins but for ``await``: a sync tool runs on the SDK's worker thread, an async one on
+    # its event loop, and each asks the person from where it runs.
     if inspect.iscoroutinefunction(guarded):
 
         @functools.wraps(guarded)
@@ -284,21 +292,15 @@ def _mcp_tool(
             ctx = context(kwargs)
             try:
                 out = await inner(*args, **kwargs)
-                if not isinstance(out, Refused):
-                    return out
-                if approval is None:
-                    return _answer(out.refusal)
-                step = approval.answer(out.refusal, ctx)
-                if not isinstance(step, _Ask):
+                step = first(out, ctx)
+                if approval is None or not isinstance(step, _Ask):  # (only an approval asks)
                     return step
                 said = await _elicit(ctx, step)
                 if said == "accept":  # the person may have decided meanwhile
                     out = await inner(*args, **kwargs)
-                    if not isinstance(out, Refused):
-                        return out
-                return approval.after(out.refusal, step, said)
+                return approval.after(out, step, said)
             except NotExecuted as exc:
-                return _not_executed(exc, action, key_of(args, kwargs))
+                return _not_executed(exc, action, key_or_none(about, args, kwargs))
 
         tool_fn: Callable[..., Any] = mcp_tool_async
     else:
@@ -308,21 +310,15 @@ def _mcp_tool(
             ctx = context(kwargs)
             try:
                 out = inner(*args, **kwargs)
-                if not isinstance(out, Refused):
-                    return out
-                if approval is None:
-                    return _answer(out.refusal)
-                step = approval.answer(out.refusal, ctx)
-                if not isinstance(step, _Ask):
+                step = first(out, ctx)
+                if approval is None or not isinstance(step, _Ask):  # (only an approval asks)
                     return step
                 said = _elicit_from_thread(ctx, step)
                 if said == "accept":
                     out = inner(*args, **kwargs)
-                    if not isinstance(out, Refused):
-                        return out
-                return approval.after(out.refusal, step, said)
+                return approval.after(out, step, said)
             except NotExecuted as exc:
-                return _not_executed(exc, action, key_of(args, kwargs))
+                return _not_executed(exc, action, key_or_none(about, args, kwargs))
 
         tool_fn = mcp_tool_sync
 

@@ -45,7 +45,16 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from ctrlrun.call.protect import protect as _protect
 from ctrlrun.errors import CTRLRunError, InvalidArgument, NotExecuted
-from ctrlrun.integrations._common import REFUSALS, Protected, Refusal, adecide, answering, protected
+from ctrlrun.integrations._common import (
+    REFUSALS,
+    Protected,
+    Refusal,
+    adecide,
+    answering,
+    catching,
+    key_or_none,
+    protected,
+)
 from ctrlrun.integrations._common import refusal_of as _refusal_of
 from ctrlrun.store.approvals import ApprovalRecord
 
@@ -79,37 +88,15 @@ def failed(exc: NotExecuted, key: Optional[str]) -> ModelRetry:
     return ModelRetry(f"failed: {exc}; {done}, so a retry may run")
 
 
-def _key(about: Optional[Protected], args: Any, kwargs: Any) -> Optional[str]:
-    try:
-        return None if about is None else about.key(*args, **kwargs)
-    except Exception:  # the refusal itself is what the model must hear
-        return None
-
-
 def _answered(guarded: Callable[..., Any]) -> Callable[..., Any]:
     """A protected function answering as pydantic-ai expects: a refusal by :func:`answer`,
     ``NotExecuted`` by :func:`failed`."""
     about = protected(guarded)
-    inner = answering(guarded, answer)
-    if inspect.iscoroutinefunction(inner):
 
-        @functools.wraps(inner)
-        async def answered_async(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return await inner(*args, **kwargs)
-            except NotExecuted as exc:
-                raise failed(exc, _key(about, args, kwargs)) from exc
+    def not_executed(exc: NotExecuted, args: Any, kwargs: Any) -> Any:
+        raise failed(exc, key_or_none(about, args, kwargs)) from exc
 
-        return answered_async
-
-    @functools.wraps(inner)
-    def answered(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return inner(*args, **kwargs)
-        except NotExecuted as exc:
-            raise failed(exc, _key(about, args, kwargs)) from exc
-
-    return answered
+    return catching(answering(guarded, answer), (NotExecuted,), not_executed)
 
 
 def protect(name: str, **options: Any) -> Callable[[Any], Any]:
@@ -269,9 +256,9 @@ class _ProtectedToolset(WrapperToolset[Any]):
         try:
             return await super().call_tool(name, tool_args, ctx, tool)
         except NotExecuted as exc:  # (a function protected by ctrlrun.protect itself)
-            raise failed(exc, _key(about, [ctx] if takes_ctx else [], tool_args)) from exc
+            raise failed(exc, key_or_none(about, [ctx] if takes_ctx else [], tool_args)) from exc
         except REFUSALS as exc:
-            key = _key(about, [ctx] if takes_ctx else [], tool_args)
+            key = key_or_none(about, [ctx] if takes_ctx else [], tool_args)
             own = getattr(exc, "effect_key", None)
             refusal = None if key and own and own != key else _refusal_of(exc, about.action, key)
             if refusal is None:

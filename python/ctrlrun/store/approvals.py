@@ -3,22 +3,18 @@ for one and waits is ``ctrlrun.call.approval``), and who is told when a decision
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import ctrlrun._core as _core
+from ctrlrun._records import StoredState
 from ctrlrun.store.decode import from_row, stored_json
 
 __all__ = ["ApprovalState", "ApprovalRecord", "DEFAULT_APPROVAL_TTL", "when_decided"]
 
-#: How long a request waits for a decision, and a decision stands (per action in the policy,
-#: or ``approval_ttl=`` on the decorator).
-DEFAULT_APPROVAL_TTL = timedelta(minutes=15)
 
-
-class ApprovalState(str, enum.Enum):
+class ApprovalState(StoredState):
     """``pending`` -> ``granted`` -> ``used`` (single use), or ``denied``; a pending request or
     a grant past its time is ``expired``."""
 
@@ -28,8 +24,10 @@ class ApprovalState(str, enum.Enum):
     USED = "used"
     EXPIRED = "expired"
 
-    def __str__(self) -> str:
-        return self.value
+
+#: How long a request waits for a decision, and a decision stands (per action in the policy,
+#: or ``approval_ttl=`` on the decorator).
+DEFAULT_APPROVAL_TTL = timedelta(minutes=15)
 
 
 @dataclass(frozen=True)
