@@ -7,6 +7,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
+use pyo3::exceptions::{PyException, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
@@ -19,13 +20,29 @@ fn invalid(py: Python<'_>, message: String) -> PyErr {
     to_py(py, Error::InvalidArgument(message))
 }
 
-/// A short `repr` of `obj` for a message (a number past every range can have 400 digits).
-fn shown(obj: &Bound<'_, PyAny>) -> String {
-    let text = obj.repr().map(|r| r.to_string()).unwrap_or_default();
-    match text.char_indices().nth(40) {
+/// The name of `obj`'s type, for a message.
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default()
+}
+
+/// A short `repr` of `obj` for a message (a number past every range can have 400 digits);
+/// its type's name where the `repr` fails (an int past Python's digit limit). An interrupt
+/// (anything not an `Exception`) is raised.
+fn shown(obj: &Bound<'_, PyAny>) -> PyResult<String> {
+    let text = match obj.repr() {
+        Ok(r) => r.to_string(),
+        Err(e) if e.is_instance_of::<PyException>(obj.py()) => {
+            format!("a value of type {}", type_name(obj))
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(match text.char_indices().nth(40) {
         Some((at, _)) => format!("{}…", &text[..at]),
         None => text,
-    }
+    })
 }
 
 /// `obj` as text the store can keep: a `str` (or subclass) without lone surrogates. `what`
@@ -33,11 +50,7 @@ fn shown(obj: &Bound<'_, PyAny>) -> String {
 pub(super) fn text(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<String> {
     let py = obj.py();
     let Ok(s) = obj.cast::<PyString>() else {
-        let kind = obj
-            .get_type()
-            .name()
-            .map(|n| n.to_string())
-            .unwrap_or_default();
+        let kind = type_name(obj);
         return Err(invalid(
             py,
             format!("{what} must be a str, got {kind}; nothing was written"),
@@ -61,13 +74,16 @@ pub(super) fn text(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<String> {
     }
 }
 
-/// The code point at character `at` of `s` (read through Python's `ord`: the string cannot
-/// be had as Rust text).
+/// The code point at character `at` of `s`, read through `str`'s own methods (the string
+/// cannot be had as Rust text, and a subclass's `__getitem__` is the caller's code).
 fn surrogate_at(s: &Bound<'_, PyString>, at: usize) -> PyResult<u32> {
-    let builtins = s.py().import("builtins")?;
-    builtins
+    let py = s.py();
+    let one = py
+        .get_type::<PyString>()
+        .call_method1("__getitem__", (s, at))?;
+    py.import("builtins")?
         .getattr("ord")?
-        .call1((s.get_item(at)?,))?
+        .call1((one,))?
         .extract()
 }
 
@@ -101,12 +117,19 @@ macro_rules! int_from_python {
         impl FromPyObject<'_, '_> for Int<$t> {
             type Error = PyErr;
             fn extract(obj: Borrowed<'_, '_, PyAny>) -> PyResult<Self> {
-                obj.extract::<$t>().map(Int).map_err(|_| {
-                    invalid(obj.py(), format!(
+                let py = obj.py();
+                match obj.extract::<$t>() {
+                    Ok(v) => Ok(Int(v)),
+                    // Not an int, or out of range; anything else (an interrupt raised by an
+                    // `__index__`) is raised as it is.
+                    Err(e) if e.is_instance_of::<PyTypeError>(py)
+                        || e.is_instance_of::<PyOverflowError>(py)
+                        || e.is_instance_of::<PyValueError>(py) => Err(invalid(py, format!(
                         "expected an integer from {} to {}, got {}",
-                        <$t>::MIN, <$t>::MAX, shown(&obj)
-                    ))
-                })
+                        <$t>::MIN, <$t>::MAX, shown(&obj)?
+                    ))),
+                    Err(e) => Err(e),
+                }
             }
         }
     )*};
@@ -135,7 +158,10 @@ fn named<T: Copy>(
     {
         return Ok(v);
     }
-    let shown = given.map_or_else(|| shown(&obj), |g| format!("{g:?}"));
+    let shown = match given {
+        Some(g) => format!("{g:?}"),
+        None => shown(&obj)?,
+    };
     let names: Vec<_> = all.iter().map(|v| name(*v)).collect();
     Err(invalid(
         obj.py(),

@@ -1,6 +1,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
+use super::convert::Text;
 use super::errors::IntoPyResult;
 use crate::error::Error;
 use crate::template::Template;
@@ -14,9 +15,9 @@ pub struct PyTemplate {
 #[pymethods]
 impl PyTemplate {
     #[new]
-    fn new(py: Python<'_>, source: &str) -> PyResult<Self> {
+    fn new(py: Python<'_>, source: Text) -> PyResult<Self> {
         Ok(PyTemplate {
-            inner: Template::parse(source).py_err(py)?,
+            inner: Template::parse(&source).py_err(py)?,
         })
     }
 

@@ -3,14 +3,15 @@
 
 use pyo3::prelude::*;
 
+use super::convert::Text;
 use super::errors::IntoPyResult;
 use crate::store::BackendKind;
 
 /// `sqlite` or `postgres`: the database a store URL names. Raises `InvalidArgument` for a
 /// malformed URL.
 #[pyfunction]
-pub fn url_backend(py: Python<'_>, url: &str) -> PyResult<&'static str> {
-    Ok(match crate::url::parse(url).py_err(py)? {
+pub fn url_backend(py: Python<'_>, url: Text) -> PyResult<&'static str> {
+    Ok(match crate::url::parse(&url).py_err(py)? {
         crate::url::StoreUrl::Sqlite(_) => BackendKind::Sqlite,
         crate::url::StoreUrl::Postgres { .. } => BackendKind::Postgres,
     }
@@ -20,8 +21,8 @@ pub fn url_backend(py: Python<'_>, url: &str) -> PyResult<&'static str> {
 /// The file a SQLite store URL names (made absolute against the working directory), or
 /// `None` for a PostgreSQL URL. Raises `InvalidArgument` for a malformed URL.
 #[pyfunction]
-pub fn sqlite_path(py: Python<'_>, url: &str) -> PyResult<Option<std::path::PathBuf>> {
-    match crate::url::parse(url).py_err(py)? {
+pub fn sqlite_path(py: Python<'_>, url: Text) -> PyResult<Option<std::path::PathBuf>> {
+    match crate::url::parse(&url).py_err(py)? {
         crate::url::StoreUrl::Sqlite(opts) => Ok(Some(if opts.path.is_absolute() {
             opts.path
         } else {
@@ -35,7 +36,7 @@ pub fn sqlite_path(py: Python<'_>, url: &str) -> PyResult<Option<std::path::Path
 
 /// Drop a `ctrlrun_scratch_*` schema (`ctrlrun verify`, the pytest plugin; refuses any other).
 #[pyfunction]
-pub fn drop_scratch_schema(py: Python<'_>, url: String) -> PyResult<()> {
+pub fn drop_scratch_schema(py: Python<'_>, url: Text) -> PyResult<()> {
     py.detach(|| crate::store::postgres::drop_scratch_schema(&url))
         .py_err(py)
 }
@@ -46,9 +47,9 @@ pub fn drop_scratch_schema(py: Python<'_>, url: String) -> PyResult<()> {
 #[pyo3(signature = (url, agent, approver, print_only))]
 pub fn store_roles(
     py: Python<'_>,
-    url: String,
-    agent: String,
-    approver: String,
+    url: Text,
+    agent: Text,
+    approver: Text,
     print_only: bool,
 ) -> PyResult<String> {
     use crate::store::postgres::RolesMode;

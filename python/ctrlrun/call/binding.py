@@ -20,6 +20,16 @@ class PolicyWarning(UserWarning):
     """A decorator and the policy file disagree about an action (the decorator wins)."""
 
 
+def _int_text(template: str, name: str, value: int) -> str:
+    try:
+        return int.__repr__(value)
+    except ValueError:  # past Python's digit limit for text (4,300 digits): no key is that long
+        raise EffectKeyError(
+            f"effect template {template!r}: placeholder '{name}' got an integer too long to "
+            f"write as text (about {int(value.bit_length() * 0.30103)} digits)"
+        ) from None
+
+
 def render_value(template: str, name: str, value: Any) -> str:
     """One placeholder's value as key text (docs/spec.md §7)."""
     t = type(value)
@@ -27,20 +37,20 @@ def render_value(template: str, name: str, value: Any) -> str:
         if value:
             return str(value)
     elif t is int:
-        return str(value)
+        return _int_text(template, name, value)
     elif isinstance(value, enum.Enum):
         inner = value.value
         if isinstance(inner, str) and not isinstance(inner, enum.Enum) and inner:
             return str.__str__(inner)
         if isinstance(inner, int) and not isinstance(inner, (bool, enum.Enum)):
-            return int.__repr__(inner)
+            return _int_text(template, name, inner)
     elif isinstance(value, uuid.UUID):
         return str(value)
     elif isinstance(value, str):
         if value:
             return str.__str__(value)
     elif isinstance(value, int) and not isinstance(value, bool):
-        return int.__repr__(value)
+        return _int_text(template, name, value)
     if value == "":
         what = "an empty string"
     else:

@@ -16,6 +16,14 @@ _UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MAX_LEASE_US = 10 * 366 * 86_400 * 1_000_000
 
 
+def _shown(value: Union[int, float]) -> str:
+    # An int past Python's digit limit for text (4,300 digits) has no repr.
+    try:
+        return repr(value)
+    except ValueError:
+        return f"an integer of about {int(value.bit_length() * 0.30103)} digits"  # type: ignore[union-attr]
+
+
 def to_micros(value: Union[timedelta, int, float], what: str, most_us: int, most: str) -> int:
     """``value`` as whole microseconds: a ``timedelta`` or a number of seconds, > 0, finite
     and at most ``most_us`` (``most`` names that bound in messages)."""
@@ -25,7 +33,7 @@ def to_micros(value: Union[timedelta, int, float], what: str, most_us: int, most
         if isinstance(value, float) and not math.isfinite(value):
             raise InvalidArgument(f"{what} must be a finite number of seconds, got {value!r}")
         if abs(value) > most_us:  # compared exactly: an int too large for a float is no error
-            raise InvalidArgument(f"{what} must be at most {most}, got {value!r}")
+            raise InvalidArgument(f"{what} must be at most {most}, got {_shown(value)}")
         us = int(round(value * 1_000_000))  # noqa: RUF046 - a NumPy < 2 float rounds to a float
     else:
         raise InvalidArgument(

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Iterable, List
 
 import ctrlrun._core as _core
+from ctrlrun.errors import InvalidArgument
 
 __all__ = ["ActionRule", "PolicyMethods"]
 
@@ -42,4 +43,18 @@ class PolicyMethods:
     def apply_policy(self, rules: Iterable[ActionRule]) -> None:
         """Make ``rules`` the store's whole policy, in one transaction (an action left out has
         no rule afterwards). On PostgreSQL, only the role that owns the store's tables may."""
+        # A str or a mapping iterates as something else (characters, keys): refused, never
+        # read as an empty policy that would clear the store's.
+        if isinstance(rules, (str, bytes, dict)) or not hasattr(rules, "__iter__"):
+            raise InvalidArgument(
+                f"apply_policy takes a list of ActionRule, got {type(rules).__name__}; "
+                "nothing was written"
+            )
+        rules = list(rules)
+        for r in rules:
+            if not isinstance(r, ActionRule):
+                raise InvalidArgument(
+                    f"apply_policy takes ActionRule items, got {type(r).__name__}; "
+                    "nothing was written"
+                )
         self._core.apply_policy([(r.action, r.decision, r.approvals) for r in rules])
