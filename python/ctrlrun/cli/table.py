@@ -6,7 +6,10 @@ import json
 from datetime import datetime, timezone
 from typing import List, Optional, Sequence
 
+from ctrlrun.printable import printable
 from ctrlrun.store.records import EffectRecord, EffectState
+
+__all__ = ["lease_text", "printable", "table"]
 
 
 def _span(seconds: float) -> str:
@@ -23,15 +26,6 @@ def lease_text(r: EffectRecord, now: datetime) -> str:
         return "no lease"
     left = (r.lease_expires_at - now).total_seconds()
     return f"{_span(left)} left" if left >= 0 else f"lapsed {_span(left)} ago"
-
-
-def printable(text: str) -> str:
-    """``text`` safe to print to a terminal: every character that is not printable (control
-    and escape characters, bidirectional overrides, line separators) as its ``\\uXXXX`` escape,
-    so text an agent chose cannot rewrite what a person reads."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)
 
 
 def _short(text: str, width: int) -> str:

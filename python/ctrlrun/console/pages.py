@@ -1,6 +1,11 @@
 """The console's pages: Jinja2 templates (autoescaped, every one of them: what they show is
 attacker-controlled text) rendered into responses that carry a strict Content-Security-Policy
-(no inline script or style runs, whatever a page might contain)."""
+(no inline script or style runs, whatever a page might contain).
+
+Every ``{{ value }}`` of every template passes :func:`_shown` (the environment's ``finalize``)
+before it is escaped: the CLI's rule (:func:`ctrlrun.printable.printable`) writes each
+character that is not printable as ``\\uXXXX``, so a bidi override or an invisible character
+an agent put in an argument, a key or a note is seen, not obeyed. A template cannot forget it."""
 
 from __future__ import annotations
 
@@ -10,10 +15,12 @@ from typing import Any, Dict, Optional
 from urllib.parse import quote
 
 import jinja2
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from ctrlrun.console.identity import Identity
+from ctrlrun.printable import hidden, printable
 
 __all__ = ["render", "SECURITY_HEADERS", "FRAGMENT_HEADER"]
 
@@ -31,20 +38,38 @@ SECURITY_HEADERS = {
     "cache-control": "no-store",
 }
 
+
+class Shown(str):
+    """Text already made printable (by a filter that keeps its own line breaks)."""
+
+
+def _shown(value: Any) -> Any:
+    """What a ``{{ value }}`` prints: text as :func:`printable` shows it. Markup the console
+    made itself (:func:`_when`) and :class:`Shown` text pass as they are."""
+    if value is None or isinstance(value, (bool, int, float, Shown, Markup)):
+        return value
+    return printable(str(value))
+
+
 _env = jinja2.Environment(
     loader=jinja2.PackageLoader("ctrlrun.console", "templates"),
     autoescape=True,  # every template, whatever its name
+    finalize=_shown,  # every value, whatever the template
     undefined=jinja2.StrictUndefined,
     trim_blocks=True,
     lstrip_blocks=True,
 )
 
 
-def _when(dt: Optional[datetime]) -> str:
-    """An aware time as ``2026-05-01 10:00:00Z``."""
+def _when(dt: Optional[datetime]) -> Markup:
+    """An aware time as ``<time>``: UTC in the page (``2026-05-01 10:00:00 UTC``, also its
+    title), shown in the viewer's zone by static/console.js."""
     if dt is None:
-        return ""
-    return dt.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+        return Markup("")
+    utc = dt.astimezone(timezone.utc)
+    text = utc.strftime("%Y-%m-%d %H:%M:%S UTC")
+    stamp = utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return Markup('<time datetime="{}" title="{}">{}</time>').format(stamp, text, text)
 
 
 def _span(seconds: float) -> str:
@@ -67,15 +92,25 @@ def _relative(dt: Optional[datetime]) -> str:
     return f"in {_span(delta)}" if delta >= 0 else f"{_span(delta)} ago"
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+def _json(value: Any) -> Shown:
+    """``value`` as indented JSON, each line printable (JSON escapes control characters in
+    strings, not bidi or invisible ones: :func:`printable` does)."""
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    return Shown("\n".join(printable(line) for line in text.split("\n")))
+
+
+def _count(n: int, noun: str, plural: str = "") -> str:
+    """``1 chain``, ``2 chains`` (``plural`` when adding ``s`` is wrong)."""
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
 
 
 def _duration(td: Optional[timedelta]) -> str:
     return "" if td is None else _span(td.total_seconds())
 
 
-_env.filters.update(when=_when, relative=_relative, json=_json, duration=_duration)
+_env.filters.update(when=_when, relative=_relative, json=_json, duration=_duration, count=_count)
+#: ``hidden(a, b, ...)``: whether any of them holds a character shown escaped (the warning).
+_env.globals["hidden"] = lambda *values: hidden(list(values))
 
 
 def render(

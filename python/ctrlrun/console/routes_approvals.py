@@ -4,7 +4,7 @@ decided lately, one request, and granting or denying it as the signed-in account
 from __future__ import annotations
 
 import re
-from typing import Dict, List
+from typing import Any, Dict, List
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -14,6 +14,7 @@ from ctrlrun.console.identity import Identity
 from ctrlrun.console.state import ConsoleState
 from ctrlrun.errors import CTRLRunError
 from ctrlrun.store.approvals import ApprovalRecord
+from ctrlrun.store.receipts import Receipt
 
 __all__ = ["approvals_page", "approval_page", "grant", "deny"]
 
@@ -50,7 +51,21 @@ def _detail(
         return web.unreadable(request, me, exc)
     if r is None:
         return web.problem(request, me, f"No approval request {request_id}.", 404, "/approvals")
-    return web.detail_page(request, "approval", me, page, DONE, r=r)
+    try:
+        grants = _grants(web.state_of(request).store.list_receipts(r.effect_key), r)
+    except CTRLRunError as exc:
+        return web.unreadable(request, me, exc)
+    return web.detail_page(request, "approval", me, page, DONE, r=r, grants=grants)
+
+
+def _grants(receipts: List[Receipt], r: ApprovalRecord) -> List[Dict[str, Any]]:
+    """Who granted ``r`` so far and when (the time of the request's ``granted`` or ``granted in part`` receipt)."""
+    at = {
+        t.actor: t.at
+        for t in receipts
+        if t.chain == "approval" and t.request_id == r.request_id and t.kind.startswith("granted")
+    }
+    return [{"by": name, "at": at.get(name)} for name in r.granted_by]
 
 
 async def approval_page(request: Request) -> Response:

@@ -5,7 +5,7 @@ the signed-in account."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -15,6 +15,7 @@ from ctrlrun.console.identity import Identity
 from ctrlrun.console.pages import effect_url
 from ctrlrun.console.state import ConsoleState
 from ctrlrun.errors import CTRLRunError
+from ctrlrun.store.receipts import Receipt
 from ctrlrun.store.records import EffectRecord, EffectState
 
 __all__ = ["effects_page", "effect_page", "resolve"]
@@ -60,6 +61,8 @@ def _detail(
             )
         receipts = store.list_receipts(key)
         check = store.verify_receipts(key)  # this key's chains: reads nothing else
+        # The call's arguments: only its approval request keeps them (an effect, the digest).
+        approval = store.get_approval(rec.approval_id) if rec.approval_id else None
     except CTRLRunError as exc:
         return web.unreadable(request, me, exc)
     lapsed = _lapsed(rec)
@@ -75,7 +78,36 @@ def _detail(
         resolvable=resolvable,
         receipts=receipts,
         check=check,
+        approval=approval,
+        settled=settled(rec, receipts),
     )
+
+
+def settled(rec: EffectRecord, receipts: List[Receipt]) -> Optional[Dict[str, Any]]:
+    """A person's resolution of ``rec`` apart from what was known before: the store keeps
+    its note in the error text, as ``EARLIER [resolved as OUTCOME by WHO: NOTE]`` (or without
+    ``EARLIER``). ``None`` if ``rec`` was not resolved by a person."""
+    if rec.resolved_by is None or rec.error is None:
+        return None
+    mark = f"resolved as {rec.state.value} by {rec.resolved_by}"
+    error = rec.error
+    if error.startswith(mark):
+        earlier, told = "", error[len(mark) :]
+    else:
+        cut = error.rfind(f" [{mark}")
+        if cut < 0 or not error.endswith("]"):
+            return None
+        earlier, told = error[:cut], error[cut + len(mark) + 2 : -1]
+    if told and not told.startswith(": "):
+        return None
+    at = next((t.at for t in reversed(receipts) if t.kind == "resolution"), None)
+    return {
+        "earlier": earlier,
+        "outcome": rec.state.value,
+        "by": rec.resolved_by,
+        "note": told[2:],
+        "at": at,
+    }
 
 
 async def effect_page(request: Request) -> Response:
