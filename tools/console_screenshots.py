@@ -14,6 +14,7 @@ import argparse
 import base64
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Dict
 
@@ -23,6 +24,7 @@ from selenium.webdriver.common.by import By
 
 import ctrlrun
 from ctrlrun import ApprovalRequired
+from ctrlrun.call.approval import ask
 from ctrlrun.console import accounts
 from ctrlrun.console.app import build_app
 from ctrlrun.console.listen import ConsoleServer
@@ -63,17 +65,35 @@ def _fill(store: ctrlrun.Store) -> Dict[str, Any]:
         except ApprovalRequired as exc:
             ids.append(exc.request_id)
     store.deny_approval(ids[2], by="bob", note="already refunded by hand")
+    # A payout to an IBAN holding a right-to-left override, that needs two approvers, granted
+    # by bob so far: the page shows the override as its code, warns, and counts the grants.
+    iban = "DE8937040044053201\u202e0003\u202c"
+    payout = ask(
+        store,
+        "billing.payout",
+        "payout:po_118",
+        "sha256:" + "5e" * 32,
+        {"payout_id": "po_118", "iban": iban, "amount": 48000},
+        timedelta(hours=1),
+        requested_by="support-agent",
+        approvals_needed=2,
+    )
+    store.grant_approval(payout.request_id, "bob", note="IBAN matches the contract")
 
-    @ctrlrun.protect("bank.transfer", effect="transfer:{ref}", store=store)
+    @ctrlrun.protect("bank.transfer", effect="transfer:{ref}", store=store, decision="approve")
     def transfer(ref: str, amount: int) -> None:
         raise TimeoutError("read timed out after 30s waiting for the bank's answer")
 
     for ref in ("tx-2041", "tx-2042"):
         try:
             transfer(ref, 250_000)
+        except ApprovalRequired as exc:
+            store.grant_approval(exc.request_id, "bob")
+        try:
+            transfer(ref, 250_000)
         except TimeoutError:
             pass
-    return {"approval": ids[0], "effect": "transfer:tx-2041"}
+    return {"approval": payout.request_id, "effect": "transfer:tx-2041"}
 
 
 def main() -> None:
@@ -111,6 +131,10 @@ def main() -> None:
                 (out / f"console-{name}.png").write_bytes(base64.b64decode(png["data"]))
                 print(f"wrote {out / f'console-{name}.png'}")
 
+            # times show in the viewer's zone: the screenshots' viewer is in Berlin
+            browser.execute_cdp_cmd(
+                "Emulation.setTimezoneOverride", {"timezoneId": "Europe/Berlin"}
+            )
             shot("/signin", "signin")
             browser.find_element(By.ID, "account").send_keys("alice")
             browser.find_element(By.ID, "secret").send_keys(SECRET)
