@@ -13,7 +13,7 @@ from selenium.webdriver.common.by import By
 import ctrlrun
 from ctrlrun import ApprovalRequired
 from ctrlrun.call.approval import ask
-from tests_py.console.rig import csrf_in, session_client, sign_in, text_of, texts, wait_for
+from tests_py.console.rig import SECRET, csrf_in, session_client, sign_in, text_of, texts, wait_for
 
 sqlite_only = pytest.mark.parametrize("backend", ["sqlite"])
 
@@ -108,6 +108,14 @@ def test_an_effect_key_and_error_are_shown_as_codes_with_a_warning(browser, cons
     # the page of an error names the key as codes too
     browser.get(f"{console.url}/effects/nope{RLO}x")
     assert raw_in(text_of(browser)) == [] and "nope\\u202ex" in text_of(browser)
+    # signed out, the page of that key is where signing in leads back to
+    browser.delete_all_cookies()
+    browser.get(f"{console.url}/effects/wire:{RLO}9001")
+    browser.find_element(By.ID, "account").send_keys("alice")
+    browser.find_element(By.ID, "secret").send_keys(SECRET)
+    browser.find_element(By.ID, "signin").click()
+    wait_for(lambda: browser.find_elements(By.ID, "resolution"), why="the effect page again")
+    assert texts(browser, "h1") == ["Effect wire:\\u202e9001"]
 
 
 def test_a_partly_granted_request_says_who_granted_when_and_offers_them_no_grant(browser, console):

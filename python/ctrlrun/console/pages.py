@@ -141,4 +141,10 @@ def effect_url(key: str) -> str:
     return "/effects/" + quote(key, safe="")
 
 
-_env.filters["effect_url"] = effect_url
+def _path(value: str) -> Shown:
+    """A path of this console kept in a form (sign-in's ``next``): its characters that are
+    not printable percent-encoded, so the value reads printable and still leads to the page."""
+    return Shown("".join(c if c.isprintable() else quote(c, safe="") for c in value))
+
+
+_env.filters.update(effect_url=effect_url, path=_path)
