@@ -6,7 +6,7 @@ import json
 from datetime import datetime, timezone
 from typing import List, Optional, Sequence
 
-from ctrlrun.printable import printable
+from ctrlrun.store.printable import printable
 from ctrlrun.store.records import EffectRecord, EffectState
 
 __all__ = ["lease_text", "printable", "table"]

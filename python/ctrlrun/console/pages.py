@@ -3,7 +3,7 @@ attacker-controlled text) rendered into responses that carry a strict Content-Se
 (no inline script or style runs, whatever a page might contain).
 
 Every ``{{ value }}`` of every template passes :func:`_shown` (the environment's ``finalize``)
-before it is escaped: the CLI's rule (:func:`ctrlrun.printable.printable`) writes each
+before it is escaped: the CLI's rule (:func:`ctrlrun.store.printable.printable`) writes each
 character that is not printable as ``\\uXXXX``, so a bidi override or an invisible character
 an agent put in an argument, a key or a note is seen, not obeyed. A template cannot forget it."""
 
@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from ctrlrun.console.identity import Identity
-from ctrlrun.printable import hidden, printable
+from ctrlrun.store.printable import hidden, printable
 
 __all__ = ["render", "SECURITY_HEADERS", "FRAGMENT_HEADER"]
 
