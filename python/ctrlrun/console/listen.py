@@ -1,6 +1,7 @@
 """Where the console listens, and serving it: loopback unless TLS is configured (or the
 operator says otherwise, explicitly), uvicorn on a socket bound here (so a port in use is a
-clean error, and port 0 gets a free one), TLS through uvicorn's own ssl options."""
+clean error, and port 0 gets a free one), TLS through uvicorn's own ssl options; only the
+console's own names answered (hosts.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import socket
 import ssl
 import threading
 import time
-from typing import Any, Optional, Tuple
+from typing import Any, FrozenSet, Optional, Tuple
 
 import uvicorn
 
+from ctrlrun.console.hosts import HostCheck, console_names
 from ctrlrun.errors import InvalidArgument
 
 __all__ = ["parse_listen", "check_listen", "ConsoleServer", "DEFAULT_LISTEN"]
@@ -78,7 +80,8 @@ def check_tls(certfile: Optional[str], keyfile: Optional[str]) -> bool:
 
 
 class ConsoleServer:
-    """The console app served by uvicorn on ``host:port`` (bound at construction)."""
+    """The console app served by uvicorn on ``host:port`` (bound at construction), answering
+    only to ``names`` (:func:`console_names`; by default, those of ``host``)."""
 
     def __init__(
         self,
@@ -87,6 +90,7 @@ class ConsoleServer:
         port: int,
         certfile: Optional[str] = None,
         keyfile: Optional[str] = None,
+        names: Optional[FrozenSet[str]] = None,
     ) -> None:
         self.tls = check_tls(certfile, keyfile)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -99,8 +103,9 @@ class ConsoleServer:
             raise InvalidArgument(f"cannot listen on {host}:{port}: {exc.strerror}") from None
         self.sock.listen(128)
         self.host, self.port = host, self.sock.getsockname()[1]
+        self.names = console_names(host) if names is None else names
         config = uvicorn.Config(
-            app,
+            HostCheck(app, self.names),
             log_level="warning",
             access_log=False,
             lifespan="off",
