@@ -1,7 +1,7 @@
 """Where the console listens, and serving it: loopback unless TLS is configured (or the
 operator says otherwise, explicitly), uvicorn on a socket bound here (so a port in use is a
 clean error, and port 0 gets a free one), TLS through uvicorn's own ssl options; only the
-console's own names answered (hosts.py)."""
+console's own names answered (hosts.py), slow clients bounded (protocol.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any, FrozenSet, Optional, Tuple
 import uvicorn
 
 from ctrlrun.console.hosts import HostCheck, console_names
+from ctrlrun.console.protocol import MAX_CONNECTIONS, READ_TIMEOUT, bounded_protocol
 from ctrlrun.errors import InvalidArgument
 
 __all__ = ["parse_listen", "check_listen", "ConsoleServer", "DEFAULT_LISTEN"]
@@ -91,6 +92,8 @@ class ConsoleServer:
         certfile: Optional[str] = None,
         keyfile: Optional[str] = None,
         names: Optional[FrozenSet[str]] = None,
+        read_timeout: float = READ_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.tls = check_tls(certfile, keyfile)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -117,6 +120,12 @@ class ConsoleServer:
             # trusted-proxy check rest on it.
             proxy_headers=False,
             forwarded_allow_ips=[],
+            # h11 with the bounds uvicorn lacks (protocol.py); a request's head stays within
+            # h11's 16 KiB (uvicorn's default), the idle time between requests its 5 s.
+            http=bounded_protocol(read_timeout, max_connections),
+            ws="none",
+            h11_max_incomplete_event_size=16 * 1024,
+            timeout_keep_alive=5,
         )
         self.server = uvicorn.Server(config)
         self._thread: Optional[threading.Thread] = None
