@@ -1,6 +1,6 @@
 """Signing in and out: a sign-in form with its own CSRF token (a cookie of its own before any
-session), the attempts limited per account, per client address and per both (ratelimit.py), a new session token on
-every sign-in."""
+session), the attempts limited per account and address, per address and per account
+(ratelimit.py), a new session token on every sign-in."""
 
 from __future__ import annotations
 
