@@ -20,7 +20,10 @@ sqlite_only = pytest.mark.parametrize("backend", ["sqlite"])
 
 
 def _client(console: Console, address: str) -> httpx.Client:
-    transport = httpx.HTTPTransport(local_address=address)
+    # a connection per request: one kept alive while the others get their forms would be
+    # closed as idle (5 s) on a loaded machine, and a POST on it reset
+    limits = httpx.Limits(max_keepalive_connections=0)
+    transport = httpx.HTTPTransport(local_address=address, limits=limits)
     return httpx.Client(base_url=console.url, transport=transport, timeout=120)
 
 
