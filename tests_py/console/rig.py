@@ -31,13 +31,15 @@ ROOT = Path(__file__).resolve().parents[2]
 SECRET = "correct horse battery staple"
 
 
-def chrome() -> webdriver.Chrome:
+def chrome(*extra: str) -> webdriver.Chrome:
+    """A headless Chromium; ``extra`` are more of its command-line switches."""
     options = webdriver.ChromeOptions()
     for arg in (
         "--headless=new",
         "--no-sandbox",
         "--disable-dev-shm-usage",
         "--window-size=1400,900",
+        *extra,
     ):
         options.add_argument(arg)
     options.binary_location = os.environ.get("CTRLRUN_TEST_CHROMIUM", "/usr/bin/chromium")
@@ -204,4 +206,8 @@ def small_limiter() -> Dict[str, Any]:
     """Small limits whose failures never age out during a test: with a 60 s window, a loaded
     machine (scrypt per attempt, a browser start) once let the account's failures expire
     before the browser's attempt, which then signed in instead of being refused."""
-    return {"limiter": SignInLimiter(per_account=3, per_address=5, window=3600)}
+    return {
+        "limiter": SignInLimiter(
+            per_pair=3, per_address=5, per_account=10, window=3600, account_window=3600
+        )
+    }

@@ -52,6 +52,8 @@ def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         (["--console-url", "javascript:alert(1)"], ["--console-url must be an https:// URL"]),
         (["--console-url", "http://example.com"], ["http:// to a host that is not loopback"]),
         (["--console-url", "https://u:pw@example.com"], ["must not carry a user name"]),
+        (["--allowed-host", "https://console.example.com/"], ["--allowed-host", "not a host"]),
+        (["--allowed-host", "bad_name!"], ["--allowed-host 'bad_name!' is not a host name"]),
     ],
 )
 def test_bad_console_options_are_one_clean_line(args, needles, tmp_path):
@@ -100,6 +102,37 @@ def test_a_non_loopback_address_is_served_when_allowed_explicitly(tmp_path):
         assert _listening(proc) == f"http://0.0.0.0:{port}"
         r = httpx.get(f"http://127.0.0.1:{port}/approvals", timeout=10)
         assert r.status_code == 303 and r.headers["location"].startswith("/signin")
+        # any of this machine's addresses; no name but the console's own
+        r = httpx.get(f"http://127.0.0.1:{port}/signin", headers={"Host": "10.1.2.3"})
+        assert r.status_code == 200
+        r = httpx.get(f"http://127.0.0.1:{port}/signin", headers={"Host": "evil.example"})
+        assert r.status_code == 421 and "--allowed-host evil.example" in r.text
+    finally:
+        err = _stop(proc)
+    assert "Traceback" not in err
+
+
+def test_the_console_answers_its_own_names_only(tmp_path):
+    port = free_port()
+    proc = _serve(
+        "--store",
+        f"sqlite:///{tmp_path}/s.db",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--console-url",
+        "https://Approvals.Example.org:8443/",
+        "--allowed-host",
+        "console.example.com",
+    )
+    try:
+        url = _listening(proc)
+        for host in ("console.example.com", "approvals.example.org:443", f"localhost:{port}"):
+            r = httpx.get(url + "/signin", headers={"Host": host}, timeout=10)
+            assert r.status_code == 200 and "ctrlrun_signin" in r.cookies, host
+        for host in ("evil.example", "console.example.com.evil.example", "10.1.2.3"):
+            r = httpx.get(url + "/signin", headers={"Host": host}, timeout=10)
+            assert r.status_code == 421 and not r.cookies, host
+            assert "csrf" not in r.text and f"--allowed-host {host}" in r.text
     finally:
         err = _stop(proc)
     assert "Traceback" not in err

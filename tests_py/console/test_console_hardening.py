@@ -41,7 +41,7 @@ def test_x_forwarded_for_does_not_make_a_local_client_the_trusted_proxy(console_
 
 @sqlite_only
 def test_x_forwarded_for_does_not_escape_the_per_address_sign_in_limit(console_store):
-    console = Console(console_store, **small_limiter())  # 3 per account, 5 per address
+    console = Console(console_store, **small_limiter())  # 3 per account and address, 5 per address
     try:
         console.add("alice")
         with httpx.Client(base_url=console.url) as http:

@@ -141,7 +141,7 @@ def _attempt(http: httpx.Client, name: str, secret: str) -> httpx.Response:
 
 @sqlite_only
 def test_sign_in_attempts_are_limited_per_account_and_per_address(browser, console_store):
-    console = Console(console_store, **small_limiter())  # 3 per account, 5 per address
+    console = Console(console_store, **small_limiter())  # 3 per account and address, 5 per address
     try:
         console.add("alice")
         console.add("bob")

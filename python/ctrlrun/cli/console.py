@@ -89,7 +89,15 @@ def _console_url(given: str) -> str:
     metavar="URL",
     default=None,
     help="The console's public address, for links in notifications (default: the policy's "
-    "console_url, else where it listens).",
+    "console_url, else where it listens); its host is one the console answers to.",
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    metavar="NAME",
+    multiple=True,
+    help="Another name the console answers to (a request for any other gets 421); "
+    "repeatable. By default: the --listen address's names and --console-url's host.",
 )
 def console(
     store_url: Optional[str],
@@ -100,12 +108,14 @@ def console(
     proxy_header: Optional[str],
     trusted: Tuple[str, ...],
     console_url: Optional[str],
+    allowed_hosts: Tuple[str, ...],
 ) -> None:
     """Serve the web console: people signed in as approver accounts grant or deny approval
     requests, settle ambiguous effects and read receipts."""
     require_extra("console", ("starlette", "uvicorn", "jinja2"), "ctrlrun console")
     from ctrlrun.console import accounts
     from ctrlrun.console.app import build_app
+    from ctrlrun.console.hosts import console_names
     from ctrlrun.console.listen import ConsoleServer, check_listen, check_tls, parse_listen
     from ctrlrun.console.notifications import start_notifications
     from ctrlrun.console.state import ConsoleState, Settings, networks
@@ -116,6 +126,7 @@ def console(
         check_listen(host, tls, allow_insecure_listen)
         if console_url is not None:
             console_url = _console_url(console_url)
+        names = console_names(host, console_url, allowed_hosts)
         settings = Settings(
             secure_cookies=tls,
             proxy_header=proxy_header,
@@ -128,7 +139,7 @@ def console(
     try:
         count = len(accounts.listed(store))
         server = ConsoleServer(
-            build_app(ConsoleState(store, settings)), host, port, certfile, keyfile
+            build_app(ConsoleState(store, settings)), host, port, certfile, keyfile, names
         )
     except CTRLRunError as exc:
         _fail(exc)

@@ -1,6 +1,7 @@
 """Where the console listens, and serving it: loopback unless TLS is configured (or the
 operator says otherwise, explicitly), uvicorn on a socket bound here (so a port in use is a
-clean error, and port 0 gets a free one), TLS through uvicorn's own ssl options."""
+clean error, and port 0 gets a free one), TLS through uvicorn's own ssl options; only the
+console's own names answered (hosts.py), slow clients bounded (protocol.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import socket
 import ssl
 import threading
 import time
-from typing import Any, Optional, Tuple
+from typing import Any, FrozenSet, Optional, Tuple
 
 import uvicorn
 
+from ctrlrun.console.hosts import HostCheck, console_names
+from ctrlrun.console.protocol import MAX_CONNECTIONS, READ_TIMEOUT, bounded_protocol
 from ctrlrun.errors import InvalidArgument
 
 __all__ = ["parse_listen", "check_listen", "ConsoleServer", "DEFAULT_LISTEN"]
@@ -78,7 +81,8 @@ def check_tls(certfile: Optional[str], keyfile: Optional[str]) -> bool:
 
 
 class ConsoleServer:
-    """The console app served by uvicorn on ``host:port`` (bound at construction)."""
+    """The console app served by uvicorn on ``host:port`` (bound at construction), answering
+    only to ``names`` (:func:`console_names`; by default, those of ``host``)."""
 
     def __init__(
         self,
@@ -87,6 +91,9 @@ class ConsoleServer:
         port: int,
         certfile: Optional[str] = None,
         keyfile: Optional[str] = None,
+        names: Optional[FrozenSet[str]] = None,
+        read_timeout: float = READ_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.tls = check_tls(certfile, keyfile)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -99,8 +106,9 @@ class ConsoleServer:
             raise InvalidArgument(f"cannot listen on {host}:{port}: {exc.strerror}") from None
         self.sock.listen(128)
         self.host, self.port = host, self.sock.getsockname()[1]
+        self.names = console_names(host) if names is None else names
         config = uvicorn.Config(
-            app,
+            HostCheck(app, self.names),
             log_level="warning",
             access_log=False,
             lifespan="off",
@@ -112,6 +120,12 @@ class ConsoleServer:
             # trusted-proxy check rest on it.
             proxy_headers=False,
             forwarded_allow_ips=[],
+            # h11 with the bounds uvicorn lacks (protocol.py); a request's head stays within
+            # h11's 16 KiB (uvicorn's default), the idle time between requests its 5 s.
+            http=bounded_protocol(read_timeout, max_connections),
+            ws="none",
+            h11_max_incomplete_event_size=16 * 1024,
+            timeout_keep_alive=5,
         )
         self.server = uvicorn.Server(config)
         self._thread: Optional[threading.Thread] = None

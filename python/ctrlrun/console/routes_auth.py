@@ -1,6 +1,6 @@
 """Signing in and out: a sign-in form with its own CSRF token (a cookie of its own before any
-session), the attempts limited per account and per client address, a new session token on
-every sign-in."""
+session), the attempts limited per account and address, per address and per account
+(ratelimit.py), a new session token on every sign-in."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from starlette.responses import Response
 from ctrlrun.console import accounts
 from ctrlrun.console.identity import SESSION_COOKIE, client_address, identify, secret_mark
 from ctrlrun.console.pages import render
+from ctrlrun.console.ratelimit import Refused
 from ctrlrun.console.sessions import same_token
 from ctrlrun.console.state import ConsoleState
 from ctrlrun.console.web import csrf_ok, posted, problem, redirect, safe_next, state_of
@@ -70,22 +71,21 @@ async def signin(request: Request, form: Dict[str, str]) -> Response:
     nxt = safe_next(form.get("next"))
     if not same_token(form.get("csrf"), request.cookies.get(SIGNIN_COOKIE) or "\0"):
         return _form(request, 403, "The sign-in form was stale; try again.", name, nxt)
-    address = client_address(request)
-    wait = state.limiter.refused(name, address)
-    if wait is not None:
+    attempt = state.limiter.reserve(name, client_address(request))
+    if isinstance(attempt, Refused):
         log.warning("console: sign-in attempts refused for a while (too many failures)")
-        return _form(
-            request,
-            429,
-            f"Too many failed sign-in attempts; try again in {math.ceil(wait)} seconds.",
-            name,
-            nxt,
+        why = (
+            "Too many sign-in attempts are being checked; try again in"
+            if attempt.busy
+            else "Too many failed sign-in attempts; try again in"
         )
+        return _form(request, 429, f"{why} {math.ceil(attempt.wait)} seconds.", name, nxt)
+    # Counted already (reserved above): concurrent attempts cannot all pass the limit while
+    # this slow check runs. A failure stays counted; a success gives the attempt back.
     account = await run_in_threadpool(accounts.check, state.store, name, secret)
     if account is None:
-        state.limiter.failed(name, address)
         return _form(request, 401, "Unknown account or wrong secret.", name, nxt)
-    state.limiter.succeeded(name)
+    state.limiter.succeeded(attempt)
     old = request.cookies.get(SESSION_COOKIE)
     state.sessions.end(old)
     session = state.sessions.start(account.name, secret_mark(account.secret_hash))
