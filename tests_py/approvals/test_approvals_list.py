@@ -112,3 +112,25 @@ def test_state_action_and_limit_combine(store, store_url, tmp_path, monkeypatch)
     assert none.startswith("no approval requests in state used of action 'acme.wire' in ")
     refused = run_cli("approvals", "list", "--limit", "0", "--store", store_url)
     assert refused.returncode == 2 and "--limit" in refused.stderr
+
+
+def test_a_store_url_without_a_user_is_shown_without_a_stray_at():
+    url = "postgresql://127.0.0.1:1/ctrlrun?schema=s1&timeout=2"
+    proc = run_cli("approvals", "list", "--store", url)
+    assert proc.returncode == 2, proc.stdout
+    assert "postgresql://127.0.0.1:1/ctrlrun?schema=s1" in proc.stderr, proc.stderr
+    assert "://@" not in proc.stderr and "  " not in proc.stderr, proc.stderr
+
+
+def test_a_missing_or_settled_key_is_named_without_an_internal_function(store, store_url):
+    missing = run_cli("resolve", "nope:1", "--committed", "--store", store_url)
+    assert missing.returncode == 2
+    assert "no effect is recorded under key 'nope:1'" in missing.stderr, missing.stderr
+    store.reserve_effect("done:1", "act_x", lease=60)
+    store.begin_execution("done:1", "act_x")
+    store.commit_effect("done:1", "act_x", {"ok": True})
+    settled = run_cli("resolve", "done:1", "--failed", "--store", store_url)
+    assert settled.returncode == 2
+    assert "effect 'done:1' cannot be resolved: it is committed" in settled.stderr
+    for shown in (missing.stderr, settled.stderr):
+        assert "resolve_effect" not in shown and "  " not in shown, shown
