@@ -77,7 +77,11 @@ fn fail_and_mark_apply_store_error_and_clear_lease() {
 fn settle_mismatch_without_row_is_invalid_argument() {
     let m = expect_invalid(settle_mismatch(None, KEY, HOLDER, Some(3), &commit(), T0));
     assert!(m.contains(KEY), "{m}");
-    assert!(m.contains("commit_effect"), "{m}");
+    assert!(m.contains("no effect is recorded under key"), "{m}");
+    assert!(
+        !m.contains("commit_effect"),
+        "names no internal function: {m}"
+    );
 }
 
 #[test]
@@ -190,5 +194,9 @@ fn settle_mismatch_anything_else_names_found_and_required_state() {
         T0,
     ));
     assert!(m.contains("it is failed"), "{m}");
-    assert!(m.contains("begin_execution"), "{m}");
+    assert!(m.contains("cannot begin effect"), "{m}");
+    assert!(
+        !m.contains("begin_execution"),
+        "names no internal function: {m}"
+    );
 }

@@ -25,6 +25,10 @@ fn malformed_urls_are_refused_not_taken_as_file_paths() {
             Err(Error::InvalidArgument(m)) => {
                 assert!(m.contains("://"), "{url}: {m}");
                 assert!(!m.contains(SECRET), "{url}: the password is shown: {m}");
+                assert!(
+                    !m.contains("  "),
+                    "{url}: a run of spaces in the message: {m:?}"
+                );
             }
             other => panic!("{url:?}: expected InvalidArgument, got {other:?}"),
         }

@@ -15,10 +15,10 @@ pub fn plan_extension(
     until: Micros,
     now: Micros,
 ) -> Result<EffectRecord> {
-    const WHAT: &str = "extend_lease";
+    const WHAT: &str = "extend the lease of";
     let Some(row) = row else {
         return Err(Error::InvalidArgument(format!(
-            "{WHAT}: no effect is recorded under key '{key}'"
+            "no effect is recorded under key '{key}'"
         )));
     };
     if row.state != EffectState::Executing || !row.is_attempt(action_id, attempt) {
@@ -34,20 +34,21 @@ pub fn plan_extension(
     let old = row.lease_expires_at.unwrap_or(Micros::MIN);
     if !row.lease_live(now) {
         return Err(Error::InvalidArgument(format!(
-            "{WHAT} refused for effect '{key}': its lease lapsed at {}; a lapsed lease cannot be revived",
+            "the lease of effect '{key}' cannot be extended: it lapsed at {}; a lapsed lease \
+             cannot be revived",
             format_micros(old)
         )));
     }
     if until > now.saturating_add(MAX_LEASE) {
         return Err(Error::InvalidArgument(format!(
-            "{WHAT} refused for effect '{key}': the new expiry {} is more than ten years away \
+            "the lease of effect '{key}' cannot be extended: the new expiry {} is more than ten years away \
              (leases are at most ten years)",
             format_micros(until)
         )));
     }
     if until < old {
         return Err(Error::InvalidArgument(format!(
-            "{WHAT} refused for effect '{key}': the new expiry {} is earlier than the current {}",
+            "the lease of effect '{key}' cannot be extended: the new expiry {} is earlier than the current {}",
             format_micros(until),
             format_micros(old)
         )));
@@ -88,7 +89,7 @@ pub fn plan_resolution_noted(
     }
     let Some(row) = row else {
         return Err(Error::InvalidArgument(format!(
-            "resolve_effect: no effect is recorded under key '{key}'"
+            "no effect is recorded under key '{key}'"
         )));
     };
     // A held row whose lease lapsed is ambiguous already (its holder is gone, nobody knows
@@ -98,9 +99,9 @@ pub fn plan_resolution_noted(
         EffectState::Reserved | EffectState::Executing if !row.lease_live(now) => lapse_note(&row),
         EffectState::Reserved | EffectState::Executing => {
             return Err(Error::InvalidArgument(format!(
-                "resolve_effect refused for effect '{key}': it is {} under action {} (attempt \
-                 {}) and its lease runs until {}; the holder may still finish. Resolve it once \
-                 the lease has lapsed",
+                "effect '{key}' cannot be resolved yet: it is {} under action {} (attempt {}) \
+                 and its lease runs until {}; the holder may still finish. Resolve it once the \
+                 lease has lapsed",
                 row.state,
                 row.action_id,
                 row.attempt,
@@ -109,8 +110,8 @@ pub fn plan_resolution_noted(
         }
         _ => {
             return Err(Error::InvalidArgument(format!(
-                "resolve_effect refused for effect '{key}': it is {}, and only an ambiguous \
-                 effect (or a held one whose lease lapsed) is resolved by a person",
+                "effect '{key}' cannot be resolved: it is {}, and only an ambiguous effect (or a \
+                 held one whose lease lapsed) is resolved by a person",
                 row.state
             )))
         }

@@ -142,8 +142,8 @@ pub fn refuse_by_row(
                 None => format!("action {action_id}"),
             };
             Error::InvalidArgument(format!(
-                "{what} refused for effect '{}': it is {} under action {} (attempt {}); \
-                 {what} requires {} under {want}",
+                "cannot {what} effect '{}': it is {} under action {} (attempt {}); that \
+                 requires {} under {want}",
                 row.effect_key,
                 row.state,
                 row.action_id,

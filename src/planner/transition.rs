@@ -32,6 +32,16 @@ impl Transition {
         }
     }
 
+    /// What the write does, as a message says it to a person: "cannot {verb} effect 'k'".
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Transition::Begin => "begin",
+            Transition::Commit { .. } => "commit",
+            Transition::Fail { .. } => "fail",
+            Transition::MarkAmbiguous { .. } => "mark as ambiguous",
+        }
+    }
+
     /// The states the compare-and-set accepts.
     pub fn from_states(&self) -> &'static [EffectState] {
         use EffectState::*;
@@ -127,8 +137,7 @@ pub fn settle_mismatch(
 ) -> Result<EffectRecord> {
     let Some(row) = found else {
         return Err(Error::InvalidArgument(format!(
-            "{}: no effect is recorded under key '{key}'",
-            transition.name()
+            "no effect is recorded under key '{key}'"
         )));
     };
     if row.state == transition.target() && row.is_attempt(action_id, attempt) {
@@ -138,7 +147,7 @@ pub fn settle_mismatch(
         row,
         action_id,
         attempt,
-        transition.name(),
+        transition.verb(),
         transition.from_states(),
         now,
     ))

@@ -107,7 +107,8 @@ pub fn parse(url: &str) -> Result<StoreUrl> {
             }
             if let Some(why) = malformed_url(url_trim) {
                 return Err(Error::InvalidArgument(format!(
-                    "store URL {shown:?} {why}; it is refused rather than taken as a SQLite file                      path (each host would reserve in a file of its own). Write \
+                    "store URL {shown:?} {why}; it is refused rather than taken as a SQLite file \
+                     path (each host would reserve in a file of its own). Write \
                      postgresql://user:password@host:port/db, sqlite:///relative/path.db or \
                      sqlite:////absolute/path.db"
                 )));

@@ -78,13 +78,16 @@ def test_the_hmac_verifies(receiver, here):
     assert quick().deliver(Delivery(target(receiver.url()), EVENT, None))
     (got,) = receiver.got
     stamp, sig = got.headers["X-Ctrlrun-Timestamp"], got.headers["X-Ctrlrun-Signature"]
+    did = got.headers["X-Ctrlrun-Delivery"]
     assert abs(int(stamp) - time.time()) < 60
-    mine = hmac.new(SECRET.encode(), stamp.encode() + b"." + got.body, hashlib.sha256).hexdigest()
+    signed = f"{did}.{stamp}.".encode() + got.body
+    mine = hmac.new(SECRET.encode(), signed, hashlib.sha256).hexdigest()
     assert sig == f"sha256={mine}"
-    assert signing.verify(SECRET, stamp, got.body, sig)
-    assert not signing.verify(SECRET, stamp, got.body + b" ", sig)
-    assert not signing.verify("another-secret-of-enough-length", stamp, got.body, sig)
-    assert not signing.verify(SECRET, stamp, got.body, sig, now=int(stamp) + 301)
+    assert signing.verify(SECRET, did, stamp, got.body, sig)
+    assert signing.verify_headers(SECRET, got.headers, got.body)
+    assert not signing.verify(SECRET, did, stamp, got.body + b" ", sig)
+    assert not signing.verify("another-secret-of-enough-length-32+", did, stamp, got.body, sig)
+    assert not signing.verify(SECRET, did, stamp, got.body, sig, now=int(stamp) + 301)
     assert "link" not in got.json  # no console URL: no link
 
 
@@ -117,6 +120,9 @@ def test_a_500_is_retried_then_succeeds(receiver, here):
     assert len(receiver.got) == 3
     stamps = [g.headers["X-Ctrlrun-Signature"] for g in receiver.got]
     assert all(s.startswith("sha256=") for s in stamps)
+    # One notification: every retry keeps its delivery id, and each attempt verifies.
+    assert len({g.headers["X-Ctrlrun-Delivery"] for g in receiver.got}) == 1
+    assert all(signing.verify_headers(SECRET, g.headers, g.body) for g in receiver.got)
 
 
 def test_a_429_waits_as_told_within_bounds(receiver, here):

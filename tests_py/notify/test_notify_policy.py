@@ -147,7 +147,7 @@ def test_a_url_that_is_not_safe_is_refused_without_showing_it(here, url, problem
             "{url: 'https://h.example/x', format: json, secret_env: NOTIFY_SHORT}",
             3,
             "notify[0].secret_env",
-            "shorter than 16",
+            "shorter than 32 bytes; set NOTIFY_SHORT to at least 32 random bytes",
         ),
         ("'https://h.example/x'", 3, "notify[0]", "must be a mapping"),
     ],
@@ -252,3 +252,19 @@ def test_the_secret_itself_is_read_from_the_environment(here, monkeypatch):
         "notify:\n  - {url: 'https://h.example/x', format: json, secret_env: NOTIFY_TEST_SECRET}\n",
     )
     assert SECRET not in repr(p)
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [("x" * 31, False), ("x" * 32, True), ("é" * 15 + "x", False), ("é" * 16, True)],
+)
+def test_a_secret_needs_32_bytes(here, monkeypatch, value, accepted):
+    monkeypatch.setenv("NOTIFY_KEY", value)
+    text = "notify:\n  - {url: 'https://h.example/x', format: json, secret_env: NOTIFY_KEY}\n"
+    if accepted:
+        assert load(here, text).notify[0].secret_env == "NOTIFY_KEY"
+        return
+    err = refused(here, text)
+    assert (err.line, err.field) == (3, "notify[0].secret_env")
+    assert "the secret in NOTIFY_KEY is shorter than 32 bytes" in str(err)
+    assert "openssl rand -hex 32" in str(err) and value not in str(err)

@@ -4,6 +4,7 @@ agent's approval requests."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from typing import Any, Dict, Optional
 
 import click
@@ -24,23 +25,49 @@ from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
 APPROVAL_STATES = [s.value for s in ApprovalState]
 
 
+#: Every field of a request, in the order ``--json`` prints them.
+FIELDS = (
+    "request_id state action effect_key arguments not_bound requested_by requested_at "
+    "expires_at ttl approvals_needed granted_by decided_by decided_at note used_by used_at "
+    "args_digest"
+)
+
+
 def approval_dict(r: ApprovalRecord) -> Dict[str, Any]:
-    return as_json(
-        r,
-        "request_id state action effect_key arguments not_bound requested_at expires_at "
-        "decided_by decided_at note used_by used_at",
-    )
+    """Every field of ``r``, JSON-ready (``ttl`` in seconds)."""
+    out = as_json(r, FIELDS)
+    out["ttl"] = r.ttl.total_seconds()
+    return out
 
 
-def _arguments_text(r: ApprovalRecord, width: int = 60) -> str:
-    """Every argument of the request; those the approval is not bound to are named after
-    them, and that mark is never cut off."""
+def _arguments_text(r: ApprovalRecord, width: int = 60, hint: str = "--json shows them") -> str:
+    """Every argument of the request, cut to about ``width`` characters with a mark that says
+    so and how many characters were left out (never silently); those the approval is not
+    bound to are named after them, and that mark is never cut off."""
     text = printable(json.dumps(r.arguments, sort_keys=True, ensure_ascii=False))
     mark = ""
     if r.not_bound:
         mark = f" (not bound: {', '.join(printable(n) for n in r.not_bound)})"
     room = max(width - len(mark), 8)
-    return (text if len(text) <= room else text[: room - 1] + "…") + mark
+    if len(text) <= room:
+        return text + mark
+    kept = room
+    return f"{text[:kept]}… [{len(text) - kept} more characters; {hint}]{mark}"
+
+
+def _approvals_text(r: ApprovalRecord) -> str:
+    """Grants so far of the grants needed: ``1/2``."""
+    return f"{len(r.granted_by)}/{r.approvals_needed}"
+
+
+def _when(dt: datetime) -> str:
+    return dt.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _nothing(state: Optional[str], action: Optional[str], url: str) -> str:
+    which = f" in state {state}" if state else ""
+    which += f" of action {printable(action)!r}" if action else ""
+    return f"no approval requests{which} in {url}"
 
 
 @click.group()
@@ -52,18 +79,48 @@ def approvals() -> None:
 @click.option(
     "--state", type=click.Choice(APPROVAL_STATES), default=None, help="Only requests in this state."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--action", metavar="NAME", default=None, help="Only requests of this action.")
+@click.option(
+    "--limit",
+    metavar="N",
+    type=click.IntRange(min=1, max=2**63 - 1),
+    default=None,
+    help="At most N requests (the oldest).",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON (every field) instead of a table."
+)
 @store_option
-def approvals_list(state: Optional[str], as_json: bool, store_url: Optional[str]) -> None:
-    """List approval requests, oldest first, with the arguments each was asked for."""
+def approvals_list(
+    state: Optional[str],
+    action: Optional[str],
+    limit: Optional[int],
+    as_json: bool,
+    store_url: Optional[str],
+) -> None:
+    """List approval requests, oldest first: who asked, the arguments, the approvals so far
+    and when each expires."""
     store, records = on_existing(store_url, lambda store: store.list_approvals(state))
+    if action is not None:
+        records = [r for r in records if r.action == action]
+    records = records[:limit] if limit is not None else records
     if as_json:
         click.echo(json.dumps([approval_dict(r) for r in records], indent=2))
         return
     if not records:
-        click.echo(f"no approval requests{' in state ' + state if state else ''} in {store.url}")
+        click.echo(_nothing(state, action, store.url))
         return
-    head = ("REQUEST", "STATE", "ACTION", "EFFECT KEY", "ARGUMENTS", "DECIDED BY")
+    head = (
+        "REQUEST",
+        "STATE",
+        "ACTION",
+        "EFFECT KEY",
+        "ARGUMENTS",
+        "REQUESTED BY",
+        "APPROVALS",
+        "DECIDED BY",
+        "EXPIRES",
+    )
     rows = [
         (
             r.request_id,
@@ -71,7 +128,10 @@ def approvals_list(state: Optional[str], as_json: bool, store_url: Optional[str]
             printable(r.action),
             printable(r.effect_key),
             _arguments_text(r),
-            printable(r.decided_by or ""),
+            printable(r.requested_by or "-"),
+            _approvals_text(r),
+            printable(r.decided_by or "-"),
+            _when(r.expires_at),
         )
         for r in records
     ]
@@ -92,7 +152,7 @@ def decide(
     if grant:
         click.echo(
             f"{r.request_id}: granted by {who} for {action} "
-            f"{_arguments_text(r, 200)}; the agent's next call with these "
+            f"{_arguments_text(r, 200, 'ctrlrun approvals list --json shows them')}; the agent's next call with these "
             f"arguments runs once, until {iso(r.expires_at)}"
         )
     else:

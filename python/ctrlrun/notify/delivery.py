@@ -27,7 +27,7 @@ from typing import Callable, Deque, Dict, Optional, Set, Tuple
 
 from ctrlrun.notify.bodies import render
 from ctrlrun.notify.events import Event
-from ctrlrun.notify.signing import signed_headers
+from ctrlrun.notify.signing import DELIVERY_HEADER, signed_headers
 from ctrlrun.policy.notify import NotifyTarget, env_value, redact, secret_problem, url_problem
 
 __all__ = ["Delivery", "Dispatcher", "submit", "flush", "QUEUE_SIZE", "TIMEOUT", "PAUSES"]
@@ -207,7 +207,8 @@ class Dispatcher:
         url, headers = where
         body = render(target.format, event, item.console_url)
         headers["X-Ctrlrun-Event"] = event.event
-        headers["X-Ctrlrun-Delivery"] = uuid.uuid4().hex
+        delivery = uuid.uuid4().hex  # one id for the notification: every retry keeps it
+        headers[DELIVERY_HEADER] = delivery
         shown = redact(url)
         attempts = len(self.pauses) + 1
         for attempt in range(1, attempts + 1):
@@ -217,7 +218,8 @@ class Dispatcher:
                     self._once(target, problem)
                     return False
                 secret = env_value(target.secret_env) or ""
-                headers.update(signed_headers(secret, body))  # a fresh timestamp per attempt
+                # A fresh timestamp per attempt, signed with the delivery id.
+                headers.update(signed_headers(secret, delivery, body))
             try:
                 self._post(url, body, headers)
                 return True

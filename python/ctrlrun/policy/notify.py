@@ -32,8 +32,8 @@ __all__ = [
 FORMATS = ("slack", "json")
 #: At most this many targets in one ``notify`` list.
 MAX_TARGETS = 10
-#: The shortest HMAC secret accepted (characters of the variable's value).
-MIN_SECRET = 16
+#: The shortest HMAC secret accepted: bytes of the variable's value (the key's own size).
+MIN_SECRET = 32
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _KEYS = ("url", "url_env", "format", "secret_env")
 
@@ -117,8 +117,11 @@ def secret_problem(name: str) -> Optional[str]:
     value = env_value(name)
     if value is None:
         return f"the environment variable {name} (the signing secret) is not set"
-    if len(value) < MIN_SECRET:
-        return f"the secret in {name} is shorter than {MIN_SECRET} characters"
+    if len(value.encode("utf-8", "surrogateescape")) < MIN_SECRET:
+        return (
+            f"the secret in {name} is shorter than {MIN_SECRET} bytes; set {name} to at least "
+            f"{MIN_SECRET} random bytes (for example: openssl rand -hex 32)"
+        )
     return None
 
 

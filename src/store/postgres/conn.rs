@@ -263,7 +263,13 @@ pub(super) fn describe(config: &Config, schema: &str) -> String {
         hosts.join(",")
     };
     let db = config.get_dbname().unwrap_or(user);
-    format!("postgresql://{user}@{hosts}/{db}?schema={schema}")
+    // No user named (libpq then uses the OS user): no `@` either.
+    let user = if user.is_empty() {
+        String::new()
+    } else {
+        format!("{user}@")
+    };
+    format!("postgresql://{user}{hosts}/{db}?schema={schema}")
 }
 
 /// One connection outside any store's pool, for an operator's command (`doing`, for the
