@@ -28,6 +28,25 @@ store_option = click.option(
 )
 
 
+def filter_options(things: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--action NAME`` and ``--limit N`` (the oldest N) for a command that lists ``things``."""
+
+    def add(command: Callable[..., Any]) -> Callable[..., Any]:
+        limit = click.option(
+            "--limit",
+            metavar="N",
+            type=click.IntRange(min=1, max=2**63 - 1),
+            default=None,
+            help=f"At most N {things} (the oldest).",
+        )
+        action = click.option(
+            "--action", metavar="NAME", default=None, help=f"Only {things} of this action."
+        )
+        return action(limit(command))
+
+    return add
+
+
 def die(message: str, code: int = 2) -> NoReturn:
     """One line on stderr (``ctrlrun: …``) and exit ``code``: never a traceback."""
     click.echo(f"ctrlrun: {message}", err=True)

@@ -13,6 +13,7 @@ from ctrlrun.cli._common import (
     as_json,
     cli_user,
     die,
+    filter_options,
     iso,
     on_existing,
     open_existing,
@@ -79,14 +80,7 @@ def approvals() -> None:
 @click.option(
     "--state", type=click.Choice(APPROVAL_STATES), default=None, help="Only requests in this state."
 )
-@click.option("--action", metavar="NAME", default=None, help="Only requests of this action.")
-@click.option(
-    "--limit",
-    metavar="N",
-    type=click.IntRange(min=1, max=2**63 - 1),
-    default=None,
-    help="At most N requests (the oldest).",
-)
+@filter_options("requests")
 @click.option(
     "--json", "as_json", is_flag=True, help="Print JSON (every field) instead of a table."
 )

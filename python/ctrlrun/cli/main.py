@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 import click
 
 from ctrlrun.cli import approvals, console, gateway, receipts, retention, soak, store, store_policy
-from ctrlrun.cli._common import as_json, cli_user, die, on_existing, store_option
+from ctrlrun.cli._common import as_json, cli_user, die, filter_options, on_existing, store_option
 from ctrlrun.cli.table import lease_text, printable, table
 from ctrlrun.errors import CTRLRunError
 from ctrlrun.store.records import EffectRecord, EffectState
@@ -52,14 +52,7 @@ def effects() -> None:
     default=None,
     help="Only keys that start with TEXT (plain text, not a pattern).",
 )
-@click.option("--action", metavar="NAME", default=None, help="Only effects of this action.")
-@click.option(
-    "--limit",
-    metavar="N",
-    type=click.IntRange(min=1, max=2**63 - 1),
-    default=None,
-    help="At most N effects (the oldest).",
-)
+@filter_options("effects")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @store_option
 def effects_list(

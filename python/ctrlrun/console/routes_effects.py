@@ -67,20 +67,16 @@ def _detail(
         return web.unreadable(request, me, exc)
     lapsed = _lapsed(rec)
     resolvable = rec.state is EffectState.AMBIGUOUS or lapsed
-    return web.detail_page(
-        request,
-        "effect",
-        me,
-        page,
-        DONE,
-        rec=rec,
-        lapsed=lapsed,
-        resolvable=resolvable,
-        receipts=receipts,
-        check=check,
-        approval=approval,
-        settled=settled(rec, receipts),
-    )
+    shown = {
+        "rec": rec,
+        "lapsed": lapsed,
+        "resolvable": resolvable,
+        "receipts": receipts,
+        "check": check,
+        "approval": approval,
+        "settled": settled(rec, receipts),
+    }
+    return web.detail_page(request, "effect", me, page, DONE, **shown)
 
 
 def settled(rec: EffectRecord, receipts: List[Receipt]) -> Optional[Dict[str, Any]]:
