@@ -11,7 +11,6 @@ import os
 import re
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from typing import Any, Dict
@@ -234,10 +233,6 @@ def test_an_unreachable_server_exits_2_with_one_line_and_no_password(tmp_path):
 
 
 # -- real runs ------------------------------------------------------------------------------------
-def _run_dirs() -> set:
-    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("ctrlrun-soak-run-")}
-
-
 def _passed(out: str, proc_rc: int, err: str) -> Dict[str, Any]:
     assert proc_rc == 0, (proc_rc, out, err)
     assert "Traceback" not in err
@@ -258,15 +253,16 @@ def test_a_sqlite_soak_finds_no_double_and_cleans_up(tmp_path):
     a folder next to it, gone afterwards with the run's own folder."""
     user = tmp_path / "data" / "state.db"
     user.parent.mkdir()
-    before = _run_dirs()
-    env = dict(os.environ, CTRLRUN_STORE=sqlite_url(user))
+    own_tmp = tmp_path / "tmp"  # the run's folder goes here, out of other tests' way
+    own_tmp.mkdir()
+    env = dict(os.environ, CTRLRUN_STORE=sqlite_url(user), TMPDIR=str(own_tmp))
     proc = run_cli("soak", "--seconds", "3", "--processes", "3", "--json", env=env, cwd=tmp_path)
     report = _passed(proc.stdout, proc.returncode, proc.stderr)
     assert proc.stderr == ""  # --json: no progress
     assert (report["backend"], report["faults"], report["cuts"]) == ("sqlite", False, None)
     assert report["scratch_store"].startswith(sqlite_url(user.parent / "ctrlrun-soak-"))
     assert list(user.parent.iterdir()) == []  # the user's file was never created
-    assert _run_dirs() <= before
+    assert list(own_tmp.iterdir()) == []  # the run's own folder is gone too
 
 
 def test_the_human_report_says_what_a_soak_does_not_establish(tmp_path):

@@ -44,6 +44,7 @@ PAUSE = 0.005  # seconds: the body sleeps up to this long, so kills land in bodi
 KILL_EVERY = (0.15, 0.75)  # seconds between two kills, drawn uniformly
 CUT_EVERY = (0.1, 0.6)  # seconds between two cuts (--faults), drawn uniformly
 GRACE = 60.0  # seconds the workers get to finish their last call (SQLite waits up to 30 s)
+STARTUP = 60.0  # seconds the first workers get to end one call before the run's clock starts
 SAMPLES = 100_000  # latencies kept (a uniform sample beyond that)
 
 
@@ -112,6 +113,30 @@ class _Workers:
             return os.path.getsize(self._path("calls", n, "jsonl")) > 0
         except OSError:
             return False
+
+    def _ended_a_call(self, n: int) -> bool:
+        try:
+            with open(self._path("calls", n, "jsonl"), "rb") as f:
+                return b'"o":' in f.read(4096)
+        except OSError:
+            return False
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait until every worker has ended one call (or one exited, or ``timeout``): the
+        run's seconds count from there, so a slow start (a loaded machine takes a second or
+        more to import Python) does not eat a short run."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(p.poll() is not None for p in self.live.values()):
+                return
+            if all(self._ended_a_call(n) for n in self.live):
+                return
+            time.sleep(0.02)
+
+    def signal_stop(self) -> None:
+        """Tell every worker, the ones still starting included, to stop after its call."""
+        with open(self.cfg["stop"], "wb"):
+            pass
 
     def kill_one(self) -> bool:
         """SIGKILL a worker that has started calling, at random, and start a replacement."""
@@ -231,10 +256,11 @@ def _supervise(workers: _Workers, plan: Plan, bar: Bar, proxy: Optional[CuttingP
     """Run the workers for ``plan.seconds``, killing one at random intervals; returns how
     long they ran."""
     rng = workers.rng
-    start = time.monotonic()
-    end = start + plan.seconds
     for _ in range(plan.processes):
         workers.spawn()
+    workers.wait_ready(STARTUP)
+    start = time.monotonic()
+    end = start + plan.seconds
     next_kill, shown = start + rng.uniform(*KILL_EVERY), 0
     while True:
         now = time.monotonic()
@@ -247,6 +273,7 @@ def _supervise(workers: _Workers, plan: Plan, bar: Bar, proxy: Optional[CuttingP
             bar.update(int(now - start) - shown)
             shown = int(now - start)
         time.sleep(max(0.0, min(0.05, end - now)))
+    workers.signal_stop()
     bar.update(plan.seconds - shown)
     bar.close()
     if proxy is not None:
@@ -276,7 +303,7 @@ def run_soak(
                 "revisit": REVISIT,
                 "pause": PAUSE,
                 "t0": t0,
-                "stop_at": t0 + plan.seconds,
+                "stop": os.path.join(folder, "stop"),
                 "parent": os.getpid(),
             }
             workers = _Workers(cfg, folder, rng)

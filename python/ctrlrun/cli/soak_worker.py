@@ -40,7 +40,7 @@ def _open(cfg: Dict[str, Any]) -> Any:
         try:
             return ctrlrun.open_store(cfg["url"])
         except ctrlrun.StoreError:
-            if time.time() >= float(cfg["stop_at"]):
+            if os.path.exists(cfg["stop"]):
                 raise
             time.sleep(0.05)
 
@@ -51,7 +51,7 @@ def main() -> int:
 
     rng = random.Random(cfg["seed"])
     pause = float(cfg["pause"])
-    t0, period, stop_at = float(cfg["t0"]), float(cfg["period"]), float(cfg["stop_at"])
+    t0, period, stop = float(cfg["t0"]), float(cfg["period"]), str(cfg["stop"])
     keys, revisit, parent = int(cfg["keys"]), float(cfg["revisit"]), int(cfg["parent"])
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
     marks, calls = os.open(cfg["marks"], flags, 0o600), os.open(cfg["calls"], flags, 0o600)
@@ -93,8 +93,8 @@ def main() -> int:
         recent.append(key)
         return key
 
-    # Until the end of the run; a worker whose supervisor is gone stops too.
-    while time.time() < stop_at and os.getppid() == parent:
+    # Until the supervisor makes the stop file; a worker whose supervisor is gone stops too.
+    while not os.path.exists(stop) and os.getppid() == parent:
         key = next_key()
         record({"k": key})
         started = time.perf_counter()
