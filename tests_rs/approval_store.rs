@@ -5,6 +5,7 @@ use crate::support::*;
 use ctrlrun::approval::{ApprovalAsk, ApprovalState};
 use ctrlrun::error::DuplicateKind;
 use ctrlrun::planner::Proposal;
+use ctrlrun::store::ApprovalFilter;
 use ctrlrun::{EffectState, Error};
 
 const TTL: i64 = 900_000_000;
@@ -134,7 +135,13 @@ fn decisions_are_made_once_and_expired_requests_are_refused(b: Backend) {
     assert!(assert_invalid(refused).contains("expired"));
     let listed = f
         .store
-        .list_approvals(Some(ApprovalState::Expired), Some(T0 + TTL + 1))
+        .list_approvals(
+            &ApprovalFilter {
+                states: &[ApprovalState::Expired],
+                ..ApprovalFilter::default()
+            },
+            Some(T0 + TTL + 1),
+        )
         .unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].request_id, late.request_id);

@@ -89,6 +89,7 @@ fn filters_select_and_limit(b: Backend) {
         prefix: Some("email"),
         action: Some("send_email"),
         limit: Some(1),
+        ..EffectFilter::ALL
     };
     assert_eq!(keys(&f, all_three), ["email:ü€😀"]);
     let first_two = EffectFilter {

@@ -16,6 +16,7 @@ __all__ = [
     "ReceiptRow",
     "ReceiptCheckRow",
     "Step",
+    "ApprovalQuery",
     "ReserveRequest",
     "OutcomeRequest",
     "Store",
@@ -130,6 +131,19 @@ class Step:
     AMBIGUOUS: Step
 
 @final
+class ApprovalQuery:
+    def __new__(
+        cls,
+        states: Sequence[_ApprovalState] = ...,
+        action: Optional[str] = None,
+        prefix: Optional[str] = None,
+        requested_by: Optional[str] = None,
+        after: Optional[Tuple[int, str]] = None,
+        newest_first: bool = False,
+        limit: Optional[int] = None,
+    ) -> ApprovalQuery: ...
+
+@final
 class ReserveRequest:
     """A reservation, converted once (text, integers): ``Store.reserve`` and the async paths
     write it. A text argument that is not a ``str`` or holds a lone surrogate, or an integer
@@ -213,8 +227,11 @@ class Store:
         self, request_id: str, now_us: Optional[int] = None
     ) -> Optional[ApprovalRow]: ...
     def list_approvals(
-        self, state: Optional[str] = None, now_us: Optional[int] = None
+        self, query: ApprovalQuery, now_us: Optional[int] = None
     ) -> List[ApprovalRow]: ...
+    def count_approvals(
+        self, query: ApprovalQuery, cap: int, now_us: Optional[int] = None
+    ) -> int: ...
     def put_approver(
         self, name: str, secret_hash: str, create: bool, now_us: Optional[int] = None
     ) -> ApproverRow: ...
@@ -252,6 +269,8 @@ class Store:
         prefix: Optional[str] = None,
         action: Optional[str] = None,
         limit: Optional[int] = None,
+        after: Optional[Tuple[int, str]] = None,
+        newest_first: bool = False,
     ) -> List[EffectRow]: ...
     def prune(
         self,

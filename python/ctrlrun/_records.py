@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Dict, Optional
 
 __all__ = ["EffectState", "EffectRecord", "Reservation"]
@@ -81,6 +81,20 @@ class EffectRecord:
         if self.lease_expires_at is None:
             return False
         return (now or datetime.now(timezone.utc)) <= self.lease_expires_at
+
+    @property
+    def cursor(self) -> str:
+        """Where a listing's next page starts: ``Store.list_effects(after=record.cursor)``
+        lists the records after this one, in the same order."""
+        return page_cursor(self.created_at, self.effect_key)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def page_cursor(at: datetime, key: str) -> str:
+    """A listing's cursor: the position of a row, ``<microseconds since the epoch>:<key>``."""
+    return f"{(at - _EPOCH) // timedelta(microseconds=1)}:{key}"
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     export!(m;
         classes template::PyTemplate, store::PyStore, records::EffectRow, records::ApprovalRow,
             records::ReceiptRow, records::ReceiptCheckRow, records::Step, records::ApproverRow,
-            requests::ReserveRequest, requests::OutcomeRequest;
+            requests::ReserveRequest, requests::OutcomeRequest, oversight::ApprovalQuery;
         functions store::open_store, urls::drop_scratch_schema, urls::store_roles, urls::sqlite_path,
             urls::url_backend, store::arg_digests, fork::before_fork, fork::after_fork_in_parent,
             fork::after_fork_in_child, oversight::check_name, oversight::check_approver_name,

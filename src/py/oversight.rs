@@ -12,6 +12,60 @@ use super::store::PyStore;
 use crate::approval::{ActionRule, ApprovalAsk, ApprovalState, Decision};
 use crate::planner;
 use crate::record::Micros;
+use crate::store::ApprovalFilter;
+
+/// Which approval requests `Store.list_approvals` and `Store.count_approvals` select (see
+/// [`ApprovalFilter`]): `after` is the `(requested_at_us, request_id)` of the last request of
+/// the page before.
+#[pyclass(frozen, module = "ctrlrun._core")]
+pub struct ApprovalQuery {
+    states: Vec<ApprovalState>,
+    action: Option<String>,
+    prefix: Option<String>,
+    requested_by: Option<String>,
+    after: Option<(Micros, String)>,
+    newest_first: bool,
+    limit: Option<u64>,
+}
+
+#[pymethods]
+impl ApprovalQuery {
+    #[new]
+    #[pyo3(signature = (states=Vec::new(), action=None, prefix=None, requested_by=None, after=None, newest_first=false, limit=None))]
+    fn new(
+        states: Vec<ApprovalState>,
+        action: Option<Text>,
+        prefix: Option<Text>,
+        requested_by: Option<Text>,
+        after: Option<(Int<Micros>, Text)>,
+        newest_first: bool,
+        limit: Option<Int<u64>>,
+    ) -> Self {
+        ApprovalQuery {
+            states,
+            action: action.map(|t| t.0),
+            prefix: prefix.map(|t| t.0),
+            requested_by: requested_by.map(|t| t.0),
+            after: after.map(|(at, id)| (at.0, id.0)),
+            newest_first,
+            limit: int(&limit),
+        }
+    }
+}
+
+impl ApprovalQuery {
+    fn filter(&self) -> ApprovalFilter<'_> {
+        ApprovalFilter {
+            states: &self.states,
+            action: self.action.as_deref(),
+            prefix: self.prefix.as_deref(),
+            requested_by: self.requested_by.as_deref(),
+            after: self.after.as_ref().map(|(at, id)| (*at, id.as_str())),
+            newest_first: self.newest_first,
+            limit: self.limit,
+        }
+    }
+}
 
 /// `name`, refused as `what` (`InvalidArgument`) unless the core records it as a person's or
 /// an agent's name (`protect(requested_by=)`, the gateway's `--requested-by`).
@@ -91,16 +145,30 @@ impl PyStore {
             .map(|r| r.map(ApprovalRow::from))
     }
 
-    #[pyo3(signature = (state=None, now_us=None))]
+    /// The requests `query` selects, in its order.
+    #[pyo3(signature = (query, now_us=None))]
     fn list_approvals(
         &self,
         py: Python<'_>,
-        state: Option<ApprovalState>,
+        query: &ApprovalQuery,
         now_us: Option<Int<Micros>>,
     ) -> PyResult<Vec<ApprovalRow>> {
         let now_us = int(&now_us);
-        self.call(py, |s| s.list_approvals(state, now_us))
+        self.call(py, |s| s.list_approvals(&query.filter(), now_us))
             .map(|v| v.into_iter().map(ApprovalRow::from).collect())
+    }
+
+    /// How many requests `query` selects (its `limit` aside), counting to `cap` at most.
+    #[pyo3(signature = (query, cap, now_us=None))]
+    fn count_approvals(
+        &self,
+        py: Python<'_>,
+        query: &ApprovalQuery,
+        cap: Int<u64>,
+        now_us: Option<Int<Micros>>,
+    ) -> PyResult<u64> {
+        let now_us = int(&now_us);
+        self.call(py, |s| s.count_approvals(&query.filter(), cap.0, now_us))
     }
 
     /// The receipts of `key` (or of every key), oldest first; with `limit`, the latest that many.

@@ -193,8 +193,11 @@ impl PyStore {
             .map(|r| r.map(EffectRow::from))
     }
 
-    /// The records the filters select, oldest first; with `limit`, the first that many.
-    #[pyo3(signature = (state=None, prefix=None, action=None, limit=None))]
+    /// The records the filters select, oldest first (or newest first); with `after`, the
+    /// `(created_at_us, key)` of the last record of the page before; with `limit`, the first
+    /// that many.
+    #[pyo3(signature = (state=None, prefix=None, action=None, limit=None, after=None, newest_first=false))]
+    #[allow(clippy::too_many_arguments)]
     fn list_effects(
         &self,
         py: Python<'_>,
@@ -202,11 +205,15 @@ impl PyStore {
         prefix: Option<Text>,
         action: Option<Text>,
         limit: Option<Int<u64>>,
+        after: Option<(Int<Micros>, Text)>,
+        newest_first: bool,
     ) -> PyResult<Vec<EffectRow>> {
         let filter = EffectFilter {
             state,
             prefix: opt(&prefix),
             action: opt(&action),
+            after: after.as_ref().map(|(at, key)| (at.0, key.0.as_str())),
+            newest_first,
             limit: int(&limit),
         };
         self.call(py, |s| s.list(&filter))

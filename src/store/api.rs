@@ -2,10 +2,10 @@
 //! [`Retention`]. [`Store`] is written once over what a backend supplies ([`Backend`]).
 
 use super::backend::{Backend, BackendKind, RowPlan, RowWrite};
-use super::oversight::StorePolicy;
+use super::oversight::{ApprovalFilter, StorePolicy};
 use super::recovery::TransitionCall;
 use super::retention::{self, Cursor, EffectFilter, Prune, PruneBatch, PruneStep};
-use crate::approval::{ApprovalAsk, ApprovalRecord, ApprovalState, ApproverRecord};
+use crate::approval::{ApprovalAsk, ApprovalRecord, ApproverRecord};
 use crate::error::Result;
 use crate::planner::{self, Proposal, Transition};
 use crate::receipt::{Event, Receipt, Verification};
@@ -47,12 +47,21 @@ pub trait Approvals {
     fn get_approval(&self, request_id: &str, now: Option<Micros>)
         -> Result<Option<ApprovalRecord>>;
 
-    /// Every request (or those in `state` as of `now`), oldest first.
+    /// The requests `filter` selects, states as of the store's clock (or `now`), in its order.
     fn list_approvals(
         &self,
-        state: Option<ApprovalState>,
+        filter: &ApprovalFilter<'_>,
         now: Option<Micros>,
     ) -> Result<Vec<ApprovalRecord>>;
+
+    /// How many requests `filter` selects (its `after` too, not its `limit`), counting to
+    /// `cap` at most.
+    fn count_approvals(
+        &self,
+        filter: &ApprovalFilter<'_>,
+        cap: u64,
+        now: Option<Micros>,
+    ) -> Result<u64>;
 }
 
 /// The accounts of the people who decide in the console (see [`ApproverRecord`]), kept in the

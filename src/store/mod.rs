@@ -24,7 +24,7 @@ use crate::url::{self, StoreUrl};
 pub use crate::planner::Transition;
 pub use api::{Approvals, Receipts, Retention, Store};
 pub use backend::BackendKind;
-pub use oversight::StorePolicy;
+pub use oversight::{ApprovalFilter, StorePolicy};
 pub use retention::PruneBatch;
 
 /// Open the store a URL names (see [`crate::url`]).

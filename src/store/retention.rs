@@ -12,7 +12,8 @@ use crate::planner::breaks_a_line;
 use crate::record::{EffectState, Micros};
 
 /// What [`crate::store::Retention::list`] selects: every filter given must hold. Rows come
-/// oldest first (creation time, then key); with `limit`, the first that many.
+/// oldest first (creation time, then key) or newest first; with `after`, those after that point
+/// of the order; with `limit`, the first that many.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct EffectFilter<'a> {
     pub state: Option<EffectState>,
@@ -20,6 +21,11 @@ pub struct EffectFilter<'a> {
     pub prefix: Option<&'a str>,
     /// The action name the row's attempt was written by.
     pub action: Option<&'a str>,
+    /// After this `(created_at, effect_key)` in the listing's order: the last row of the page
+    /// before.
+    pub after: Option<(Micros, &'a str)>,
+    /// Newest first (creation time, then key, both descending).
+    pub newest_first: bool,
     pub limit: Option<u64>,
 }
 
@@ -29,6 +35,8 @@ impl EffectFilter<'_> {
         state: None,
         prefix: None,
         action: None,
+        after: None,
+        newest_first: false,
         limit: None,
     };
 
@@ -37,6 +45,15 @@ impl EffectFilter<'_> {
         EffectFilter {
             state,
             ..EffectFilter::ALL
+        }
+    }
+
+    /// The order (`ORDER BY …`), and the comparison that keeps the rows after `after` in it.
+    pub fn order(&self) -> (&'static str, &'static str) {
+        if self.newest_first {
+            ("ORDER BY created_at DESC, effect_key DESC", "<")
+        } else {
+            ("ORDER BY created_at, effect_key", ">")
         }
     }
 

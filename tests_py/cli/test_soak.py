@@ -256,7 +256,10 @@ def test_a_sqlite_soak_finds_no_double_and_cleans_up(tmp_path):
     own_tmp = tmp_path / "tmp"  # the run's folder goes here, out of other tests' way
     own_tmp.mkdir()
     env = dict(os.environ, CTRLRUN_STORE=sqlite_url(user), TMPDIR=str(own_tmp))
-    proc = run_cli("soak", "--seconds", "3", "--processes", "3", "--json", env=env, cwd=tmp_path)
+    # a real process: TMPDIR is read when it starts (in this one, tempfile cached it long ago)
+    proc = run_cli(
+        "soak", "--seconds", "3", "--processes", "3", "--json", env=env, cwd=tmp_path, process=True
+    )
     report = _passed(proc.stdout, proc.returncode, proc.stderr)
     assert proc.stderr == ""  # --json: no progress
     assert (report["backend"], report["faults"], report["cuts"]) == ("sqlite", False, None)

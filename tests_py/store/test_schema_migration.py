@@ -20,7 +20,7 @@ from ctrlrun import DuplicateEffect, EffectState
 from tests_py.support.stores import sqlite_url
 
 # the schema version this build writes (PostgreSQL's 5 adds `ctrlrun_durable()`, a function)
-CURRENT = {"sqlite": 7, "postgres": 10}
+CURRENT = {"sqlite": 8, "postgres": 11}
 NEW_COLUMNS = [
     "attempt_token",
     "action",

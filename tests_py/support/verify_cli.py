@@ -18,11 +18,15 @@ def sqlite_url(path) -> str:
 
 
 def run_cli(
-    *args: str, env: Optional[Dict[str, str]] = None, cwd=None, timeout: float = 300
+    *args: str,
+    env: Optional[Dict[str, str]] = None,
+    cwd=None,
+    timeout: float = 300,
+    process: bool = False,
 ) -> subprocess.CompletedProcess:
-    """``ctrlrun *args`` in this process (tests_py/support/cli.py); verify's workers are real
-    processes all the same."""
-    return cli.run_cli(*args, env=env, cwd=cwd, timeout=timeout)
+    """``ctrlrun *args`` in this process (tests_py/support/cli.py), or with ``process`` in a
+    real one; verify's workers are real processes all the same."""
+    return cli.run_cli(*args, env=env, cwd=cwd, timeout=timeout, process=process)
 
 
 def out_lines(proc) -> List[str]:

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import ctrlrun._core as _core
-from ctrlrun._records import StoredState
+from ctrlrun._records import StoredState, page_cursor
 from ctrlrun.store.decode import from_row, stored_json
 
 __all__ = ["ApprovalState", "ApprovalRecord", "DEFAULT_APPROVAL_TTL", "when_decided"]
@@ -74,6 +74,12 @@ class ApprovalRecord:
     requested_by: Optional[str] = None
     approvals_needed: int = 1
     granted_by: Tuple[str, ...] = ()
+
+    @property
+    def cursor(self) -> str:
+        """Where a listing's next page starts: ``Store.list_approvals(after=record.cursor)``
+        lists the requests after this one, in the same order."""
+        return page_cursor(self.requested_at, self.request_id)
 
     def to_json(self) -> Dict[str, Any]:
         """A JSON-ready dict (times as ISO 8601 text)."""

@@ -13,6 +13,7 @@ from ctrlrun.store.approvals import ApprovalRecord, approval_from_core, tell_dec
 from ctrlrun.store.approvers import ApproverMethods
 from ctrlrun.store.decode import record_from_core
 from ctrlrun.store.durations import datetime_to_micros, lease_to_micros
+from ctrlrun.store.paging import MAX_COUNT, ApprovalStates, approval_query, limit_of
 from ctrlrun.store.policy import PolicyMethods
 from ctrlrun.store.receipts import ReceiptMethods
 from ctrlrun.store.records import EffectRecord, EffectState, Reservation, result_to_json
@@ -177,10 +178,47 @@ class Store(ReceiptMethods, RetentionMethods, ApproverMethods, PolicyMethods):
         t = self._core.get_approval(request_id, self._now_us())
         return None if t is None else approval_from_core(t)
 
-    def list_approvals(self, state: Optional[str] = None) -> List[ApprovalRecord]:
-        """Every approval request (or those in ``state``: pending, granted, denied, used,
-        expired), oldest first."""
-        return [approval_from_core(t) for t in self._core.list_approvals(state, self._now_us())]
+    def list_approvals(
+        self,
+        state: ApprovalStates = None,
+        *,
+        action: Optional[str] = None,
+        prefix: Optional[str] = None,
+        requested_by: Optional[str] = None,
+        after: Optional[str] = None,
+        newest_first: bool = False,
+        limit: Optional[int] = None,
+    ) -> List[ApprovalRecord]:
+        """The approval requests every given filter selects, oldest first (request time, then
+        id), each in its state as of now; filtered, ordered and cut by the database.
+
+        Args:
+            state: a state (pending, granted, denied, used, expired) or a list of them.
+            action: of this action.
+            prefix: whose effect key starts with this text (plain text, not a pattern).
+            requested_by: asked for by this principal.
+            after: the ``cursor`` of the last request of the page before: the requests after
+                it, in the same order.
+            newest_first: the latest request first.
+            limit: at most this many (a positive integer).
+        """
+        query = approval_query(state, action, prefix, requested_by, after, newest_first, limit)
+        return [approval_from_core(t) for t in self._core.list_approvals(query, self._now_us())]
+
+    def count_approvals(
+        self,
+        state: ApprovalStates = None,
+        *,
+        action: Optional[str] = None,
+        prefix: Optional[str] = None,
+        requested_by: Optional[str] = None,
+        cap: int = MAX_COUNT,
+    ) -> int:
+        """How many approval requests the filters select (as :meth:`list_approvals`),
+        counting to ``cap`` at most: a count of a long history reads no further."""
+        query = approval_query(state, action, prefix, requested_by)
+        cap = limit_of(cap, "cap") or MAX_COUNT
+        return int(self._core.count_approvals(query, cap, self._now_us()))
 
     def grant_approval(
         self, request_id: str, by: str, note: Optional[str] = None

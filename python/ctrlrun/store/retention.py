@@ -16,6 +16,7 @@ import ctrlrun._core as _core
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.store.decode import record_from_core
 from ctrlrun.store.durations import to_micros
+from ctrlrun.store.paging import after_of, limit_of
 from ctrlrun.store.records import EffectRecord, EffectState
 
 __all__ = ["RetentionMethods", "PRUNABLE_STATES"]
@@ -65,6 +66,8 @@ class RetentionMethods:
         prefix: Optional[str] = None,
         action: Optional[str] = None,
         limit: Optional[int] = None,
+        after: Optional[str] = None,
+        newest_first: bool = False,
     ) -> List[EffectRecord]:
         """The records every given filter selects, oldest first (creation time, then key);
         with ``limit``, the first that many.
@@ -75,6 +78,9 @@ class RetentionMethods:
                 patterns).
             action: only records whose current attempt was made by this action name.
             limit: at most this many (a positive integer).
+            after: the ``cursor`` of the last record of the page before: the records after
+                it, in the same order.
+            newest_first: the latest record first.
 
         A ``state`` or a ``prefix`` is served by an index, so a large store is never read
         whole for one; an ``action`` narrows what they select, and an ``action`` or a
@@ -83,11 +89,10 @@ class RetentionMethods:
         st = None if state is None else _state(state, [s.value for s in EffectState], "state")
         prefix = _text(prefix, "prefix")
         action = _text(action, "action")
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 2**63 - 1
-        ):
-            raise InvalidArgument(f"limit must be a positive integer, got {limit!r}")
-        found = self._core.list_effects(st, prefix, action, limit)
+        if not isinstance(newest_first, bool):
+            raise InvalidArgument(f"newest_first must be True or False, got {newest_first!r}")
+        limit = limit_of(limit)
+        found = self._core.list_effects(st, prefix, action, limit, after_of(after), newest_first)
         return [record_from_core(t) for t in found]
 
     def prune(

@@ -2,6 +2,7 @@
 //! one transaction with the planner's row. (A grant is used inside the reservation's own
 //! transaction, which stays with each backend.)
 
+use super::listing::ApprovalFilter;
 use super::policy::rule_of;
 use super::tx::{OversightStore, OversightTx, Pick};
 use crate::approval::{new_request_id, ApprovalAsk, ApprovalRecord, ApprovalState};
@@ -38,19 +39,31 @@ impl<S: OversightStore> Approvals for S {
 
     fn get_approval(&self, id: &str, now: Option<Micros>) -> Result<Option<ApprovalRecord>> {
         planner::check_request_id(id)?;
-        Ok(first(read(self, Pick::Id(id), now)?))
+        Ok(first(read(self, |_| Pick::Id(id), now)?))
     }
 
     fn list_approvals(
         &self,
-        state: Option<ApprovalState>,
+        filter: &ApprovalFilter<'_>,
         now: Option<Micros>,
     ) -> Result<Vec<ApprovalRecord>> {
-        let rows = read(self, Pick::All, now)?;
-        Ok(rows
-            .into_iter()
-            .filter(|r| state.is_none_or(|st| r.state == st))
-            .collect())
+        check_filter(self, filter)?;
+        read(self, |n| Pick::Listed(filter, n), now)
+    }
+
+    fn count_approvals(
+        &self,
+        filter: &ApprovalFilter<'_>,
+        cap: u64,
+        now: Option<Micros>,
+    ) -> Result<u64> {
+        check_filter(self, filter)?;
+        let fixed = self.fixed_now(now);
+        self.read(("approvals", ""), |tx| {
+            let n = tx.clock(fixed)?;
+            tx.count_approvals(filter, n, cap)
+        })?
+        .map_err(|e| self.read_failed("approvals", e))
     }
 }
 
@@ -153,19 +166,35 @@ fn decide<S: OversightStore>(
     write(s, what, id, body, |found, ours| found == ours)
 }
 
-/// The requests `pick` selects, each in its state as of the store's clock (or `now`).
-fn read<S: OversightStore>(
+/// The requests `pick` selects at the store's clock (or `now`), each in its state then.
+fn read<'a, S: OversightStore>(
     s: &S,
-    pick: Pick<'_>,
+    pick: impl Fn(Micros) -> Pick<'a>,
     now: Option<Micros>,
 ) -> Result<Vec<ApprovalRecord>> {
     let fixed = s.fixed_now(now);
     let found = s.read(("approvals", ""), |tx| {
         let n = tx.clock(fixed)?;
-        Ok((tx.approvals(pick)?, n))
+        Ok((tx.approvals(pick(n))?, n))
     })?;
     let (rows, n) = found.map_err(|e| s.read_failed("approvals", e))?;
     Ok(rows.into_iter().map(|r| r.at(n)).collect())
+}
+
+/// Refuse a filter's text the store cannot hold, and a cursor's request id of the wrong form.
+fn check_filter<S: OversightStore>(s: &S, f: &ApprovalFilter<'_>) -> Result<()> {
+    for text in [f.action, f.prefix, f.requested_by].into_iter().flatten() {
+        s.check_text(text)?;
+    }
+    if let Some((_, id)) = f.after {
+        planner::check_request_id(id).map_err(|_| {
+            Error::InvalidArgument(format!(
+                "after: {id:?} is not an approval request's id (apr_ and 32 hex digits): the \
+                 cursor is not one of a listed request's"
+            ))
+        })?;
+    }
+    Ok(())
 }
 
 /// One approval write (`what` on request `id`); after an unknown `COMMIT` the request is

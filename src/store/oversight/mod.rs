@@ -4,10 +4,12 @@
 
 mod approvals;
 mod approvers;
+mod listing;
 mod policy;
 mod receipts;
 mod tx;
 
+pub use listing::ApprovalFilter;
 pub(crate) use policy::rule_of;
 pub use policy::StorePolicy;
 pub(crate) use tx::{At, OversightStore, OversightTx, Pick};

@@ -3,12 +3,16 @@
 //! ([`OversightStore`]). The read-plan-write logic over them is written once, in this module's
 //! siblings; only the statements' text stays with each backend.
 
+use std::borrow::Cow;
+
+use super::listing::ApprovalFilter;
 use crate::approval::{ActionRule, ApprovalRecord, ApprovalState, ApproverRecord};
 use crate::error::{Error, Result};
 use crate::receipt::Receipt;
 use crate::record::Micros;
 use crate::store::backend::Backend;
 use crate::store::recovery::Commit;
+use crate::store::rows::Value;
 
 /// What a call is and the key (or request) it is on, for messages: `("request_approval",
 /// id)`.
@@ -23,26 +27,32 @@ pub(crate) enum Pick<'a> {
     Latest(&'a str, &'a str, &'a str),
     /// The grant in force for one call: `(action, args_digest, effect_key)`.
     Granted(&'a str, &'a str, &'a str),
-    /// Every request, oldest first.
-    All,
+    /// The requests a listing selects, states as of the given time.
+    Listed(&'a ApprovalFilter<'a>, Micros),
 }
 
 impl<'a> Pick<'a> {
     /// What follows `FROM <table>`, its parameters written `?1`, `?2`, …, and their values.
-    pub(crate) fn tail(&self) -> (&'static str, Vec<&'a str>) {
+    pub(crate) fn tail(&self) -> (Cow<'static, str>, Vec<Value<'a>>) {
+        let texts = |t: &[&'a str]| t.iter().map(|t| Value::Text(Some(t))).collect();
         match *self {
-            Pick::Id(id) => ("WHERE request_id = ?1", vec![id]),
+            Pick::Id(id) => ("WHERE request_id = ?1".into(), texts(&[id])),
             Pick::Latest(action, digest, key) => (
                 "WHERE action = ?1 AND args_digest = ?2 AND effect_key = ?3 \
-                 ORDER BY requested_at DESC LIMIT 1",
-                vec![action, digest, key],
+                 ORDER BY requested_at DESC LIMIT 1"
+                    .into(),
+                texts(&[action, digest, key]),
             ),
             Pick::Granted(action, digest, key) => (
                 "WHERE action = ?1 AND args_digest = ?2 AND effect_key = ?3 \
-                 AND state = 'granted'",
-                vec![action, digest, key],
+                 AND state = 'granted'"
+                    .into(),
+                texts(&[action, digest, key]),
             ),
-            Pick::All => ("ORDER BY requested_at, request_id", vec![]),
+            Pick::Listed(filter, now) => {
+                let (tail, params) = filter.tail(now);
+                (tail.into(), params)
+            }
         }
     }
 }
@@ -56,6 +66,14 @@ pub(crate) trait OversightTx {
 
     /// The approval requests `pick` selects, as stored.
     fn approvals(&mut self, pick: Pick<'_>) -> Result<Vec<ApprovalRecord>, Self::Err>;
+
+    /// How many requests `filter` selects as of `now`, counting to `cap` at most.
+    fn count_approvals(
+        &mut self,
+        filter: &ApprovalFilter<'_>,
+        now: Micros,
+        cap: u64,
+    ) -> Result<u64, Self::Err>;
 
     /// Insert the planner's new request `r` (written at `now`) with the first receipt of its
     /// chain, unless another request for the same call is open: rows inserted.

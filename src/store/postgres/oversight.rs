@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::planner::{self, Proposal};
 use crate::receipt::Receipt;
 use crate::record::Micros;
-use crate::store::oversight::{rule_of, At, OversightStore, OversightTx, Pick};
+use crate::store::oversight::{rule_of, ApprovalFilter, At, OversightStore, OversightTx, Pick};
 use crate::store::recovery::Commit;
 use crate::store::rows::{
     self, Cells, APPROVAL_COLUMNS, APPROVER_COLUMNS, RECEIPT_COLUMNS, RULE_COLUMNS,
@@ -108,11 +108,20 @@ impl OversightTx for PgTx<'_> {
             self.sql.approvals,
             tail.replace('?', "$")
         );
-        let params: Vec<(&(dyn ToSql + Sync), Type)> = args
-            .iter()
-            .map(|a| (a as &(dyn ToSql + Sync), Type::TEXT))
-            .collect();
-        decode(self.c.query_typed(&sql, &params)?, rows::approval)
+        decode(self.c.query_typed(&sql, &typed(&args))?, rows::approval)
+    }
+
+    fn count_approvals(
+        &mut self,
+        filter: &ApprovalFilter<'_>,
+        now: Micros,
+        cap: u64,
+    ) -> Fallible<u64> {
+        let (sql, args) = filter.count(&self.sql.approvals, now, cap);
+        let row = self
+            .c
+            .query_typed_one(&sql.replace('?', "$"), &typed(&args))?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
     }
 
     fn insert_approval(&mut self, r: &ApprovalRecord, now: Micros) -> Fallible<u64> {

@@ -72,6 +72,20 @@ fn list_query(f: &EffectFilter<'_>, t: &str) -> Result<ListQuery> {
     if let Some(action) = f.action {
         param(action.into(), &|n| format!("action = ${n}::text"));
     }
+    let (order, after) = f.order();
+    if let Some((at, key)) = f.after {
+        check_key(key)?;
+        // The time as text, cast back by the server: one list of text parameters.
+        param(at.to_string(), &|n| {
+            format!("created_at {after}= ${n}::int8")
+        });
+        param(key.into(), &|k| {
+            format!(
+                "(created_at, effect_key) {after} (${}::int8, ${k}::text)",
+                k - 1
+            )
+        });
+    }
     let filter = if clauses.is_empty() {
         String::new()
     } else {
@@ -79,7 +93,7 @@ fn list_query(f: &EffectFilter<'_>, t: &str) -> Result<ListQuery> {
     };
     let limit = f.limit.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
     let sql = format!(
-        "SELECT {COLUMNS} FROM {t} {filter} ORDER BY created_at, effect_key LIMIT ${}::int8",
+        "SELECT {COLUMNS} FROM {t} {filter} {order} LIMIT ${}::int8",
         texts.len() + 1
     );
     Ok(ListQuery { sql, texts, limit })

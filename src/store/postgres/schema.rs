@@ -8,13 +8,13 @@ use super::client::{Client, PgError};
 use crate::error::{Error, Result};
 
 /// The schema version this build writes (`ctrlrun_meta.schema_version`).
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// How each older version is brought to the next (`MIGRATIONS[v - 1]` takes version `v` to
 /// `v + 1`), all in one transaction with the version's update. `{t}` is the effects table, `{a}`
 /// the approvals table, `{r}` the receipts table, `{p}` the approvers table, `{y}` the policy table, `{s}` the schema (quoted). A new schema gets
 /// version 1's tables and then every step.
-const MIGRATIONS: [&str; 9] = [
+const MIGRATIONS: [&str; 10] = [
     // 1 -> 2: the per-attempt token (rows written before keep NULL).
     "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS attempt_token text",
     // 2 -> 3: who holds a key and with which arguments; approvals.
@@ -181,6 +181,12 @@ const MIGRATIONS: [&str; 9] = [
     // (it used to put back the session's default, which may be `off`). It is created with the
     // other functions at the end of the migration, so this step sends nothing.
     "",
+    // 10 -> 11: the indexes behind the console's and `approvals list`'s pages (see
+    // `oversight/listing.rs`): one state's requests in request order, and every request newest
+    // first. Approval requests are written by the actions that need a person, never by every
+    // protected call, so the writes these cost are few.
+    "CREATE INDEX IF NOT EXISTS ctrlrun_approvals_state ON {a} (state, requested_at, request_id);
+     CREATE INDEX IF NOT EXISTS ctrlrun_approvals_time ON {a} (requested_at, request_id)",
 ];
 
 pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) -> Result<()> {

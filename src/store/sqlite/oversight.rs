@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::planner;
 use crate::receipt::Receipt;
 use crate::record::Micros;
-use crate::store::oversight::{rule_of, At, OversightStore, OversightTx, Pick};
+use crate::store::oversight::{rule_of, ApprovalFilter, At, OversightStore, OversightTx, Pick};
 use crate::store::recovery::Commit;
 use crate::store::rows::{
     self, Cells, Value, APPROVAL_COLUMNS, APPROVER_COLUMNS, RECEIPT_COLUMNS, RULE_COLUMNS,
@@ -131,6 +131,20 @@ impl OversightTx for SqliteTx<'_> {
         let (tail, args) = pick.tail();
         let sql = format!("SELECT {APPROVAL_COLUMNS} FROM ctrlrun_approvals {tail}");
         self.all(&sql, params_from_iter(args), |r| rows::approval(r))
+    }
+
+    fn count_approvals(
+        &mut self,
+        filter: &ApprovalFilter<'_>,
+        now: Micros,
+        cap: u64,
+    ) -> rusqlite::Result<u64> {
+        let (sql, args) = filter.count("ctrlrun_approvals", now, cap);
+        let n: i64 = self
+            .c
+            .prepare_cached(&sql)?
+            .query_row(params_from_iter(args), |r| r.get(0))?;
+        Ok(u64::try_from(n).unwrap_or(0))
     }
 
     fn insert_approval(&mut self, r: &ApprovalRecord, now: Micros) -> rusqlite::Result<u64> {

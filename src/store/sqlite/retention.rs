@@ -41,15 +41,20 @@ fn list_query(f: &EffectFilter<'_>) -> (String, Vec<Value>) {
         clauses.push("action = ?");
         values.push(Value::Text(action.into()));
     }
+    let (order, after) = f.order();
+    let page = format!("(created_at, effect_key) {after} (?, ?)");
+    if let Some((at, key)) = f.after {
+        clauses.push(&page);
+        values.push(Value::Integer(at));
+        values.push(Value::Text(key.into()));
+    }
     let filter = if clauses.is_empty() {
         String::new()
     } else {
         format!("WHERE {}", clauses.join(" AND "))
     };
     values.push(Value::Integer(f.sql_limit()));
-    let sql = format!(
-        "SELECT {EFFECT_COLUMNS} FROM ctrlrun_effects {filter} ORDER BY created_at, effect_key LIMIT ?"
-    );
+    let sql = format!("SELECT {EFFECT_COLUMNS} FROM ctrlrun_effects {filter} {order} LIMIT ?");
     (sql, values)
 }
 

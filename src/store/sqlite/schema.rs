@@ -9,7 +9,7 @@ use super::conn::open_error;
 use crate::error::{Error, Result};
 
 /// The schema version this build writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// The triggers that refuse a write to `$table` that sets no receipt (schema version 4).
 macro_rules! guard_triggers {
@@ -52,7 +52,7 @@ macro_rules! receipt_triggers {
 /// How each older version is brought to the next (`MIGRATIONS[v - 1]` takes version `v` to
 /// `v + 1`), all in the transaction that also writes the new version. A new file gets
 /// [`SCHEMA`] (version 1) and then every step.
-pub(super) const MIGRATIONS: [&str; 6] = [
+pub(super) const MIGRATIONS: [&str; 7] = [
     // 1 -> 2: the per-attempt token (rows written before keep NULL).
     "ALTER TABLE ctrlrun_effects ADD COLUMN attempt_token TEXT;",
     // 2 -> 3: who holds a key and with which arguments; approvals.
@@ -160,6 +160,11 @@ pub(super) const MIGRATIONS: [&str; 6] = [
          approvals  INTEGER NOT NULL CHECK (approvals BETWEEN 1 AND 10),
          updated_at INTEGER NOT NULL
      ) WITHOUT ROWID;",
+    // 7 -> 8: the indexes behind the console's and `approvals list`'s pages (see
+    // `oversight/listing.rs`): one state's requests in request order, and every request newest
+    // first.
+    "CREATE INDEX ctrlrun_approvals_state ON ctrlrun_approvals (state, requested_at, request_id);
+     CREATE INDEX ctrlrun_approvals_time ON ctrlrun_approvals (requested_at, request_id);",
 ];
 
 /// Version 1's table; [`MIGRATIONS`] bring it to [`SCHEMA_VERSION`].
