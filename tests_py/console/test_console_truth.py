@@ -208,10 +208,12 @@ def test_times_show_in_the_viewers_zone_with_utc_on_hover_and_the_nav_marks_the_
         assert when.get_attribute("title") == made.strftime("%Y-%m-%d %H:%M:%S UTC")
     finally:
         browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": ""})
-    here = browser.find_elements(By.CSS_SELECTOR, "nav a[aria-current=page]")
+    here = browser.find_elements(By.CSS_SELECTOR, "header nav a[aria-current=page]")
     assert [a.text for a in here] == ["Approvals"]
     browser.get(console.url + "/effects")
-    here = browser.find_elements(By.CSS_SELECTOR, "nav a[aria-current=page]")
-    assert [a.text for a in here] == ["Ambiguous effects"]
+    here = browser.find_elements(By.CSS_SELECTOR, "header nav a[aria-current=page]")
+    assert [a.text for a in here] == ["Effects"]
+    views = browser.find_elements(By.CSS_SELECTOR, "nav.views a[aria-current=page]")
+    assert [a.text for a in views] == ["ambiguous"]  # the list's view, marked apart
     other = browser.find_element(By.CSS_SELECTOR, 'nav a[href="/approvals"]')
     assert other.value_of_css_property("color") != here[0].value_of_css_property("color")

@@ -9,6 +9,7 @@ an agent put in an argument, a key or a note is seen, not obeyed. A template can
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import datetime, timedelta, timezone
 from typing import Any, Dict, Optional
@@ -17,7 +18,7 @@ from urllib.parse import quote
 import jinja2
 from markupsafe import Markup
 from starlette.requests import Request
-from starlette.responses import HTMLResponse
+from starlette.responses import HTMLResponse, Response
 
 from ctrlrun.console.identity import Identity
 from ctrlrun.store.printable import hidden, printable
@@ -120,7 +121,7 @@ def render(
     status: int = 200,
     fragment: Optional[str] = None,
     **context: Any,
-) -> HTMLResponse:
+) -> Response:
     """The page ``template`` (or, asked for by the page script, only its ``fragment``)."""
     values: Dict[str, Any] = {
         "me": identity,
@@ -129,10 +130,17 @@ def render(
         "error": None,
         **context,
     }
-    if fragment is not None and request.headers.get(FRAGMENT_HEADER) == "1":
-        template = fragment
-    html = _env.get_template(template).render(values)
-    return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+    if fragment is None or request.headers.get(FRAGMENT_HEADER) != "1":
+        html = _env.get_template(template).render(values)
+        return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+    # A live update: the page script sends the ETag of the part it shows, and gets a 304
+    # with no body while the part is the same (each open tab asks every 2 s).
+    html = _env.get_template(fragment).render(values)
+    tag = '"' + hashlib.sha256(html.encode("utf-8")).hexdigest()[:32] + '"'
+    headers = {**SECURITY_HEADERS, "etag": tag}
+    if status == 200 and request.headers.get("if-none-match") == tag:
+        return Response(status_code=304, headers=headers)
+    return HTMLResponse(html, status_code=status, headers=headers)
 
 
 def effect_url(key: str) -> str:

@@ -4,12 +4,12 @@ decided lately, one request, and granting or denying it as the signed-in account
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ctrlrun.console import web
+from ctrlrun.console import listing, web
 from ctrlrun.console.identity import Identity
 from ctrlrun.console.state import ConsoleState
 from ctrlrun.errors import CTRLRunError
@@ -19,8 +19,19 @@ from ctrlrun.store.receipts import Receipt
 __all__ = ["approvals_page", "approval_page", "grant", "deny"]
 
 REQUEST_ID = re.compile(r"apr_[0-9a-f]{32}")
-#: How many decided or expired requests the list shows (the latest).
-RECENT = 50
+#: How many of the latest decided requests the pending view shows under the pending ones.
+RECENT = 10
+#: The most requests a view counts (``10,000+`` beyond).
+COUNT_CAP = 10_000
+DECIDED = ("granted", "denied", "used", "expired")
+#: Each view: its states (every state when empty), and whether the newest come first.
+VIEWS: Dict[str, Tuple[Tuple[str, ...], bool]] = {
+    "pending": (("pending",), False),  # oldest first: nothing waits forever at the bottom
+    "decided": (DECIDED, True),
+    **{state: ((state,), True) for state in DECIDED},
+    "all": ((), True),
+}
+FILTERS = ("action", "prefix", "requested_by")
 
 DONE = {
     "granted": "You granted this request.",
@@ -29,11 +40,36 @@ DONE = {
 }
 
 
-def _lists(state: ConsoleState) -> Dict[str, List[ApprovalRecord]]:
-    every = state.store.list_approvals()
-    pending = [r for r in every if r.state.value == "pending"]
-    recent = [r for r in every if r.state.value != "pending"][-RECENT:][::-1]
-    return {"pending": pending, "recent": recent}
+def _lists(state: ConsoleState, request: Request) -> Dict[str, Any]:
+    """The view the URL asks for, a page of it, and its count; the pending view also shows
+    the latest decided requests (on its first page)."""
+    view = listing.view_of(request, list(VIEWS), FILTERS)
+    states, newest_first = VIEWS[view.view]
+    filters = {"action": view.action, "prefix": view.prefix, "requested_by": view.requested_by}
+    store = state.store
+
+    def read(limit: int) -> List[ApprovalRecord]:
+        return store.list_approvals(
+            list(states) or None,
+            after=view.after,
+            newest_first=newest_first,
+            limit=limit,
+            **filters,
+        )
+
+    rows, next_link = listing.paged(view, read, lambda r: r.cursor)
+    count = store.count_approvals(list(states) or None, cap=COUNT_CAP, **filters)
+    recent: List[ApprovalRecord] = []
+    if view.view == "pending" and view.after is None:
+        recent = store.list_approvals(list(DECIDED), newest_first=True, limit=RECENT, **filters)
+    return listing.context(
+        view,
+        rows,
+        next_link,
+        count=listing.shown_count(count, COUNT_CAP),
+        recent=recent,
+        views=list(VIEWS),
+    )
 
 
 async def approvals_page(request: Request) -> Response:

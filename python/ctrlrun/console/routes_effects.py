@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ctrlrun.console import web
+from ctrlrun.console import listing, web
 from ctrlrun.console.identity import Identity
 from ctrlrun.console.pages import effect_url
 from ctrlrun.console.state import ConsoleState
@@ -20,10 +20,12 @@ from ctrlrun.store.records import EffectRecord, EffectState
 
 __all__ = ["effects_page", "effect_page", "resolve"]
 
-#: The most ambiguous effects listed (the oldest).
-LISTED = 500
 OUTCOMES = ("committed", "failed")
 HELD = (EffectState.RESERVED, EffectState.EXECUTING)
+#: Each view, and whether the newest come first (the ambiguous ones: the oldest, a queue of
+#: work); the ambiguous view also shows, on its first page, held effects whose lease lapsed.
+VIEWS = {"ambiguous": False, "reserved": True, "executing": True, "committed": True, "failed": True}
+FILTERS = ("action", "prefix")
 
 DONE = {"resolved": "You settled this effect."}
 
@@ -32,21 +34,39 @@ def _lapsed(rec: EffectRecord) -> bool:
     return rec.state in HELD and not rec.lease_live(datetime.now(timezone.utc))
 
 
-def _listed(state: ConsoleState) -> List[Dict[str, Any]]:
+def _listed(state: ConsoleState, request: Request) -> Dict[str, Any]:
+    view = listing.view_of(request, list(VIEWS), FILTERS)
     store = state.store
-    found = list(store.list_effects("ambiguous", limit=LISTED))
-    # A held effect whose lease lapsed reads ambiguous to the next caller: shown too.
-    for held in HELD:
-        found += [r for r in store.list_effects(held, limit=LISTED) if _lapsed(r)]
-    found.sort(key=lambda r: (r.created_at, r.effect_key))
-    return [
-        {"rec": r, "lapsed": _lapsed(r), "receipts": len(store.list_receipts(r.effect_key))}
-        for r in found[:LISTED]
-    ]
+
+    def read(limit: int) -> List[EffectRecord]:
+        return store.list_effects(
+            view.view,
+            action=view.action,
+            prefix=view.prefix,
+            after=view.after,
+            newest_first=VIEWS[view.view],
+            limit=limit,
+        )
+
+    rows, next_link = listing.paged(view, read, lambda r: r.cursor)
+    if view.view == "ambiguous" and view.after is None:
+        # A held effect whose lease lapsed reads ambiguous to the next caller: shown too (a
+        # page of each held state read, the lapsed ones kept).
+        for held in HELD:
+            rows += [
+                r
+                for r in store.list_effects(
+                    held, action=view.action, prefix=view.prefix, limit=listing.PAGE
+                )
+                if _lapsed(r)
+            ]
+        rows.sort(key=lambda r: (r.created_at, r.effect_key))
+    shown = [{"rec": r, "lapsed": _lapsed(r)} for r in rows]
+    return listing.context(view, shown, next_link, views=list(VIEWS))
 
 
 async def effects_page(request: Request) -> Response:
-    return await web.list_page(request, "effects", lambda state: {"effects": _listed(state)})
+    return await web.list_page(request, "effects", _listed)
 
 
 def _detail(

@@ -10,13 +10,14 @@ from urllib.parse import parse_qsl, quote
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from ctrlrun.console.identity import Identity, identify
+from ctrlrun.console.listing import BadView
 from ctrlrun.console.pages import FRAGMENT_HEADER, SECURITY_HEADERS, render
 from ctrlrun.console.sessions import same_token
 from ctrlrun.console.state import ConsoleState
-from ctrlrun.errors import CTRLRunError
+from ctrlrun.errors import CTRLRunError, InvalidArgument
 
 __all__ = [
     "state_of",
@@ -145,23 +146,27 @@ def problem(
     title: str,
     status: int,
     back: Optional[str] = None,
-) -> HTMLResponse:
+) -> Response:
     return render(request, "error.html", identity, status=status, title=title, back=back)
 
 
-def unreadable(request: Request, identity: Identity, exc: CTRLRunError) -> HTMLResponse:
+def unreadable(request: Request, identity: Identity, exc: CTRLRunError) -> Response:
     return problem(request, identity, f"The store could not be read: {exc}", 503)
 
 
 async def list_page(
-    request: Request, name: str, read: Callable[[ConsoleState], Dict[str, Any]]
+    request: Request, name: str, read: Callable[[ConsoleState, Request], Dict[str, Any]]
 ) -> Response:
     """The list page ``name`` (``NAME.html``, refreshed by its fragment ``_NAME_live.html``)
-    showing what ``read`` found in the store, for the signed-in person."""
+    showing what ``read`` found in the store for the URL, for the signed-in person. A URL the
+    list cannot show (an unknown view, a filter too long, a cursor not of a listing) gets a
+    400 page saying why."""
 
     def page(state: ConsoleState, me: Identity) -> Response:
         try:
-            found = read(state)
+            found = read(state, request)
+        except (BadView, InvalidArgument) as exc:
+            return problem(request, me, str(exc), 400, request.url.path)
         except CTRLRunError as exc:
             return unreadable(request, me, exc)
         return render(request, f"{name}.html", me, fragment=f"_{name}_live.html", **found)

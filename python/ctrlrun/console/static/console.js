@@ -1,7 +1,8 @@
 // Times: each <time datetime="...Z"> the server wrote in UTC is shown in the viewer's zone
 // (the UTC time stays its title, shown on hover).
 // Live updates: each [data-live] part of a page is fetched again every few seconds (the same
-// page, asking for its live part only) and replaced when it changed. The server escapes it.
+// page and query, asking for its live part only, with the ETag of what it shows: a 304 with no
+// body while nothing changed) and replaced when it changed. The server escapes it.
 (function () {
   "use strict";
   function two(n) { return (n < 10 ? "0" : "") + n; }
@@ -28,15 +29,23 @@
   localize(document);
   var parts = document.querySelectorAll("[data-live]");
   if (!parts.length) return;
+  var etag = null;
   function poll() {
-    fetch(window.location.pathname, {
+    var headers = { "X-Ctrlrun-Fragment": "1" };
+    if (etag) headers["If-None-Match"] = etag;
+    fetch(window.location.pathname + window.location.search, {
       credentials: "same-origin",
-      headers: { "X-Ctrlrun-Fragment": "1" },
+      cache: "no-store",
+      headers: headers,
       redirect: "error"
     }).then(function (r) {
+      if (r.status === 304) return null;
       if (!r.ok) throw new Error(String(r.status));
+      etag = r.headers.get("ETag");
       return r.text();
     }).then(function (html) {
+      document.body.removeAttribute("data-stale");
+      if (html === null) return;
       var part = parts[0];
       if (part.getAttribute("data-html") !== html) {
         part.setAttribute("data-html", html);
