@@ -11,7 +11,7 @@ import pytest
 
 import ctrlrun
 from ctrlrun.console.state import Settings, networks
-from tests_py.console.rig import SECRET, Console, csrf_in, small_limiter
+from tests_py.console.rig import SECRET, Console, csrf_in, signed_in, small_limiter
 from tests_py.console.test_console_security import ask
 
 sqlite_only = pytest.mark.parametrize("backend", ["sqlite"])
@@ -76,19 +76,13 @@ def test_a_name_no_account_can_have_is_an_unknown_account_not_an_error(console_s
     assert "Traceback" not in capfd.readouterr().err  # the server logged no traceback
 
 
-def _signed_in(console: Console) -> httpx.Client:
-    http = httpx.Client(base_url=console.url, follow_redirects=False, timeout=30)
-    assert _attempt(http, "alice", SECRET).status_code == 303
-    return http
-
-
 def test_a_store_that_went_away_is_said_so_on_the_page(pg, pg_schema, proxy, capfd):
     store = ctrlrun.open_store(pg.url(pg_schema, host=proxy.host, port=proxy.port))
     console = Console(store)
     try:
         console.add("alice")
         rid = ask(store, "pi_gone")
-        http = _signed_in(console)
+        http = signed_in(console)
         token = csrf_in(http.get(f"/approvals/{rid}").text)
         proxy.refuse_new()
         proxy.drop_all()
@@ -120,7 +114,7 @@ def test_an_unexpected_failure_is_the_error_page_and_the_connection_stays(
     def broken(state):
         raise RuntimeError("a defect")
 
-    http = _signed_in(console)
+    http = signed_in(console)
     monkeypatch.setattr(routes_effects, "_listed", broken)
     for _ in range(3):
         r = http.get("/effects")
