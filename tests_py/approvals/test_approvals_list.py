@@ -1,6 +1,7 @@
 """What ``ctrlrun approvals list`` shows a person: with ``--json`` every field of each request;
 as a table who asked, the approvals so far of those needed, who decided and when it expires,
-arguments never cut without saying so; ``--state``, ``--action`` and ``--limit`` combine.
+arguments never cut without saying so; ``--state``, ``--prefix``, ``--action``,
+``--requested-by`` and ``--limit`` combine.
 Real CLI runs on both backends."""
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def test_a_long_argument_is_cut_with_a_mark_never_silently(store, store_url, tmp
     assert json.loads(cli(store_url, "--json"))[1]["arguments"]["memo"].endswith("END")
 
 
-def test_state_action_and_limit_combine(store, store_url, tmp_path, monkeypatch):
+def test_state_prefix_action_asker_and_limit_combine(store, store_url, tmp_path, monkeypatch):
     wire_id, refund_id, denied_id = asks(store, tmp_path, monkeypatch)
 
     def ids(*args: str) -> list:
@@ -106,10 +107,16 @@ def test_state_action_and_limit_combine(store, store_url, tmp_path, monkeypatch)
     assert ids("--action", "acme.refund", "--state", "denied") == [denied_id]
     assert ids("--limit", "2") == [wire_id, refund_id]
     assert ids("--action", "acme.nothing") == []
+    assert ids("--prefix", "refund:") == [refund_id, denied_id]
+    assert ids("--prefix", "refund:r2") == [denied_id]
+    assert ids("--requested-by", "wire-agent") == [wire_id]
+    assert ids("--requested-by", "wire-agent", "--prefix", "refund:") == []
     table = cli(store_url, "--action", "acme.refund", "--limit", "1").splitlines()
     assert len(table) == 2 and table[1].startswith(refund_id)
     none = cli(store_url, "--state", "used", "--action", "acme.wire").strip()
     assert none.startswith("no approval requests in state used of action 'acme.wire' in ")
+    none = cli(store_url, "--requested-by", "nobody", "--prefix", "x:").strip()
+    assert none.startswith("no approval requests with key prefix 'x:' asked by 'nobody' in ")
     refused = run_cli("approvals", "list", "--limit", "0", "--store", store_url)
     assert refused.returncode == 2 and "--limit" in refused.stderr
 

@@ -29,9 +29,16 @@ store_option = click.option(
 
 
 def filter_options(things: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """``--action NAME`` and ``--limit N`` (the oldest N) for a command that lists ``things``."""
+    """``--prefix TEXT``, ``--action NAME`` and ``--limit N`` (the oldest N) for a command
+    that lists ``things``: the store filters (by an index where it has one)."""
 
     def add(command: Callable[..., Any]) -> Callable[..., Any]:
+        prefix = click.option(
+            "--prefix",
+            metavar="TEXT",
+            default=None,
+            help=f"Only {things} whose key starts with TEXT (plain text, not a pattern).",
+        )
         limit = click.option(
             "--limit",
             metavar="N",
@@ -42,7 +49,7 @@ def filter_options(things: str) -> Callable[[Callable[..., Any]], Callable[..., 
         action = click.option(
             "--action", metavar="NAME", default=None, help=f"Only {things} of this action."
         )
-        return action(limit(command))
+        return prefix(action(limit(command)))
 
     return add
 

@@ -65,9 +65,10 @@ def _when(dt: datetime) -> str:
     return dt.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def _nothing(state: Optional[str], action: Optional[str], url: str) -> str:
+def _nothing(url: str, state: Optional[str], **filters: Optional[str]) -> str:
     which = f" in state {state}" if state else ""
-    which += f" of action {printable(action)!r}" if action else ""
+    said = {"action": "of action", "prefix": "with key prefix", "requested_by": "asked by"}
+    which += "".join(f" {said[k]} {printable(v)!r}" for k, v in filters.items() if v is not None)
     return f"no approval requests{which} in {url}"
 
 
@@ -82,27 +83,36 @@ def approvals() -> None:
 )
 @filter_options("requests")
 @click.option(
+    "--requested-by", metavar="NAME", default=None, help="Only requests this principal asked for."
+)
+@click.option(
     "--json", "as_json", is_flag=True, help="Print JSON (every field) instead of a table."
 )
 @store_option
 def approvals_list(
     state: Optional[str],
+    prefix: Optional[str],
     action: Optional[str],
+    requested_by: Optional[str],
     limit: Optional[int],
     as_json: bool,
     store_url: Optional[str],
 ) -> None:
     """List approval requests, oldest first: who asked, the arguments, the approvals so far
-    and when each expires."""
-    store, records = on_existing(store_url, lambda store: store.list_approvals(state))
-    if action is not None:
-        records = [r for r in records if r.action == action]
-    records = records[:limit] if limit is not None else records
+    and when each expires. The store filters, orders and cuts: a long history is not read
+    whole."""
+    filters = {"action": action, "prefix": prefix, "requested_by": requested_by}
+    store, records = on_existing(
+        store_url,
+        lambda store: store.list_approvals(
+            state, action=action, prefix=prefix, requested_by=requested_by, limit=limit
+        ),
+    )
     if as_json:
         click.echo(json.dumps([approval_dict(r) for r in records], indent=2))
         return
     if not records:
-        click.echo(_nothing(state, action, store.url))
+        click.echo(_nothing(store.url, state, **filters))
         return
     head = (
         "REQUEST",

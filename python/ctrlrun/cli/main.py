@@ -46,12 +46,6 @@ def effects() -> None:
 @click.option(
     "--state", type=click.Choice(STATES), default=None, help="Only effects in this state."
 )
-@click.option(
-    "--prefix",
-    metavar="TEXT",
-    default=None,
-    help="Only keys that start with TEXT (plain text, not a pattern).",
-)
 @filter_options("effects")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @store_option
