@@ -149,6 +149,8 @@ def test_an_effects_cursor_is_no_approvals_cursor(store):
         ({"newest_first": "yes"}, "newest_first must be True or False"),
         ({"action": 3}, "must be a str"),
         ({"prefix": "a\ud800"}, "lone surrogate"),
+        ({"prefix": "a\0"}, "the prefix filter holds a NUL"),
+        ({"requested_by": "\0x"}, "the requested_by filter holds a NUL"),
     ],
 )
 def test_bad_filters_are_refused(store, kwargs, message):

@@ -103,6 +103,21 @@ def test_the_effects_page_browses_every_state(console, http):
     assert 'id="no-ambiguous"' in http.get("/effects").text
 
 
+def test_a_page_ending_on_a_long_key_with_a_trailing_space_leads_on(console, http):
+    """The cursor holds the page's last key whole: a key of 600 characters ending in a space
+    still leads to the next page, which neither repeats nor skips a row."""
+    keys = [f"k:{i:03d}" for i in range(51)]
+    keys[1] = "k:" + "x" * 600 + " "
+    for key in keys:
+        console.store.reserve_effect(key, "act_" + "1" * 32, 300)
+    first = http.get("/effects?view=reserved&prefix=k:")
+    shown = re.findall(r'<tr data-key="([^"]+)"', first.text)
+    assert len(shown) == 50 and shown[-1] == keys[1]
+    rest = http.get(next_of(first.text))
+    assert rest.status_code == 200, rest.text[:300]
+    assert re.findall(r'<tr data-key="([^"]+)"', rest.text) == [keys[0]]
+
+
 def test_a_live_update_is_a_304_while_nothing_changed(console, http):
     store = console.store
     rid = ask_many(store, "acme.refund", "agent-a", 1)[0]

@@ -56,7 +56,9 @@ class View:
 
 
 def _text(request: Request, name: str) -> Optional[str]:
-    value = request.query_params.get(name, "").strip()
+    """The filter ``name`` as given (a key may start or end with a space: nothing is
+    stripped), ``None`` when empty."""
+    value = request.query_params.get(name, "")
     if len(value) > MAX_FILTER:
         raise BadView(f"The {name} filter is longer than {MAX_FILTER} characters.")
     return value or None
@@ -69,7 +71,9 @@ def view_of(request: Request, views: Sequence[str], filters: Sequence[str]) -> V
     if view not in views:
         raise BadView(f"There is no view {view[:40]!r}: choose one of {', '.join(views)}.")
     known = {name: _text(request, name) for name in filters}
-    return View(request.url.path, view, after=_text(request, "after"), **known)
+    # The cursor holds a row's whole key, which has no length limit (the request line has).
+    after = request.query_params.get("after") or None
+    return View(request.url.path, view, after=after, **known)
 
 
 def paged(

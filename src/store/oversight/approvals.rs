@@ -181,10 +181,21 @@ fn read<'a, S: OversightStore>(
     Ok(rows.into_iter().map(|r| r.at(n)).collect())
 }
 
-/// Refuse a filter's text the store cannot hold, and a cursor's request id of the wrong form.
-fn check_filter<S: OversightStore>(s: &S, f: &ApprovalFilter<'_>) -> Result<()> {
-    for text in [f.action, f.prefix, f.requested_by].into_iter().flatten() {
-        s.check_text(text)?;
+/// Refuse a filter's text no listing can match, and a cursor's request id of the wrong form.
+fn check_filter<S: OversightStore>(_s: &S, f: &ApprovalFilter<'_>) -> Result<()> {
+    let texts = [
+        ("action", f.action),
+        ("prefix", f.prefix),
+        ("requested_by", f.requested_by),
+    ];
+    for (name, text) in texts {
+        if text.is_some_and(|t| t.contains('\0')) {
+            // No stored name or key holds one on PostgreSQL, and SQLite's `length()` stops
+            // at it, so such a filter could never match as asked.
+            return Err(Error::InvalidArgument(format!(
+                "the {name} filter holds a NUL character, which no listing can match"
+            )));
+        }
     }
     if let Some((_, id)) = f.after {
         planner::check_request_id(id).map_err(|_| {

@@ -5,9 +5,11 @@
 //! A request's state is read as of the store's clock: a `pending` or `granted` row past its
 //! `expires_at` is `expired` (see [`crate::approval::ApprovalRecord::state_at`]), so a filter
 //! on a state is a condition on `state` and `expires_at` together. Schema version 11's indexes
-//! serve the two orders a console asks for: `(state, requested_at)` one state's requests in
-//! order, `(requested_at, request_id)` every request, newest first, with the pending ones
-//! filtered out as the walk meets them.
+//! serve what a console asks for: `(state, requested_at, request_id)` one state's requests in
+//! order; `(requested_at, request_id)` several states, newest first, the others filtered out as
+//! the walk meets them; `(state, expires_at)` the live pending or granted requests (and their
+//! count) among any number of abandoned ones, which stay stored `pending` until the same call
+//! asks again.
 
 use crate::approval::ApprovalState;
 use crate::record::Micros;
@@ -33,16 +35,17 @@ pub struct ApprovalFilter<'a> {
     pub limit: Option<u64>,
 }
 
-/// The condition that selects requests in `state` as of the parameter `now` (`?N`).
-fn state_clause(state: ApprovalState, now: &str) -> String {
+/// The condition that selects requests in `state` as of the parameter `now` (`?N`), the
+/// stored state read as `col` (see [`ApprovalFilter::filter`]).
+fn state_clause(state: ApprovalState, now: &str, col: &str) -> String {
     match state {
         ApprovalState::Pending | ApprovalState::Granted => {
-            format!("(state = '{}' AND expires_at >= {now})", state.as_str())
+            format!("({col} = '{}' AND expires_at >= {now})", state.as_str())
         }
         ApprovalState::Expired => format!(
-            "(state = 'expired' OR (state IN ('pending', 'granted') AND expires_at < {now}))"
+            "({col} = 'expired' OR ({col} IN ('pending', 'granted') AND expires_at < {now}))"
         ),
-        ApprovalState::Denied | ApprovalState::Used => format!("state = '{}'", state.as_str()),
+        ApprovalState::Denied | ApprovalState::Used => format!("{col} = '{}'", state.as_str()),
     }
 }
 
@@ -62,7 +65,17 @@ impl<'a> ApprovalFilter<'a> {
                 true => next(Value::Int(Some(now))),
                 false => String::new(), // no state compared with the time: no parameter
             };
-            let any: Vec<String> = self.states.iter().map(|s| state_clause(*s, &at)).collect();
+            // One state's condition uses an index on the state. Several (or `expired`, two
+            // in one) read the state as `state || ''`, which no index serves: else SQLite
+            // merges one index range per state and sorts every row they hold for the ORDER
+            // BY; this way both backends walk the time index in order and filter.
+            let one = matches!(self.states, [s] if *s != ApprovalState::Expired);
+            let col = if one { "state" } else { "(state || '')" };
+            let any: Vec<String> = self
+                .states
+                .iter()
+                .map(|s| state_clause(*s, &at, col))
+                .collect();
             clauses.push(format!("({})", any.join(" OR ")));
         }
         if let Some(action) = self.action {

@@ -182,11 +182,14 @@ const MIGRATIONS: [&str; 10] = [
     // other functions at the end of the migration, so this step sends nothing.
     "",
     // 10 -> 11: the indexes behind the console's and `approvals list`'s pages (see
-    // `oversight/listing.rs`): one state's requests in request order, and every request newest
-    // first. Approval requests are written by the actions that need a person, never by every
-    // protected call, so the writes these cost are few.
+    // `oversight/listing.rs`): one state's requests in request order, every request newest
+    // first, and the live pending or granted ones by expiry. Approval requests are written by
+    // the actions that need a person, never by every protected call, so the writes these cost
+    // are few. The build holds approval writes for its time (a table of a million requests:
+    // seconds).
     "CREATE INDEX IF NOT EXISTS ctrlrun_approvals_state ON {a} (state, requested_at, request_id);
-     CREATE INDEX IF NOT EXISTS ctrlrun_approvals_time ON {a} (requested_at, request_id)",
+     CREATE INDEX IF NOT EXISTS ctrlrun_approvals_time ON {a} (requested_at, request_id);
+     CREATE INDEX IF NOT EXISTS ctrlrun_approvals_expiry ON {a} (state, expires_at)",
 ];
 
 pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) -> Result<()> {

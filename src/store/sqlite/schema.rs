@@ -161,10 +161,11 @@ pub(super) const MIGRATIONS: [&str; 7] = [
          updated_at INTEGER NOT NULL
      ) WITHOUT ROWID;",
     // 7 -> 8: the indexes behind the console's and `approvals list`'s pages (see
-    // `oversight/listing.rs`): one state's requests in request order, and every request newest
-    // first.
+    // `oversight/listing.rs`): one state's requests in request order, every request newest
+    // first, and the live pending or granted ones by expiry.
     "CREATE INDEX ctrlrun_approvals_state ON ctrlrun_approvals (state, requested_at, request_id);
-     CREATE INDEX ctrlrun_approvals_time ON ctrlrun_approvals (requested_at, request_id);",
+     CREATE INDEX ctrlrun_approvals_time ON ctrlrun_approvals (requested_at, request_id);
+     CREATE INDEX ctrlrun_approvals_expiry ON ctrlrun_approvals (state, expires_at);",
 ];
 
 /// Version 1's table; [`MIGRATIONS`] bring it to [`SCHEMA_VERSION`].
