@@ -76,6 +76,7 @@ dist-check: dist
 ## then the gateway's cost per tools/call (SQLite, and a throwaway PostgreSQL cluster), then
 ## PostgreSQL throughput with 1, 8 and 64 threads and 64 tasks beside pgbench, then
 ## `effects list --prefix` and prune on a 1,000,000-row store beside their floors, then the
+## console's list pages on 23,000 approval requests beside their SELECTs, then the
 ## SQLite WAL frames and B-tree pages per call beside the floors' (counts, not timings)
 bench: $(VENV)/.tools
 	@command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || { \
@@ -87,6 +88,7 @@ bench: $(VENV)/.tools
 	$(PYTHON) -m throwaway.pgserver -- $(PY) -m bench.gateway
 	$(PYTHON) -m throwaway.pgserver -- $(PY) -m bench.throughput --json bench/throughput.json
 	$(PYTHON) -m throwaway.pgserver -- $(PY) -m bench.retention --json bench/retention.json
+	$(PYTHON) -m throwaway.pgserver -- $(PY) -m bench.console --json bench/console.json
 	$(PY) -m bench.frames --json bench/frames.json
 
 ## lint: Rust (rustfmt, clippy) and Python (ruff check, ruff format, mypy --strict on the

@@ -7,6 +7,7 @@ line on stdin holding the start time (epoch seconds).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -43,18 +44,11 @@ def summarize(samples_ns: List[int], wall_ns: int, cpu_s: float) -> Dict[str, An
     ``per_s_wall`` calls / wall time of the loop."""
     s, n = sorted(samples_ns), len(samples_ns)
     p50 = percentile(s, 50)
-    return {
-        "n": n,
-        "p50_us": p50 / 1000.0,
-        "p90_us": percentile(s, 90) / 1000.0,
-        "p99_us": percentile(s, 99) / 1000.0,
-        "max_us": (s[-1] / 1000.0) if s else 0.0,
-        "mean_us": (sum(s) / n / 1000.0) if n else 0.0,
-        "wall_s": wall_ns / 1e9,
-        "per_s": (1e9 / p50) if p50 else 0.0,
-        "per_s_wall": (n / (wall_ns / 1e9)) if wall_ns else 0.0,
-        "cpu_us_per_call": (cpu_s * 1e6 / n) if n else 0.0,
-    }
+    out = {"n": n, **{f"p{q}_us": percentile(s, q) / 1000.0 for q in (50, 90, 99)}}
+    out.update(max_us=(s[-1] / 1000.0) if s else 0.0, mean_us=(sum(s) / n / 1000.0) if n else 0.0)
+    out.update(wall_s=wall_ns / 1e9, per_s=(1e9 / p50) if p50 else 0.0)
+    out.update(per_s_wall=(n / (wall_ns / 1e9)) if wall_ns else 0.0)
+    return {**out, "cpu_us_per_call": (cpu_s * 1e6 / n) if n else 0.0}
 
 
 def time_calls(call: Callable[[int], Any], n: int, warmup: int) -> Dict[str, Any]:
@@ -101,6 +95,23 @@ def time_refusals(call, refused, key, n: int, warmup: int) -> Dict[str, Any]:
     return {**time_calls(again, n, warmup), "refused": count[0]}
 
 
+def run_mode(cfg: Dict[str, Any], effect: Callable, effect_async: Callable, refused) -> dict:
+    """What ``cfg["mode"]`` asks of the protected ``effect`` (``effect_async``: awaited)."""
+    mode, n, warmup = cfg["mode"], int(cfg.get("n", 0)), int(cfg.get("warmup", 0))
+    key = lambda i: f"{cfg.get('prefix', 'k')}{i}"  # noqa: E731
+    if mode == "init":
+        return {"ok": True}
+    if mode == "latency" and cfg.get("async"):
+        return asyncio.run(time_calls_async(lambda i: effect_async(key(i)), n, warmup))
+    if mode == "latency":
+        return time_calls(lambda i: effect(key(i)), n, warmup)
+    if mode == "dup":
+        return time_refusals(effect, refused, key, n, warmup)
+    if mode == "contend":
+        return contend(effect, cfg["keys"], refused)
+    raise SystemExit(f"unknown mode {mode!r}")
+
+
 # -- contention ---------------------------------------------------------------------------
 
 
@@ -126,13 +137,8 @@ def contend(call, keys, lost=()) -> dict:
         except Exception as exc:  # reported; the parent fails the row
             errors.append(f"{key}: {type(exc).__name__}: {exc}")
     n_lost = len(keys) - won - len(errors)
-    return {
-        "won": won,
-        "lost": n_lost,
-        "errors": errors[:5],
-        "n_errors": len(errors),
-        "end": time.time(),
-    }
+    out = {"won": won, "lost": n_lost, "errors": errors[:5], "n_errors": len(errors)}
+    return {**out, "end": time.time()}
 
 
 # -- which build ---------------------------------------------------------------------------

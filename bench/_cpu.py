@@ -12,30 +12,27 @@ from __future__ import annotations
 
 import os
 import resource
-from typing import Dict
+from typing import Dict, Iterator, List, Tuple
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def server_cpu_s() -> float:
-    """Seconds of CPU used so far by the machine's ``postgres`` processes."""
-    ticks = 0
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
+def proc_stats() -> Iterator[Tuple[int, str, List[str]]]:
+    """Each process's pid, command and ``/proc/<pid>/stat`` fields after it (field 3 first)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/stat") as f:
                 stat = f.read()
         except OSError:  # ended meanwhile, or not ours to read
             continue
-        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        if comm != "postgres":
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        # fields[0] is the state (field 3); utime, stime, cutime, cstime are fields 14-17
-        utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
-        ticks += utime + stime + cutime + cstime
-    return ticks / _TICK
+        name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :]
+        yield int(pid), name, fields.split()
+
+
+def server_cpu_s() -> float:
+    """Seconds of CPU used so far by the machine's ``postgres`` processes (utime, stime, cutime
+    and cstime: fields 14-17)."""
+    return sum(sum(map(int, f[11:15])) for _, c, f in proc_stats() if c == "postgres") / _TICK
 
 
 def client_cpu_s(children: bool) -> float:

@@ -10,7 +10,6 @@ Modes (the JSON config's "mode"):
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 
@@ -48,8 +47,7 @@ def main() -> None:
     import ctrlrun
 
     store = ctrlrun.open_store(cfg["url"])
-    n, warmup, marks = int(cfg.get("n", 0)), int(cfg.get("warmup", 0)), cfg.get("marks")
-    key = lambda i: f"{cfg.get('prefix', 'k')}{i}"  # noqa: E731
+    marks = cfg.get("marks")
 
     @ctrlrun.protect("bench.effect", effect="bench:{key}", store=store)
     async def effect_async(key: str) -> int:
@@ -61,18 +59,7 @@ def main() -> None:
             _common.mark(marks, key)
         return 1
 
-    if mode == "init":
-        result = {"ok": True}
-    elif mode == "latency" and cfg.get("async"):
-        result = asyncio.run(_common.time_calls_async(lambda i: effect_async(key(i)), n, warmup))
-    elif mode == "latency":
-        result = _common.time_calls(lambda i: effect(key(i)), n, warmup)
-    elif mode == "dup":
-        result = _common.time_refusals(effect, ctrlrun.DuplicateEffect, key, n, warmup)
-    elif mode == "contend":
-        result = _common.contend(effect, cfg["keys"], ctrlrun.DuplicateEffect)
-    else:
-        raise SystemExit(f"unknown mode {mode!r}")
+    result = _common.run_mode(cfg, effect, effect_async, ctrlrun.DuplicateEffect)
     store.close()
     _common.answer(result)
 

@@ -1,23 +1,10 @@
 """The engine floors: what the database itself costs for one protected call on a fresh key, with
-no ctrlrun. Each variant is two durable commits:
-
-* ``min``: the least any at-most-once engine writes: the reservation (``INSERT … ON CONFLICT DO
-  NOTHING``) and the outcome (the compare-and-set ``UPDATE``), each in its own transaction;
-* ``autocommit`` (PostgreSQL): the same two statements, each committing by itself (no ``BEGIN``,
-  no ``COMMIT``): two round trips, the smallest correct protocol there;
-* ``same``: ctrlrun's statements as src/store/*/sql.rs sent them before receipts (SQLite: the
-  ``SELECT`` + ``INSERT`` straight into ``executing``, then the ``UPDATE`` and a ``SELECT`` of
-  the row written; PostgreSQL: the read that gives the server's clock, the ``INSERT``, the
-  ``UPDATE … RETURNING``): a reference, not the store's exact protocol;
-* ``receipts``: ``min`` plus what the issues require besides: each write's receipt, chained per
-  key, in the write's own transaction (the hashes computed here, not in the database). SQLite:
-  two plain statements per transaction; PostgreSQL: one autocommit statement per write (a
-  data-modifying CTE appends the receipt).
-
-The tables are the product's, copied from a store ctrlrun made (the ``template``: a SQLite
-file's ``sqlite_master``; on PostgreSQL ``CREATE TABLE … (LIKE …)`` of its schema), without its
-triggers: ``receipts`` gets the effects and receipts tables with every index, the others the
-effects table with its primary key alone. Only the statements are the floors' own.
+no ctrlrun, each variant two durable commits (bench/README.md's rows say what each writes):
+``min`` (the reservation ``INSERT … ON CONFLICT DO NOTHING``, then the compare-and-set
+``UPDATE``, each its own transaction), ``autocommit`` (PostgreSQL: the same, each statement
+committing by itself), ``same`` (ctrlrun's statements before receipts: a reference), and
+``receipts`` (``min`` plus each write's receipt, chained per key, hashed here). Their tables are
+copied from a store ctrlrun made (the ``template``), without its triggers.
 
 Standard library only: the workers import this by bare name in their own venvs, bench.frames
 and bench._pgbench as ``bench._floor_sql``.

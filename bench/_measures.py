@@ -38,25 +38,12 @@ class Measures:
         return self.figure(backend, rid, "cpu_us_per_call")
 
     def target(
-        self,
-        backend: str,
-        name: str,
-        value: Optional[float],
-        goal: str,
-        ok: Optional[bool],
-        note: str = "",
+        self, backend: str, name: str, value: Any, goal: str, ok: Any, note: str = ""
     ) -> None:
+        """A target's row (``ok``: whether it is met, ``None``: no verdict)."""
         verdict = "n/a" if ok is None else ("MET" if ok else "MISSED")
-        self.targets.append(
-            {
-                "backend": backend,
-                "check": name,
-                "measured": value,
-                "goal": goal,
-                "verdict": verdict,
-                "note": note,
-            }
-        )
+        row = {"backend": backend, "check": name, "measured": value, "goal": goal}
+        self.targets.append({**row, "verdict": verdict, "note": note})
 
     def check(
         self, backend: str, name: str, a: Optional[float], b: Optional[float], goal: str = "info"

@@ -1,14 +1,21 @@
 """pgbench for bench/throughput.py: a floor's statements (``_floor_sql.py``) or ctrlrun's own, read
-off the wire, as a pgbench script run for a number of seconds."""
+off the wire, as a pgbench script run for a number of seconds; and what the in-process benchmarks
+(retention, console, gateway, throughput) share: options, stores on each backend, timings."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import re
+import shutil
+import statistics
 import subprocess
 import tempfile
+import time
 import uuid
-from typing import Any, Dict, List, Tuple
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 from urllib.parse import unquote, urlsplit
 
 import ctrlrun
@@ -32,6 +39,63 @@ FLOOR_VALUES = {"key": KEY, "aid": ACT, "now": "1", "until": "30000000", "token"
 FLOOR_VALUES.update(writer=WRITER, args=DIGEST, fields='\'{"key": "x"}\'', hash=DIGEST, prev=DIGEST)
 FLOOR_VALUES.update(result="'1'")
 HEAD = "\\set k random(1, 4000000000000000000)\n"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def bench_args(doc: str, **defaults: Any) -> argparse.Namespace:
+    """``--json`` and an option per default (``--backends`` and the ``int``s of ``defaults``)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    for name, value in defaults.items():
+        ap.add_argument("--" + name.replace("_", "-"), type=type(value), default=value)
+    ap.add_argument("--json", default=None, help="also write the results here")
+    return ap.parse_args()
+
+
+def write_json(path: Optional[str], results: Any) -> None:
+    if path:
+        Path(path).write_text(json.dumps(results, indent=2))
+
+
+def pg_server() -> str:
+    """The server ``CTRLRUN_TEST_POSTGRES_URL`` names (``""``: none)."""
+    return os.environ.get("CTRLRUN_TEST_POSTGRES_URL", "")
+
+
+def schema_url(url: str, prefix: str) -> Tuple[str, str]:
+    """``url`` with a new schema named ``prefix…``, and that schema."""
+    schema = prefix + uuid.uuid4().hex[:8]
+    return f"{url}{'&' if '?' in url else '?'}schema={schema}", schema
+
+
+def backends(wanted: str, name: str) -> Iterator[Tuple[str, str, Optional[Tuple[str, str]]]]:
+    """Each of ``wanted`` (``sqlite,postgres``): its name, a new store's URL (a file under
+    ``bench/``; a schema of ``pg_server()``, left out without one) and, on PostgreSQL, the
+    server's URL and the schema; each removed after."""
+    if "sqlite" in wanted.split(","):
+        tmp = tempfile.mkdtemp(prefix=f"ctrlrun-{name}-", dir=ROOT / "bench")
+        try:
+            yield "sqlite", f"sqlite:///{os.path.join(tmp, 'state.db')}?synchronous=FULL", None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    server = pg_server()
+    if "postgres" in wanted.split(",") and server:
+        url, schema = schema_url(server, f"bench_{name}_")
+        try:
+            ctrlrun.open_store(url).close()
+            yield "postgres", url, (server, schema)
+        finally:
+            psql(server, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def median_ms(run: Callable[[], Any], repeats: int = 7) -> float:
+    """The median time of ``run`` in ms, after one untimed run."""
+    run()  # warm
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - t) * 1000)
+    return round(statistics.median(times), 2)
 
 
 def _client(url: str, program: str) -> Tuple[Dict[str, str], List[str], str]:
@@ -60,8 +124,8 @@ def psql(url: str, sql: str) -> str:
 
 def template(url: str) -> str:
     """A schema ctrlrun makes, whose tables the floors copy."""
-    schema = f"ctrlrun_scratch_tpt_{uuid.uuid4().hex[:8]}"
-    ctrlrun.open_store(f"{url}{'&' if '?' in url else '?'}schema={schema}").close()
+    via, schema = schema_url(url, "ctrlrun_scratch_tpt_")
+    ctrlrun.open_store(via).close()
     return schema
 
 
@@ -121,18 +185,8 @@ def pgbench(
     try:
         cpu = CpuMeter(children=True)
         threads = str(min(clients, 2))
-        command = [
-            *base,
-            "-n",
-            "-M",
-            mode,
-            "-c",
-            str(clients),
-            "-j",
-            threads,
-            "-T",
-            str(int(seconds)),
-        ]
+        command = [*base, "-n", "-M", mode, "-c", str(clients), "-j", threads]
+        command += ["-T", str(int(seconds))]
         run = subprocess.run(
             [*command, "-f", f.name, db], env=env, capture_output=True, text=True, check=True
         )

@@ -53,8 +53,7 @@ def main() -> None:
         )
     store = open_store(cfg)
     control = ctrlrun.Control(ctrlrun.Policy.from_yaml(POLICY, source="<bench>"), store)
-    n, warmup, marks = int(cfg.get("n", 0)), int(cfg.get("warmup", 0)), cfg.get("marks")
-    key = lambda i: f"{cfg.get('prefix', 'k')}{i}"  # noqa: E731
+    marks = cfg.get("marks")
 
     @ctrlrun.protect("bench.effect", effect="bench:{key}", control=control)
     def effect(key: str) -> int:
@@ -63,19 +62,8 @@ def main() -> None:
         return 1
 
     with ctrlrun.context(agent="bench"):
-        if mode == "init":
-            result = {"ok": True}
-        elif mode == "latency" and cfg.get("async"):
-            call = lambda i: asyncio.to_thread(effect, key(i))  # noqa: E731
-            result = asyncio.run(_common.time_calls_async(call, n, warmup))
-        elif mode == "latency":
-            result = _common.time_calls(lambda i: effect(key(i)), n, warmup)
-        elif mode == "dup":
-            result = _common.time_refusals(effect, ctrlrun.DuplicateEffect, key, n, warmup)
-        elif mode == "contend":
-            result = _common.contend(effect, cfg["keys"], ctrlrun.DuplicateEffect)
-        else:
-            raise SystemExit(f"unknown mode {mode!r}")
+        to_thread = lambda key: asyncio.to_thread(effect, key)  # noqa: E731
+        result = _common.run_mode(cfg, effect, to_thread, ctrlrun.DuplicateEffect)
     store.close()
     _common.answer(result)
 

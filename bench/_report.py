@@ -91,27 +91,19 @@ def latency_rows(
             extra = f"{syscalls[s.id]['fsync_per_call']:.2f}"
         elif b == "postgres" and "server_commits_per_call" in med:
             extra = f"{med['server_commits_per_call']:.2f} / {med['wal_syncs_per_call']:.2f}"
+        p50 = med["p50_us"]
         floor = f"floor.min.{s.durability}" if b == "sqlite" else "floor.min"
-        vs_floor = ratio(
-            med["p50_us"], m.p50(b, "dup.floor" if s.kind in ("dup", "read") else floor)
-        )
+        vs_floor = ratio(p50, m.p50(b, "dup.floor" if s.kind in ("dup", "read") else floor))
         vs_ref = None
         if s.kind == "latency" and s.who == "ctrlrun" and b != "pgbouncer":
-            vs_ref = ratio(
-                m.p50(b, "ref.sync.NORMAL" if b == "sqlite" else "ref.sync"), med["p50_us"]
-            )
+            vs_ref = ratio(m.p50(b, "ref.sync.NORMAL" if b == "sqlite" else "ref.sync"), p50)
         if s.kind == "dup" and s.who == "ctrlrun":
-            vs_ref = ratio(m.p50(b, "dup.ref"), med["p50_us"])
+            vs_ref = ratio(m.p50(b, "dup.ref"), p50)
         p50s = [r["p50_us"] for r in s.results]
         cells = [s.label, s.durability, fmt_num(med["per_s"], 0), fmt_num(med["per_s_wall"], 0)]
-        cells += [
-            fmt_num(med["p50_us"]),
-            f"{min(p50s):,.0f}-{max(p50s):,.0f}",
-            fmt_num(med["p99_us"]),
-        ]
-        rows.append(
-            [*cells, fmt_num(med["cpu_us_per_call"]), extra, fmt_ratio(vs_floor), fmt_ratio(vs_ref)]
-        )
+        cells += [fmt_num(p50), f"{min(p50s):,.0f}-{max(p50s):,.0f}", fmt_num(med["p99_us"])]
+        cells += [fmt_num(med["cpu_us_per_call"]), extra, fmt_ratio(vs_floor), fmt_ratio(vs_ref)]
+        rows.append(cells)
     return rows
 
 
@@ -121,10 +113,8 @@ def contention_rows(m: Measures, specs: List[Any], keys: int) -> List[List[str]]
         med = s.median()
         if s.kind != "contention" or med is None:
             continue
-        fl = m.total(
-            s.backend,
-            f"contend.floor.min.{s.durability}" if s.backend == "sqlite" else "contend.floor.min",
-        )
+        floor = "contend.floor.min" + (f".{s.durability}" if s.backend == "sqlite" else "")
+        fl = m.total(s.backend, floor)
         runs = ", ".join(f"{r['total_s']:.3f}" for r in s.results)
         cells = [
             s.label,
@@ -133,10 +123,8 @@ def contention_rows(m: Measures, specs: List[Any], keys: int) -> List[List[str]]
             runs,
             f"{med['executions']}/{keys}",
         ]
-        cells += [
-            str(sum(r["double_executions"] for r in s.results)),
-            str(sum(r["errors"] for r in s.results)),
-        ]
+        doubles, errors = (sum(r[k] for r in s.results) for k in ("double_executions", "errors"))
+        cells += [str(doubles), str(errors)]
         once = "yes" if all(r["exactly_once"] for r in s.results) else "NO"
         rows.append([*cells, once, fmt_ratio(ratio(med["total_s"], fl))])
     return rows
@@ -162,13 +150,8 @@ def report(
                 "prepare_threshold=None): a prepared one would not be there on the next server connection."
             )
         io = "fsync/call" if backend == "sqlite" else "commits/WAL syncs per call"
-        out.append(
-            table(
-                LATENCY_HEAD.format(io=io).split(","),
-                latency_rows(m, specs, syscalls),
-                "llrrrrrrrrr",
-            )
-        )
+        head = LATENCY_HEAD.format(io=io).split(",")
+        out.append(table(head, latency_rows(m, specs, syscalls), "llrrrrrrrrr"))
         out.append(
             "  time/call vs floor: p50 / p50 of the 2-txn floor at the same durability (duplicate rows: / one "
             "indexed read).\n  speed vs original: the original's p50 / this p50 (original at its default, "
@@ -184,22 +167,13 @@ def report(
         all_once = all_once and all(
             r["exactly_once"] and r["errors"] == 0 for s in cont for r in s.results
         )
-        m.target(
-            backend,
-            "contention: every key exactly one winner (ctrlrun, all runs)",
-            float(sum(r["double_executions"] for r in ours)),
-            "0 doubles",
-            ok if ours else None,
-            f"doubles across all contention rows incl. floor/original: "
-            f"{sum(r['double_executions'] for s in cont for r in s.results)}",
-        )
-        m.check(
-            backend,
-            "duplicate path time/call vs one indexed read",
-            m.p50(backend, "dup.ctrlrun"),
-            m.p50(backend, "dup.floor"),
-            "<= 1.5x",
-        )
+        doubles = sum(r["double_executions"] for s in cont for r in s.results)
+        note = f"doubles across all contention rows incl. floor/original: {doubles}"
+        mine = float(sum(r["double_executions"] for r in ours))
+        name = "contention: every key exactly one winner (ctrlrun, all runs)"
+        m.target(backend, name, mine, "0 doubles", ok if ours else None, note)
+        dup = m.p50(backend, "dup.ctrlrun"), m.p50(backend, "dup.floor")
+        m.check(backend, "duplicate path time/call vs one indexed read", *dup, "<= 1.5x")
 
     def measured(t: Dict[str, Any]) -> str:
         if t["measured"] is None:

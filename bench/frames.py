@@ -2,28 +2,15 @@
 
     python -m bench.frames [--n 500] [--prefill 2000] [--synchronous NORMAL] [--json PATH]
 
-Counts, not timings (they do not depend on the machine's load). For each design it makes
-``--prefill`` calls on fresh keys (so the B-trees have the depth of a store in use), empties
-the WAL (``PRAGMA wal_checkpoint(TRUNCATE)``), holds a read transaction open on a connection of
-its own (so no checkpoint can back-fill or restart the WAL: every frame written stays in the
-file, in order), then makes ``--n`` more calls on fresh keys. It notes the WAL's frame count
-before each call, when the executor runs (the reservation has committed) and after the call,
-so each frame is attributed to the call's reservation or outcome transaction. At the end it
-reads every frame's header (page number, commit marker, salts: frames of another WAL
-generation would be refused) and names each page's B-tree from SQLite's ``dbstat`` virtual
-table (``sqlite_schema`` for page 1, whose header holds the file's page count: it is written
-whenever the file grows).
-
-A frame is one page image (page size + 24 bytes) appended to the WAL: within a transaction
-SQLite writes each dirty page once, so frames per transaction = distinct pages written by it.
-
-The designs:
-
-* ``ctrlrun``: ``@ctrlrun.protect`` on a SQLite store (``sqlite:///…?synchronous=…``), the
-  extension the interpreter imports (receipts on, as always);
-* ``floor-min``, ``floor-receipts``: the floors of ``bench/_floor_sql.py`` (two transactions,
-  the insert and the compare-and-set, on ctrlrun's effects table alone; the same with each
-  write's receipt, on its tables with their indexes, no triggers).
+Counts, not timings. For each design (``ctrlrun``: ``@ctrlrun.protect`` on a SQLite store;
+``floor-min``, ``floor-receipts``: the floors of ``_floor_sql.py``): ``--prefill`` calls on fresh
+keys, the WAL emptied (``wal_checkpoint(TRUNCATE)``) and held by a read transaction of another
+connection (no checkpoint can back-fill or restart it: every frame stays, in order), then
+``--n`` calls, the WAL's frame count noted before each call, when the executor runs and after,
+so that each frame is attributed to the reservation or the outcome. Then every frame's header
+is read (page number, commit marker, salts) and each page's B-tree named from ``dbstat``
+(``sqlite_schema`` for page 1, whose header holds the file's page count). A frame is one page
+image (page size + 24 bytes): a transaction writes each dirty page once.
 """
 
 from __future__ import annotations
@@ -31,7 +18,6 @@ from __future__ import annotations
 import argparse
 import collections
 import hashlib
-import json
 import os
 import shutil
 import sqlite3
@@ -42,6 +28,7 @@ import tempfile
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from bench import _floor_sql
+from bench._pgbench import write_json
 
 TXNS = ("reservation", "outcome")
 
@@ -211,11 +198,7 @@ def measure(name: str, workdir: str, n: int, prefill: int, sync: str) -> Dict[st
     commits = [i + 1 for i, (_, c) in enumerate(frames) if c]
     per_txn: Dict[str, Dict[str, Any]] = {}
     for t, txn in enumerate(TXNS):
-        counts, kinds, interior = (
-            collections.Counter(),
-            collections.Counter(),
-            collections.Counter(),
-        )
+        counts, kinds, interior = (collections.Counter() for _ in range(3))
         total = distinct = 0
         for b in bounds:
             lo, hi = b[t], b[t + 1]
@@ -279,9 +262,7 @@ def main(argv: Optional[List[str]] = None) -> None:
             shutil.rmtree(workdir, ignore_errors=True)
     print(f"SQLite WAL, synchronous={args.synchronous}, {args.n} calls after {args.prefill}")
     print(table(results))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+    write_json(args.json, results)
 
 
 if __name__ == "__main__":

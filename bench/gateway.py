@@ -1,23 +1,17 @@
-"""The gateway's cost: one ``tools/call`` made directly to an upstream MCP server, beside the
-same call through the bare SDK proxy and ``ctrlrun gateway`` (unreserved, and reserved by an
-effect key), on the same upstream in the same run; then an async protected call in this
-process on the same store, paced as the gateway's calls are (the store's two writes and
-protect's own steps), and what reserving adds beyond it: the reserved row less the unreserved
-one less that call, taken within each round and then the median of the rounds.
+"""The gateway's cost: one ``tools/call`` direct to an upstream MCP server (the tests'
+tests_py/support/mcp_upstream.py: a trivial tool), through the bare SDK proxy and through
+``ctrlrun gateway`` (unreserved, and reserved by an effect key), and an async protected call
+in this process on the same store; what reserving adds beyond it (see bench/README.md).
 
     python -m bench.gateway [--calls N] [--store URL ...] [--json FILE]
 
-Without ``--store``: SQLite (WAL) at synchronous FULL and NORMAL under bench/.work/, plus the
-PostgreSQL server ``CTRLRUN_TEST_POSTGRES_URL`` names when set
-(``python3 -m throwaway.pgserver -- python -m bench.gateway`` starts a throwaway one). The
-upstream is the tests' MCP server, tests_py/support/mcp_upstream.py, run by path: a trivial
-tool, so what is measured is the protocol hop and the store's work.
+Without ``--store``: SQLite at synchronous FULL and NORMAL under bench/.work/, and the server
+``CTRLRUN_TEST_POSTGRES_URL`` names when set.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -31,6 +25,9 @@ import anyio
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from bench._cpu import proc_stats
+from bench._pgbench import pg_server, schema_url, write_json
+
 ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM = [sys.executable, str(ROOT / "tests_py" / "support" / "mcp_upstream.py")]
 STORE_ROW, BEYOND_ROW = "async protect, same store", "reserving, beyond protect"
@@ -40,15 +37,7 @@ POLICY = 'schema: ctrlrun.policy/v2\nactions:\n  mcp.b.refund:\n    effect: "ref
 
 def _children() -> Set[int]:
     """This process's child processes."""
-    out = set()
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                if int(f.read().rsplit(")", 1)[1].split()[1]) == os.getpid():
-                    out.add(int(entry))
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile
-    return out
+    return {pid for pid, _, fields in proc_stats() if fields[1] == str(os.getpid())}
 
 
 def _cpu_s(pid: int) -> float:
@@ -172,10 +161,8 @@ def main() -> None:
     if not stores:
         for sync in ("full", "normal"):
             stores.append(f"sqlite:///{work_root}/gw-{uuid.uuid4().hex[:8]}.db?synchronous={sync}")
-        pg = os.environ.get("CTRLRUN_TEST_POSTGRES_URL")
-        if pg:
-            sep = "&" if "?" in pg else "?"
-            stores.append(f"{pg}{sep}schema=ctrlrun_scratch_gw_{uuid.uuid4().hex[:8]}")
+        if pg_server():
+            stores.append(schema_url(pg_server(), "ctrlrun_scratch_gw_")[0])
     results = {}
     print(
         f"{'store':<16} {'workload':<28} {'p50 us':>9} {'p50 of rounds':>17} {'p99 us':>9} "
@@ -233,8 +220,7 @@ def main() -> None:
         ]:
             verdict = ("MET" if met else "MISSED") if target else "info"
             print(f"{name:<58} {measured:>7.0f} µs {goal:>7.0f} µs {verdict}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+    write_json(args.json, results)
 
 
 if __name__ == "__main__":

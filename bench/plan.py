@@ -12,12 +12,12 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from bench.rows import PG_DURABILITY, POSTGRES_ROWS, SQLITE_ROWS, Row
-from bench.venvs import REF_VERSION
 from bench.workers import (
     CONTENTION_KEYS,
     CONTENTION_PROCS,
     CTRLRUN_WORKER,
     FLOOR_WORKER,
+    REF_VERSION,
     REF_WORKER,
     log,
     run_contention,
@@ -131,12 +131,8 @@ class Bench:
                 return {"url": f"sqlite:///{path}?synchronous={row.sync.lower()}"}
             if row.who == "original":
                 return {"path": path}
-            floor = {
-                "synchronous": row.sync,
-                "variant": row.variant,
-                "template": self.templates["sqlite"],
-            }
-            return {"path": path, **floor}
+            floor = {"synchronous": row.sync, "variant": row.variant}
+            return {"path": path, **floor, "template": self.templates["sqlite"]}
         via = b == "pgbouncer"
         base = self.bouncer_url if via else self.pg_url
         if row.who == "ctrlrun":
@@ -199,11 +195,8 @@ class Bench:
         out: Dict[str, Dict[str, float]] = {}
         line = re.compile(r"\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$")
         for row in SQLITE_ROWS:
-            if (
-                row.kind != "latency"
-                or row.is_async
-                or (row.who == "original" and not self.reference)
-            ):
+            skipped = row.who == "original" and not self.reference
+            if row.kind != "latency" or row.is_async or skipped:
                 continue
             counts: List[Dict[str, int]] = []
             for n in (0, 200):

@@ -1,26 +1,13 @@
 """Retention and list filters on a large store: ``effects list --prefix`` and ``Store.prune``
-on 1,000,000 rows, each beside its floor in the same run.
+on 1,000,000 rows filled by SQL (a receipt per row from ctrlrun's triggers), each beside its
+floor in the same run: the same SELECT on the same index, a plain batched ``DELETE`` on a copy
+of the table (no receipts, no check of approvals). bench/README.md says what is measured.
 
     python -m bench.retention [--rows N] [--backends sqlite,postgres] [--json FILE]
-
-The store is filled by SQL in ctrlrun's own tables (its triggers write a receipt per row, as
-the real writes do): keys ``refund:cus_CCCC:N`` over 1,000 customers (a prefix selects 0.1 %),
-98 % committed, 1 % failed, 1 % ambiguous, created over the last 90 days, ten action names.
-PostgreSQL is the server ``CTRLRUN_TEST_POSTGRES_URL`` names
-(``python3 -m throwaway.pgserver -- python -m bench.retention`` starts a throwaway one); it is
-left out when unset.
-
-Floors, same data, same indexes, same durability:
-* list: the same SELECT on the same index, without ctrlrun (SQLite through the ``sqlite3``
-  module; PostgreSQL as the server's own execution time, ``EXPLAIN ANALYZE``, which is lower
-  still: no round trip, no decoding);
-* prune: plain batched ``DELETE`` of the same rows in transactions of the same size, on a copy
-  of the table: no receipts, no check of approvals, no walk in order.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -28,30 +15,17 @@ import sqlite3
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from datetime import timedelta
-from pathlib import Path
+from functools import partial
 from typing import Any, Callable, Dict, List
 
 import ctrlrun
-from bench._pgbench import psql
+from bench._pgbench import backends, bench_args, median_ms, psql, write_json
 
-ROOT = Path(__file__).resolve().parent.parent
 DAY_US = 86_400 * 1_000_000
 PREFIX = "refund:cus_0042:"
 BATCH = 1000
-
-
-def _median_ms(run: Callable[[], Any], repeats: int = 7) -> float:
-    run()  # warm
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        run()
-        times.append((time.perf_counter() - t) * 1000)
-    return round(statistics.median(times), 2)
 
 
 def _row_values(now_us: int) -> str:
@@ -93,7 +67,7 @@ def sqlite_list_floor(path: str) -> float:
         "SELECT * FROM ctrlrun_effects WHERE effect_key >= ? AND effect_key < ? "
         "ORDER BY created_at, effect_key"
     )
-    ms = _median_ms(lambda: db.execute(q, (PREFIX, end)).fetchall())
+    ms = median_ms(lambda: db.execute(q, (PREFIX, end)).fetchall())
     db.close()
     return ms
 
@@ -194,21 +168,21 @@ def measure(
     store = ctrlrun.open_store(url)
     found = store.list_effects(prefix=PREFIX)
     out["list_prefix_rows"] = len(found)
-    out["list_prefix_ms"] = _median_ms(lambda: store.list_effects(prefix=PREFIX))
+    out["list_prefix_ms"] = median_ms(lambda: store.list_effects(prefix=PREFIX))
     out["list_prefix_floor_ms"] = list_floor()
     cli = [sys.executable, "-m", "ctrlrun", "effects", "list", "--prefix", PREFIX, "--json"]
     env = dict(os.environ, CTRLRUN_STORE=url)  # a URL may hold a password: never an argument
-    out["cli_list_prefix_ms"] = _median_ms(
+    out["cli_list_prefix_ms"] = median_ms(
         lambda: subprocess.run(cli, capture_output=True, check=True, env=env), repeats=3
     )
-    out["list_ambiguous_limit_100_ms"] = _median_ms(
+    out["list_ambiguous_limit_100_ms"] = median_ms(
         lambda: store.list_effects("ambiguous", limit=100)
     )
     # no index of their own (each index costs every protected call): these read the table
-    out["list_action_limit_100_scan_ms"] = _median_ms(
+    out["list_action_limit_100_scan_ms"] = median_ms(
         lambda: store.list_effects(action="tool.action_3", limit=100), repeats=3
     )
-    out["list_limit_10_scan_ms"] = _median_ms(lambda: store.list_effects(limit=10), repeats=3)
+    out["list_limit_10_scan_ms"] = median_ms(lambda: store.list_effects(limit=10), repeats=3)
     cut_us = now_us - 30 * DAY_US
     out["prune_floor"] = prune_floor(cut_us)
     marks: List[float] = []
@@ -230,46 +204,21 @@ def measure(
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--backends", default="sqlite,postgres")
-    ap.add_argument("--json", default=None, help="also write the results here")
-    args = ap.parse_args()
+    args = bench_args(__doc__, rows=1_000_000, backends="sqlite,postgres")
     now_us = int(time.time() * 1_000_000)
     results: Dict[str, Any] = {"rows": args.rows, "batch": BATCH, "prefix": PREFIX}
-    wanted = args.backends.split(",")
-    if "sqlite" in wanted:
-        tmp = tempfile.mkdtemp(prefix="ctrlrun-retention-", dir=ROOT / "bench")
-        path = os.path.join(tmp, "state.db")
-        try:
-            results["sqlite"] = measure(
-                f"sqlite:///{path}?synchronous=FULL",
-                lambda: sqlite_fill(path, args.rows, now_us),
-                lambda: sqlite_list_floor(path),
-                lambda cut: sqlite_prune_floor(path, cut),
-                now_us,
-            )
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    pg_url = os.environ.get("CTRLRUN_TEST_POSTGRES_URL")
-    if "postgres" in wanted and pg_url:
-        schema = "bench_retention_" + uuid.uuid4().hex[:8]
-        sep = "&" if "?" in pg_url else "?"
-        url = f"{pg_url}{sep}schema={schema}"
-        try:
-            ctrlrun.open_store(url).close()
-            results["postgres"] = measure(
-                url,
-                lambda: pg_fill(pg_url, schema, args.rows, now_us),
-                lambda: pg_list_floor(pg_url, schema),
-                lambda cut: pg_prune_floor(pg_url, schema, cut),
-                now_us,
-            )
-        finally:
-            psql(pg_url, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    for name, url, pg in backends(args.backends, "retention"):
+        on = pg or (url[len("sqlite:///") :].split("?")[0],)  # the server and schema, or the file
+        fill, list_floor, prune_floor = (
+            (sqlite_fill, sqlite_list_floor, sqlite_prune_floor)
+            if pg is None
+            else (pg_fill, pg_list_floor, pg_prune_floor)
+        )
+        fill_rows = partial(fill, *on, args.rows, now_us)
+        floors = partial(list_floor, *on), partial(prune_floor, *on)
+        results[name] = measure(url, fill_rows, *floors, now_us)
     print(json.dumps(results, indent=2))
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+    write_json(args.json, results)
     return 0
 
 

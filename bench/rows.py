@@ -35,14 +35,15 @@ def per_sync(*rows: Row) -> List[Row]:
     return [replace(r, id=r.id.format(sync=s), sync=s) for s in SYNCS for r in rows]
 
 
-# keyword arguments several rows share
-ASYNC, DIRECT = {"is_async": True}, {"direct": True}
-PREP = {
-    "direct": True,
-    "url_options": PREPARED,
-}  # a direct connection's option (never via a pooler)
-R, AU = {"variant": "receipts"}, {"variant": "autocommit"}
-RECEIPTS = "2 txns + receipts, columns, indexes"
+# keyword arguments several rows share; PREP: a direct connection's option (never via a pooler)
+ASYNC, DIRECT, PREP = (
+    {"is_async": True},
+    {"direct": True},
+    {"direct": True, "url_options": PREPARED},
+)
+R, AU, F, C = {"variant": "receipts"}, {"variant": "autocommit"}, "floor", "contention"
+UNPREP = {"prepare": False, "direct": True}
+RECEIPTS, OFF = "2 txns + receipts, columns, indexes", "async (off the loop)"
 SQLITE_ROWS: List[Row] = [
     *per_sync(
         Row("ctrlrun.sync.{sync}", "ctrlrun", "ctrlrun, sync"),
@@ -56,19 +57,8 @@ SQLITE_ROWS: List[Row] = [
         Row("floor.min.{sync}", "floor", "floor: 2 txns (minimum)"),
         Row("floor.same.{sync}", "floor", "floor: ctrlrun's statements (2 txns)", variant="same"),
         Row("floor.receipts.{sync}", "floor", f"floor: {RECEIPTS}", **R),
-        Row(
-            "floor.min.async.{sync}",
-            "floor",
-            "floor: 2 txns (minimum), async (off the loop)",
-            **ASYNC,
-        ),
-        Row(
-            "floor.receipts.async.{sync}",
-            "floor",
-            f"floor: {RECEIPTS}, async (off the loop)",
-            **R,
-            **ASYNC,
-        ),
+        Row("floor.min.async.{sync}", F, f"floor: 2 txns (minimum), {OFF}", **ASYNC),
+        Row("floor.receipts.async.{sync}", F, f"floor: {RECEIPTS}, {OFF}", **R, **ASYNC),
     ),
     Row("dup.ctrlrun", "ctrlrun", "duplicate: ctrlrun (committed key again)", "dup", sync="FULL"),
     Row("dup.ref", "original", "duplicate: original {ref}", "dup", sync="NORMAL"),
@@ -76,13 +66,7 @@ SQLITE_ROWS: List[Row] = [
     *per_sync(
         Row("contend.ctrlrun.{sync}", "ctrlrun", "{c}, ctrlrun", "contention"),
         Row("contend.floor.min.{sync}", "floor", "{c}, floor 2 txns", "contention"),
-        Row(
-            "contend.floor.same.{sync}",
-            "floor",
-            "{c}, floor ctrlrun's statements",
-            "contention",
-            "same",
-        ),
+        Row("contend.floor.same.{sync}", F, "{c}, floor ctrlrun's statements", C, "same"),
     ),
     Row("contend.ref.NORMAL", "original", "{c}, original {ref}", "contention", sync="NORMAL"),
 ]
@@ -91,10 +75,8 @@ SQLITE_ROWS: List[Row] = [
 # no original, and the floors send every statement unnamed, since a prepared one would not be
 # there on the next server connection). The pooler's report compares with the unprepared 2-txn
 # floor only, hence the rows marked ``direct``.
-AUTO, AUTO_R = (
-    "floor: 2 autocommit statements",
-    "floor: 2 autocommit statements + receipts, columns, indexes",
-)
+AUTO = "floor: 2 autocommit statements"
+AUTO_R = f"{AUTO} + receipts, columns, indexes"
 POSTGRES_ROWS: List[Row] = [
     Row("ctrlrun.sync", "ctrlrun", "ctrlrun, sync"),
     Row("ctrlrun.async", "ctrlrun", "ctrlrun, async", **ASYNC),
@@ -106,14 +88,7 @@ POSTGRES_ROWS: List[Row] = [
     Row("floor.auto", "floor", f"{AUTO}, {{psycopg}}", **AU),
     Row("floor.same", "floor", "floor: ctrlrun's statements (2 txns), {psycopg}", variant="same"),
     Row("floor.receipts", "floor", f"{AUTO_R}, {{psycopg}}", **R, **DIRECT),
-    Row(
-        "floor.receipts.unprepared",
-        "floor",
-        f"{AUTO_R}, psycopg, unprepared",
-        prepare=False,
-        **R,
-        **DIRECT,
-    ),
+    Row("floor.receipts.unprepared", F, f"{AUTO_R}, psycopg, unprepared", **R, **UNPREP),
     Row("floor.auto.async", "floor", f"{AUTO}, {{psycopg}} async", **AU, **ASYNC, **DIRECT),
     Row("floor.receipts.async", "floor", f"{AUTO_R}, {{psycopg}} async", **R, **ASYNC, **DIRECT),
     Row("dup.ctrlrun", "ctrlrun", "duplicate: ctrlrun (committed key again)", "dup"),
@@ -121,23 +96,9 @@ POSTGRES_ROWS: List[Row] = [
     Row("dup.ref", "original", "duplicate: original {ref}", "dup"),
     Row("dup.floor", "floor", "floor: one indexed read, {psycopg}", "read"),
     # what a read costs when it is parsed on every call, as ctrlrun's are
-    Row(
-        "dup.floor.unprepared",
-        "floor",
-        "one indexed read, psycopg, unprepared",
-        "read",
-        prepare=False,
-        **DIRECT,
-    ),
+    Row("dup.floor.unprepared", F, "one indexed read, psycopg, unprepared", "read", **UNPREP),
     Row("contend.ctrlrun", "ctrlrun", "{c}, ctrlrun", "contention"),
     Row("contend.floor.min", "floor", "{c}, floor 2 txns", "contention"),
-    Row(
-        "contend.floor.same",
-        "floor",
-        "{c}, floor ctrlrun's statements",
-        "contention",
-        "same",
-        **DIRECT,
-    ),
+    Row("contend.floor.same", F, "{c}, floor ctrlrun's statements", C, "same", **DIRECT),
     Row("contend.ref", "original", "{c}, original {ref}", "contention"),
 ]

@@ -3,13 +3,10 @@
 
     python -m bench.run [--quick] [--backends sqlite,postgres] [--no-reference]
 
-Measures the ctrlrun that the running interpreter imports (``make bench`` builds it with
-``maturin develop --release`` first) and says which build that is. Every measurement runs in its
-own subprocess, on a fresh store, three times (``--repeats``); the run with the median p50 is
-reported. Prints a plain-text table and writes bench/results.json. See bench/README.md.
-
-Not a test: it asserts nothing except that no key executed twice in the contention runs (a
-double execution makes the exit status 1).
+Measures the ctrlrun the running interpreter imports and says which build that is; each
+measurement in its own subprocess on a fresh store, ``--repeats`` times, the median run shown.
+Writes bench/results.json (bench/README.md). Not a test: its exit status is 1 only if a
+contention run executed some key twice (or never).
 """
 
 from __future__ import annotations
@@ -29,15 +26,19 @@ from urllib.parse import unquote, urlsplit
 
 from bench import _report
 from bench.plan import Bench
-from bench.venvs import FLOOR_VENV, PSYCOPG, REF_VENV, REF_VERSION, ensure_venv
 from bench.workers import (
     BENCH,
     CONTENTION_KEYS,
     CONTENTION_PROCS,
     CTRLRUN_WORKER,
+    FLOOR_VENV,
     FLOOR_WORKER,
+    PSYCOPG,
+    REF_VENV,
+    REF_VERSION,
     REF_WORKER,
     ROOT,
+    ensure_venv,
     log,
     run_worker,
 )
@@ -86,18 +87,14 @@ def parse_args() -> argparse.Namespace:
         ("--no-syscalls", "skip the strace pass that counts fsyncs per call (SQLite)"),
     ]:
         ap.add_argument(flag, action="store_true", help=text)
-    backends = "sqlite, postgres, pgbouncer (PostgreSQL through PgBouncer in transaction mode)"
-    ap.add_argument(
-        "--backends", default="sqlite,postgres,pgbouncer", help=f"of {backends}; default all"
-    )
+    every = "sqlite,postgres,pgbouncer"
+    text = "of sqlite, postgres, pgbouncer (PostgreSQL through PgBouncer in transaction mode)"
+    ap.add_argument("--backends", default=every, help=f"{text}; default all")
     ap.add_argument("--repeats", type=int, default=3, help="runs per measurement (default 3)")
     work, results = os.path.join(BENCH, ".work"), os.path.join(BENCH, "results.json")
-    ap.add_argument(
-        "--workdir", default=work, help="where the SQLite files go (keep it on a real disk)"
-    )
-    ap.add_argument(
-        "--json", default=results, help="where to write the results (default bench/results.json)"
-    )
+    ap.add_argument("--workdir", default=work, help="where the SQLite files go (a real disk)")
+    text = "where to write the results (default bench/results.json)"
+    ap.add_argument("--json", default=results, help=text)
     args = ap.parse_args()
     args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     for b in args.backends:

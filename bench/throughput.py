@@ -1,40 +1,28 @@
-"""Throughput under concurrency on PostgreSQL: protected calls with 1, 8 and 64 threads and with
-64 concurrent tasks, beside pgbench running the same two statements with 8 and 32 clients, in
-the same run, pgbench running ctrlrun's own statements (what the server alone costs), and
-pgbench running the receipts floor (what the issues require be written, and no more). Each row
-also gives the server's and the client's CPU per call (``bench/_cpu.py``).
+"""Throughput under concurrency on PostgreSQL: protected calls on fresh keys (a reservation and
+an outcome, two durable commits) from threads and tasks sharing one store's default pool, beside
+pgbench on the smallest correct protocol for the same work, on ctrlrun's own statements and on
+the receipts floor; the server's and the client's CPU per call (``_cpu.py``). Each call's body
+counts its executions per key: a key run twice is a double. See bench/README.md.
 
     python3 -m throwaway.pgserver -- python -m bench.throughput [--seconds S] [--repeats N] [--json FILE]
-
-The server is the one ``CTRLRUN_TEST_POSTGRES_URL`` names (``throwaway.pgserver`` starts a
-throwaway one). Every protected call is a fresh key: its reservation and its outcome, two
-durable commits. pgbench's transaction is the smallest correct protocol for the same work
-(``_floor_sql.py``, ``autocommit``): ``INSERT … ON CONFLICT DO NOTHING`` then the compare-and-set
-``UPDATE``, each an autocommit statement, prepared (``-M prepared``), on ctrlrun's effects table
-with its primary key alone. The body of each protected call counts its executions per key: a key
-run twice is a double. The store keeps its default pool (16 connections per process): 64 threads
-or tasks share them, as they would in an application.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import statistics
 import sys
 import threading
 import time
 import uuid
 from collections import Counter
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
 
 import ctrlrun
 from bench import _pgbench
 from bench._cpu import CpuMeter
-from bench._pgbench import pgbench
+from bench._pgbench import pg_server, pgbench, schema_url, write_json
 
 
 class Counted:
@@ -64,13 +52,8 @@ class Counted:
         spent = cpu.per_call(calls)
         self.store.close()
         doubles = sum(1 for n in self.runs.values() if n > 1)
-        return {
-            "calls": calls,
-            "wall_s": wall,
-            "calls_per_s": calls / wall,
-            "doubles": doubles,
-            **spent,
-        }
+        figures = {"calls": calls, "wall_s": wall, "calls_per_s": calls / wall}
+        return {**figures, "doubles": doubles, **spent}
 
 
 PREPARED_8 = "ctrlrun, 8 threads, prepared_statements=on"
@@ -135,7 +118,7 @@ def main() -> None:
         "--no-ctrlrun-sql", action="store_true", help="skip pgbench on ctrlrun's own statements"
     )
     args = ap.parse_args()
-    pg = os.environ.get("CTRLRUN_TEST_POSTGRES_URL")
+    pg = pg_server()
     if not pg:
         sys.exit(
             "needs a PostgreSQL server: python3 -m throwaway.pgserver -- python -m bench.throughput"
@@ -168,9 +151,7 @@ def main() -> None:
     runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name in rows}
     for r in range(args.repeats):
         for name, measure in rows.items():
-            out = measure(
-                f"{pg}{'&' if '?' in pg else '?'}schema=ctrlrun_scratch_tp_{uuid.uuid4().hex[:8]}"
-            )
+            out = measure(schema_url(pg, "ctrlrun_scratch_tp_")[0])
             runs[name].append(out)
             doubles = f", doubles {out['doubles']}" if "doubles" in out else ""
             print(
@@ -181,9 +162,8 @@ def main() -> None:
         name: statistics.median(o["calls_per_s"] for o in outs) for name, outs in runs.items()
     }
     doubles = sum(o.get("doubles", 0) for outs in runs.values() for o in outs)
-    print(
-        f"\n== PostgreSQL throughput: {args.seconds:g} s per run, {args.repeats} runs, medians =="
-    )
+    title = f"PostgreSQL throughput: {args.seconds:g} s per run, {args.repeats} runs, medians"
+    print(f"\n== {title} ==")
     print(
         f"{'workload':<46} {'calls/s':>10} {'all runs':>26} {'server CPU':>11} {'client CPU':>11}"
     )
@@ -193,41 +173,35 @@ def main() -> None:
         client = statistics.median(o["client_cpu_us"] for o in outs)
         print(f"{name:<46} {median[name]:>10,.0f} {each:>26} {server:>8,.0f} µs {client:>8,.0f} µs")
     print("(CPU per call, medians: every postgres process; this process or pgbench)")
-    pg8, pg32, mine = (
-        median["pgbench, 8 clients"],
-        median["pgbench, 32 clients"],
-        median.get("pgbench, 8 clients, ctrlrun's SQL"),
-    )
+    pg8, pg32 = median["pgbench, 8 clients"], median["pgbench, 32 clients"]
+    mine = median.get("pgbench, 8 clients, ctrlrun's SQL")
     checks = [
         ("8 threads vs pgbench 8 clients", median["ctrlrun, 8 threads"] / pg8),
         ("64 tasks vs pgbench 32 clients", median["ctrlrun, 64 concurrent tasks"] / pg32),
         ("8 threads, prepared_statements=on, vs pgbench 8 clients", median[PREPARED_8] / pg8),
         ("64 tasks, prepared_statements=on, vs pgbench 32 clients", median[PREPARED_64] / pg32),
     ]
-    info = [
-        ("1 thread vs pgbench 1 client", median["ctrlrun, 1 thread"] / median["pgbench, 1 client"])
-    ]
+    one = median["ctrlrun, 1 thread"]
+    info = [("1 thread vs pgbench 1 client", one / median["pgbench, 1 client"])]
     if mine is not None:
-        one = median["ctrlrun, 1 thread"] / median["pgbench, 1 client, ctrlrun's SQL"]
-        info.append(("1 thread vs pgbench 1 client on ctrlrun's SQL", one))
+        ours = one / median["pgbench, 1 client, ctrlrun's SQL"]
+        info.append(("1 thread vs pgbench 1 client on ctrlrun's SQL", ours))
         info.append(("8 threads vs pgbench on ctrlrun's SQL", median["ctrlrun, 8 threads"] / mine))
         info.append(("pgbench: ctrlrun's SQL vs the two statements", mine / pg8))
     floor = median["pgbench, 8 clients, receipts floor"]
     info.append(("receipts floor vs the two statements (8 clients)", floor / pg8))
     unnamed = median["pgbench, 8 clients, receipts floor, unnamed"]
     info.append(("receipts floor unnamed vs the two statements", unnamed / pg8))
-    info.append(
-        ("8 threads vs pgbench on the receipts floor", median["ctrlrun, 8 threads"] / floor)
-    )
+    eight = median["ctrlrun, 8 threads"]
+    info.append(("8 threads vs pgbench on the receipts floor", eight / floor))
     print(f"\n{'check':<56} {'measured':>8} {'goal':>8} verdict")
     for name, ratio in checks:
         print(f"{name:<56} {ratio:>7.2f}x {'>= 0.6x':>8} {'MET' if ratio >= 0.6 else 'MISSED'}")
     for name, ratio in info:
         print(f"{name:<56} {ratio:>7.2f}x {'info':>8} n/a")
     print(f"{'doubles, every run':<56} {doubles:>8} {'0':>8} {'MET' if doubles == 0 else 'MISSED'}")
-    if args.json:
-        summary = {"runs": runs, "median": median, "checks": dict(checks), "info": dict(info)}
-        Path(args.json).write_text(json.dumps({**summary, "doubles": doubles}, indent=2))
+    summary = {"runs": runs, "median": median, "checks": dict(checks), "info": dict(info)}
+    write_json(args.json, {**summary, "doubles": doubles})
 
 
 if __name__ == "__main__":

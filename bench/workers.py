@@ -1,5 +1,7 @@
 """Running the benchmark's workers: one measurement in its own subprocess (``run_worker``), and
-``CONTENTION_PROCS`` processes released together over the same keys (``run_contention``)."""
+``CONTENTION_PROCS`` processes released together over the same keys (``run_contention``); and
+their venvs: the original product (``bench/.ref-venv``) and the floors' psycopg
+(``bench/.floor-venv``), made on first use from the base interpreter (``ensure_venv``)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,10 @@ CTRLRUN_WORKER = os.path.join(BENCH, "_ctrlrun_worker.py")
 REF_WORKER = os.path.join(BENCH, "_ref_worker.py")
 FLOOR_WORKER = os.path.join(BENCH, "_floor_worker.py")
 
+REF_VENV = os.path.join(BENCH, ".ref-venv")
+FLOOR_VENV = os.path.join(BENCH, ".floor-venv")
+REF_VERSION = "0.12.2"
+PSYCOPG = "psycopg[binary]==3.3.9"
 CONTENTION_PROCS = 8
 CONTENTION_KEYS = 200
 WORKER_TIMEOUT = 1800
@@ -58,15 +64,8 @@ def run_contention(
         order = list(keys)
         random.Random(seed * 1000 + p).shuffle(order)
         cfg = dict(base_cfg, keys=order, marks=marks)
-        procs.append(
-            subprocess.Popen(
-                [python, script, json.dumps(cfg)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
+        pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+        procs.append(subprocess.Popen([python, script, json.dumps(cfg)], text=True, **pipes))
     try:
         for pr in procs:
             line = pr.stdout.readline()
@@ -106,3 +105,23 @@ def run_contention(
         "never_executed": len(missing),
         "exactly_once": not doubles and not missing,
     }
+
+
+def ensure_venv(venv: str, packages: List[str], check: str) -> str:
+    """Create ``venv`` (from the base interpreter) with ``packages`` unless ``check`` already
+    runs in it. Returns its python."""
+    py = os.path.join(venv, "bin", "python")
+    if os.path.exists(py):
+        ok = subprocess.run([py, "-c", check], capture_output=True).returncode == 0
+        if ok:
+            return py
+    log(f"setting up {os.path.relpath(venv, ROOT)}: pip install {' '.join(packages)}")
+    if not os.path.exists(py):
+        base = getattr(sys, "_base_executable", sys.executable)
+        subprocess.run([base, "-m", "venv", venv], check=True)
+    subprocess.run(
+        [py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *packages],
+        check=True,
+    )
+    subprocess.run([py, "-c", check], check=True)
+    return py
