@@ -9,15 +9,16 @@ Seeded through the product's own writes (the core's, with explicit times; a rece
 their time ran out). Pages are asked in-process of the console's ASGI app (``httpx``), signed
 in; server time is the app's own, from the request to its last byte. The floor: the SELECTs the
 page needs (51 rows, the count to 10,000, on the pending view the 10 latest decided) issued
-directly, SQLite through ``sqlite3`` (each listing ``INDEXED BY`` the index meant for it: state
-for one state oldest first, time for the decided newest first), PostgreSQL through psycopg.
-Bytes: status line, headers and body as the app sends them (a server adds ``date``, ``server``).
+directly, as the product writes them (``listing.rs``), SQLite through ``sqlite3``, PostgreSQL
+through psycopg. Bytes: status line, headers and body as the app sends (a server adds ``date``,
+``server``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sqlite3
 import statistics
 import time
@@ -75,12 +76,16 @@ def seed(store: ctrlrun.Store, n: int, now_us: int, threads: int) -> None:
 
 
 def floor_statements(table: str, case: Dict[str, Any], sqlite: bool) -> List[Any]:
-    """The SELECTs a page of ``case`` needs and their parameters (on SQLite each listing
-    ``INDEXED BY`` the index meant for its order)."""
+    """The SELECTs a page of ``case`` needs, as ``listing.rs`` writes them, and their
+    parameters."""
     mark = "?" if sqlite else "%s"
 
     def where(states: Tuple[str, ...], after: List[Any]) -> Tuple[str, List[Any]]:
-        sql = "(" + " OR ".join(STATE[s].format(mark) for s in states) + ")"
+        several = len(states) > 1 or states == ("expired",)  # as listing.rs: no state index
+        shown = [
+            re.sub(r"\bstate\b", "(state || '')", STATE[s]) if several else STATE[s] for s in states
+        ]
+        sql = "(" + " OR ".join(c.format(mark) for c in shown) + ")"
         params: List[Any] = [now] * sum("{0}" in STATE[s] for s in states)
         for col, value in case.get("eq", {}).items():
             sql, params = f"{sql} AND {col} = {mark}", [*params, value]
@@ -91,11 +96,10 @@ def floor_statements(table: str, case: Dict[str, Any], sqlite: bool) -> List[Any
         return sql, params
 
     def listing(states: Tuple[str, ...], newest: bool, limit: int, after: List[Any]) -> Any:
-        index = " INDEXED BY ctrlrun_approvals_" + ("time" if newest else "state") if sqlite else ""
         desc = " DESC" if newest else ""
         sql, params = where(states, after)
         order = f"ORDER BY requested_at{desc}, request_id{desc} LIMIT {limit}"
-        return f"SELECT {COLUMNS} FROM {table}{index} WHERE {sql} {order}", params
+        return f"SELECT {COLUMNS} FROM {table} WHERE {sql} {order}", params
 
     now, states = int(time.time() * 1_000_000), case["states"]
     count, params = where(states, [])

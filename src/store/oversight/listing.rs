@@ -9,7 +9,8 @@
 //! order; `(requested_at, request_id)` several states, newest first, the others filtered out as
 //! the walk meets them; `(state, expires_at)` the live pending or granted requests (and their
 //! count) among any number of abandoned ones, which stay stored `pending` until the same call
-//! asks again.
+//! asks again; `(action, …)` and `(requested_by, …)` one action's or one asker's requests in
+//! order, whatever the others hold.
 
 use crate::approval::ApprovalState;
 use crate::record::Micros;

@@ -183,13 +183,16 @@ const MIGRATIONS: [&str; 10] = [
     "",
     // 10 -> 11: the indexes behind the console's and `approvals list`'s pages (see
     // `oversight/listing.rs`): one state's requests in request order, every request newest
-    // first, and the live pending or granted ones by expiry. Approval requests are written by
-    // the actions that need a person, never by every protected call, so the writes these cost
-    // are few. The build holds approval writes for its time (a table of a million requests:
-    // seconds).
+    // first, the live pending or granted ones by expiry, and one action's or one asker's in
+    // order. Approval requests are written by the actions that need a person, never by every
+    // protected call, so the writes these cost are few. The build holds approval writes for
+    // its time (a table of a million requests: seconds).
     "CREATE INDEX IF NOT EXISTS ctrlrun_approvals_state ON {a} (state, requested_at, request_id);
      CREATE INDEX IF NOT EXISTS ctrlrun_approvals_time ON {a} (requested_at, request_id);
-     CREATE INDEX IF NOT EXISTS ctrlrun_approvals_expiry ON {a} (state, expires_at)",
+     CREATE INDEX IF NOT EXISTS ctrlrun_approvals_expiry ON {a} (state, expires_at);
+     CREATE INDEX IF NOT EXISTS ctrlrun_approvals_action ON {a} (action, requested_at, request_id);
+     CREATE INDEX IF NOT EXISTS ctrlrun_approvals_asker
+         ON {a} (requested_by, requested_at, request_id)",
 ];
 
 pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) -> Result<()> {

@@ -162,10 +162,15 @@ pub(super) const MIGRATIONS: [&str; 7] = [
      ) WITHOUT ROWID;",
     // 7 -> 8: the indexes behind the console's and `approvals list`'s pages (see
     // `oversight/listing.rs`): one state's requests in request order, every request newest
-    // first, and the live pending or granted ones by expiry.
+    // first, the live pending or granted ones by expiry, and one action's or one asker's in
+    // order.
     "CREATE INDEX ctrlrun_approvals_state ON ctrlrun_approvals (state, requested_at, request_id);
      CREATE INDEX ctrlrun_approvals_time ON ctrlrun_approvals (requested_at, request_id);
-     CREATE INDEX ctrlrun_approvals_expiry ON ctrlrun_approvals (state, expires_at);",
+     CREATE INDEX ctrlrun_approvals_expiry ON ctrlrun_approvals (state, expires_at);
+     CREATE INDEX ctrlrun_approvals_action
+         ON ctrlrun_approvals (action, requested_at, request_id);
+     CREATE INDEX ctrlrun_approvals_asker
+         ON ctrlrun_approvals (requested_by, requested_at, request_id);",
 ];
 
 /// Version 1's table; [`MIGRATIONS`] bring it to [`SCHEMA_VERSION`].
