@@ -31,6 +31,7 @@ INJECTED: FrozenSet[Tuple[str, str]] = frozenset(
         ("langgraph", "ToolRuntime"),
         ("langchain", "ToolRuntime"),
         ("mcp", "Context"),
+        ("agent_framework", "FunctionInvocationContext"),
     }
 )
 
@@ -46,6 +47,7 @@ _UNRESOLVED_NAMES = frozenset(
         "InjectedState",
         "InjectedStore",
         "ToolRuntime",
+        "FunctionInvocationContext",
     }
 )
 
