@@ -385,9 +385,7 @@ def standing(where: Tools, request: Content) -> Optional[ApprovalRecord]:
     return None if tool is None else _request_for(tool.about, args, kwargs)
 
 
-def approve(
-    where: Tools, request: Content, *, by: str, note: Optional[str] = None
-) -> Content:
+def approve(where: Tools, request: Content, *, by: str, note: Optional[str] = None) -> Content:
     """The response approving ``request`` (send it back with ``agent.run(...)`` on the same
     session), and for a protected tool the ctrlrun grant of the request standing for the
     call's arguments, recorded now under ``by``. A request denied in ctrlrun meanwhile stays
@@ -400,9 +398,7 @@ def approve(
     return request.to_function_approval_response(approved=True)
 
 
-def reject(
-    where: Tools, request: Content, *, by: str, note: Optional[str] = None
-) -> Content:
+def reject(where: Tools, request: Content, *, by: str, note: Optional[str] = None) -> Content:
     """The response rejecting ``request``, and for a protected tool a ctrlrun denial of the
     request standing for the call's arguments under ``by``: the framework tells the model the
     call was rejected, and the same call asked again is answered "denied by <by>". A request
