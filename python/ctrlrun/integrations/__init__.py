@@ -4,7 +4,8 @@ used and installed with the extra of the same name (``pip install 'ctrlrun[langc
 * :mod:`ctrlrun.integrations.langchain`: LangChain tools and LangGraph graphs;
 * :mod:`ctrlrun.integrations.openai_agents`: the OpenAI Agents SDK;
 * :mod:`ctrlrun.integrations.pydantic_ai`: pydantic-ai agents;
-* :mod:`ctrlrun.integrations.mcp`: MCP servers built on the MCP SDK's ``MCPServer``.
+* :mod:`ctrlrun.integrations.mcp`: MCP servers built on the MCP SDK's ``MCPServer``;
+* :mod:`ctrlrun.integrations.agent_framework`: the Microsoft Agent Framework.
 
 Each has a ``protect`` with the keyword arguments of :func:`ctrlrun.protect` that works in
 either order with the framework's tool decorator (or refuses the wrong one at decoration),
