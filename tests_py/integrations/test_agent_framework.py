@@ -264,3 +264,21 @@ def test_what_cannot_be_protected_is_refused_at_decoration(store_url):
     with pytest.raises(TypeError, match="not_an_option"):
         af.protect("stripe.refund", not_an_option=1)
     store.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the core's seam does not know this framework's FunctionTool yet: it needs "
+    '("agent_framework", ("FunctionTool",), "agent_framework") in call/seams.py _TOOL_OBJECTS',
+)
+def test_the_core_protect_above_tool_delegates_to_the_integration(store_url):
+    store = ctrlrun.open_store(store_url)
+
+    @ctrlrun.protect("stripe.refund", effect="refund:{payment_id}", store=store)
+    @tool
+    def refund(payment_id: str) -> str:
+        """Refund a payment."""
+        return payment_id
+
+    assert isinstance(refund, FunctionTool) and af._ours(refund) is not None
+    store.close()

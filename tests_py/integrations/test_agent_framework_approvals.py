@@ -8,7 +8,9 @@ name (a rejection as a denial); decisions made in ctrlrun are carried into the r
 
 from __future__ import annotations
 
-from agent_framework import FunctionInvocationContext
+import asyncio
+
+from agent_framework import FunctionInvocationContext, FunctionMiddleware
 
 import ctrlrun
 from ctrlrun.integrations import agent_framework as af
@@ -163,4 +165,32 @@ def test_under_tool_an_approval_waits_or_follows_the_tools_own_mode(store_url, m
     answer(target, [request.to_function_approval_response(True)], session)
     assert told(target) == ["refunded pi_2"] and runs == ["pi_1", "pi_2"]
     assert requests(store)[1] == ("used", other, "agent-framework")
+    store.close()
+
+
+class Passing(FunctionMiddleware):
+    """A function middleware that lets every call through (the framework's middleware path)."""
+
+    async def process(self, context, call_next):
+        await call_next()
+
+
+def test_an_approval_through_function_middleware_and_none_outside_a_run(store_url, mode):
+    """With function middleware the framework runs an approved call through its pipeline: the
+    approval is still the grant. Invoked outside a run (``tool.invoke``), nothing was
+    approved by a person: the call is answered "waiting for approval"."""
+    store = ctrlrun.open_store(store_url)
+    runs: list = []
+    made = refund_tool(mode, store, runs)
+    target = agent(made, [("refund", ARGS, "c1")], "refunded", middleware=[Passing()])
+    session = target.create_session()
+    request = paused_on(target, session)
+    answer(target, [request.to_function_approval_response(True)], session)
+    assert told(target) == ["refunded pi_1"] and runs == ["pi_1"]
+    assert requests(store) == [("used", ARGS, "agent-framework")]
+
+    other = {**ARGS, "payment_id": "pi_2"}
+    (said,) = asyncio.run(made.invoke(arguments=other))
+    assert said.text.startswith("waiting for approval apr_") and runs == ["pi_1"]
+    assert requests(store)[1] == ("pending", other, None)
     store.close()
