@@ -266,11 +266,6 @@ def test_what_cannot_be_protected_is_refused_at_decoration(store_url):
     store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the core's seam does not know this framework's FunctionTool yet: it needs "
-    '("agent_framework", ("FunctionTool",), "agent_framework") in call/seams.py _TOOL_OBJECTS',
-)
 def test_the_core_protect_above_tool_delegates_to_the_integration(store_url):
     store = ctrlrun.open_store(store_url)
 
