@@ -26,8 +26,9 @@ smolagents has no human-in-the-loop for tools: a call that needs a person's appr
 later call with the same arguments runs once. A body that raises ``NotExecuted`` is left to
 smolagents (its key recorded ``failed``, so the retry it invites may run).
 
-smolagents calls tools synchronously; an ``async def`` function protected here is run to its end
-on an event loop of its own (on a worker thread when the calling thread runs one).
+smolagents calls tools synchronously; an ``async def`` ``forward`` of a ``Tool`` subclass protected
+here is run to its end on an event loop of its own (on a worker thread when the calling thread
+runs one). (``@tool`` itself refuses an ``async def`` function.)
 
 smolagents injects no parameters into a tool's function. It may substitute a value of the
 agent's state (``additional_args``) for an argument the model names it by: that value is then
@@ -132,9 +133,18 @@ def _forward_of(tool: Tool) -> Callable[..., Any]:
     if parameters[:1] and parameters[0].name == "self":
         parameters = parameters[1:]
 
-    def call(*args: Any, **kwargs: Any) -> Any:
-        return forward(*args, **kwargs)
+    if inspect.iscoroutinefunction(inspect.unwrap(forward)):
 
+        async def call_async(*args: Any, **kwargs: Any) -> Any:
+            return await forward(*args, **kwargs)
+
+        call: Callable[..., Any] = call_async
+    else:
+
+        def call_sync(*args: Any, **kwargs: Any) -> Any:
+            return forward(*args, **kwargs)
+
+        call = call_sync
     call.__name__ = call.__qualname__ = str(tool.name)
     call.__doc__ = getattr(tool, "description", None)
     call.__signature__ = sig.replace(parameters=parameters)  # type: ignore[attr-defined]
