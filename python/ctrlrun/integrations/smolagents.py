@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import copy
 import functools
 import gc
@@ -61,6 +62,10 @@ _NOT_SERIALISED = (
     "remote executor, save, push_to_hub): the copy would run unprotected. Use the local "
     "executor, or protect the tool's function where it runs"
 )
+
+
+# The Tool whose protected ``forward`` is running (see _method).
+_SELF: contextvars.ContextVar[Any] = contextvars.ContextVar("ctrlrun_smolagents_tool")
 
 
 def answer(refusal: Refusal) -> str:
@@ -90,24 +95,61 @@ def protect(name: str, **options: Any) -> Callable[[Any], Any]:
 
 
 def _function(fn: Any, name: str, options: Dict[str, Any]) -> Callable[..., Any]:
-    """``fn`` protected, answering refusals as text; a method's ``self`` left out of its
-    fingerprint (and so of an approval); an ``async def`` run to its end."""
+    """``fn`` protected, answering refusals as text (an ``async def`` run to its end); a
+    method's ``self`` is handed to it aside, never one of the call's arguments."""
     if not callable(fn):
         raise InvalidArgument(f"protect({name!r}) decorates a function or a Tool, got {fn!r}")
     try:
-        params = list(inspect.signature(fn).parameters)
+        sig: Optional[inspect.Signature] = inspect.signature(fn)
     except (TypeError, ValueError):
-        params = []
-    if params[:1] == ["self"]:
-        given = options.get("fingerprint_exclude", ())
-        options = {**options, "fingerprint_exclude": (*given, "self")}
+        sig = None  # the core protect says why
+    if sig is not None and list(sig.parameters)[:1] == ["self"]:
+        return _method(fn, sig, name, options)
     guarded = answering(_protect(name, **options)(fn), answer)
     return _synchronous(guarded) if inspect.iscoroutinefunction(guarded) else guarded
 
 
+def _method(
+    fn: Callable[..., Any], sig: inspect.Signature, name: str, options: Dict[str, Any]
+) -> Callable[..., Any]:
+    """A ``Tool``'s ``forward(self, ...)`` protected as a function of its other parameters: the
+    tool is passed to the body through the context, so it is never in the call's fingerprint
+    or what an approver is shown."""
+    if inspect.iscoroutinefunction(fn):
+
+        async def body_async(*args: Any, **kwargs: Any) -> Any:
+            return await fn(_SELF.get(), *args, **kwargs)
+
+        body: Callable[..., Any] = body_async
+    else:
+
+        def body_sync(*args: Any, **kwargs: Any) -> Any:
+            return fn(_SELF.get(), *args, **kwargs)
+
+        body = body_sync
+    for attribute in ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__"):
+        setattr(body, attribute, getattr(fn, attribute, None))
+    body.__signature__ = sig.replace(  # type: ignore[attr-defined]
+        parameters=list(sig.parameters.values())[1:]
+    )
+    guarded = answering(_protect(name, **options)(body), answer)
+    call = _synchronous(guarded) if inspect.iscoroutinefunction(guarded) else guarded
+
+    @functools.wraps(fn)
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        token = _SELF.set(self)
+        try:
+            return call(*args, **kwargs)
+        finally:
+            _SELF.reset(token)
+
+    forward.__ctrlrun__ = protected(guarded)  # type: ignore[attr-defined]
+    return forward
+
+
 def _synchronous(fn: Callable[..., Any]) -> Callable[..., Any]:
     """An ``async def`` as the sync function smolagents calls: awaited on a loop of its own,
-    on a worker thread when this thread already runs a loop."""
+    on a worker thread (in this thread's context) when this thread already runs a loop."""
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
@@ -115,8 +157,9 @@ def _synchronous(fn: Callable[..., Any]) -> Callable[..., Any]:
             asyncio.get_running_loop()
         except RuntimeError:
             return asyncio.run(fn(*args, **kwargs))
+        context = contextvars.copy_context()
         with concurrent.futures.ThreadPoolExecutor(1) as worker:
-            return worker.submit(asyncio.run, fn(*args, **kwargs)).result()
+            return worker.submit(context.run, asyncio.run, fn(*args, **kwargs)).result()
 
     return run
 
