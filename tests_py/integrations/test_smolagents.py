@@ -28,6 +28,9 @@ import ctrlrun
 from ctrlrun.errors import InvalidArgument, NotExecuted
 from ctrlrun.integrations import smolagents as smol
 
+# smolagents' own warning for a function under @tool and another decorator (the docs say why)
+pytestmark = pytest.mark.filterwarnings("ignore:Function 'refund' has decorators other than @tool")
+
 #: How a refund tool is made: a function protected under @tool, a @tool protected above it, a
 #: Tool subclass protected above ``class``, a Tool subclass's ``forward`` protected.
 HOWS = ["under", "above", "class", "forward"]
@@ -110,7 +113,7 @@ class Shop:
 
             @protect
             @tool
-            def refund(payment_id: str, amount: int) -> str:  # noqa: F811 - one of the ways
+            def refund(payment_id: str, amount: int) -> str:
                 """Refund part of a payment.
 
                 Args:
@@ -301,7 +304,7 @@ def test_what_would_run_unprotected_is_refused(store):
 
     protect = smol.protect("stripe.refund", effect="refund:{payment_id}", store=store)
     held = ToolCallingAgent(tools=[refund_tool], model=Scripted())
-    with pytest.raises(InvalidArgument, match="already in the agent .*before giving it"):
+    with pytest.raises(InvalidArgument, match=r"already in the agent .*before giving it"):
         protect(refund_tool)
     assert held.tools["refund_tool"] is refund_tool
     made = protect(refund_tool.__class__())  # a tool no agent holds

@@ -10,7 +10,7 @@ import re
 from typing import Any, Tuple
 
 import pytest
-from ctrlrun.integrations import smolagents as smol
+
 from ctrlrun.store.approvals import ApprovalState
 from tests_py.integrations.test_smolagents import (
     CASES,
@@ -22,7 +22,11 @@ from tests_py.integrations.test_smolagents import (
 )
 from tests_py.support.modes import Mode
 
-WAITING = re.compile(r"^waiting for approval (apr_[0-9a-f]{32}): stripe\.refund runs once a person ")
+pytestmark = pytest.mark.filterwarnings("ignore:Function 'refund' has decorators other than @tool")
+
+WAITING = re.compile(
+    r"^waiting for approval (apr_[0-9a-f]{32}): stripe\.refund runs once a person "
+)
 
 
 @pytest.fixture(params=CASES, ids=[f"{h}-{m}" for h, m in CASES])
@@ -131,4 +135,3 @@ def test_a_method_protected_without_approval_keeps_self_out_of_the_fingerprint(s
     agent = other.agent([refund("c1")])
     agent.run("refund again")
     assert observations(agent)[0].startswith("already done: refund:pi_1 committed at ")
-

@@ -48,8 +48,8 @@ import gc
 import inspect
 from typing import Any, Callable, Dict, Optional
 
-from smolagents import Tool
-from smolagents.agents import MultiStepAgent
+from smolagents import Tool  # type: ignore[import-untyped]  # (no py.typed)
+from smolagents.agents import MultiStepAgent  # type: ignore[import-untyped]
 
 from ctrlrun.call.protect import protect as _protect
 from ctrlrun.errors import InvalidArgument
@@ -171,7 +171,9 @@ def _forward_of(tool: Tool) -> Callable[..., Any]:
     try:
         sig = inspect.signature(forward)
     except (TypeError, ValueError) as exc:
-        raise InvalidArgument(f"cannot read the signature of {tool.name!r}.forward: {exc}") from None
+        raise InvalidArgument(
+            f"cannot read the signature of {tool.name!r}.forward: {exc}"
+        ) from None
     parameters = list(sig.parameters.values())
     if parameters[:1] and parameters[0].name == "self":
         parameters = parameters[1:]
@@ -218,10 +220,10 @@ def protect_tool(tool: Tool, name: str, options: Dict[str, Any]) -> Tool:
         )
     guarded = _function(_forward_of(tool), name, options)
     made = copy.copy(tool)
-    made.forward = guarded  # type: ignore[method-assign]
+    made.forward = guarded
     for export in ("to_dict", "save", "push_to_hub"):
         setattr(made, export, _refuse_export(tool.name))
-    made.__ctrlrun__ = protected(guarded)  # type: ignore[attr-defined]
+    made.__ctrlrun__ = protected(guarded)
     return made
 
 
