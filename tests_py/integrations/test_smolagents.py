@@ -312,6 +312,10 @@ def test_what_would_run_unprotected_is_refused(store):
         protect(made)
     with pytest.raises(InvalidArgument, match="cannot be exported"):
         made.to_dict()
+    from tests_py.support.modes import Mode
+
+    with pytest.raises(InvalidArgument, match="cannot be exported"):
+        Shop("class", Mode("sync"), store).tool.to_dict()
     with pytest.raises(InvalidArgument, match="must be a template str"):
         smol.protect("stripe.refund", effect=5)
 

@@ -11,7 +11,9 @@ with smolagents' ``@tool``, and on ``Tool`` subclasses:
   on ``def forward(self, ...)`` inside the class body it protects that method (``self`` is never
   part of the call's fingerprint or what an approver is shown).
 
-The core ``ctrlrun.protect`` handed a ``Tool`` instance delegates to :func:`protect_tool`.
+The core ``ctrlrun.protect`` is not told of smolagents' ``Tool``: handed one, it refuses it
+(use this module's ``protect``); under ``@tool`` it protects, but its refusals are smolagents'
+errors ("... Please try again or use another tool").
 
 A refusal is the tool's return value, the text the model reads as the call's observation, in
 the gateway's words ("already done: <key> committed at <time>; do not retry", "outcome unknown:
@@ -34,8 +36,10 @@ smolagents injects no parameters into a tool's function. It may substitute a val
 agent's state (``additional_args``) for an argument the model names it by: that value is then
 the argument, in the key and fingerprint like any other.
 
-A protected tool's code cannot be serialised for a remote executor or the Hub (``to_dict``,
-``save``, ``push_to_hub`` raise): the protection would not go with it."""
+A tool protected above ``@tool``, as a ``Tool`` or above ``class`` refuses to be exported for a
+remote executor or the Hub (``to_dict``, ``save``, ``push_to_hub`` raise): the protection would
+not go with it. (Under ``@tool``, smolagents exports the function's body without its decorators;
+that cannot be seen from here: protect above ``@tool`` a tool that may be exported.)"""
 
 from __future__ import annotations
 
