@@ -338,3 +338,29 @@ def test_threads_never_share_a_loop(store):
     worker.join()
     assert out == ["refunded 1 on pi_9"]
     assert store.get_effect("refund:pi_9").state.value == "committed"
+
+
+def test_the_core_protect_under_tool_still_protects(store):
+    """Under ``@tool`` the core ``ctrlrun.protect`` protects (never silently off); only its
+    refusals are smolagents' errors, which is why the docs point to this module's protect."""
+    runs: List[str] = []
+
+    @tool
+    @ctrlrun.protect("stripe.refund", effect="refund:{payment_id}", store=store)
+    def refund(payment_id: str, amount: int) -> str:
+        """Refund part of a payment.
+
+        Args:
+            payment_id: the payment to refund
+            amount: how much, in cents
+        """
+        runs.append(payment_id)
+        return "refunded"
+
+    agent = ToolCallingAgent(tools=[refund], model=Scripted(), verbosity_level=-1)
+    agent.model.turns = [[call("refund", "c1", payment_id="pi_1", amount=5)]] * 2
+    agent.run("refund")
+    steps = [s for s in agent.memory.steps if isinstance(s, ActionStep)]
+    assert steps[0].observations == "refunded"
+    assert "DuplicateEffect" in str(steps[1].error)
+    assert runs == ["pi_1"]
