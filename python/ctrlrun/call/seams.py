@@ -23,6 +23,7 @@ _TOOL_OBJECTS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
     ("agents", ("FunctionTool",), "openai_agents"),
     ("pydantic_ai", ("Tool",), "pydantic_ai"),
     ("agent_framework", ("FunctionTool",), "agent_framework"),
+    ("smolagents", ("Tool",), "smolagents"),
 )
 
 
