@@ -31,6 +31,8 @@ INJECTED: FrozenSet[Tuple[str, str]] = frozenset(
         ("langgraph", "ToolRuntime"),
         ("langchain", "ToolRuntime"),
         ("mcp", "Context"),
+        ("strands", "ToolContext"),  # a Strands @tool(context=True) function's tool_context
+        ("strands", "Agent"),  # a Strands tool function's `agent: Agent`
     }
 )
 

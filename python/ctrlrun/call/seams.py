@@ -22,6 +22,7 @@ _TOOL_OBJECTS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
     ("langchain_core", ("BaseTool",), "langchain"),
     ("agents", ("FunctionTool",), "openai_agents"),
     ("pydantic_ai", ("Tool",), "pydantic_ai"),
+    ("strands", ("DecoratedFunctionTool",), "strands"),
 )
 
 
