@@ -2,6 +2,12 @@
 own test model (no API key), on both backends (``store_url``) and with sync and async tools."""
 
 import importlib.util
+import os
+
+# CrewAI sends no telemetry from the tests (set before any test module imports it).
+os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("OTEL_SDK_DISABLED", "true")
+os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
 
 # Strands Agents and CrewAI pin versions of mcp and pydantic the main venv cannot have (it needs
 # mcp>=2.3), so their tests run in venvs of their own (.venv-strands, .venv-crewai: `make

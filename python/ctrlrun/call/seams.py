@@ -23,6 +23,7 @@ _TOOL_OBJECTS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
     ("agents", ("FunctionTool",), "openai_agents"),
     ("pydantic_ai", ("Tool",), "pydantic_ai"),
     ("strands", ("DecoratedFunctionTool",), "strands"),
+    ("crewai", ("BaseTool",), "crewai"),
 )
 
 
