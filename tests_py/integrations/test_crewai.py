@@ -66,6 +66,8 @@ class Shop:
 
             self.tool = ctrlrun.protect("refund", **options)(RefundTool())
         assert isinstance(self.tool, BaseTool) and self.tool.name == "refund"
+        if how != "under":  # never answered from CrewAI's tool cache
+            assert self.tool.cache_function is cc.never_cached
         self.llm = ScriptedLLM()
 
     def run(self, *turns: Any) -> Any:

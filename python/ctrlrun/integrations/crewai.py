@@ -11,8 +11,10 @@ either order with ``@tool`` (``crewai.tools.tool``):
 
 A refusal is the tool's result, in the gateway's words ("already done: <key> committed at
 <time>; do not retry"), never CrewAI's "Error executing tool: ...". A tool protected above
-``@tool`` is never cached by CrewAI's tool cache (ctrlrun's store says what ran): a cached
-"waiting for approval" would otherwise be the answer after the person granted it.
+``@tool`` (or by :func:`protect_tool`) has :func:`never_cached` as its ``cache_function``:
+CrewAI's text (ReAct) tool path caches results by input, and a cached "waiting for approval"
+would otherwise answer the same call after the person granted it. Under ``@tool``, set
+``tool.cache_function = never_cached`` yourself.
 
 Approvals: :class:`Approvals` is a CrewAI ``before_tool_call`` hook
 (``register_before_tool_call_hook(Approvals(ask))``, or ``Approvals(ask).register()``). Before a
@@ -36,7 +38,7 @@ from ctrlrun.errors import CTRLRunError, InvalidArgument
 from ctrlrun.integrations._common import Protected, Refusal, answering, decide, protected
 from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
 
-__all__ = ["protect", "protect_tool", "answer", "Approvals", "DEFAULT_APPROVER"]
+__all__ = ["protect", "protect_tool", "answer", "never_cached", "Approvals", "DEFAULT_APPROVER"]
 
 #: Who a decision made through a CrewAI hook is recorded as, when the answer names nobody.
 DEFAULT_APPROVER = "crewai"
@@ -51,8 +53,9 @@ def answer(refusal: Refusal) -> str:
     return refusal.text
 
 
-def _never_cached(_args: Any = None, _result: Any = None) -> bool:
-    """A protected tool's ``cache_function``: its results are never cached by CrewAI."""
+def never_cached(_args: Any = None, _result: Any = None) -> bool:
+    """A ``cache_function`` for a protected tool: its results are never cached by CrewAI
+    (ctrlrun's store says what ran)."""
     return False
 
 
@@ -81,7 +84,7 @@ def protect_tool(tool: BaseTool, name: str, options: Dict[str, Any]) -> BaseTool
     ``BaseTool``) protected as ``protect(name, **options)`` does, never cached by CrewAI."""
     if isinstance(tool, Tool):
         guarded = _guarded(tool.func, name, options)
-        return tool.model_copy(update={"func": guarded, "cache_function": _never_cached})
+        return tool.model_copy(update={"func": guarded, "cache_function": never_cached})
     guarded = _guarded(tool._run, name, options)  # the bound method: `self` is no argument
     cls = type(tool)
 
@@ -94,7 +97,7 @@ def protect_tool(tool: BaseTool, name: str, options: Dict[str, Any]) -> BaseTool
         {"_run": _run, "ctrlrun_guarded": staticmethod(guarded), "__module__": cls.__module__},
     )
     fields = {f: getattr(tool, f) for f in type(tool).model_fields}
-    made: BaseTool = made_cls.model_validate({**fields, "cache_function": _never_cached})
+    made: BaseTool = made_cls.model_validate({**fields, "cache_function": never_cached})
     return made
 
 
