@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: dev demo test test-rs test-py test-portable dist dist-check bench lint clean
+.PHONY: dev demo test test-rs test-py test-frameworks test-portable dist dist-check bench lint clean
 
 PIP := $(PY) -m pip --quiet --disable-pip-version-check --no-input
 
@@ -36,7 +36,7 @@ demo: dev
 	@$(PY) -m ctrlrun demo
 
 ## test: every test: Rust core without Python, then pytest through the package
-test: test-rs test-py
+test: test-rs test-py test-frameworks
 
 # The Rust store contract runs on SQLite and on PostgreSQL: a throwaway cluster is started for
 # it (or the server CTRLRUN_TEST_POSTGRES_URL names).
@@ -46,6 +46,25 @@ test-rs:
 test-py: dev $(VENV)/.tools
 	$(PY) -m mypy.stubtest ctrlrun._core
 	$(PY) -m pytest tests_py -q -n 2 --dist worksteal
+
+# Strands Agents and CrewAI pin mcp (<2.2, <2) and pydantic versions the main venv cannot have
+# beside the gateway's mcp>=2.3: each has a venv of its own from its pinned requirements file,
+# running its integration tests and its docs page, with ctrlrun from python/ (the abi3
+# extension `make dev` built). The main venv's pytest does not collect them.
+FRAMEWORKS := strands crewai
+
+.venv-%/.installed: requirements/%.txt
+	$(PYTHON) -m venv .venv-$*
+	.venv-$*/bin/python -m pip --quiet --disable-pip-version-check --no-input install -r $<
+	touch $@
+
+test-frameworks: dev $(foreach f,$(FRAMEWORKS),.venv-$(f)/.installed)
+	for f in $(FRAMEWORKS); do \
+		PYTHONPATH=python $(PYTHON) -m throwaway.pgserver -- .venv-$$f/bin/python -m pytest \
+			tests_py/integrations/test_$$f*.py -q -n 2 -p no:cacheprovider || exit 1; \
+		PYTHONPATH=python .venv-$$f/bin/python -m pytest tests_py/cli/test_docs.py -q \
+			-p no:cacheprovider -k integrations/$$f || exit 1; \
+	done
 
 # The SQLite file identity of other Unix systems (macOS, FreeBSD, OpenBSD), built and tested
 # on Linux (src/store/sqlite/identity.rs); its own target folder, since the flag rebuilds all.

@@ -32,6 +32,8 @@ INJECTED: FrozenSet[Tuple[str, str]] = frozenset(
         ("langchain", "ToolRuntime"),
         ("mcp", "Context"),
         ("agent_framework", "FunctionInvocationContext"),
+        ("strands", "ToolContext"),  # a Strands @tool(context=True) function's tool_context
+        ("strands", "Agent"),  # a Strands tool function's `agent: Agent`
     }
 )
 

@@ -24,6 +24,8 @@ _TOOL_OBJECTS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
     ("pydantic_ai", ("Tool",), "pydantic_ai"),
     ("agent_framework", ("FunctionTool",), "agent_framework"),
     ("smolagents", ("Tool",), "smolagents"),
+    ("strands", ("DecoratedFunctionTool",), "strands"),
+    ("crewai", ("BaseTool",), "crewai"),
 )
 
 
