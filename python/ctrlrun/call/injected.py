@@ -32,6 +32,9 @@ INJECTED: FrozenSet[Tuple[str, str]] = frozenset(
         ("langchain", "ToolRuntime"),
         ("mcp", "Context"),
         ("agent_framework", "FunctionInvocationContext"),
+        # google-adk: ToolContext and CallbackContext are aliases of google.adk.agents.Context
+        ("google", "Context"),
+        ("google", "ReadonlyContext"),
     }
 )
 
@@ -48,6 +51,7 @@ _UNRESOLVED_NAMES = frozenset(
         "InjectedStore",
         "ToolRuntime",
         "FunctionInvocationContext",
+        "CallbackContext",
     }
 )
 
