@@ -40,7 +40,7 @@ import typing
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 from google.adk.agents.context import Context
-from google.adk.tools import FunctionTool
+from google.adk.tools.function_tool import FunctionTool
 
 import ctrlrun
 from ctrlrun.call import io_threads
