@@ -10,6 +10,7 @@ import uuid
 from typing import Any, AsyncGenerator, Dict, List, Optional, Tuple
 
 from google.adk.agents import LlmAgent
+from google.adk.apps import App
 from google.adk.models import BaseLlm, LlmRequest, LlmResponse
 from google.adk.runners import InMemoryRunner
 from google.adk.tools.tool_confirmation import ToolConfirmation
@@ -71,22 +72,27 @@ class ScriptedModel(BaseLlm):
 class Run:
     """An agent with ``tools`` driven by a :class:`ScriptedModel` in an ``InMemoryRunner``."""
 
-    def __init__(self, tools: List[Any], script: List[Any]) -> None:
+    def __init__(
+        self, tools: List[Any], script: List[Any], run_config: Any = None, plugins: Any = None
+    ) -> None:
         self.model = ScriptedModel(script)
+        self.run_config = run_config
         self.agent = LlmAgent(name="agent", model=self.model, tools=tools)
-        self.runner = InMemoryRunner(agent=self.agent, app_name="ctrlrun-test")
+        self.runner = InMemoryRunner(
+            app=App(name="ctrlrun_test", root_agent=self.agent, plugins=list(plugins or []))
+        )
         self.session_id: Optional[str] = None
         self.events: List[Any] = []
 
     async def _send(self, message: types.Content) -> List[Any]:
         if self.session_id is None:
             session = await self.runner.session_service.create_session(
-                app_name="ctrlrun-test", user_id="u"
+                app_name="ctrlrun_test", user_id="u"
             )
             self.session_id = session.id
         got = []
         async for event in self.runner.run_async(
-            user_id="u", session_id=self.session_id, new_message=message
+            user_id="u", session_id=self.session_id, new_message=message, run_config=self.run_config
         ):
             got.append(event)
         self.events.extend(got)

@@ -15,7 +15,7 @@ from google.adk.tools import FunctionTool, ToolContext
 
 import ctrlrun
 from ctrlrun.errors import DuplicateEffect, InvalidArgument, NotExecuted
-from ctrlrun.integrations.google_adk import protect, tool
+from ctrlrun.integrations.google_adk import Refusals, protect, tool
 from tests_py.integrations.adk_support import Run
 
 
@@ -95,6 +95,25 @@ def test_without_the_integration_a_refusal_escapes_the_run(store_url, mode):
     assert ran == ["p1"]
 
 
+def test_the_refusals_plugin_answers_functions_protected_with_ctrlrun_protect(
+    store_url, store, mode, caplog
+):
+    ran: List[str] = []
+    core = ctrlrun.protect("stripe.refund", effect="refund:{payment_id}", store=store_url)(
+        refund_body(mode, ran, pause=0.2)
+    )
+    twins = [("refund", {"payment_id": "p1"}), ("refund", {"payment_id": "p1"})]
+    run = Run([core], [twins, [("refund", {"payment_id": "p1"})], "told"], plugins=[Refusals()])
+    run.say()
+
+    assert ran == ["p1"]
+    told = run.model.results("refund")
+    assert "refunded p1" in told and told[-1].startswith("already done: refund:p1")
+    assert final_text(run) == "told"
+    assert store.get_effect("refund:p1").state.value == "committed"
+    no_error_logs(caplog)
+
+
 def test_parallel_identical_calls_run_the_body_once_and_the_real_call_finishes(
     store_url, store, mode, caplog
 ):
@@ -116,6 +135,31 @@ def test_parallel_identical_calls_run_the_body_once_and_the_real_call_finishes(
     record = store.get_effect("refund:p1")
     assert record.state.value == "committed" and record.attempt == 1
     assert final_text(run) == "done"
+    no_error_logs(caplog)
+
+
+def test_sync_twins_on_adks_tool_thread_pool_run_the_body_once(store_url, store, caplog):
+    """With ``RunConfig.tool_thread_pool_config``, sync calls of one response run at once on
+    worker threads: the twin meets the live lease and is told so; the real call finishes."""
+    from google.adk.agents.run_config import RunConfig, ToolThreadPoolConfig
+
+    ran: List[str] = []
+
+    @protect("stripe.refund", effect="refund:{payment_id}", store=store_url)
+    def refund(payment_id: str) -> str:
+        time.sleep(0.3)
+        ran.append(payment_id)
+        return f"refunded {payment_id}"
+
+    twins = [("refund", {"payment_id": "p1"}), ("refund", {"payment_id": "p1"})]
+    pool = RunConfig(tool_thread_pool_config=ToolThreadPoolConfig(max_workers=2))
+    run = Run([refund], [twins, "done"], run_config=pool)
+    run.say()
+
+    assert ran == ["p1"]
+    told = sorted(run.model.results("refund"))
+    assert told[0].startswith("in progress: refund:p1") and told[1] == "refunded p1"
+    assert store.get_effect("refund:p1").state.value == "committed"
     no_error_logs(caplog)
 
 

@@ -9,7 +9,8 @@ ADK has no tool decorator: an agent's ``tools=[...]`` takes plain functions (wra
   ``require_confirmation`` whose function is protected (:func:`protect_tool`).
 
 A function already protected with ``ctrlrun.protect`` is made ready for ADK, unprotected twice,
-by :func:`tool`.
+by :func:`tool`; or the :class:`Refusals` plugin, given to the ``Runner``, answers the refusals
+of every such function (approvals are then the "waiting for approval" text only).
 
 A refusal is the tool's result, in the gateway's words ("already done: ...; do not retry"),
 never an exception: ADK would end the run with it, and cancel the parallel calls of the same
@@ -40,6 +41,8 @@ import typing
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 from google.adk.agents.context import Context
+from google.adk.plugins.base_plugin import BasePlugin
+from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.function_tool import FunctionTool
 
 import ctrlrun
@@ -58,7 +61,7 @@ from ctrlrun.integrations._common import (
 )
 from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
 
-__all__ = ["protect", "protect_tool", "tool", "answer", "DEFAULT_APPROVER"]
+__all__ = ["protect", "protect_tool", "tool", "answer", "Refusals", "DEFAULT_APPROVER"]
 
 #: Who a decision made through an ADK tool confirmation is recorded as, when nobody is named.
 DEFAULT_APPROVER = "google-adk"
@@ -371,3 +374,28 @@ def protect(name: str, *, approved_by: Approver = None, **options: Any) -> Calla
         return _adk_function(_protected(target, name, options), approved_by)
 
     return decorate
+
+
+class Refusals(BasePlugin):
+    """An ADK plugin (``Runner(..., plugins=[Refusals()])``) answering the refusal of any
+    function protected with ``ctrlrun.protect`` (wrapped by ADK or in a ``FunctionTool``) as
+    the tool's result, in the same words, instead of the exception that would end the run and
+    cancel its parallel calls. Other errors are left to ADK. Approvals are not asked as ADK
+    confirmations here (the model is told "waiting for approval"): use :func:`protect` or
+    :func:`tool` for that."""
+
+    def __init__(self, name: str = "ctrlrun_refusals") -> None:
+        super().__init__(name=name)
+
+    async def on_tool_error_callback(
+        self, *, tool: BaseTool, tool_args: Dict[str, Any], tool_context: Any, error: Exception
+    ) -> Optional[Dict[str, Any]]:
+        about = protected(getattr(tool, "func", None))
+        if about is None or not isinstance(error, REFUSALS):
+            return None
+        own = getattr(error, "effect_key", None)
+        key = key_or_none(about, (), tool_args)
+        if key is not None and own is not None and own != key:
+            return None  # a nested protected call's refusal: the tool's own error
+        said = refusal_of(error, about.action, key)
+        return None if said is None else {"result": answer(said)}
