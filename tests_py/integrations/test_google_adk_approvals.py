@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, List
 
+import pytest
 from google.adk.tools import FunctionTool, ToolContext
 
 import ctrlrun
@@ -193,3 +194,41 @@ def test_a_pause_inside_the_body_leaves_the_key_failed_and_runs_once_confirmed(
     run.say("send it again")  # the model calls again: refused, never asked again
     assert run.model.results("send")[-1].startswith("already done: invoice:bob")
     assert ran == ["bob"]
+
+
+@pytest.mark.filterwarnings("ignore:This method is deprecated:DeprecationWarning")  # ADK's own
+def test_a_body_asking_for_a_credential_leaves_the_key_failed(store_url, store, mode):
+    """``tool_context.request_credential()`` is a pause too: the call did nothing yet."""
+    from fastapi.openapi.models import APIKey, APIKeyIn
+    from google.adk.auth.auth_credential import AuthCredential, AuthCredentialTypes
+    from google.adk.auth.auth_tool import AuthConfig
+
+    config = AuthConfig(
+        auth_scheme=APIKey(**{"in": APIKeyIn.header, "name": "X-Key"}),
+        raw_auth_credential=AuthCredential(auth_type=AuthCredentialTypes.API_KEY, api_key="k"),
+    )
+    ran: List[str] = []
+
+    def body(to: str, tool_context: ToolContext) -> str:
+        if tool_context.get_auth_response(config) is None:
+            tool_context.request_credential(config)
+            return "waiting for the user's credential"
+        ran.append(to)
+        return f"sent to {to}"
+
+    if mode.is_async:
+
+        async def send(to: str, tool_context: ToolContext) -> str:
+            return body(to, tool_context)
+
+    else:
+
+        def send(to: str, tool_context: ToolContext) -> str:  # type: ignore[no-redef]
+            return body(to, tool_context)
+
+    guarded = protect("mail.send", effect="invoice:{to}", store=store_url)(send)
+    run = Run([guarded], [[("send", {"to": "bob"})], "asked"])
+    events = run.say()
+    asked = [fc for e in events for fc in (e.get_function_calls() or [])]
+    assert any(fc.name == "adk_request_credential" for fc in asked)
+    assert ran == [] and store.get_effect("invoice:bob").state.value == "failed"

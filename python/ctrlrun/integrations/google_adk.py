@@ -27,8 +27,9 @@ approved call runs once. A grant or denial made with ``ctrlrun approve`` / ``den
 stands. A ``FunctionTool(..., require_confirmation=...)`` confirmation of a protected call is
 recorded the same way.
 
-A protected body that calls ``tool_context.request_confirmation()`` itself pauses the call: its
-key is recorded ``failed`` (nothing was done), not committed, so the confirmed call runs once.
+A protected body that calls ``tool_context.request_confirmation()`` (or ``request_credential()``)
+itself pauses the call: its key is recorded ``failed`` (nothing was done), not committed, so
+the call ADK resumes once the user answers runs once.
 
 ``ToolContext`` (ADK's ``Context``, injected by its type or as a parameter named
 ``tool_context``) is never part of a call's key, fingerprint or approval."""
@@ -80,8 +81,8 @@ def answer(refusal: Refusal) -> str:
 
 
 class _Paused(NotExecuted):
-    """A protected body asked for the user's confirmation (``request_confirmation()``) and
-    returned a placeholder: nothing was done, so its key is recorded ``failed``."""
+    """A protected body asked the user for a confirmation or a credential and returned a
+    placeholder: nothing was done, so its key is recorded ``failed``."""
 
     def __init__(self, value: Any) -> None:
         super().__init__("paused for the user's confirmation")
@@ -140,7 +141,8 @@ def _annotated(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _pausing(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` (the body, not protected yet) raising :class:`_Paused` when it asked the user's
-    confirmation of its call (``tool_context.request_confirmation()``) instead of acting."""
+    confirmation of its call (``tool_context.request_confirmation()``), or a credential
+    (``tool_context.request_credential()``), instead of acting."""
     sig = inspect.signature(fn)
     name = _context_name(fn, sig)
     if name is None:
@@ -148,7 +150,11 @@ def _pausing(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     def asked(ctx: Any) -> bool:
         try:
-            return ctx.function_call_id in ctx.actions.requested_tool_confirmations
+            actions, call_id = ctx.actions, ctx.function_call_id
+            return (
+                call_id in actions.requested_tool_confirmations
+                or call_id in actions.requested_auth_configs
+            )
         except AttributeError:  # not a ToolContext (the function called directly)
             return False
 
