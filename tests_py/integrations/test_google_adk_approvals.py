@@ -232,3 +232,22 @@ def test_a_body_asking_for_a_credential_leaves_the_key_failed(store_url, store, 
     asked = [fc for e in events for fc in (e.get_function_calls() or [])]
     assert any(fc.name == "adk_request_credential" for fc in asked)
     assert ran == [] and store.get_effect("invoice:bob").state.value == "failed"
+
+
+def test_an_approval_the_policy_asks_is_an_adk_confirmation(
+    store_url, store, mode, tmp_path, monkeypatch
+):
+    policy = tmp_path / "ctrlrun.yaml"
+    policy.write_text(
+        "schema: ctrlrun.policy/v2\nactions:\n  stripe.refund:\n    decision: approve\n"
+    )
+    monkeypatch.setenv("CTRLRUN_CONFIG", str(policy))
+    ran: List[str] = []
+    guarded = protect("stripe.refund", effect="refund:{payment_id}", store=store_url)(
+        refund_body(mode, ran)
+    )
+    run = Run([guarded], [CALL, "asked", "done"])
+    asked = run.confirmations(run.say())
+    assert len(asked) == 1 and ran == []
+    run.confirm(asked, confirmed=True)
+    assert ran == ["p1"] and store.get_effect("refund:p1").state.value == "committed"

@@ -218,11 +218,26 @@ def _answered_without_asking(row: Any) -> bool:
     return row is not None and row.state.value != "failed"
 
 
+def _asks_approval(about: Protected) -> bool:
+    """Whether calls of ``about``'s action need approval: the policy in force now says so, or
+    (where it says nothing) its ``decision``."""
+    from ctrlrun.policy import current_policy
+
+    decision = about.options.get("decision", "allow")
+    policy = current_policy()
+    entry = None if policy is None else policy.actions.get(about.action)
+    if entry is not None and entry.decided:
+        decision = entry.decision
+    return bool(decision == "approve")
+
+
 def _request_for(tool: _Tool, args: Any, kwargs: Dict[str, Any]) -> Optional[ApprovalRecord]:
     """The approval request standing for a call with these arguments (asked, pending, when
     none stands); ``None`` when the call needs no person: no approval for its action, a key
     the call answers by itself, or arguments the call refuses."""
     about = tool.about
+    if not _asks_approval(about):
+        return None  # (no store I/O for a call no person decides)
     try:
         key = about.key(*args, **kwargs)
         if key is None:
