@@ -251,3 +251,25 @@ def test_an_approval_the_policy_asks_is_an_adk_confirmation(
     assert len(asked) == 1 and ran == []
     run.confirm(asked, confirmed=True)
     assert ran == ["p1"] and store.get_effect("refund:p1").state.value == "committed"
+
+
+def test_a_function_tools_own_require_confirmation_is_kept(store_url, store, mode):
+    """``protect`` given a ``FunctionTool`` keeps its ``require_confirmation`` function, called
+    with the tool's own arguments (not the ToolContext the integration adds)."""
+    ran: List[str] = []
+
+    def big(payment_id: str, amount: int) -> bool:
+        return amount > 100
+
+    original = FunctionTool(refund_body(mode, ran), require_confirmation=big)
+    guarded = protect("stripe.refund", effect="refund:{payment_id}", store=store_url)(original)
+    small = [("refund", {"payment_id": "p1", "amount": 30})]
+    large = [("refund", {"payment_id": "p2", "amount": 300})]
+    run = Run([guarded], [small, large, "asked", "done"])
+    asked = run.confirmations(run.say())
+    assert ran == ["p1"] and len(asked) == 1
+    assert asked[0].args["originalFunctionCall"]["args"]["payment_id"] == "p2"
+    assert store.get_effect("refund:p2") is None  # asked before anything was reserved
+
+    run.confirm(asked, confirmed=True)
+    assert ran == ["p1", "p2"] and store.get_effect("refund:p2").state.value == "committed"

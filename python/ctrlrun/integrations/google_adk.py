@@ -85,7 +85,7 @@ class _Paused(NotExecuted):
     placeholder: nothing was done, so its key is recorded ``failed``."""
 
     def __init__(self, value: Any) -> None:
-        super().__init__("paused for the user's confirmation")
+        super().__init__("paused: the body asked the user (a confirmation or a credential)")
         self.value = value
 
 
@@ -104,12 +104,9 @@ def _context_name(fn: Callable[..., Any], sig: inspect.Signature) -> Optional[st
 
 
 def _context_of(name: Optional[str], sig: inspect.Signature, args: Any, kwargs: Any) -> Any:
-    if name is None:
-        return None
-    if name in kwargs:
-        return kwargs[name]
-    names = list(sig.parameters)
-    at = names.index(name)
+    if name is None or name in kwargs:
+        return None if name is None else kwargs[name]
+    at = list(sig.parameters).index(name)
     return args[at] if at < len(args) else None
 
 
@@ -254,24 +251,26 @@ def _request_for(tool: _Tool, args: Any, kwargs: Dict[str, Any]) -> Optional[App
         return None
 
 
-def _confirm(tool: _Tool, record: Optional[ApprovalRecord], ctx: Any) -> Optional[str]:
-    """Before the body: ask the user through ADK for a pending request (the answer to give
-    now), or record their confirmation or rejection of it in ctrlrun (``None``: call on)."""
-    if record is None or record.state is not ApprovalState.PENDING or ctx is None:
-        return None
-    confirmation = getattr(ctx, "tool_confirmation", None)
-    if confirmation is None:
-        said = refusal_of(refusal(record), tool.about.action, record.effect_key)
-        assert said is not None
-        ctx.request_confirmation(
-            hint=f"{said.text} (or confirm it here)", payload={"ctrlrun": said.payload}
-        )
-        return said.text
-    call_id = getattr(ctx, "function_call_id", "?")
-    verb = "confirmed" if confirmation.confirmed else "rejected"
-    note = f"{verb} in a Google ADK run (tool call {call_id})"
-    decide(tool.about.store(), record, bool(confirmation.confirmed), tool.approver(ctx), note)
-    return None
+def _pending(record: Optional[ApprovalRecord], ctx: Any) -> bool:
+    return record is not None and record.state is ApprovalState.PENDING and ctx is not None
+
+
+def _ask(tool: _Tool, record: ApprovalRecord, ctx: Any) -> str:
+    """Ask the user, through ADK, to confirm the call ``record`` stands for; the answer now."""
+    said = refusal_of(refusal(record), tool.about.action, record.effect_key)
+    assert said is not None
+    ctx.request_confirmation(
+        hint=f"{said.text} (or confirm it here)", payload={"ctrlrun": said.payload}
+    )
+    return said.text
+
+
+def _record(tool: _Tool, record: ApprovalRecord, ctx: Any, confirmed: bool, who: str) -> None:
+    """The user's ADK confirmation (or rejection) of the call, recorded as the ctrlrun grant
+    (or denial) of ``record``, unless it was decided meanwhile (that decision stands)."""
+    verb = "confirmed" if confirmed else "rejected"
+    note = f"{verb} in a Google ADK run (tool call {getattr(ctx, 'function_call_id', '?')})"
+    decide(tool.about.store(), record, confirmed, who, note)
 
 
 def _adk_function(fn: Callable[..., Any], approved_by: Approver) -> Callable[..., Any]:
@@ -293,10 +292,13 @@ def _adk_function(fn: Callable[..., Any], approved_by: Approver) -> Callable[...
         @functools.wraps(fn)
         async def run_async(*args: Any, **kwargs: Any) -> Any:
             ctx, args, kwargs = t.split(args, kwargs)
-            if ctx is not None:
-                said = await io_threads.run(lambda: _confirm(t, _request_for(t, args, kwargs), ctx))
-                if said is not None:
-                    return said
+            record = None if ctx is None else await io_threads.run(_request_for, t, args, kwargs)
+            if record is not None and _pending(record, ctx):
+                confirmation = getattr(ctx, "tool_confirmation", None)
+                if confirmation is None:
+                    return _ask(t, record, ctx)
+                confirmed, who = bool(confirmation.confirmed), t.approver(ctx)
+                await io_threads.run(_record, t, record, ctx, confirmed, who)
             try:
                 return await answered(*args, **kwargs)
             except NotExecuted as exc:
@@ -308,10 +310,12 @@ def _adk_function(fn: Callable[..., Any], approved_by: Approver) -> Callable[...
         @functools.wraps(fn)
         def run_sync(*args: Any, **kwargs: Any) -> Any:
             ctx, args, kwargs = t.split(args, kwargs)
-            if ctx is not None:
-                said = _confirm(t, _request_for(t, args, kwargs), ctx)
-                if said is not None:
-                    return said
+            record = None if ctx is None else _request_for(t, args, kwargs)
+            if record is not None and _pending(record, ctx):
+                confirmation = getattr(ctx, "tool_confirmation", None)
+                if confirmation is None:
+                    return _ask(t, record, ctx)
+                _record(t, record, ctx, bool(confirmation.confirmed), t.approver(ctx))
             try:
                 return answered(*args, **kwargs)
             except NotExecuted as exc:
@@ -355,6 +359,26 @@ def tool(fn: Callable[..., Any], *, approved_by: Approver = None) -> Callable[..
     return _adk_function(fn, approved_by)
 
 
+def _dropping_context(check: Callable[..., Any]) -> Callable[..., Any]:
+    """A ``require_confirmation`` function written for the tool's own function, called without
+    the ``tool_context`` the integration's function adds."""
+    if inspect.iscoroutinefunction(check):
+
+        @functools.wraps(check)
+        async def checking_async(**kwargs: Any) -> Any:
+            kwargs.pop(_CONTEXT, None)
+            return await check(**kwargs)
+
+        return checking_async
+
+    @functools.wraps(check)
+    def checking(**kwargs: Any) -> Any:
+        kwargs.pop(_CONTEXT, None)
+        return check(**kwargs)
+
+    return checking
+
+
 def protect_tool(
     adk_tool: FunctionTool, name: str, options: Dict[str, Any], approved_by: Approver = None
 ) -> FunctionTool:
@@ -369,7 +393,10 @@ def protect_tool(
     if protected(fn) is not None:
         raise InvalidArgument(f"protect({name!r}): the tool {adk_tool.name!r} is already protected")
     runs = _adk_function(_protected(fn, name, options), approved_by)
-    made = FunctionTool(runs, require_confirmation=adk_tool._require_confirmation)
+    check = adk_tool._require_confirmation
+    if callable(check) and runs.__ctrlrun_adk__.added:  # type: ignore[attr-defined]
+        check = _dropping_context(check)  # ADK hands it every parameter of the function
+    made = FunctionTool(runs, require_confirmation=check)
     made.name = adk_tool.name
     made.description = adk_tool.description
     return made
