@@ -288,6 +288,10 @@ def test_protecting_twice_is_refused_at_decoration(store_url):
         protect("stripe.refund", effect="refund:{payment_id}")(core)
     with pytest.raises(InvalidArgument, match="already protected"):
         protect("stripe.refund", effect="refund:{payment_id}")(FunctionTool(core))
+    from google.adk.tools import LongRunningFunctionTool
+
+    with pytest.raises(InvalidArgument, match=r"LongRunningFunctionTool\(google_adk\.protect"):
+        protect("stripe.refund", effect="refund:{payment_id}")(LongRunningFunctionTool(refund))
     with pytest.raises(InvalidArgument, match="is not protected"):
         tool(refund)
     ready = tool(core)

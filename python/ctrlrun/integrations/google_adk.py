@@ -384,10 +384,11 @@ def protect_tool(
 ) -> FunctionTool:
     """A ``FunctionTool`` of the same name, description and ``require_confirmation`` as
     ``adk_tool``, its function protected with ``ctrlrun.protect(name, **options)``."""
-    if not isinstance(adk_tool, FunctionTool) or type(adk_tool) is not FunctionTool:
+    if type(adk_tool) is not FunctionTool:  # a subclass's own behaviour a copy would lose
+        kind = type(adk_tool).__name__
         raise InvalidArgument(
-            f"protect({name!r}) expected an ADK FunctionTool, got {adk_tool!r}; protect the "
-            f"tool's function instead"
+            f"protect({name!r}) takes a FunctionTool, got a {kind}; protect its function "
+            f"before building it: {kind}(google_adk.protect({name!r}, ...)(fn))"
         )
     fn = adk_tool.func
     if protected(fn) is not None:
