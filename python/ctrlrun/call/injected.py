@@ -34,6 +34,9 @@ INJECTED: FrozenSet[Tuple[str, str]] = frozenset(
         ("agent_framework", "FunctionInvocationContext"),
         ("strands", "ToolContext"),  # a Strands @tool(context=True) function's tool_context
         ("strands", "Agent"),  # a Strands tool function's `agent: Agent`
+        # google-adk: ToolContext and CallbackContext are aliases of google.adk.agents.Context
+        ("google", "Context"),
+        ("google", "ReadonlyContext"),
     }
 )
 
@@ -50,6 +53,7 @@ _UNRESOLVED_NAMES = frozenset(
         "InjectedStore",
         "ToolRuntime",
         "FunctionInvocationContext",
+        "CallbackContext",
     }
 )
 

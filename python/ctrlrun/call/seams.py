@@ -26,6 +26,7 @@ _TOOL_OBJECTS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
     ("smolagents", ("Tool",), "smolagents"),
     ("strands", ("DecoratedFunctionTool",), "strands"),
     ("crewai", ("BaseTool",), "crewai"),
+    ("google", ("FunctionTool",), "google_adk"),
 )
 
 
