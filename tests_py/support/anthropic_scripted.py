@@ -144,7 +144,7 @@ class ScriptedMessages:
             "ENABLE_TOOL_SEARCH": "false",
         }
 
-    def __enter__(self) -> "ScriptedMessages":
+    def __enter__(self) -> ScriptedMessages:
         self._thread.start()
         return self
 
@@ -176,9 +176,7 @@ class ScriptedMessages:
                 content = block.get("content")
                 if isinstance(content, str):
                     return content
-                return "\n".join(
-                    c.get("text", "") for c in content or [] if isinstance(c, dict)
-                )
+                return "\n".join(c.get("text", "") for c in content or [] if isinstance(c, dict))
         raise AssertionError(f"no tool_result for {call_id}; results: {self.tool_results()}")
 
     def _answer(self, body: Dict[str, Any]) -> List[Block]:

@@ -32,8 +32,21 @@ import dataclasses
 import inspect
 import keyword
 import typing
-from typing import Any, Awaitable, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Dict,
+    FrozenSet,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Tuple,
+    Union,
+)
 
+import claude_agent_sdk
 from claude_agent_sdk import (
     HookMatcher,
     PermissionResultAllow,
@@ -79,28 +92,38 @@ def answer(refusal: Refusal) -> Result:
 # ---- the args dict as named parameters ------------------------------------------------------
 
 
-def _keys(input_schema: Any) -> Tuple[List[str], frozenset]:
-    """The keys of a tool's args dict, and the required ones, from its ``input_schema`` as
-    ``@tool`` takes it: ``{"name": type}``, a JSON Schema, or a ``TypedDict``."""
+def _keys(sdk_tool: SdkMcpTool[Any]) -> Tuple[List[str], FrozenSet[str]]:
+    """The keys of a tool's args dict, and the required ones: those of the JSON Schema the SDK
+    sends for its ``input_schema`` (``{"name": type}``, a JSON Schema, or a ``TypedDict``)."""
+    build = getattr(claude_agent_sdk, "_build_input_schema", None)
+    wire = build(sdk_tool) if callable(build) else _wire_schema(sdk_tool.input_schema)
+    props = wire.get("properties") if isinstance(wire, dict) else None
+    if not isinstance(props, dict):
+        return [], frozenset()
+    return list(props), frozenset(wire.get("required") or ())
+
+
+def _wire_schema(input_schema: Any) -> Dict[str, Any]:
+    """What ``create_sdk_mcp_server`` sends, for an SDK without ``_build_input_schema``."""
     if isinstance(input_schema, dict):
-        props = input_schema.get("properties")
-        if isinstance(input_schema.get("type"), str) and isinstance(props, dict):
-            return list(props), frozenset(input_schema.get("required") or ())
-        return list(input_schema), frozenset(input_schema)
+        if isinstance(input_schema.get("type"), str) and "properties" in input_schema:
+            return input_schema
+        return {"properties": dict(input_schema), "required": list(input_schema)}
     if typing.is_typeddict(input_schema):
         hints = typing.get_type_hints(input_schema)
-        required = getattr(input_schema, "__required_keys__", frozenset(hints))
-        return list(hints), frozenset(required)
-    return [], frozenset()
+        required = getattr(input_schema, "__required_keys__", hints)
+        return {"properties": hints, "required": list(required)}
+    return {"properties": {}}
 
 
-def _signature(name: str, tool_name: str, keys: List[str], required: frozenset) -> Any:
+def _signature(name: str, tool_name: str, keys: List[str], required: FrozenSet[str]) -> Any:
     bad = [k for k in keys if not (isinstance(k, str) and k.isidentifier()) or keyword.iskeyword(k)]
     if bad:
+        named = ", ".join(map(repr, bad))
         raise InvalidArgument(
-            f"protect({name!r}): the tool {tool_name!r} takes the key(s) {', '.join(map(repr, bad))}, "
-            f"which cannot name a parameter; an effect key and a fingerprint are bound to the "
-            f"args dict's keys, so name them as Python identifiers"
+            f"protect({name!r}): the tool {tool_name!r} takes the key(s) {named}, which cannot "
+            f"name a parameter; an effect key and a fingerprint are bound to the args dict's "
+            f"keys, so name them as Python identifiers"
         )
     kind = inspect.Parameter.KEYWORD_ONLY
     params = [
@@ -138,12 +161,13 @@ def protect_tool(sdk_tool: SdkMcpTool[Any], name: str, options: Dict[str, Any]) 
             f"protect({name!r}): the handler of {sdk_tool.name!r} must be an async def (the SDK "
             f"awaits it)"
         )
-    keys, required = _keys(sdk_tool.input_schema)
+    keys, required = _keys(sdk_tool)
 
     async def body(**arguments: Any) -> Any:
         return await handler(dict(arguments))
 
-    body.__signature__ = _signature(name, sdk_tool.name, keys, required)  # type: ignore[attr-defined]
+    signature = _signature(name, sdk_tool.name, keys, required)
+    body.__signature__ = signature  # type: ignore[attr-defined]
     body.__name__ = getattr(handler, "__name__", sdk_tool.name)
     body.__qualname__ = getattr(handler, "__qualname__", sdk_tool.name)
     body.__module__ = getattr(handler, "__module__", __name__)
@@ -287,7 +311,7 @@ class Approvals:
                 return None
         if record is None:
             return None
-        return _told(ours, record, args)
+        return _told(ours, record)
 
     async def _asked(self, ours: _Tool, record: ApprovalRecord) -> Optional[ApprovalRecord]:
         assert self.ask is not None
@@ -331,7 +355,7 @@ def _answered(about: Protected, key: str) -> bool:
     return row is not None and row.state.value != "failed"
 
 
-def _told(ours: _Tool, record: ApprovalRecord, args: Dict[str, Any]) -> str:
+def _told(ours: _Tool, record: ApprovalRecord) -> str:
     """The gateway's words for a request still pending or denied."""
     said = refusal_of(_refusal_exc(record), ours.about.action, record.effect_key)
     return said.text if said is not None else f"waiting for approval {record.request_id}"
