@@ -81,6 +81,7 @@ def session(
         messages = asyncio.run(asyncio.wait_for(drive(), 90))
     (result,) = [m for m in messages if isinstance(m, ResultMessage)]
     assert not result.is_error, result
+    assert api.other == []  # the CLI reached nothing but the scripted Messages API
     return api
 
 

@@ -142,6 +142,14 @@ class ScriptedMessages:
             # the MCP tools in the prompt, as a model that loaded them would have them (a
             # deferred tool's error result gets an "input schema was not in your prompt" hint)
             "ENABLE_TOOL_SEARCH": "false",
+            # anything else the CLI would reach goes through this server, which refuses it and
+            # keeps it in `other` (a test asserts there is none)
+            "HTTPS_PROXY": self.url,
+            "HTTP_PROXY": self.url,
+            "https_proxy": self.url,
+            "http_proxy": self.url,
+            "NO_PROXY": "127.0.0.1,localhost",
+            "no_proxy": "127.0.0.1,localhost",
         }
 
     def __enter__(self) -> ScriptedMessages:
@@ -202,6 +210,10 @@ class ScriptedMessages:
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def do_CONNECT(self) -> None:
+                outer.other.append(f"CONNECT {self.path}")
+                self._reply(403, {"type": "error", "error": {"type": "offline"}})
 
             def do_GET(self) -> None:
                 outer.other.append(f"GET {self.path}")
