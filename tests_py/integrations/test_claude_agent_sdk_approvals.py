@@ -9,7 +9,10 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 import ctrlrun
+from ctrlrun.errors import InvalidArgument
 from ctrlrun.integrations import claude_agent_sdk as cas
 from tests_py.integrations.test_claude_agent_sdk_support import (
     SERVER,
@@ -155,3 +158,10 @@ def test_concurrent_twins_asked_through_the_hook_run_the_body_once(store_url, tm
     assert told[0].startswith(("in progress: refund:pi_1", "already done: refund:pi_1"))
     assert requests(store) == [("used", SHOWN, "alice")]
     assert store.get_effect("refund:pi_1").state.value == "committed"
+
+
+def test_approvals_refuse_what_they_cannot_record():
+    with pytest.raises(InvalidArgument, match="approved_by"):
+        cas.Approvals({SERVER: []}, approved_by="bad\u202ename")
+    with pytest.raises(InvalidArgument, match="timeout"):
+        cas.Approvals({SERVER: []}, timeout=0)

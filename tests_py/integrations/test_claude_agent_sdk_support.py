@@ -76,21 +76,13 @@ def session(
             options.can_use_tool = approvals.can_use_tool
 
         async def drive() -> List[Any]:
-            return [m async for m in query(prompt=_prompt(), options=options)]
+            return [m async for m in query(prompt="refund pi_1", options=options)]
 
         messages = asyncio.run(asyncio.wait_for(drive(), 90))
     (result,) = [m for m in messages if isinstance(m, ResultMessage)]
     assert not result.is_error, result
     assert api.other == []  # the CLI reached nothing but the scripted Messages API
     return api
-
-
-def _prompt() -> Any:
-    # can_use_tool needs streaming input (an async iterable of messages)
-    async def one() -> Any:
-        yield {"type": "user", "message": {"role": "user", "content": "refund pi_1"}}
-
-    return one()
 
 
 def refund_call(payment_id: str = "pi_1", amount: int = 500, call_id: Optional[str] = None):

@@ -69,6 +69,7 @@ from ctrlrun.integrations._common import (
     refusal_of,
 )
 from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
+from ctrlrun.store.approvers import check_name
 
 __all__ = ["protect", "protect_tool", "answer", "Approvals", "DEFAULT_APPROVER"]
 
@@ -247,8 +248,7 @@ class Approvals:
         timeout: float = 30.0,
         fallback: Optional[Callable[..., Awaitable[Any]]] = None,
     ) -> None:
-        if not isinstance(approved_by, str) or not approved_by.strip():
-            raise InvalidArgument(f"Approvals: approved_by must be a name, got {approved_by!r}")
+        check_name("Approvals: approved_by", approved_by)  # a name the store keeps
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
             raise InvalidArgument(f"Approvals: timeout must be seconds > 0, got {timeout!r}")
         self.tools: Dict[str, _Tool] = {}
