@@ -27,6 +27,7 @@ _TOOL_OBJECTS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
     ("strands", ("DecoratedFunctionTool",), "strands"),
     ("crewai", ("BaseTool",), "crewai"),
     ("google", ("FunctionTool",), "google_adk"),
+    ("claude_agent_sdk", ("SdkMcpTool",), "claude_agent_sdk"),
 )
 
 
