@@ -5,7 +5,12 @@ used and installed with the extra of the same name (``pip install 'ctrlrun[langc
 * :mod:`ctrlrun.integrations.openai_agents`: the OpenAI Agents SDK;
 * :mod:`ctrlrun.integrations.pydantic_ai`: pydantic-ai agents;
 * :mod:`ctrlrun.integrations.mcp`: MCP servers built on the MCP SDK's ``MCPServer``;
-* :mod:`ctrlrun.integrations.agent_framework`: the Microsoft Agent Framework.
+* :mod:`ctrlrun.integrations.agent_framework`: the Microsoft Agent Framework;
+* :mod:`ctrlrun.integrations.smolagents`: smolagents tools;
+* :mod:`ctrlrun.integrations.google_adk`: Google ADK agents;
+* :mod:`ctrlrun.integrations.claude_agent_sdk`: the Claude Agent SDK's in-process ``@tool`` tools;
+* :mod:`ctrlrun.integrations.strands`: Strands Agents;
+* :mod:`ctrlrun.integrations.crewai`: CrewAI tools.
 
 Each has a ``protect`` with the keyword arguments of :func:`ctrlrun.protect` that works in
 either order with the framework's tool decorator (or refuses the wrong one at decoration),
