@@ -5,7 +5,7 @@ a framework's human-in-the-loop is recorded: :func:`decide`."""
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 from ctrlrun.call import io_threads
 from ctrlrun.call.protected import Protected, protected
@@ -34,6 +34,9 @@ __all__ = [
     "REFUSALS",
     "decide",
     "adecide",
+    "asks_approval",
+    "answered_without_asking",
+    "standing_request",
 ]
 
 #: An approval request as :func:`decide` takes it: its id, or its record as read (or ``None``).
@@ -71,3 +74,47 @@ async def adecide(
     """:func:`decide`, its store I/O on a worker thread."""
     now: Optional[ApprovalRecord] = await io_threads.run(decide, store, request, grant, by, note)
     return now
+
+
+def asks_approval(action: str, options: Mapping[str, Any]) -> bool:
+    """Whether calls of ``action`` need a person: the policy in force now says ``approve``,
+    or (where it decides nothing) the decorator's ``decision`` does."""
+    from ctrlrun.policy import current_policy
+
+    decision = options.get("decision", "allow")
+    policy = current_policy()
+    entry = None if policy is None else policy.actions.get(action)
+    if entry is not None and entry.decided:
+        decision = entry.decision
+    return bool(decision == "approve")
+
+
+def answered_without_asking(row: Any) -> bool:
+    """A key already committed, in progress or ambiguous: the call is answered (refused or
+    replayed) without a person, so none is asked."""
+    return row is not None and row.state.value != "failed"
+
+
+def standing_request(
+    about: Protected, args: Sequence[Any], kwargs: Dict[str, Any]
+) -> Optional[ApprovalRecord]:
+    """The approval request standing for a call with these arguments (asked, pending, when
+    none stands); ``None`` when the call needs no person: no approval for its action, a key
+    the call answers by itself, or arguments the call refuses by itself (a denial by policy,
+    no key)."""
+    try:
+        key = about.key(*args, **kwargs)
+        if key is None:
+            return None
+        store = about.store()
+        if answered_without_asking(store.get_effect(key)):
+            return None
+        record = about.approval(*args, **kwargs)
+        # A twin's reservation may have used the grant since the read (a new request was then
+        # asked): the key is answered now, and that request must not be granted.
+        if record is not None and record.state is ApprovalState.PENDING:
+            if answered_without_asking(store.get_effect(key)):
+                return None
+        return record
+    except REFUSALS:
+        return None

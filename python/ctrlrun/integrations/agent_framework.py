@@ -42,13 +42,14 @@ from agent_framework.exceptions import UserInputRequiredException
 from ctrlrun.call import io_threads
 from ctrlrun.errors import InvalidArgument, NotExecuted
 from ctrlrun.integrations._common import (
-    REFUSALS,
     Protected,
     Refusal,
     answering,
+    asks_approval,
     catching,
     decide,
     protected,
+    standing_request,
 )
 from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
 
@@ -134,40 +135,10 @@ def _framework_approved(ctx: Any) -> bool:
     return ctx.tools is not None or ctx.metadata.get("approval_response") is not None
 
 
-def _answered_without_asking(row: Any) -> bool:
-    """A key already committed, in progress or ambiguous: the call is answered (refused or
-    replayed) without a person, so none is asked."""
-    return row is not None and row.state.value != "failed"
-
-
-def _request_for(
-    about: Protected, args: Tuple[Any, ...], kwargs: Dict[str, Any]
-) -> Optional[ApprovalRecord]:
-    """The approval request standing for a call with these arguments (asked, pending, when
-    none stands); ``None`` when the call needs no person: no approval for its action, a key
-    the call answers by itself, or arguments the call refuses (a denial by policy, no key)."""
-    try:
-        key = about.key(*args, **kwargs)
-        if key is None:
-            return None
-        store = about.store()
-        if _answered_without_asking(store.get_effect(key)):
-            return None
-        record = about.approval(*args, **kwargs)
-        # A twin's reservation may have used the grant since the read (a new request was then
-        # asked): the key is answered now, and that request must not be granted.
-        if record is not None and record.state is ApprovalState.PENDING:
-            if _answered_without_asking(store.get_effect(key)):
-                return None
-        return record
-    except REFUSALS:
-        return None
-
-
 def _granted_here(tool: _Tool, ctx: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
     """Record the framework approval of this call as the grant of the request standing for
     its arguments, unless it was decided meanwhile (a denial in ctrlrun stands)."""
-    record = _request_for(tool.about, args, kwargs)
+    record = standing_request(tool.about, args, kwargs)
     if record is None or record.state is not ApprovalState.PENDING:
         return
     call_id = ctx.metadata.get("call_id") or "?"
@@ -276,19 +247,6 @@ def _ours(obj: Any) -> Optional[_Tool]:
     return found if isinstance(found, _Tool) else None
 
 
-def _asks_approval(name: str, options: Dict[str, Any]) -> bool:
-    """Whether calls of ``name`` need approval: its decorator says ``approve``, or the policy
-    in force now does."""
-    from ctrlrun.policy import current_policy
-
-    decision = options.get("decision", "allow")
-    policy = current_policy()
-    entry = None if policy is None else policy.actions.get(name)
-    if entry is not None and entry.decided:
-        decision = entry.decision
-    return bool(decision == "approve")
-
-
 def protect_tool(
     tool: FunctionTool, name: str, options: Dict[str, Any], approved_by: Approver = None
 ) -> FunctionTool:
@@ -312,7 +270,7 @@ def protect_tool(
     out.func = runs
     out._context_parameter_name = None  # found again: the function now takes one
     out._discover_injected_parameters()
-    if _asks_approval(name, shown):
+    if asks_approval(name, shown):
         out.approval_mode = "always_require"
     return out
 
@@ -382,7 +340,7 @@ def standing(where: Tools, request: Content) -> Optional[ApprovalRecord]:
     approve`` can decide it. ``None`` for a tool ctrlrun does not protect, or a call that
     needs no person."""
     tool, args, kwargs = _call_of(where, request)
-    return None if tool is None else _request_for(tool.about, args, kwargs)
+    return None if tool is None else standing_request(tool.about, args, kwargs)
 
 
 def approve(where: Tools, request: Content, *, by: str, note: Optional[str] = None) -> Content:
@@ -392,7 +350,7 @@ def approve(where: Tools, request: Content, *, by: str, note: Optional[str] = No
     denied: the approved call is answered "denied"."""
     tool, args, kwargs = _call_of(where, request)
     if tool is not None:
-        record = _request_for(tool.about, args, kwargs)
+        record = standing_request(tool.about, args, kwargs)
         if record is not None:
             decide(tool.about.store(), record, True, by, note)
     return request.to_function_approval_response(approved=True)
@@ -405,7 +363,7 @@ def reject(where: Tools, request: Content, *, by: str, note: Optional[str] = Non
     granted in ctrlrun meanwhile keeps its grant; the framework still does not run this call."""
     tool, args, kwargs = _call_of(where, request)
     if tool is not None:
-        record = _request_for(tool.about, args, kwargs)
+        record = standing_request(tool.about, args, kwargs)
         if record is not None:
             decide(tool.about.store(), record, False, by, note)
     return request.to_function_approval_response(approved=False)
@@ -428,7 +386,7 @@ def apply_decisions(
             waiting.append(request)
             continue
         tool, args, kwargs = _call_of(where, request)
-        record = None if tool is None else _request_for(tool.about, args, kwargs)
+        record = None if tool is None else standing_request(tool.about, args, kwargs)
         if tool is None or (record is not None and record.state is ApprovalState.PENDING):
             waiting.append(request)
         elif record is None or record.state is ApprovalState.GRANTED:

@@ -60,13 +60,13 @@ from ctrlrun.call.approval import refusal as _refusal_exc
 from ctrlrun.call.protect import protect as _protect
 from ctrlrun.errors import InvalidArgument
 from ctrlrun.integrations._common import (
-    REFUSALS,
     Protected,
     Refusal,
     adecide,
     answering,
     protected,
     refusal_of,
+    standing_request,
 )
 from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
 from ctrlrun.store.approvers import check_name
@@ -332,27 +332,12 @@ class Approvals:
 
 
 def _request_for(ours: _Tool, args: Dict[str, Any]) -> Optional[ApprovalRecord]:
-    """The approval request standing for a call with ``args`` (asked, pending, when none
-    stands); ``None`` when the call needs no person: no approval for its action, or a key it
-    answers by itself (done, in progress, ambiguous), or arguments it refuses by itself."""
-    about = ours.about
+    """:func:`standing_request` for a call with ``args``; ``None`` too for arguments the call
+    refuses by itself (it says so when it runs)."""
     try:
-        key = about.key(**args)
-        if key is None or _answered(about, key):
-            return None
-        record = about.approval(**args)
-        if record is not None and record.state is ApprovalState.PENDING and _answered(about, key):
-            return None  # a twin used the grant meanwhile: this call is answered by its key
-        return record
-    except REFUSALS:
-        return None  # denied by policy, no key: the call says so itself
+        return standing_request(ours.about, (), args)
     except (TypeError, InvalidArgument):
-        return None  # arguments the call refuses: it says so itself
-
-
-def _answered(about: Protected, key: str) -> bool:
-    row = about.store().get_effect(key)
-    return row is not None and row.state.value != "failed"
+        return None
 
 
 def _told(ours: _Tool, record: ApprovalRecord) -> str:

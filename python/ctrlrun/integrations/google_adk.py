@@ -55,10 +55,12 @@ from ctrlrun.integrations._common import (
     Protected,
     Refusal,
     answering,
+    asks_approval,
     decide,
     key_or_none,
     protected,
     refusal_of,
+    standing_request,
 )
 from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
 
@@ -210,45 +212,12 @@ class _Tool:
         return _context_of(self.context, self.sig, args, kwargs), args, kwargs
 
 
-def _answered_without_asking(row: Any) -> bool:
-    """A key committed, in progress or ambiguous: the call is answered without a person."""
-    return row is not None and row.state.value != "failed"
-
-
-def _asks_approval(about: Protected) -> bool:
-    """Whether calls of ``about``'s action need approval: the policy in force now says so, or
-    (where it says nothing) its ``decision``."""
-    from ctrlrun.policy import current_policy
-
-    decision = about.options.get("decision", "allow")
-    policy = current_policy()
-    entry = None if policy is None else policy.actions.get(about.action)
-    if entry is not None and entry.decided:
-        decision = entry.decision
-    return bool(decision == "approve")
-
-
 def _request_for(tool: _Tool, args: Any, kwargs: Dict[str, Any]) -> Optional[ApprovalRecord]:
-    """The approval request standing for a call with these arguments (asked, pending, when
-    none stands); ``None`` when the call needs no person: no approval for its action, a key
-    the call answers by itself, or arguments the call refuses."""
+    """:func:`standing_request`, with no store I/O for a call no person decides."""
     about = tool.about
-    if not _asks_approval(about):
-        return None  # (no store I/O for a call no person decides)
-    try:
-        key = about.key(*args, **kwargs)
-        if key is None:
-            return None
-        store = about.store()
-        if _answered_without_asking(store.get_effect(key)):
-            return None
-        record = about.approval(*args, **kwargs)
-        if record is not None and record.state is ApprovalState.PENDING:
-            if _answered_without_asking(store.get_effect(key)):
-                return None  # a twin used the grant meanwhile: answered now
-        return record
-    except REFUSALS:
+    if not asks_approval(about.action, about.options):
         return None
+    return standing_request(about, args, kwargs)
 
 
 def _pending(record: Optional[ApprovalRecord], ctx: Any) -> bool:

@@ -37,9 +37,11 @@ from ctrlrun.integrations._common import (
     REFUSALS,
     Protected,
     answering,
+    asks_approval,
     decide,
     protected,
     refusal_of,
+    standing_request,
 )
 from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
 
@@ -143,7 +145,7 @@ def _tool_function(fn: Callable[..., Any], approved_by: Approver) -> Callable[..
             parts = tool.parts(ctx, args)
             if _sdk_approved(ctx):  # the store's I/O on a worker thread
                 await io_threads.run(
-                    lambda: _decided_here(tool, _request_for(tool, parts, kwargs), ctx)
+                    lambda: _decided_here(tool, standing_request(tool.about, parts, kwargs), ctx)
                 )
             return await answered(*parts, **kwargs)
 
@@ -154,7 +156,7 @@ def _tool_function(fn: Callable[..., Any], approved_by: Approver) -> Callable[..
         def run_sync(ctx: Any, *args: Any, **kwargs: Any) -> Any:
             parts = tool.parts(ctx, args)
             if _sdk_approved(ctx):
-                _decided_here(tool, _request_for(tool, parts, kwargs), ctx)
+                _decided_here(tool, standing_request(tool.about, parts, kwargs), ctx)
             return answered(*parts, **kwargs)
 
         wrapper = run_sync
@@ -186,37 +188,6 @@ def _ours(obj: Any) -> Optional[_Tool]:
     return found if isinstance(found, _Tool) else None
 
 
-def _answered_without_asking(row: Any) -> bool:
-    """A key already committed, in progress or ambiguous: the call is answered (refused or
-    replayed) without a person, so none is asked."""
-    return row is not None and row.state.value != "failed"
-
-
-def _request_for(
-    tool: _Tool, parts: Tuple[Any, ...], kwargs: Dict[str, Any]
-) -> Optional[ApprovalRecord]:
-    """The approval request standing for a call with these arguments (asked, pending, when
-    none stands); ``None`` when the call needs no person: no approval for its action, a key
-    the call answers by itself, or arguments the call refuses (a denial by policy, no key)."""
-    about = tool.about
-    try:
-        key = about.key(*parts, **kwargs)
-        if key is None:
-            return None
-        store = about.store()
-        if _answered_without_asking(store.get_effect(key)):
-            return None
-        record = about.approval(*parts, **kwargs)
-        # A twin's reservation may have used the grant since the read (a new request was then
-        # asked): the key is answered now, and that request must not be granted.
-        if record is not None and record.state is ApprovalState.PENDING:
-            if _answered_without_asking(store.get_effect(key)):
-                return None
-        return record
-    except REFUSALS:
-        return None
-
-
 def _needs_approval(tool: _Tool, own: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
     """The SDK ``needs_approval`` of a protected tool: a person is asked when ctrlrun has no
     decision in force for the call's arguments (or when the tool's own setting says so)."""
@@ -233,7 +204,7 @@ def _needs_approval(tool: _Tool, own: Any, fn: Callable[..., Any]) -> Callable[.
         record = None
         if kwargs is not None:
             parts = tool.parts(ctx, tuple(args))
-            record = await io_threads.run(lambda: _request_for(tool, parts, kwargs))
+            record = await io_threads.run(lambda: standing_request(tool.about, parts, kwargs))
         if record is not None and record.state is ApprovalState.PENDING:
             return True
         said = own(ctx, params, call_id) if callable(own) else own
@@ -243,19 +214,6 @@ def _needs_approval(tool: _Tool, own: Any, fn: Callable[..., Any]) -> Callable[.
 
     needs_approval.__ctrlrun_agents__ = tool  # type: ignore[attr-defined]
     return needs_approval
-
-
-def _asks_approval(name: str, options: Dict[str, Any]) -> bool:
-    """Whether calls of ``name`` need approval: its decorator says ``approve``, or the policy
-    in force now does."""
-    from ctrlrun.policy import current_policy
-
-    decision = options.get("decision", "allow")
-    policy = current_policy()
-    entry = None if policy is None else policy.actions.get(name)
-    if entry is not None and entry.decided:
-        decision = entry.decision
-    return bool(decision == "approve")
 
 
 def protect_tool(
@@ -299,7 +257,7 @@ def protect_tool(
     ours = _ours(runs)
     assert ours is not None
     ours.asks_anyway = tool.needs_approval is not False
-    if _asks_approval(name, options):
+    if asks_approval(name, options):
         out.needs_approval = _needs_approval(ours, tool.needs_approval, fn)
     return out
 
@@ -377,7 +335,7 @@ def _standing(
     if gated and getattr(function_tool.needs_approval, "__ctrlrun_agents__", None) is not tool:
         return None, None, None
     args, kwargs = _arguments(tool, function_tool, item)
-    return tool, _request_for(tool, args, kwargs), (args, kwargs)
+    return tool, standing_request(tool.about, args, kwargs), (args, kwargs)
 
 
 def _denied_text(tool: _Tool, record: ApprovalRecord, bound: Any) -> str:
