@@ -37,6 +37,8 @@ __all__ = [
     "asks_approval",
     "answered_without_asking",
     "standing_request",
+    "check_approver",
+    "refuse_twice",
 ]
 
 #: An approval request as :func:`decide` takes it: its id, or its record as read (or ``None``).
@@ -118,3 +120,22 @@ def standing_request(
         return record
     except REFUSALS:
         return None
+
+
+def check_approver(name: str, approved_by: Any, of: str) -> None:
+    """Refuse an ``approved_by`` that is neither a name nor a function of ``of`` (what the
+    framework hands a tool: its run context) giving one."""
+    if approved_by is not None and not (isinstance(approved_by, str) or callable(approved_by)):
+        raise InvalidArgument(
+            f"protect({name!r}): approved_by must be a name or a function of {of}, "
+            f"got {approved_by!r}"
+        )
+
+
+def refuse_twice(name: str, target: Any, hint: str = "") -> None:
+    """Refuse to protect ``target`` when it is protected already (``hint``: what to do)."""
+    if protected(target) is not None:
+        raise InvalidArgument(
+            f"protect({name!r}): {getattr(target, '__qualname__', target)!r} is already "
+            f"protected; protect it once{hint}"
+        )

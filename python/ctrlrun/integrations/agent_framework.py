@@ -47,8 +47,10 @@ from ctrlrun.integrations._common import (
     answering,
     asks_approval,
     catching,
+    check_approver,
     decide,
     protected,
+    refuse_twice,
     standing_request,
 )
 from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
@@ -283,20 +285,12 @@ def protect(name: str, *, approved_by: Approver = None, **options: Any) -> Calla
     import ctrlrun
 
     ctrlrun.protect(name, **options)  # the options checked now, before any function is seen
-    if approved_by is not None and not (isinstance(approved_by, str) or callable(approved_by)):
-        raise InvalidArgument(
-            f"protect({name!r}): approved_by must be a name or a function of the "
-            f"FunctionInvocationContext, got {approved_by!r}"
-        )
+    check_approver(name, approved_by, "the FunctionInvocationContext")
 
     def decorate(target: Any) -> Any:
         if isinstance(target, FunctionTool):
             return protect_tool(target, name, dict(options), approved_by)
-        if protected(target) is not None:
-            raise InvalidArgument(
-                f"protect({name!r}): {getattr(target, '__qualname__', target)!r} is already "
-                f"protected; protect it once"
-            )
+        refuse_twice(name, target)
         return _tool_function(_protected(name, options, target), approved_by)
 
     return decorate

@@ -56,10 +56,12 @@ from ctrlrun.integrations._common import (
     Refusal,
     answering,
     asks_approval,
+    check_approver,
     decide,
     key_or_none,
     protected,
     refusal_of,
+    refuse_twice,
     standing_request,
 )
 from ctrlrun.store.approvals import ApprovalRecord, ApprovalState
@@ -302,14 +304,6 @@ def _adk_function(fn: Callable[..., Any], approved_by: Approver) -> Callable[...
     return wrapper
 
 
-def _check_approver(name: str, approved_by: Approver) -> None:
-    if approved_by is not None and not (isinstance(approved_by, str) or callable(approved_by)):
-        raise InvalidArgument(
-            f"protect({name!r}): approved_by must be a name or a function of the ToolContext, "
-            f"got {approved_by!r}"
-        )
-
-
 def _protected(fn: Callable[..., Any], name: str, options: Dict[str, Any]) -> Any:
     return ctrlrun.protect(name, **options)(_pausing(_annotated(fn)))
 
@@ -378,17 +372,16 @@ def protect(name: str, *, approved_by: Approver = None, **options: Any) -> Calla
     as (the grant's ``by``): a name, or a function of the ToolContext giving one; default
     ``"google-adk"``."""
     ctrlrun.protect(name, **options)  # the options checked now, before any function is seen
-    _check_approver(name, approved_by)
+    check_approver(name, approved_by, "the ToolContext")
 
     def decorate(target: Any) -> Any:
         if isinstance(target, FunctionTool):
             return protect_tool(target, name, dict(options), approved_by)
-        if protected(target) is not None:
-            raise InvalidArgument(
-                f"protect({name!r}): {getattr(target, '__qualname__', target)!r} is already "
-                f"protected; protect it once (ctrlrun.integrations.google_adk.tool makes a "
-                f"function protected with ctrlrun.protect ready for ADK)"
-            )
+        refuse_twice(
+            name,
+            target,
+            " (ctrlrun.integrations.google_adk.tool makes a function protected with ctrlrun.protect ready for ADK)",
+        )
         return _adk_function(_protected(target, name, options), approved_by)
 
     return decorate

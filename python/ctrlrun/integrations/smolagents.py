@@ -57,7 +57,7 @@ from smolagents.agents import MultiStepAgent  # type: ignore[import-untyped]
 
 from ctrlrun.call.protect import protect as _protect
 from ctrlrun.errors import InvalidArgument
-from ctrlrun.integrations._common import Refusal, answering, protected
+from ctrlrun.integrations._common import Refusal, answering, protected, refuse_twice
 
 __all__ = ["protect", "protect_tool", "answer"]
 
@@ -88,11 +88,7 @@ def protect(name: str, **options: Any) -> Callable[[Any], Any]:
             return protect_tool(target, name, options)
         if isinstance(target, type) and issubclass(target, Tool):
             return _protect_class(target, name, options)
-        if protected(target) is not None:
-            raise InvalidArgument(
-                f"protect({name!r}): {getattr(target, '__qualname__', target)!r} is already "
-                f"protected; protect it once"
-            )
+        refuse_twice(name, target)
         return _function(target, name, options)
 
     return decorate
