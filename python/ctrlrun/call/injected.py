@@ -37,6 +37,7 @@ INJECTED: FrozenSet[Tuple[str, str]] = frozenset(
         # google-adk: ToolContext and CallbackContext are aliases of google.adk.agents.Context
         ("google", "Context"),
         ("google", "ReadonlyContext"),
+        ("workflows", "Context"),  # LlamaIndex's workflow Context (llama_index.core.workflow)
     }
 )
 
