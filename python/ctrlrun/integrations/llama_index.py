@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+import typing
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from llama_index.core.tools import BaseTool, FunctionTool
@@ -246,7 +247,7 @@ def _tool_function(guarded: Callable[..., Any]) -> Callable[..., Any]:
                     out = await inner(*args, **kwargs)
             return out.refusal.text if isinstance(out, Refused) else out
 
-        return tool_async
+        return _resolved(tool_async)
 
     @functools.wraps(guarded)
     def tool_sync(*args: Any, **kwargs: Any) -> Any:
@@ -263,7 +264,22 @@ def _tool_function(guarded: Callable[..., Any]) -> Callable[..., Any]:
                 out = inner(*args, **kwargs)
         return out.refusal.text if isinstance(out, Refused) else out
 
-    return tool_sync
+    return _resolved(tool_sync)
+
+
+def _resolved(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` showing its signature with string annotations resolved (``from __future__ import
+    annotations``): LlamaIndex compares a parameter's annotation with ``Context`` as it is, so
+    a string would be taken for an argument of the model's."""
+    sig = inspect.signature(fn)
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception:  # an annotation that does not resolve here: left as it is
+        return fn
+    params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values()]
+    ret = hints.get("return", sig.return_annotation)
+    fn.__signature__ = sig.replace(parameters=params, return_annotation=ret)  # type: ignore[attr-defined]
+    return fn
 
 
 def _protected_function(fn: Callable[..., Any], name: str, options: Dict[str, Any]) -> Any:
