@@ -12,6 +12,7 @@ import logging
 from typing import Any, Optional
 
 import pytest
+from llama_index.core.agent.workflow import AgentWorkflow
 from llama_index.core.workflow import Context, HumanResponseEvent, InputRequiredEvent
 
 import ctrlrun
@@ -82,7 +83,7 @@ def test_a_denial_is_the_denied_text_and_nothing_runs(store_url, mode):
     runs: list = []
     made = tool(mode, "above", "stripe.refund", _refund_body(runs, True),
                 effect="refund:{payment_id}", store=store, decision="approve")  # fmt: skip
-    target, script = agent([made], [("refund", ARGS, "c1")], "ok")
+    target, _ = agent([made], [("refund", ARGS, "c1")], "ok")
     done = run(target, approver(False, by="bob", note="not this one"))
     (asked,) = done.of(li.ApprovalRequested)
     (said,) = done.said()
@@ -185,7 +186,7 @@ def test_a_pause_inside_the_body_never_leaves_the_key_ambiguous(store_url, answe
     made = li.protect("stripe.refund", effect="refund:{payment_id}", store=store)(
         _asking_refund(runs)
     )
-    target, script = agent([made], [("refund", ARGS, "c1")], [("refund", ARGS, "c2")], "ok")
+    target, _ = agent([made], [("refund", ARGS, "c1")], [("refund", ARGS, "c2")], "ok")
     with caplog.at_level(logging.DEBUG):
         done = run(target, person)
     assert during and all(p is not None and p.state.value == "failed" for p in during)
@@ -229,4 +230,24 @@ def test_an_approved_call_that_pauses_in_its_body_asks_again(store_url):
     row = store.get_effect("refund:pi_1")
     assert row is not None and row.state.value == "committed" and row.attempt == 2
     assert row.approval_id == second.request_id
+    store.close()
+
+
+def test_an_agent_workflow_asks_and_refuses_the_same_way(store_url, mode):
+    """The multi-agent ``AgentWorkflow`` calls tools through its own step: the same events,
+    the same answers."""
+    store = ctrlrun.open_store(store_url)
+    runs: list = []
+    made = tool(mode, "from_defaults", "stripe.refund", _refund_body(runs, True),
+                effect="refund:{payment_id}", store=store, decision="approve")  # fmt: skip
+    shop, script = agent([made], [("refund", ARGS, "c1")], [("refund", ARGS, "c2")], "ok")
+    flow = AgentWorkflow(agents=[shop], root_agent="shop")
+    done = run(flow, approver(True, by="ann"))
+    (asked,) = done.of(li.ApprovalRequested)
+    first, again = done.said()
+    assert first == "refunded pi_1" and runs == ["pi_1"]
+    assert again.startswith("already done: refund:pi_1 committed at ")
+    assert script.told == [first, again]
+    record = store.get_approval(asked.request_id)
+    assert record is not None and record.state is ApprovalState.USED
     store.close()

@@ -70,7 +70,7 @@ class Run:
         return [str(r.tool_output.content) for r in self.results]
 
 
-async def arun(target: FunctionAgent, person: Optional[Person] = None, **kw: Any) -> Run:
+async def arun(target: Any, person: Optional[Person] = None, **kw: Any) -> Run:
     record = Run()
     handler = target.run(user_msg="go", **kw)
     async for ev in handler.stream_events():
@@ -84,7 +84,7 @@ async def arun(target: FunctionAgent, person: Optional[Person] = None, **kw: Any
     return record
 
 
-def run(target: FunctionAgent, person: Optional[Person] = None, timeout: float = 30) -> Run:
+def run(target: Any, person: Optional[Person] = None, timeout: float = 30) -> Run:
     """The agent's run to its end (a hung run fails the case instead of the suite)."""
     return asyncio.run(asyncio.wait_for(arun(target, person), timeout))
 
@@ -94,7 +94,9 @@ def approver(approved: Optional[bool], by: str = "ann", note: Optional[str] = No
 
     def answer(ev: Any) -> Optional[Any]:
         if isinstance(ev, li.ApprovalRequested):
-            return li.ApprovalDecision(request_id=ev.request_id, approved=approved, by=by, note=note)
+            return li.ApprovalDecision(
+                request_id=ev.request_id, approved=approved, by=by, note=note
+            )
         return None
 
     return answer

@@ -39,6 +39,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from llama_index.core.tools import BaseTool, FunctionTool
 from llama_index.core.workflow import Context, HumanResponseEvent, InputRequiredEvent
+from pydantic import Field
 
 from ctrlrun.call.protect import protect as _protect
 from ctrlrun.errors import InvalidArgument, NotExecuted
@@ -86,9 +87,10 @@ class ApprovalRequested(InputRequiredEvent):
     request_id: str
     action: str
     effect_key: Optional[str] = None
-    arguments: Dict[str, Any] = {}
+    arguments: Dict[str, Any] = Field(default_factory=dict)
     expires_at: Optional[str] = None
     text: str = ""
+    prefix: str = ""  # (what a console prints before reading an answer: the text too)
 
 
 class ApprovalDecision(HumanResponseEvent):
@@ -219,7 +221,12 @@ def _rid(refusal: Refusal) -> str:
 
 def _decision(refusal: Refusal, ev: Any) -> Tuple[str, Optional[bool], str, Optional[str]]:
     by = getattr(ev, "by", None) or DEFAULT_APPROVER
-    return str(refusal.payload["request_id"]), getattr(ev, "approved", None), by, getattr(ev, "note", None)
+    return (
+        str(refusal.payload["request_id"]),
+        getattr(ev, "approved", None),
+        by,
+        getattr(ev, "note", None),
+    )
 
 
 def _tool_function(guarded: Callable[..., Any]) -> Callable[..., Any]:
@@ -276,7 +283,9 @@ def _resolved(fn: Callable[..., Any]) -> Callable[..., Any]:
         hints = typing.get_type_hints(fn, include_extras=True)
     except Exception:  # an annotation that does not resolve here: left as it is
         return fn
-    params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values()]
+    params = [
+        p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values()
+    ]
     ret = hints.get("return", sig.return_annotation)
     fn.__signature__ = sig.replace(parameters=params, return_annotation=ret)  # type: ignore[attr-defined]
     return fn
