@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Optional
 
 import pytest
 from llama_index.core.tools import FunctionTool, QueryEngineTool
@@ -187,4 +188,23 @@ def test_wrong_uses_raise_at_decoration(store_url):
         li.protect("x", store=store)(other)
     with pytest.raises(EffectKeyError, match="not a parameter"):
         li.protect("x", effect="r:{nope}", store=store)(refund)
+    store.close()
+
+
+def test_the_core_recognises_the_context_as_injected(store_url):
+    """Without the integration too: ``Context`` (and ``Context[State]``) is never in the key,
+    the fingerprint or what an approver is shown, and ``decision="approve"`` works on it."""
+    store = ctrlrun.open_store(store_url)
+
+    @ctrlrun.protect("r", effect="refund:{payment_id}", store=store, decision="approve")
+    def refund(ctx: Context, payment_id: str, other: Optional[Context[dict]] = None) -> str:
+        return "ok"
+
+    with pytest.raises(ctrlrun.ApprovalRequired) as info:
+        refund(object(), "pi_1")
+    assert info.value.arguments == {"payment_id": "pi_1"}
+    store.grant_approval(info.value.request_id, by="alice")
+    assert refund(object(), "pi_1", other=object()) == "ok"  # another Context: the same call
+    with pytest.raises(EffectKeyError, match="fills in"):
+        ctrlrun.protect("r", effect="refund:{ctx}", store=store)(refund.__wrapped__)
     store.close()
