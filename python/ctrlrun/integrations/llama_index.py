@@ -35,12 +35,13 @@ import functools
 import inspect
 import threading
 import typing
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple, Type
 
 from llama_index.core.tools import BaseTool, FunctionTool
 from llama_index.core.workflow import Context, HumanResponseEvent, InputRequiredEvent
 from pydantic import Field
 
+from ctrlrun.call import io_threads
 from ctrlrun.call.protect import protect as _protect
 from ctrlrun.errors import InvalidArgument, NotExecuted
 from ctrlrun.integrations._common import (
@@ -53,6 +54,7 @@ from ctrlrun.integrations._common import (
     decide,
     protected,
 )
+from ctrlrun.store.api import Store
 
 __all__ = [
     "protect",
@@ -67,7 +69,7 @@ __all__ = [
 DEFAULT_APPROVER = "llama-index"
 
 
-def _pauses() -> Tuple[type, ...]:
+def _pauses() -> Tuple[Type[BaseException], ...]:
     """The control-flow exceptions a workflow step raises to pause (and run again later)."""
     try:
         from workflows.runtime.types.results import WaitingForEvent
@@ -77,7 +79,7 @@ def _pauses() -> Tuple[type, ...]:
 
 
 #: What a step raises to pause until an event arrives: never an outcome of the body.
-PAUSES: Tuple[type, ...] = _pauses()
+PAUSES: Tuple[Type[BaseException], ...] = _pauses()
 
 
 class ApprovalRequested(InputRequiredEvent):
@@ -229,6 +231,18 @@ def _decision(refusal: Refusal, ev: Any) -> Tuple[str, Optional[bool], str, Opti
     )
 
 
+def _asks(out: Any) -> bool:
+    return isinstance(out, Refused) and out.refusal.kind == "approval_required"
+
+
+def _keyed(store: Store, refusal: Refusal) -> bool:
+    """Whether the call's key is already taken (committed, in progress, ambiguous): the call is
+    answered by it (asked again), never by a person (a twin that came after its call ran)."""
+    key = refusal.payload.get("effect_key")
+    row = None if not isinstance(key, str) else store.get_effect(key)
+    return row is not None and row.state.value != "failed"
+
+
 def _tool_function(guarded: Callable[..., Any]) -> Callable[..., Any]:
     """``guarded`` (a protected, pausable function) as a LlamaIndex tool's function: a refusal
     is its text; a step's pause from its body is the pause again; an approval inside a run is
@@ -242,16 +256,26 @@ def _tool_function(guarded: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(guarded)
         async def tool_async(*args: Any, **kwargs: Any) -> Any:
             out = await inner(*args, **kwargs)
-            if isinstance(out, Refused) and out.refusal.kind == "approval_required":
+            if _asks(out) and await io_threads.run(_keyed, await about.astore(), out.refusal):
+                out = await inner(*args, **kwargs)
+            elif _asks(out):
                 ctx = _context(args, kwargs)
                 waits, mark = (False, None) if ctx is None else _claim(_rid(out.refusal))
                 if waits:
-                    ev = await _ask(ctx, out.refusal)  # the first time: the step pauses
-                    _answered(mark)
-                    rid, approved, by, note = _decision(out.refusal, ev)
-                    if approved is not None:
-                        await adecide(await about.astore(), rid, approved, by, note)
-                    out = await inner(*args, **kwargs)
+                    try:
+                        ev = await _ask(ctx, out.refusal)  # the first time: the step pauses
+                    except PAUSES:
+                        raise  # (still waiting: the mark stays)
+                    except BaseException:
+                        _answered(mark)
+                        raise
+                    try:  # twins are told "waiting" until this call has run
+                        rid, approved, by, note = _decision(out.refusal, ev)
+                        if approved is not None:
+                            await adecide(await about.astore(), rid, approved, by, note)
+                        out = await inner(*args, **kwargs)
+                    finally:
+                        _answered(mark)
             return out.refusal.text if isinstance(out, Refused) else out
 
         return _resolved(tool_async)
@@ -259,16 +283,26 @@ def _tool_function(guarded: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(guarded)
     def tool_sync(*args: Any, **kwargs: Any) -> Any:
         out = inner(*args, **kwargs)
-        if isinstance(out, Refused) and out.refusal.kind == "approval_required":
+        if _asks(out) and _keyed(about.store(), out.refusal):
+            out = inner(*args, **kwargs)
+        elif _asks(out):
             ctx = _context(args, kwargs)
             waits, mark = (False, None) if ctx is None else _claim(_rid(out.refusal))
             if waits:
-                ev = _drive(_ask(ctx, out.refusal))
-                _answered(mark)
-                rid, approved, by, note = _decision(out.refusal, ev)
-                if approved is not None:
-                    decide(about.store(), rid, approved, by, note)
-                out = inner(*args, **kwargs)
+                try:
+                    ev = _drive(_ask(ctx, out.refusal))
+                except PAUSES:
+                    raise
+                except BaseException:
+                    _answered(mark)
+                    raise
+                try:
+                    rid, approved, by, note = _decision(out.refusal, ev)
+                    if approved is not None:
+                        decide(about.store(), rid, approved, by, note)
+                    out = inner(*args, **kwargs)
+                finally:
+                    _answered(mark)
         return out.refusal.text if isinstance(out, Refused) else out
 
     return _resolved(tool_sync)
