@@ -137,7 +137,6 @@ def test_parallel_twins_wait_on_one_request(store_url, mode):
                 effect="refund:{payment_id}", store=store, decision="approve")  # fmt: skip
     target, script = agent([made], [("refund", ARGS, "c1"), ("refund", ARGS, "c2")], "ok")
     done = run(target, approver(True))
-    assert len(done.of(li.ApprovalRequested)) == 1, [(type(e).__name__, getattr(e, "request_id", None), getattr(e, "tool_id", None), str(getattr(e, "tool_output", ""))[:60]) for e in done.events]
     (asked,) = done.of(li.ApprovalRequested)
     assert runs == ["pi_1"]
     by_call = {r.tool_id: str(r.tool_output.content) for r in done.results}
