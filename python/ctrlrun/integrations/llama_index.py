@@ -22,12 +22,16 @@ inside an agent or workflow run, a call waiting for a person pauses the step wit
 the ctrlrun request) to the event stream. The run is answered with :class:`ApprovalDecision`
 (a ``HumanResponseEvent``; ``handler.ctx.send_event(...)``): the step runs again, the decision
 is recorded in ctrlrun (:func:`ctrlrun.integrations._common.decide`) and a granted call runs
-once. Outside a run the answer is the "waiting for approval <id>" text.
+once. Outside a run the answer is the "waiting for approval <id>" text. A parallel twin of a
+waiting call (the same request in the same run) is answered "waiting for approval" at once, so
+one decision answers the run; a twin that comes after its call ran is answered by the key
+("already done"), never by a person.
 
 A body that pauses its own step (``await ctx.wait_for_event(...)`` inside a protected tool)
 raises LlamaIndex's ``WaitingForEvent``: the attempt is recorded ``failed`` (the workflow runs
 the step again when the event arrives, so the work before the wait must be safe to repeat, as
-LlamaIndex says), never ``ambiguous``, and the step's replay runs the body again, once."""
+LlamaIndex says), never ``ambiguous``, and the step's replay runs the body again, once. (With
+``decision="approve"`` too, that replay needs a new grant: a grant is used by one attempt.)"""
 
 from __future__ import annotations
 
