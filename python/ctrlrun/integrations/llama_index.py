@@ -53,10 +53,12 @@ from ctrlrun.integrations._common import (
     Refusal,
     Refused,
     adecide,
+    answered_without_asking,
     answering,
     catching,
     decide,
     protected,
+    refuse_twice,
 )
 from ctrlrun.store.api import Store
 
@@ -240,11 +242,10 @@ def _asks(out: Any) -> bool:
 
 
 def _keyed(store: Store, refusal: Refusal) -> bool:
-    """Whether the call's key is already taken (committed, in progress, ambiguous): the call is
-    answered by it (asked again), never by a person (a twin that came after its call ran)."""
+    """Whether the call's key answers it without a person (committed, in progress, ambiguous:
+    a twin that came after its call ran), so the call is made again instead of asking."""
     key = refusal.payload.get("effect_key")
-    row = None if not isinstance(key, str) else store.get_effect(key)
-    return row is not None and row.state.value != "failed"
+    return isinstance(key, str) and answered_without_asking(store.get_effect(key))
 
 
 def _tool_function(guarded: Callable[..., Any]) -> Callable[..., Any]:
@@ -330,12 +331,7 @@ def _resolved(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _protected_function(fn: Callable[..., Any], name: str, options: Dict[str, Any]) -> Any:
-    already = protected(fn)
-    if already is not None:
-        raise InvalidArgument(
-            f"protect({name!r}): {getattr(fn, '__qualname__', fn)!r} is already protected as "
-            f"{already.action!r}; protect it once"
-        )
+    refuse_twice(name, fn)
     return _tool_function(_protect(name, **options)(_pausable(fn)))
 
 
