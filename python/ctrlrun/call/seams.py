@@ -28,6 +28,7 @@ _TOOL_OBJECTS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
     ("crewai", ("BaseTool",), "crewai"),
     ("google", ("FunctionTool",), "google_adk"),
     ("claude_agent_sdk", ("SdkMcpTool",), "claude_agent_sdk"),
+    ("llama_index", ("FunctionTool",), "llama_index"),
 )
 
 

@@ -10,7 +10,8 @@ used and installed with the extra of the same name (``pip install 'ctrlrun[langc
 * :mod:`ctrlrun.integrations.google_adk`: Google ADK agents;
 * :mod:`ctrlrun.integrations.claude_agent_sdk`: the Claude Agent SDK's in-process ``@tool`` tools;
 * :mod:`ctrlrun.integrations.strands`: Strands Agents;
-* :mod:`ctrlrun.integrations.crewai`: CrewAI tools.
+* :mod:`ctrlrun.integrations.crewai`: CrewAI tools;
+* :mod:`ctrlrun.integrations.llama_index`: LlamaIndex agents and workflows.
 
 Each has a ``protect`` with the keyword arguments of :func:`ctrlrun.protect` that works in
 either order with the framework's tool decorator (or refuses the wrong one at decoration),
