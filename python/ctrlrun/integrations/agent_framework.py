@@ -342,12 +342,7 @@ def approve(where: Tools, request: Content, *, by: str, note: Optional[str] = No
     session), and for a protected tool the ctrlrun grant of the request standing for the
     call's arguments, recorded now under ``by``. A request denied in ctrlrun meanwhile stays
     denied: the approved call is answered "denied"."""
-    tool, args, kwargs = _call_of(where, request)
-    if tool is not None:
-        record = standing_request(tool.about, args, kwargs)
-        if record is not None:
-            decide(tool.about.store(), record, True, by, note)
-    return request.to_function_approval_response(approved=True)
+    return _respond(where, request, True, by, note)
 
 
 def reject(where: Tools, request: Content, *, by: str, note: Optional[str] = None) -> Content:
@@ -355,12 +350,18 @@ def reject(where: Tools, request: Content, *, by: str, note: Optional[str] = Non
     request standing for the call's arguments under ``by``: the framework tells the model the
     call was rejected, and the same call asked again is answered "denied by <by>". A request
     granted in ctrlrun meanwhile keeps its grant; the framework still does not run this call."""
+    return _respond(where, request, False, by, note)
+
+
+def _respond(where: Tools, request: Content, grant: bool, by: str, note: Optional[str]) -> Content:
+    """The framework's response to ``request``, the ctrlrun decision of the request standing
+    for a protected tool's call recorded first."""
     tool, args, kwargs = _call_of(where, request)
     if tool is not None:
         record = standing_request(tool.about, args, kwargs)
         if record is not None:
-            decide(tool.about.store(), record, False, by, note)
-    return request.to_function_approval_response(approved=False)
+            decide(tool.about.store(), record, grant, by, note)
+    return request.to_function_approval_response(approved=grant)
 
 
 def apply_decisions(
