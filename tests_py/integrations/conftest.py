@@ -4,10 +4,13 @@ own test model (no API key), on both backends (``store_url``) and with sync and 
 import importlib.util
 import os
 
-# CrewAI sends no telemetry from the tests (set before any test module imports it).
-os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
-os.environ.setdefault("OTEL_SDK_DISABLED", "true")
-os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
+# CrewAI sends no telemetry from the tests (set before any test module imports it). Only in
+# its own venv: OTEL_SDK_DISABLED would switch off the SDK for every test of the process,
+# ctrlrun's telemetry tests included.
+if importlib.util.find_spec("crewai") is not None:
+    os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("OTEL_SDK_DISABLED", "true")
+    os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
 
 # Strands Agents and CrewAI pin versions of mcp and pydantic the main venv cannot have (it needs
 # mcp>=2.3), so their tests run in venvs of their own (.venv-strands, .venv-crewai: `make

@@ -60,7 +60,7 @@ def test_a_newer_schema_version_is_refused(pg, pg_schema):
 
 def test_tables_are_created_with_a_recorded_schema_version(pg, pg_schema):
     ctrlrun.open_store(pg.url(pg_schema)).close()
-    assert pg.psql(f'SELECT value FROM "{pg_schema}".ctrlrun_meta') == "10"
+    assert pg.psql(f'SELECT value FROM "{pg_schema}".ctrlrun_meta') == "11"
     ctrlrun.open_store(pg.url(pg_schema)).close()  # reopening is fine
 
 

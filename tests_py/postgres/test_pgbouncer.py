@@ -137,12 +137,13 @@ def test_the_store_sends_only_unnamed_statements_and_no_session_settings(pg, sch
             for q in proxy.simple
             if q.lstrip().startswith(b"ALTER TABLE")
             or q.lstrip().startswith(b"CREATE INDEX IF NOT EXISTS ctrlrun_effects_")
+            or q.lstrip().startswith(b"CREATE INDEX IF NOT EXISTS ctrlrun_approvals_")
             or b"ctrlrun_meta SET value" in q
             or (q.lstrip().startswith(b"CREATE TABLE IF NOT EXISTS") and b"ctrlrun_policy" in q)
         ]
         rest = [q for q in proxy.simple if q not in ddl and q not in migration + durable + hot]
         assert len(ddl) == 1 and b"SET " not in ddl[0].upper()
-        assert len(migration) == 7 and not any(
+        assert len(migration) == 8 and not any(
             b"SET LOCAL" in q.upper() or b"SET SESSION" in q.upper() for q in migration
         )
         # the one SET LOCAL outside a BEGIN is inside the function's body

@@ -58,7 +58,7 @@ def test_version_8_is_brought_to_the_current_version_keeping_every_row_and_chain
     assert pg.psql(f'SELECT value FROM "{pg_schema}".ctrlrun_meta') == "8"
     reopened = ctrlrun.open_store(url)
     try:
-        assert pg.psql(f'SELECT value FROM "{pg_schema}".ctrlrun_meta') == "10"
+        assert pg.psql(f'SELECT value FROM "{pg_schema}".ctrlrun_meta') == "11"
         assert (
             reopened.list_effects(),
             reopened.list_receipts(),
