@@ -340,13 +340,14 @@ def test_threads_never_share_a_loop(store):
     assert store.get_effect("refund:pi_9").state.value == "committed"
 
 
-def test_the_core_protect_under_tool_still_protects(store):
-    """Under ``@tool`` the core ``ctrlrun.protect`` protects (never silently off); only its
-    refusals are smolagents' errors, which is why the docs point to this module's protect."""
+@pytest.mark.parametrize("above", [False, True], ids=["under", "above"])
+def test_the_core_protect_protects_in_either_order(store, above):
+    """The core ``ctrlrun.protect`` is never silently off. Above ``@tool`` it hands the tool to
+    this module (the core's seam knows smolagents' ``Tool``): refusals are the gateway's words,
+    never the *args error. Under ``@tool`` it protects the function, and only its refusals are
+    smolagents' errors, which is why the docs point to this module's protect."""
     runs: List[str] = []
 
-    @tool
-    @ctrlrun.protect("stripe.refund", effect="refund:{payment_id}", store=store)
     def refund(payment_id: str, amount: int) -> str:
         """Refund part of a payment.
 
@@ -357,36 +358,15 @@ def test_the_core_protect_under_tool_still_protects(store):
         runs.append(payment_id)
         return "refunded"
 
-    agent = ToolCallingAgent(tools=[refund], model=Scripted(), verbosity_level=-1)
+    core = ctrlrun.protect("stripe.refund", effect="refund:{payment_id}", store=store)
+    made = core(tool(refund)) if above else tool(core(refund))
+    agent = ToolCallingAgent(tools=[made], model=Scripted(), verbosity_level=-1)
     agent.model.turns = [[call("refund", "c1", payment_id="pi_1", amount=5)]] * 2
     agent.run("refund")
     steps = [s for s in agent.memory.steps if isinstance(s, ActionStep)]
     assert steps[0].observations == "refunded"
-    assert "DuplicateEffect" in str(steps[1].error)
-    assert runs == ["pi_1"]
-
-
-def test_the_core_protect_above_tool_is_this_modules(store):
-    """Above ``@tool`` the core ``ctrlrun.protect`` hands the tool to this module (the core's
-    seam knows smolagents' ``Tool``): refusals are the gateway's words, never the *args error."""
-    runs: List[str] = []
-
-    @ctrlrun.protect("stripe.refund", effect="refund:{payment_id}", store=store)
-    @tool
-    def refund(payment_id: str, amount: int) -> str:
-        """Refund part of a payment.
-
-        Args:
-            payment_id: the payment to refund
-            amount: how much, in cents
-        """
-        runs.append(payment_id)
-        return "refunded"
-
-    agent = ToolCallingAgent(tools=[refund], model=Scripted(), verbosity_level=-1)
-    agent.model.turns = [[call("refund", "c1", payment_id="pi_1", amount=5)]] * 2
-    agent.run("refund")
-    steps = [s for s in agent.memory.steps if isinstance(s, ActionStep)]
-    assert steps[0].observations == "refunded"
-    assert steps[1].observations.startswith("already done") and steps[1].error is None
+    if above:
+        assert steps[1].observations.startswith("already done") and steps[1].error is None
+    else:
+        assert "DuplicateEffect" in str(steps[1].error)
     assert runs == ["pi_1"]
