@@ -114,9 +114,6 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", default=None)
-    ap.add_argument(
-        "--no-ctrlrun-sql", action="store_true", help="skip pgbench on ctrlrun's own statements"
-    )
     args = ap.parse_args()
     pg = pg_server()
     if not pg:
@@ -129,7 +126,7 @@ def main() -> None:
         "ctrlrun, 1 thread": lambda u: threads(u, 1, s),
         "ctrlrun, 8 threads": lambda u: threads(u, 8, s),
         "ctrlrun, 64 threads": lambda u: threads(u, 64, s),
-        "ctrlrun, 64 concurrent tasks": lambda u: tasks(u, 64, s),
+        TASKS_64: lambda u: tasks(u, 64, s),
         PREPARED_8: lambda u: threads(u + prepared, 8, s),
         PREPARED_64: lambda u: tasks(u + prepared, 64, s),
     }
@@ -139,15 +136,17 @@ def main() -> None:
         rows[f"pgbench, {clients} client{'s' if clients > 1 else ''}"] = lambda u, c=clients: (
             pgbench(pg, c, s, floor)
         )
-    if not args.no_ctrlrun_sql:  # unnamed, as ctrlrun sends them
-        ours = _pgbench.ctrlrun_script(pg)
-        rows["pgbench, 1 client, ctrlrun's SQL"] = lambda u: pgbench(pg, 1, s, ours, "extended")
-        rows["pgbench, 8 clients, ctrlrun's SQL"] = lambda u: pgbench(pg, 8, s, ours, "extended")
+    ours = _pgbench.ctrlrun_script(pg)  # as ctrlrun sends them: unnamed, or prepared
     receipts = _pgbench.floor_script(pg, template, "receipts")
-    rows["pgbench, 8 clients, receipts floor"] = lambda u: pgbench(pg, 8, s, receipts)
-    rows["pgbench, 8 clients, receipts floor, unnamed"] = lambda u: pgbench(
-        pg, 8, s, receipts, "extended"
-    )
+    for form, mode in (("unnamed", "extended"), ("prepared", "prepared")):
+        rows[f"pgbench, 1 client, ctrlrun's SQL, {form}"] = lambda u, m=mode: pgbench(
+            pg, 1, s, ours, m
+        )
+        for clients in (8, 32):
+            for what, script in (("ctrlrun's SQL", ours), ("receipts floor", receipts)):
+                rows[f"pgbench, {clients} clients, {what}, {form}"] = (
+                    lambda u, c=clients, sc=script, m=mode: pgbench(pg, c, s, sc, m)
+                )
     runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name in rows}
     for r in range(args.repeats):
         for name, measure in rows.items():
@@ -158,50 +157,58 @@ def main() -> None:
                 f"  [{r + 1}/{args.repeats}] {name}: {out['calls_per_s']:,.0f} calls/s{doubles}",
                 flush=True,
             )
-    median = {
-        name: statistics.median(o["calls_per_s"] for o in outs) for name, outs in runs.items()
+    med = {
+        (name, k): statistics.median(o[k] for o in outs)
+        for name, outs in runs.items()
+        for k in ("calls_per_s", "server_cpu_us", "client_cpu_us")
     }
     doubles = sum(o.get("doubles", 0) for outs in runs.values() for o in outs)
     title = f"PostgreSQL throughput: {args.seconds:g} s per run, {args.repeats} runs, medians"
     print(f"\n== {title} ==")
     print(
-        f"{'workload':<46} {'calls/s':>10} {'all runs':>26} {'server CPU':>11} {'client CPU':>11}"
+        f"{'workload':<50} {'calls/s':>10} {'all runs':>26} {'server CPU':>11} {'client CPU':>11}"
     )
     for name, outs in runs.items():
         each = ", ".join(f"{o['calls_per_s']:,.0f}" for o in outs)
-        server = statistics.median(o["server_cpu_us"] for o in outs)
-        client = statistics.median(o["client_cpu_us"] for o in outs)
-        print(f"{name:<46} {median[name]:>10,.0f} {each:>26} {server:>8,.0f} µs {client:>8,.0f} µs")
+        server, client = med[(name, "server_cpu_us")], med[(name, "client_cpu_us")]
+        print(
+            f"{name:<50} {med[(name, 'calls_per_s')]:>10,.0f} {each:>26} {server:>8,.0f} µs "
+            f"{client:>8,.0f} µs"
+        )
     print("(CPU per call, medians: every postgres process; this process or pgbench)")
-    pg8, pg32 = median["pgbench, 8 clients"], median["pgbench, 32 clients"]
-    mine = median.get("pgbench, 8 clients, ctrlrun's SQL")
-    checks = [
-        ("8 threads vs pgbench 8 clients", median["ctrlrun, 8 threads"] / pg8),
-        ("64 tasks vs pgbench 32 clients", median["ctrlrun, 64 concurrent tasks"] / pg32),
-        ("8 threads, prepared_statements=on, vs pgbench 8 clients", median[PREPARED_8] / pg8),
-        ("64 tasks, prepared_statements=on, vs pgbench 32 clients", median[PREPARED_64] / pg32),
-    ]
-    one = median["ctrlrun, 1 thread"]
-    info = [("1 thread vs pgbench 1 client", one / median["pgbench, 1 client"])]
-    if mine is not None:
-        ours = one / median["pgbench, 1 client, ctrlrun's SQL"]
-        info.append(("1 thread vs pgbench 1 client on ctrlrun's SQL", ours))
-        info.append(("8 threads vs pgbench on ctrlrun's SQL", median["ctrlrun, 8 threads"] / mine))
-        info.append(("pgbench: ctrlrun's SQL vs the two statements", mine / pg8))
-    floor = median["pgbench, 8 clients, receipts floor"]
-    info.append(("receipts floor vs the two statements (8 clients)", floor / pg8))
-    unnamed = median["pgbench, 8 clients, receipts floor, unnamed"]
-    info.append(("receipts floor unnamed vs the two statements", unnamed / pg8))
-    eight = median["ctrlrun, 8 threads"]
-    info.append(("8 threads vs pgbench on the receipts floor", eight / floor))
-    print(f"\n{'check':<56} {'measured':>8} {'goal':>8} verdict")
-    for name, ratio in checks:
-        print(f"{name:<56} {ratio:>7.2f}x {'>= 0.6x':>8} {'MET' if ratio >= 0.6 else 'MISSED'}")
-    for name, ratio in info:
-        print(f"{name:<56} {ratio:>7.2f}x {'info':>8} n/a")
-    print(f"{'doubles, every run':<56} {doubles:>8} {'0':>8} {'MET' if doubles == 0 else 'MISSED'}")
-    summary = {"runs": runs, "median": median, "checks": dict(checks), "info": dict(info)}
-    write_json(args.json, {**summary, "doubles": doubles})
+    summary = {"runs": runs, "checks": report(med, doubles), "doubles": doubles}
+    write_json(args.json, summary)
+
+
+TASKS_64 = "ctrlrun, 64 concurrent tasks"
+
+
+def report(med: Dict[Tuple[str, str], float], doubles: int) -> List[Tuple[str, float, str]]:
+    """Issue 51's checks, each a ratio of two medians of this run (``>=``/``<=`` goal), and
+    for information the server's CPU per call of ctrlrun's client beside its SQL's alone."""
+    tps, cpu = (lambda n: med[(n, "calls_per_s")]), (lambda n: med[(n, "server_cpu_us")])
+    floor, checks = "pgbench, {} clients, receipts floor, {}", []
+    for form, eight, many in (
+        ("unnamed", "ctrlrun, 8 threads", TASKS_64),
+        ("prepared", PREPARED_8, PREPARED_64),
+    ):
+        sql = f"pgbench, 8 clients, ctrlrun's SQL, {form}"
+        checks += [
+            (f"1: server CPU/call, ctrlrun's SQL vs receipts floor, 8 clients, {form}", cpu(sql) / cpu(floor.format(8, form)), "<= 1.2"),
+            (f"2: {eight} vs receipts floor, 8 clients", tps(eight) / tps(floor.format(8, form)), ">= 0.9"),
+            (f"2: {many} vs receipts floor, 32 clients", tps(many) / tps(floor.format(32, form)), ">= 0.9"),
+            (f"3: {many} vs pgbench, 32 clients (two statements)", tps(many) / tps("pgbench, 32 clients"), ">= 1.0"),
+            (f"info: server CPU/call, {eight} vs ctrlrun's SQL alone", cpu(eight) / cpu(sql), "info"),
+        ]  # fmt: skip
+    print(f"\n{'check':<78} {'measured':>8} {'goal':>7} verdict")
+    for name, ratio, goal in checks:
+        op, want = goal.split(" ") if goal != "info" else ("", "0")
+        met = ratio <= float(want) if op == "<=" else ratio >= float(want)
+        print(
+            f"{name:<78} {ratio:>7.2f}x {goal:>7} {'n/a' if not op else 'MET' if met else 'MISSED'}"
+        )
+    print(f"{'doubles, every run':<78} {doubles:>8} {'0':>7} {'MET' if doubles == 0 else 'MISSED'}")
+    return checks
 
 
 if __name__ == "__main__":

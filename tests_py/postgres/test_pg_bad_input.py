@@ -6,6 +6,7 @@ import pytest
 
 import ctrlrun
 from ctrlrun import EffectState, StoreError
+from tests_py.support.stores import SCHEMA_VERSION
 from throwaway.pgserver import free_port
 
 
@@ -60,7 +61,9 @@ def test_a_newer_schema_version_is_refused(pg, pg_schema):
 
 def test_tables_are_created_with_a_recorded_schema_version(pg, pg_schema):
     ctrlrun.open_store(pg.url(pg_schema)).close()
-    assert pg.psql(f'SELECT value FROM "{pg_schema}".ctrlrun_meta') == "11"
+    assert pg.psql(f'SELECT value FROM "{pg_schema}".ctrlrun_meta') == str(
+        SCHEMA_VERSION["postgres"]
+    )
     ctrlrun.open_store(pg.url(pg_schema)).close()  # reopening is fine
 
 

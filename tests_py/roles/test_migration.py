@@ -9,6 +9,7 @@ import pytest
 
 import ctrlrun
 from ctrlrun.call.approval import ask
+from tests_py.support.stores import SCHEMA_VERSION
 
 NEW_IN_9 = [
     "ctrlrun_cas",
@@ -58,7 +59,9 @@ def test_version_8_is_brought_to_the_current_version_keeping_every_row_and_chain
     assert pg.psql(f'SELECT value FROM "{pg_schema}".ctrlrun_meta') == "8"
     reopened = ctrlrun.open_store(url)
     try:
-        assert pg.psql(f'SELECT value FROM "{pg_schema}".ctrlrun_meta') == "11"
+        assert pg.psql(f'SELECT value FROM "{pg_schema}".ctrlrun_meta') == str(
+            SCHEMA_VERSION["postgres"]
+        )
         assert (
             reopened.list_effects(),
             reopened.list_receipts(),

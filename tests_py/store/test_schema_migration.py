@@ -17,10 +17,9 @@ import pytest
 
 import ctrlrun
 from ctrlrun import DuplicateEffect, EffectState
+from tests_py.support.stores import SCHEMA_VERSION as CURRENT
 from tests_py.support.stores import sqlite_url
 
-# the schema version this build writes (PostgreSQL's 5 adds `ctrlrun_durable()`, a function)
-CURRENT = {"sqlite": 8, "postgres": 11}
 NEW_COLUMNS = [
     "attempt_token",
     "action",
@@ -34,6 +33,8 @@ NEW_COLUMNS = [
     "receipt_prev",
     "receipt_hash",
 ]
+# PostgreSQL's 12: the receipt sequence number the hot write's statement appended itself
+NEW_COLUMNS_OF = {"sqlite": NEW_COLUMNS, "postgres": [*NEW_COLUMNS, "receipt_kept"]}
 T0 = 1_700_000_000_000_000  # microseconds (2023)
 V1_COLUMNS = (
     "effect_key, state, action_id, attempt, created_at, updated_at, "
@@ -151,7 +152,7 @@ def test_a_version_1_store_is_migrated_and_its_rows_keep_their_meaning(v1_store,
     store = ctrlrun.open_store(url)
     try:
         assert version() == CURRENT[backend]
-        assert columns()[-len(NEW_COLUMNS) :] == NEW_COLUMNS
+        assert columns()[-len(NEW_COLUMNS_OF[backend]) :] == NEW_COLUMNS_OF[backend]
         done = store.get_effect("refund:done")
         assert done.state is EffectState.COMMITTED and done.result == {"ok": True}
         with pytest.raises(DuplicateEffect) as info:
@@ -213,7 +214,7 @@ def test_processes_opening_a_version_1_store_at_once_migrate_it_once(v1_store, t
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0 and out.strip() == "ok", err[-2000:]
     assert version() == CURRENT[backend]
-    assert columns()[-len(NEW_COLUMNS) :] == NEW_COLUMNS
+    assert columns()[-len(NEW_COLUMNS_OF[backend]) :] == NEW_COLUMNS_OF[backend]
     store = ctrlrun.open_store(url)
     try:
         assert sorted(

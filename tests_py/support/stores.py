@@ -12,3 +12,8 @@ def sqlite_url(path) -> str:
 
 def keys(store):
     return [r.effect_key for r in store.list_effects()]
+
+
+# The schema version this build writes, per backend (PostgreSQL's 5 adds `ctrlrun_durable()`,
+# a function; 12 moves the hot writes' receipts into their statements).
+SCHEMA_VERSION = {"sqlite": 8, "postgres": 12}

@@ -4,7 +4,10 @@
 //! statements' text is in [`super::statements`].
 
 use super::duties::{self, ASK_PARAMS, CAS_PARAMS, DEFINER, REQUEST_CAS_PARAMS};
-use super::statements::{Statements, INSERT_PARAMS, ROW_TYPES, SELECT_PARAMS, TRANSITION_PARAMS};
+use super::statements::{
+    hot_clock, Statements, CLOCK, DURABLE, INSERT_PARAMS, ROW_TYPES, SELECT_PARAMS,
+    TRANSITION_PARAMS,
+};
 
 /// Every function of the store's schema in its current form, and `EXECUTE` on each
 /// `SECURITY DEFINER` one revoked from `PUBLIC` (the owner keeps it; `ctrlrun store roles`,
@@ -54,14 +57,7 @@ fn durable_function(schema: &str) -> String {
     format!(
         "CREATE OR REPLACE FUNCTION \"{schema}\".ctrlrun_durable() RETURNS boolean \
          LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$ \
-         BEGIN \
-         SET LOCAL synchronous_commit TO DEFAULT; \
-         SET LOCAL ctrlrun.commit_durability TO DEFAULT; \
-         IF current_setting('ctrlrun.commit_durability', true) IS DISTINCT FROM 'server' \
-         AND current_setting('synchronous_commit') NOT IN ('on', 'remote_apply') THEN \
-         SET LOCAL synchronous_commit TO on; \
-         END IF; \
-         RETURN true; END $fn$;\n"
+         BEGIN {DURABLE} RETURN true; END $fn$;\n"
     )
 }
 
@@ -116,13 +112,19 @@ fn policy_check_function(schema: &str) -> String {
     )
 }
 
-/// Schema version 7's functions: the read, the reservation's `INSERT` and the outcome's
-/// `UPDATE`, each the statement it replaces, run by PL/pgSQL (see [`super::sql::Sql`]). Their
-/// result columns are named `r_*` so that none shadows a table column in the statement. Like the
-/// other functions of the schema they fix their `search_path`: a pooler's server connection
-/// may carry another client's. They also force the generic plan from the first call: left to
-/// choose, the server plans each statement five times more per session before it settles on
-/// the generic plan (`pg_stat_statements`: 6 plans against 1 in 600 calls).
+/// The hot functions: the read, the reservation's `INSERT` and the outcome's `UPDATE`, each
+/// the statement it replaces, run by PL/pgSQL (schema version 7; see [`super::sql::Sql`]).
+/// Their result columns are named `r_*` so that none shadows a table column in the statement.
+/// Like the other functions of the schema they fix their `search_path`: a pooler's server
+/// connection may carry another client's. They also force the generic plan from the first
+/// call: left to choose, the server plans each statement five times more per session before it
+/// settles on the generic plan (`pg_stat_statements`: 6 plans against 1 in 600 calls).
+///
+/// Since schema version 12 the writes spend what the server does per call on the write alone
+/// (`bench/README.md`, issue 51): each appends its receipt in its own statement instead of by
+/// the trigger (a PL/pgSQL trigger call and its `INSERT`; the row's `receipt_kept` says so,
+/// see `schema::receipt_triggers`), hashes it inline, makes its commit durable inline instead of
+/// calling `ctrlrun_durable()`, and takes the clock once.
 fn hot_functions(schema: &str) -> String {
     let s = Statements::new(schema);
     let out = |extra: &str| {
@@ -130,38 +132,51 @@ fn hot_functions(schema: &str) -> String {
         format!("{}{extra}", cols.join(", "))
     };
     let query = |q: String| format!("RETURN QUERY {q}");
+    // The writes take their clock from their `now` parameter ($5 or $9).
     let each = [
         (
             "ctrlrun_select",
             SELECT_PARAMS,
             out(", r_n int8"),
             query(s.select),
+            None,
         ),
-        ("ctrlrun_insert", INSERT_PARAMS, out(""), query(s.insert)),
+        (
+            "ctrlrun_insert",
+            INSERT_PARAMS,
+            out(""),
+            query(s.insert),
+            Some(5),
+        ),
         (
             "ctrlrun_reserve",
             INSERT_PARAMS,
             out(", r_n int8, r_inserted bool"),
             s.reserve,
+            Some(5),
         ),
         (
             "ctrlrun_transition",
             TRANSITION_PARAMS,
             out(""),
             query(s.transition),
+            Some(9),
         ),
     ];
     each.iter()
-        .map(|(name, params, returns, body)| {
+        .map(|(name, params, returns, body, now)| {
             // The writes run as the function's owner, guarded (see `super::duties`).
-            let definer = *name != "ctrlrun_select";
             let guard = duties::hot_guard(schema, name);
             let returns = format!("TABLE ({returns})");
+            let (declare, clock) = match now {
+                Some(now) => (format!("DECLARE {CLOCK} int8; "), hot_clock(*now)),
+                None => (String::new(), String::new()),
+            };
             function(
                 schema,
                 (name, params, &returns),
-                &format!("BEGIN {guard}{body}; END"),
-                definer,
+                &format!("{declare}BEGIN {guard}{clock}{body}; END"),
+                now.is_some(),
             )
         })
         .collect()

@@ -8,13 +8,13 @@ use super::client::{Client, PgError};
 use crate::error::{Error, Result};
 
 /// The schema version this build writes (`ctrlrun_meta.schema_version`).
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 12;
 
 /// How each older version is brought to the next (`MIGRATIONS[v - 1]` takes version `v` to
 /// `v + 1`), all in one transaction with the version's update. `{t}` is the effects table, `{a}`
 /// the approvals table, `{r}` the receipts table, `{p}` the approvers table, `{y}` the policy table, `{s}` the schema (quoted). A new schema gets
 /// version 1's tables and then every step.
-const MIGRATIONS: [&str; 10] = [
+const MIGRATIONS: [&str; 11] = [
     // 1 -> 2: the per-attempt token (rows written before keep NULL).
     "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS attempt_token text",
     // 2 -> 3: who holds a key and with which arguments; approvals.
@@ -193,6 +193,13 @@ const MIGRATIONS: [&str; 10] = [
      CREATE INDEX IF NOT EXISTS ctrlrun_approvals_action ON {a} (action, requested_at, request_id);
      CREATE INDEX IF NOT EXISTS ctrlrun_approvals_asker
          ON {a} (requested_by, requested_at, request_id)",
+    // 11 -> 12: the hot writes append their receipts in their own statements (see
+    // `functions::hot_functions`) and set `receipt_kept` to the sequence number of the receipt
+    // they appended, so the effects table's AFTER triggers append one only for a write that did
+    // not: every other function of the schema, and a statement of an older process, keep
+    // writing theirs through the trigger. Adding a column with no default rewrites nothing.
+    "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS receipt_kept bigint;
+     {receipt_triggers_12}",
 ];
 
 pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) -> Result<()> {
@@ -303,14 +310,24 @@ pub(super) fn init_schema(client: &mut Client, schema: &str, description: &str) 
 
 /// Schema version 4's triggers, on the effects (`{t}`) and approvals (`{a}`) tables alike: the
 /// BEFORE ones refuse a write that sets no receipt, the AFTER ones append the written row as a
-/// receipt.
-fn receipt_triggers() -> String {
+/// receipt. Since version 12 (`kept`), the effects table's append is skipped for a row whose
+/// `receipt_kept` is its `receipt_seq`: the statement that wrote it appended that receipt. A
+/// write that does not set the column (any other function, an older process's statement)
+/// leaves it NULL or at an earlier number, so the trigger appends its receipt.
+fn receipt_triggers(kept: bool) -> String {
     let tables = [
         ("{t}", "ctrlrun_effects", "ctrlrun_effect_receipt"),
         ("{a}", "ctrlrun_approvals", "ctrlrun_approval_receipt"),
     ];
     let mut sql = String::new();
     for (table, name, append) in tables {
+        let skip = if kept && table == "{t}" {
+            " AND NEW.receipt_kept IS DISTINCT FROM NEW.receipt_seq"
+        } else {
+            ""
+        };
+        let appended_insert = format!("NEW.receipt_hash IS NOT NULL{skip}");
+        let appended_update = format!("NEW.receipt_hash IS DISTINCT FROM OLD.receipt_hash{skip}");
         let kinds = [
             (
                 "receipt_required_insert",
@@ -324,18 +341,8 @@ fn receipt_triggers() -> String {
                 "NEW.receipt_seq IS NOT DISTINCT FROM OLD.receipt_seq",
                 "ctrlrun_receipt_required",
             ),
-            (
-                "receipt_insert",
-                "AFTER INSERT",
-                "NEW.receipt_hash IS NOT NULL",
-                append,
-            ),
-            (
-                "receipt_update",
-                "AFTER UPDATE",
-                "NEW.receipt_hash IS DISTINCT FROM OLD.receipt_hash",
-                append,
-            ),
+            ("receipt_insert", "AFTER INSERT", &appended_insert[..], append),
+            ("receipt_update", "AFTER UPDATE", &appended_update[..], append),
         ];
         for (suffix, timing, when, function) in kinds {
             sql.push_str(&format!(
@@ -374,7 +381,8 @@ fn migrate(client: &mut Client, schema: &str) -> std::result::Result<(), PgError
         let quoted = format!("\"{schema}\"");
         for step in &MIGRATIONS[(version - 1) as usize..] {
             let step = step
-                .replace("{receipt_triggers}", &receipt_triggers())
+                .replace("{receipt_triggers}", &receipt_triggers(false))
+                .replace("{receipt_triggers_12}", &receipt_triggers(true))
                 .replace("{t}", &table)
                 .replace("{a}", &approvals)
                 .replace("{r}", &receipts)

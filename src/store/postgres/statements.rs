@@ -40,60 +40,84 @@ pub(super) struct Statements {
 impl Statements {
     pub(super) fn new(schema: &str) -> Statements {
         let t = format!("\"{schema}\".ctrlrun_effects");
-        let hash = format!("\"{schema}\".ctrlrun_receipt_hash");
+        let r = format!("\"{schema}\".ctrlrun_receipts");
+        let seq = "COALESCE(receipt_seq, 0) + 1";
         // Each write sets the row's chain head from the head it replaces (in an UPDATE's SET
-        // list a column is the old row's value); a trigger appends the written row as the
-        // receipt. Fields in `Receipt::expected_hash`'s order.
+        // list a column is the old row's value). Fields in `Receipt::expected_hash`'s order.
         let head = |seq: &str, prev: &str, fields: [&str; 11]| {
+            let seq_text = format!("({seq})::text");
+            let mut all = vec!["'effect'", fields[0], "NULL", &seq_text, prev];
+            all.extend(&fields[1..]);
             format!(
-                "receipt_seq = {seq}, receipt_prev = {prev}, receipt_hash = {hash}('effect', \
-                 {}, NULL, ({seq})::text, {prev}, {})",
-                fields[0],
-                fields[1..].join(", ")
+                "receipt_seq = {seq}, receipt_prev = {prev}, receipt_hash = {}",
+                receipt_hash(&all)
             )
         };
-        let at = "COALESCE($5::int8, \
-                  (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8)";
-        let seq = "COALESCE(receipt_seq, 0) + 1";
+        // The hot writes' head also says that the statement appends the receipt itself.
+        let kept_head = |fields: [&str; 11]| {
+            format!(
+                "{}, receipt_kept = {seq}",
+                head(seq, "receipt_hash", fields)
+            )
+        };
+        // The hot writes append their own receipt in the statement (see `append_receipt`).
+        let appended = |write: String, returning: &str| {
+            format!(
+                "WITH w AS ({write} RETURNING *), receipt AS ({}) SELECT {} FROM w",
+                append_receipt(&r),
+                returning
+            )
+        };
         let durable = format!("\"{schema}\".ctrlrun_durable");
         let insert_columns = format!(
             "key_digest, {COLUMNS}, last_event, written_by, receipt_seq, receipt_prev, \
-             receipt_hash"
+             receipt_hash, receipt_kept"
         );
+        // `{CLOCK}`: the time the function took once (`hot_clock`), for the row and its receipt.
         let values = format!(
-            "{d}, $1, $2, $3, $4, {at}, {at}, {at} + $6::int8, $7, $8, $9, $10, $11, $12, $13, \
-             $14, $15, $16, $17, 1, NULL, {hash}('effect', $1, NULL, '1', NULL, ({at})::text, \
-             $16, $11, $3, $4::text, $2, $13, $15, $9, $17)",
+            "{d}, $1, $2, $3, $4, {CLOCK}, {CLOCK}, {CLOCK} + $6::int8, $7, $8, $9, $10, $11, \
+             $12, $13, $14, $15, $16, $17, 1, NULL, {hash}, 1",
             d = digest(1),
+            hash = receipt_hash(&[
+                "'effect'", "$1", "NULL", "'1'", "NULL", &format!("{CLOCK}::text"), "$16", "$11",
+                "$3", "$4::text", "$2", "$13", "$15", "$9", "$17"
+            ]),
         );
-        let now9 = "COALESCE($9::int8, \
-                    (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8)";
+        let insert = |only_when: &str| {
+            format!(
+                "INSERT INTO {t} ({insert_columns}) SELECT {values}{only_when} \
+                 ON CONFLICT (key_digest) DO NOTHING"
+            )
+        };
+        let cols = qualified("w", COLUMNS);
+        let inserted = format!("{cols}, NULL::int8, true");
         Statements {
             // The planner's row; a row already there wins (no row returned). Its times are
-            // the server's clock when the INSERT runs (or the caller's `now`), the lease the
+            // the server's clock when the function runs (or the caller's `now`), the lease the
             // planner's length from there: planned from a read made before the transaction, a
             // wait for a connection or a pooler must not eat into the holder's lease.
-            // `ctrlrun_durable()` makes the commit of an INSERT that commits by itself as
-            // durable as the server's own setting, whatever a pooler's server connection
-            // carries over.
-            insert: format!(
-                "INSERT INTO {t} ({insert_columns}) SELECT {values} \
-                 FROM (SELECT {durable}()) durable(ok) \
-                 ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}"
-            ),
+            insert: appended(insert(""), &cols),
             select: select(&t, 2, ""),
-            // The reservation: the key's row and the server's clock (the statement's $5) when
-            // a row is there, for the planner (a refusal is this one plain read); else the
-            // planner's row inserted; else (another writer's row appeared in between) that
-            // row, read afresh. One round trip for a fresh call and for a refusal.
+            // The reservation, one round trip: the planner's row inserted when the key has
+            // none (the common case: one INSERT); else the key's row and the server's clock
+            // (the statement's $5) for the planner, which refuses from it. An action the
+            // store's policy does not simply allow is never inserted by the first INSERT: that
+            // call goes the long way, the read, the policy's check (which refuses, or finds
+            // the grant), then the INSERT; a row another writer inserted meanwhile is read.
             reserve: format!(
-                "RETURN QUERY {found} WHERE e.effect_key IS NOT NULL; \
-                 IF FOUND THEN RETURN; END IF; {policy}; \
-                 RETURN QUERY WITH ins AS (INSERT INTO {t} ({insert_columns}) SELECT {values} \
-                 FROM (SELECT {durable}()) durable(ok) \
-                 ON CONFLICT (key_digest) DO NOTHING RETURNING {COLUMNS}) \
-                 SELECT ins.*, NULL::int8, true FROM ins; \
+                "RETURN QUERY {fresh}; IF FOUND THEN RETURN; END IF; \
+                 RETURN QUERY {found} WHERE e.effect_key IS NOT NULL; \
+                 IF FOUND THEN RETURN; END IF; {policy}; RETURN QUERY {checked}; \
                  IF NOT FOUND THEN RETURN QUERY {found}; END IF",
+                fresh = appended(
+                    insert(&format!(
+                        " WHERE NOT EXISTS (SELECT FROM {y} p WHERE p.action = $11 \
+                         AND p.decision <> 'allow')",
+                        y = format!("\"{schema}\".ctrlrun_policy")
+                    )),
+                    &inserted
+                ),
+                checked = appended(insert(""), &inserted),
                 found = select(&t, 5, ", false"),
                 policy = policy_check(schema, "$11, $1, $13, $15"),
             ),
@@ -117,34 +141,32 @@ impl Statements {
                     ]
                 )
             ),
-            // The time is the statement's (stable within it: the row and its receipt agree).
-            transition: format!(
-                "UPDATE {t} SET state = $1, updated_at = {now}, \
-                 lease_expires_at = CASE WHEN $3 THEN NULL ELSE lease_expires_at END, \
-                 result = $4, error = $5, last_event = $10, written_by = $11, {head} \
-                 FROM (SELECT {durable}()) durable(ok) \
-                 WHERE key_digest = {d} AND effect_key = $6 AND action_id = $7 \
-                 AND ($8::int8 IS NULL OR attempt = $8) \
-                 AND state = ANY($2::text[]) RETURNING {COLUMNS}",
-                now = now9,
-                d = digest(6),
-                head = head(
-                    seq,
-                    "receipt_hash",
-                    [
-                        "effect_key",
-                        &format!("({now9})::text"),
-                        "$10",
-                        "action",
-                        "action_id",
-                        "attempt::text",
-                        "$1",
-                        "args_digest",
-                        "approval_id",
-                        "resolved_by",
-                        "$11"
-                    ]
-                )
+            // The time is the function's clock, taken once: the row and its receipt agree.
+            transition: appended(
+                format!(
+                    "UPDATE {t} SET state = $1, updated_at = {CLOCK}, \
+                     lease_expires_at = CASE WHEN $3 THEN NULL ELSE lease_expires_at END, \
+                     result = $4, error = $5, last_event = $10, written_by = $11, {head} \
+                     WHERE key_digest = {d} AND effect_key = $6 AND action_id = $7 \
+                     AND ($8::int8 IS NULL OR attempt = $8) AND state = ANY($2::text[])",
+                    d = digest(6),
+                    head = kept_head(
+                        [
+                            "effect_key",
+                            &format!("{CLOCK}::text"),
+                            "$10",
+                            "action",
+                            "action_id",
+                            "attempt::text",
+                            "$1",
+                            "args_digest",
+                            "approval_id",
+                            "resolved_by",
+                            "$11"
+                        ]
+                    )
+                ),
+                &cols
             ),
         }
     }
@@ -159,6 +181,64 @@ fn select(t: &str, now: usize, extra: &str) -> String {
         d = digest(1),
         cols = qualified("e", COLUMNS),
         now = now_expr(now)
+    )
+}
+
+/// The PL/pgSQL variable of the hot write functions that holds their clock: the caller's `now`,
+/// else the time the calling statement started (see [`hot_clock`]).
+pub(super) const CLOCK: &str = "clock_at";
+
+/// The hot write functions' first steps after their guard: the commit made durable (the body of
+/// `ctrlrun_durable()`, run inline: a call of it costs a function call with its own settings),
+/// and the clock taken from `$now`.
+pub(super) fn hot_clock(now: usize) -> String {
+    format!(
+        "{durable} {CLOCK} := COALESCE(${now}::int8, \
+         (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8); ",
+        durable = DURABLE
+    )
+}
+
+/// What `ctrlrun_durable()` does (see `functions::durable_function`): the transaction commits at
+/// least as `synchronous_commit = on`, unless the session started with
+/// `ctrlrun.commit_durability = server`, each setting first put back to the session's default.
+pub(super) const DURABLE: &str = "SET LOCAL synchronous_commit TO DEFAULT; \
+     SET LOCAL ctrlrun.commit_durability TO DEFAULT; \
+     IF current_setting('ctrlrun.commit_durability', true) IS DISTINCT FROM 'server' \
+     AND current_setting('synchronous_commit') NOT IN ('on', 'remote_apply') THEN \
+     SET LOCAL synchronous_commit TO on; END IF;";
+
+/// A receipt's hash as one SQL expression over `fields` (each a text expression or `NULL`):
+/// the same digest as `ctrlrun_receipt_hash` and [`crate::receipt::hash_fields`] (each field's
+/// UTF-8 length, `:` and the field, or `~` for NULL; SHA-256 in hex). Written out in the
+/// statement because a call of that PL/pgSQL function costs each write a function call with
+/// its own settings.
+pub(super) fn receipt_hash(fields: &[&str]) -> String {
+    let each: Vec<String> = fields
+        .iter()
+        .map(|f| {
+            format!(
+                "COALESCE(pg_catalog.octet_length(pg_catalog.convert_to(({f})::text, 'UTF8'))::text \
+                 || ':' || ({f})::text, '~')"
+            )
+        })
+        .collect();
+    format!(
+        "pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to({}, 'UTF8')), 'hex')",
+        each.join(" || ")
+    )
+}
+
+/// The receipt of the effect row a hot write just wrote (the CTE `w`), appended to `receipts` in
+/// the same statement: what the `AFTER` trigger appends for any other write (schema version 12,
+/// `schema::receipt_triggers`).
+fn append_receipt(receipts: &str) -> String {
+    format!(
+        "INSERT INTO {receipts} (key_digest, chain, effect_key, request_id, seq, prev_hash, hash, \
+         at, kind, action, action_id, attempt, state, args_digest, approval_id, actor, writer) \
+         SELECT w.key_digest, 'effect', w.effect_key, NULL, w.receipt_seq, w.receipt_prev, \
+         w.receipt_hash, w.updated_at, w.last_event, w.action, w.action_id, w.attempt, w.state, \
+         w.args_digest, w.approval_id, w.resolved_by, w.written_by FROM w"
     )
 }
 
