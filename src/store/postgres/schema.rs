@@ -341,8 +341,18 @@ fn receipt_triggers(kept: bool) -> String {
                 "NEW.receipt_seq IS NOT DISTINCT FROM OLD.receipt_seq",
                 "ctrlrun_receipt_required",
             ),
-            ("receipt_insert", "AFTER INSERT", &appended_insert[..], append),
-            ("receipt_update", "AFTER UPDATE", &appended_update[..], append),
+            (
+                "receipt_insert",
+                "AFTER INSERT",
+                &appended_insert[..],
+                append,
+            ),
+            (
+                "receipt_update",
+                "AFTER UPDATE",
+                &appended_update[..],
+                append,
+            ),
         ];
         for (suffix, timing, when, function) in kinds {
             sql.push_str(&format!(

@@ -79,8 +79,21 @@ impl Statements {
              $12, $13, $14, $15, $16, $17, 1, NULL, {hash}, 1",
             d = digest(1),
             hash = receipt_hash(&[
-                "'effect'", "$1", "NULL", "'1'", "NULL", &format!("{CLOCK}::text"), "$16", "$11",
-                "$3", "$4::text", "$2", "$13", "$15", "$9", "$17"
+                "'effect'",
+                "$1",
+                "NULL",
+                "'1'",
+                "NULL",
+                &format!("{CLOCK}::text"),
+                "$16",
+                "$11",
+                "$3",
+                "$4::text",
+                "$2",
+                "$13",
+                "$15",
+                "$9",
+                "$17"
             ]),
         );
         let insert = |only_when: &str| {
@@ -111,9 +124,8 @@ impl Statements {
                  IF NOT FOUND THEN RETURN QUERY {found}; END IF",
                 fresh = appended(
                     insert(&format!(
-                        " WHERE NOT EXISTS (SELECT FROM {y} p WHERE p.action = $11 \
-                         AND p.decision <> 'allow')",
-                        y = format!("\"{schema}\".ctrlrun_policy")
+                        " WHERE NOT EXISTS (SELECT FROM \"{schema}\".ctrlrun_policy p \
+                         WHERE p.action = $11 AND p.decision <> 'allow')"
                     )),
                     &inserted
                 ),
@@ -150,23 +162,21 @@ impl Statements {
                      WHERE key_digest = {d} AND effect_key = $6 AND action_id = $7 \
                      AND ($8::int8 IS NULL OR attempt = $8) AND state = ANY($2::text[])",
                     d = digest(6),
-                    head = kept_head(
-                        [
-                            "effect_key",
-                            &format!("{CLOCK}::text"),
-                            "$10",
-                            "action",
-                            "action_id",
-                            "attempt::text",
-                            "$1",
-                            "args_digest",
-                            "approval_id",
-                            "resolved_by",
-                            "$11"
-                        ]
-                    )
+                    head = kept_head([
+                        "effect_key",
+                        &format!("{CLOCK}::text"),
+                        "$10",
+                        "action",
+                        "action_id",
+                        "attempt::text",
+                        "$1",
+                        "args_digest",
+                        "approval_id",
+                        "resolved_by",
+                        "$11"
+                    ])
                 ),
-                &cols
+                &cols,
             ),
         }
     }
