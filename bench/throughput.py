@@ -58,6 +58,7 @@ class Counted:
 
 PREPARED_8 = "ctrlrun, 8 threads, prepared_statements=on"
 PREPARED_64 = "ctrlrun, 64 tasks, prepared_statements=on"
+TASKS_64 = "ctrlrun, 64 concurrent tasks"
 
 
 def threads(url: str, n: int, seconds: float) -> Dict[str, Any]:
@@ -176,11 +177,7 @@ def main() -> None:
             f"{client:>8,.0f} µs"
         )
     print("(CPU per call, medians: every postgres process; this process or pgbench)")
-    summary = {"runs": runs, "checks": report(med, doubles), "doubles": doubles}
-    write_json(args.json, summary)
-
-
-TASKS_64 = "ctrlrun, 64 concurrent tasks"
+    write_json(args.json, {"runs": runs, "checks": report(med, doubles), "doubles": doubles})
 
 
 def report(med: Dict[Tuple[str, str], float], doubles: int) -> List[Tuple[str, float, str]]:

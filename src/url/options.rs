@@ -50,6 +50,9 @@ pub struct PostgresOptions {
     /// (`prepared_statements=on`; default off: every statement unnamed, safe behind any
     /// transaction pooler).
     pub prepared_statements: bool,
+    /// Group commit (`group_commit`, default on): the reservations, and the outcomes, that
+    /// one process makes at once share a round trip and a commit (`store::postgres::group`).
+    pub group_commit: bool,
     /// The risks the URL accepts by name (none unless it says so).
     pub risks: PgRisks,
 }

@@ -33,6 +33,7 @@ pub(super) fn parse_postgres(url: &str) -> Result<StoreUrl> {
     let mut pool_size = DEFAULT_POOL_SIZE;
     let mut timeout = DEFAULT_PG_TIMEOUT;
     let mut prepared_statements = false;
+    let mut group_commit = true;
     let mut tls = PgTls {
         mode: SslMode::Prefer,
         root_cert: None,
@@ -131,6 +132,19 @@ pub(super) fn parse_postgres(url: &str) -> Result<StoreUrl> {
                     }
                 }
             }
+            Some(("group_commit", v)) => {
+                group_commit = match percent_decode(v).as_str() {
+                    "on" => true,
+                    "off" => false,
+                    _ => {
+                        return Err(Error::InvalidArgument(format!(
+                            "store URL {:?}: group_commit must be on or off, got {:?}",
+                            shown(),
+                            percent_decode(v)
+                        )))
+                    }
+                }
+            }
             Some(("sslmode", v)) => {
                 tls.mode = match v {
                     "disable" => SslMode::Disable,
@@ -206,6 +220,7 @@ pub(super) fn parse_postgres(url: &str) -> Result<StoreUrl> {
         url,
         schema,
         pool_size,
+        group_commit,
         timeout,
         tls,
         prepared_statements,

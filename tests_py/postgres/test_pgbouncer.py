@@ -151,11 +151,11 @@ def test_the_store_sends_only_unnamed_statements_and_no_session_settings(pg, sch
         # every function of the schema (schema version 9's duties: tests_py/roles, and version
         # 10's ctrlrun_durable), each with its search_path pinned; the only SET LOCALs are
         # ctrlrun_durable's own, for the calling transaction (docs/postgres.md), and the same
-        # steps written out in the three hot writes (schema version 12)
-        assert len(hot) == 1 and hot[0].count(b"SET search_path = pg_catalog, pg_temp") == 13
+        # steps written out in the three hot writes and group commit's two (schema version 12)
+        assert len(hot) == 1 and hot[0].count(b"SET search_path = pg_catalog, pg_temp") == 15
         body = hot[0].split(b"ctrlrun_durable()", 1)[1].split(b"$fn$;", 1)[0]
         assert body.upper().count(b"SET LOCAL") == 3
-        assert hot[0].upper().count(b"SET LOCAL") == 4 * 3
+        assert hot[0].upper().count(b"SET LOCAL") == 6 * 3
         assert b"SET SESSION" not in hot[0].upper()
         migrating = b"START TRANSACTION; SET LOCAL synchronous_commit = on"  # durable DDL
         assert set(rest) == {begin, migrating, b"COMMIT"}, rest

@@ -145,6 +145,19 @@ GUARDED = {
         "'pending', 0, 'expired', 'w', NULL)",
         "from pending to <NULL>",
     ),
+    "fail an ambiguous effect through an outcome batch": (
+        "SELECT * FROM ctrlrun_transition_many(ARRAY['executing', 'failed'], "
+        "ARRAY['reserved', 'ambiguous'], ARRAY[true, true], ARRAY[NULL, NULL]::text[], "
+        "ARRAY[NULL, 'e'], ARRAY['other:1', 'refund:pi_1'], ARRAY['a', 'a'], "
+        "ARRAY[1, 1]::int8[], ARRAY['begin', 'outcome'], 'w')",
+        "from any of {reserved,ambiguous} to {executing,failed}",
+    ),
+    "insert a committed row through a reservation batch": (
+        "SELECT * FROM ctrlrun_reserve_many(ARRAY['k2', 'k'], ARRAY['executing', 'committed'], "
+        "ARRAY['a', 'a'], ARRAY[60, 60]::int8[], ARRAY['t2', 't'], ARRAY[NULL, NULL]::text[], "
+        "ARRAY[NULL, NULL]::text[], ARRAY[NULL, NULL]::text[], ARRAY[NULL, NULL]::text[], 'w')",
+        "first attempt (reserved or executing); states {executing,committed}",
+    ),
     "grant through the agent's request step": (
         "SELECT ctrlrun_settle_request('granted', 0, 0, 'alice', NULL, NULL, NULL, 'apr_x', "
         "'pending', 0, 'granted', 'w', 'alice')",

@@ -214,7 +214,7 @@ pub(crate) struct Client {
 }
 
 /// How many statements one connection keeps prepared at most.
-pub(crate) const PREPARED_SLOTS: usize = 4;
+pub(crate) const PREPARED_SLOTS: usize = 6;
 
 impl Client {
     /// Connect to the first of `hosts` (one driver configuration per host of the URL, see

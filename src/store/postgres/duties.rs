@@ -21,7 +21,9 @@
 //! connection carries cannot substitute objects of its own (PostgreSQL's "Writing SECURITY
 //! DEFINER Functions Safely").
 
-use super::statements::{INSERT_PARAMS, TRANSITION_PARAMS};
+use super::statements::{
+    INSERT_PARAMS, RESERVE_MANY_PARAMS, TRANSITION_MANY_PARAMS, TRANSITION_PARAMS,
+};
 use crate::planner::Transition;
 use crate::record::EffectState;
 
@@ -62,8 +64,14 @@ impl Duty {
 
 /// The `SECURITY DEFINER` functions, each with its parameter types and the one duty granted
 /// `EXECUTE` on it.
-pub(super) const DEFINER: [(&str, &str, Duty); 10] = [
+pub(super) const DEFINER: [(&str, &str, Duty); 12] = [
     ("ctrlrun_insert", INSERT_PARAMS, Duty::Agent),
+    ("ctrlrun_reserve_many", RESERVE_MANY_PARAMS, Duty::Agent),
+    (
+        "ctrlrun_transition_many",
+        TRANSITION_MANY_PARAMS,
+        Duty::Agent,
+    ),
     ("ctrlrun_reserve", INSERT_PARAMS, Duty::Agent),
     ("ctrlrun_transition", TRANSITION_PARAMS, Duty::Agent),
     ("ctrlrun_cas", CAS_PARAMS, Duty::Agent),
@@ -119,9 +127,10 @@ fn unless(allowed: &str, refusal: String) -> String {
     format!("IF NOT COALESCE({allowed}, false) THEN {refusal}; END IF")
 }
 
-/// The guard of `ctrlrun_transition`: each state the caller accepts is one its transition
-/// starts from (the planner's [`Transition::from_states`]).
-fn transition_guard() -> String {
+/// Whether a transition to `target` from the states `from` (a `text[]` expression) is the
+/// agent's: each state it accepts is one its transition starts from (the planner's
+/// [`Transition::from_states`]).
+fn transition_allowed(target: &str, from: &str) -> String {
     let all = [
         Transition::Begin,
         Transition::Commit { result: None },
@@ -147,16 +156,47 @@ fn transition_guard() -> String {
             )
         })
         .collect();
+    format!(
+        "{from} <@ (CASE {target} {} ELSE ARRAY[]::text[] END) AND pg_catalog.cardinality({from}) > 0",
+        arms.join(" ")
+    )
+}
+
+const TRANSITION_REFUSED: &str = "the agent duty may not move an effect from any of % to %: \
+     moving an effect out of ambiguous is a person''s resolution (the approver duty)";
+
+/// The guard of `ctrlrun_transition`.
+fn transition_guard() -> String {
     unless(
-        &format!(
-            "$2 <@ (CASE $1 {} ELSE ARRAY[]::text[] END) AND pg_catalog.cardinality($2) > 0",
-            arms.join(" ")
-        ),
+        &transition_allowed("$1", "$2"),
+        refuse(TRANSITION_REFUSED, ", $2, $1"),
+    )
+}
+
+/// The guard of `ctrlrun_transition_many`: each row's, the states it accepts given as
+/// comma-separated names (`$2`), the states it writes in `$1`.
+pub(super) fn transition_many_guard() -> String {
+    let froms = "pg_catalog.string_to_array(g.f, ',')";
+    format!(
+        "IF EXISTS (SELECT FROM unnest($1::text[], $2::text[]) g(t, f) \
+         WHERE NOT COALESCE({}, false)) THEN {}; END IF",
+        transition_allowed("g.t", froms),
+        refuse(TRANSITION_REFUSED, ", $2, $1")
+    )
+}
+
+/// The guard of `ctrlrun_reserve_many`: each row a key's first attempt, reserved or executing
+/// (the batch writes attempt 1 with no outcome, no resolver and no approval by itself).
+pub(super) fn reserve_many_guard() -> String {
+    format!(
+        "IF EXISTS (SELECT FROM unnest($1::text[], $2::text[]) g(k, st) \
+         WHERE g.k IS NULL OR g.st IS NULL OR g.st NOT IN ('reserved', 'executing')) \
+         THEN {}; END IF",
         refuse(
-            "the agent duty may not move an effect from any of % to %: moving an effect out \
-             of ambiguous is a person''s resolution (the approver duty)",
-            ", $2, $1",
-        ),
+            "a reservation writes a key''s first attempt (reserved or executing); states % \
+             are not an agent''s write",
+            ", $2",
+        )
     )
 }
 

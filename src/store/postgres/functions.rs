@@ -3,10 +3,13 @@
 //! writes are `SECURITY DEFINER`, each guarded by its duty's rule ([`super::duties`]); their
 //! statements' text is in [`super::statements`].
 
-use super::duties::{self, ASK_PARAMS, CAS_PARAMS, DEFINER, REQUEST_CAS_PARAMS};
+use super::duties::{
+    self, reserve_many_guard, transition_many_guard, ASK_PARAMS, CAS_PARAMS, DEFINER,
+    REQUEST_CAS_PARAMS,
+};
 use super::statements::{
-    hot_clock, Statements, CLOCK, DURABLE, INSERT_PARAMS, ROW_TYPES, SELECT_PARAMS,
-    TRANSITION_PARAMS,
+    append_receipt, hot_clock, receipt_hash, Statements, CLOCK, COLUMNS, DURABLE, INSERT_PARAMS,
+    RESERVE_MANY_PARAMS, ROW_TYPES, SELECT_PARAMS, TRANSITION_MANY_PARAMS, TRANSITION_PARAMS,
 };
 
 /// Every function of the store's schema in its current form, and `EXECUTE` on each
@@ -18,6 +21,7 @@ pub(super) fn all_functions(schema: &str) -> String {
     sql.push_str(&policy_check_function(schema));
     sql.push_str(&hot_functions(schema));
     sql.push_str(&oversight_functions(schema));
+    sql.push_str(&batch_functions(schema));
     for (name, params, _) in DEFINER {
         sql.push_str(&format!(
             "REVOKE ALL ON FUNCTION \"{schema}\".{name}({params}) FROM PUBLIC;\n"
@@ -169,7 +173,7 @@ fn hot_functions(schema: &str) -> String {
             let guard = duties::hot_guard(schema, name);
             let returns = format!("TABLE ({returns})");
             let (declare, clock) = match now {
-                Some(now) => (format!("DECLARE {CLOCK} int8; "), hot_clock(*now)),
+                Some(now) => (format!("DECLARE {CLOCK} int8; "), hot_clock(Some(*now))),
                 None => (String::new(), String::new()),
             };
             function(
@@ -266,4 +270,107 @@ fn oversight_functions(schema: &str) -> String {
     each.iter()
         .map(|(sig, body)| function(schema, *sig, body, true))
         .collect()
+}
+
+/// The two batch functions of the store's schema (created with the others, see
+/// [`super::functions::all_functions`]).
+pub(super) fn batch_functions(schema: &str) -> String {
+    let t = format!("\"{schema}\".ctrlrun_effects");
+    let r = format!("\"{schema}\".ctrlrun_receipts");
+    let cols: Vec<&str> = COLUMNS.split(", ").collect();
+    let w_cols: Vec<String> = cols.iter().map(|c| format!("w.{c}")).collect();
+    let w_cols = w_cols.join(", ");
+    let out: Vec<String> = ROW_TYPES.split(", ").map(|c| format!("r_{c}")).collect();
+    let returns = format!("TABLE (r_n int8, {})", out.join(", "));
+    let receipt = append_receipt(&r);
+    let digest = "pg_catalog.sha256(pg_catalog.convert_to(i.k, 'UTF8'))";
+    let hash = receipt_hash(&[
+        "'effect'",
+        "i.k",
+        "NULL",
+        "'1'",
+        "NULL",
+        &format!("{CLOCK}::text"),
+        "'reservation'",
+        "i.act",
+        "i.aid",
+        "'1'",
+        "i.st",
+        "i.ad",
+        "NULL",
+        "NULL",
+        "$10",
+    ]);
+    let reserve = format!(
+        "RETURN QUERY WITH i AS (SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7, \
+         $8, $9) WITH ORDINALITY AS i(k, st, aid, lease, tok, act, hold, ad, ads, n)), \
+         w AS (INSERT INTO {t} (key_digest, {COLUMNS}, last_event, written_by, receipt_seq, \
+         receipt_prev, receipt_hash, receipt_kept) SELECT {digest}, i.k, i.st, i.aid, 1, \
+         {CLOCK}, {CLOCK}, {CLOCK} + i.lease, NULL, NULL, NULL, i.tok, i.act, i.hold, i.ad, \
+         i.ads, NULL, 'reservation', $10, 1, NULL, {hash}, 1 FROM i \
+         WHERE NOT EXISTS (SELECT FROM \"{schema}\".ctrlrun_policy p WHERE p.action = i.act \
+         AND p.decision <> 'allow') ORDER BY 1 \
+         ON CONFLICT (key_digest) DO NOTHING RETURNING *), receipt AS ({receipt}) \
+         SELECT i.n, {w_cols} FROM i LEFT JOIN w ON w.attempt_token = i.tok \
+         AND w.effect_key = i.k ORDER BY i.n"
+    );
+    let seq = "COALESCE(e.receipt_seq, 0) + 1";
+    let update_hash = receipt_hash(&[
+        "'effect'",
+        "e.effect_key",
+        "NULL",
+        &format!("({seq})::text"),
+        "e.receipt_hash",
+        &format!("{CLOCK}::text"),
+        "i.ev",
+        "e.action",
+        "e.action_id",
+        "e.attempt::text",
+        "i.st",
+        "e.args_digest",
+        "e.approval_id",
+        "e.resolved_by",
+        "$10",
+    ]);
+    let transition = format!(
+        "RETURN QUERY WITH i AS (SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7, \
+         $8, $9) WITH ORDINALITY AS i(st, f, clear, res, err, k, aid, att, ev, n) \
+         ORDER BY pg_catalog.sha256(pg_catalog.convert_to(i.k, 'UTF8'))), \
+         w AS (UPDATE {t} e SET state = i.st, updated_at = {CLOCK}, \
+         lease_expires_at = CASE WHEN i.clear THEN NULL ELSE e.lease_expires_at END, \
+         result = i.res, error = i.err, last_event = i.ev, written_by = $10, \
+         receipt_seq = {seq}, receipt_prev = e.receipt_hash, receipt_hash = {update_hash}, \
+         receipt_kept = {seq} FROM i \
+         WHERE e.key_digest = pg_catalog.sha256(pg_catalog.convert_to(i.k, 'UTF8')) \
+         AND e.effect_key = i.k AND e.action_id = i.aid \
+         AND (i.att IS NULL OR e.attempt = i.att) \
+         AND e.state = ANY(pg_catalog.string_to_array(i.f, ',')) RETURNING e.*, i.n), \
+         receipt AS ({receipt}) \
+         SELECT i.n, {w_cols} FROM i LEFT JOIN w ON w.n = i.n ORDER BY i.n"
+    );
+    // The generic plan is made at a session's first call, maybe on an empty table, where a
+    // hash join over a scan of the whole table looks cheapest: each row is found by its key's
+    // index instead, whatever the table's statistics say.
+    let function = |name: &str, params: &str, guard: String, body: String| {
+        format!(
+            "CREATE OR REPLACE FUNCTION \"{schema}\".{name}({params}) RETURNS {returns} \
+             LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp \
+             SET plan_cache_mode = force_generic_plan SET enable_seqscan = off \
+             SET enable_hashjoin = off SET enable_mergejoin = off AS $fn$ \
+             DECLARE {CLOCK} int8; \
+             BEGIN {guard}; {clock}{body}; END $fn$;\n",
+            clock = hot_clock(None),
+        )
+    };
+    function(
+        "ctrlrun_reserve_many",
+        RESERVE_MANY_PARAMS,
+        reserve_many_guard(),
+        reserve,
+    ) + &function(
+        "ctrlrun_transition_many",
+        TRANSITION_MANY_PARAMS,
+        transition_many_guard(),
+        transition,
+    )
 }

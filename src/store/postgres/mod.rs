@@ -13,11 +13,14 @@
 //! timeout) is unknown: the row is re-read on a fresh connection and decides. A failed re-read
 //! is `StoreUnresolved`. Each branch is logged on `ctrlrun.store` with its name.
 
+mod batches;
 mod client;
 mod conn;
 mod duties;
 mod functions;
+mod group;
 mod hosts;
+mod jobs;
 mod oversight;
 mod posture;
 mod retention;

@@ -14,7 +14,10 @@ use crate::record::{EffectRecord, Micros};
 use crate::store::rows::{self, Value};
 
 use super::duties::{ASK_PARAMS, CAS_PARAMS, REQUEST_CAS_PARAMS};
-use super::statements::{call, INSERT_PARAMS, SELECT_PARAMS, TRANSITION_PARAMS};
+use super::statements::{
+    call, INSERT_PARAMS, RESERVE_MANY_PARAMS, SELECT_PARAMS, TRANSITION_MANY_PARAMS,
+    TRANSITION_PARAMS,
+};
 pub(super) use super::statements::{now_expr, COLUMNS};
 
 /// The statements, rendered once per store for its schema.
@@ -84,6 +87,8 @@ const SELECT: usize = 0;
 const INSERT: usize = 1;
 const RESERVE: usize = 2;
 const TRANSITION: usize = 3;
+pub(super) const RESERVE_MANY: usize = 4;
+pub(super) const TRANSITION_MANY: usize = 5;
 
 impl Sql {
     pub(super) fn new(schema: &str, prepared: bool) -> Sql {
@@ -99,12 +104,14 @@ impl Sql {
             receipts: format!("\"{schema}\".ctrlrun_receipts"),
             receipt_hash: format!("\"{schema}\".ctrlrun_receipt_hash"),
             effects: format!("\"{schema}\".ctrlrun_effects"),
-            // In slot order: SELECT, INSERT, RESERVE, TRANSITION.
+            // In slot order: SELECT, INSERT, RESERVE, TRANSITION, and group commit's two.
             hot: [
                 call(schema, "ctrlrun_select", SELECT_PARAMS),
                 call(schema, "ctrlrun_insert", INSERT_PARAMS),
                 call(schema, "ctrlrun_reserve", INSERT_PARAMS),
                 call(schema, "ctrlrun_transition", TRANSITION_PARAMS),
+                call(schema, "ctrlrun_reserve_many", RESERVE_MANY_PARAMS),
+                call(schema, "ctrlrun_transition_many", TRANSITION_MANY_PARAMS),
             ],
             cas: call(schema, "ctrlrun_cas", CAS_PARAMS),
             resolve: call(schema, "ctrlrun_resolve", CAS_PARAMS),
@@ -119,7 +126,12 @@ impl Sql {
 
     /// The answer (every row, the one row, or the row if any: [`Answer`]) of the hot call in
     /// slot `slot`, named or unnamed as the URL says.
-    fn hot<T: Answer>(&self, c: &mut Client, slot: usize, params: Params<'_>) -> PgResult<T> {
+    pub(super) fn hot<T: Answer>(
+        &self,
+        c: &mut Client,
+        slot: usize,
+        params: Params<'_>,
+    ) -> PgResult<T> {
         let sql = &self.hot[slot];
         if !self.prepared {
             return c.query_as(sql, params);

@@ -200,10 +200,11 @@ pub(super) const CLOCK: &str = "clock_at";
 
 /// The hot write functions' first steps after their guard: the commit made durable (the body of
 /// `ctrlrun_durable()`, run inline: a call of it costs a function call with its own settings),
-/// and the clock taken from `$now`.
-pub(super) fn hot_clock(now: usize) -> String {
+/// and the clock taken from the parameter `now` (none: the server's).
+pub(super) fn hot_clock(now: Option<usize>) -> String {
+    let given = now.map_or("NULL".to_owned(), |n| format!("${n}"));
     format!(
-        "{durable} {CLOCK} := COALESCE(${now}::int8, \
+        "{durable} {CLOCK} := COALESCE({given}::int8, \
          (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8); ",
         durable = DURABLE
     )
@@ -242,7 +243,7 @@ pub(super) fn receipt_hash(fields: &[&str]) -> String {
 /// The receipt of the effect row a hot write just wrote (the CTE `w`), appended to `receipts` in
 /// the same statement: what the `AFTER` trigger appends for any other write (schema version 12,
 /// `schema::receipt_triggers`).
-fn append_receipt(receipts: &str) -> String {
+pub(super) fn append_receipt(receipts: &str) -> String {
     format!(
         "INSERT INTO {receipts} (key_digest, chain, effect_key, request_id, seq, prev_hash, hash, \
          at, kind, action, action_id, attempt, state, args_digest, approval_id, actor, writer) \
@@ -264,6 +265,16 @@ pub(super) const INSERT_PARAMS: &str =
      text, text";
 pub(super) const TRANSITION_PARAMS: &str =
     "text, text[], bool, text, text, text, text, int8, int8, text, text";
+
+/// The parameters of `ctrlrun_reserve_many`: per row the key, state, action id, lease length,
+/// attempt token, action, holder, arguments' digest and per-argument digests; then the writer.
+pub(super) const RESERVE_MANY_PARAMS: &str =
+    "text[], text[], text[], int8[], text[], text[], text[], text[], text[], text";
+/// The parameters of `ctrlrun_transition_many`: per row the state written, the states it may
+/// start from (comma-separated), whether the lease ends, the result, the error, the key, the
+/// action id, the attempt (NULL: any) and the event; then the writer.
+pub(super) const TRANSITION_MANY_PARAMS: &str =
+    "text[], text[], bool[], text[], text[], text[], text[], int8[], text[], text";
 
 /// `SELECT * FROM s.name($1, …, $n)` for a function of `params`.
 pub(super) fn call(schema: &str, name: &str, params: &str) -> String {

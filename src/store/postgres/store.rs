@@ -4,6 +4,8 @@ use tokio_postgres::error::SqlState;
 
 use super::client::{Client, PgError, PgResult};
 use super::conn::{describe, is_serialization, is_session_gone, Conn, Manager, Txn};
+use super::group::Group;
+use super::jobs::{Grouped, OutcomeJob, ReserveJob};
 use super::schema::init_schema;
 use super::sql::{read_found, Sql};
 use crate::error::{Error, Result};
@@ -54,6 +56,11 @@ pub struct PostgresStore {
     pub(super) max_stale: usize,
     /// What the server's set-up does to the promise, read at open ([`super::posture`]).
     posture: Vec<PostureLine>,
+    /// Group commit (the URL's `group_commit`, on unless off): the reservations, and the
+    /// outcomes, in flight at once ([`super::group`], [`super::batches`]).
+    pub(super) group_commit: bool,
+    pub(super) reservations: Group<ReserveJob, Grouped>,
+    pub(super) outcomes: Group<OutcomeJob, Grouped>,
 }
 
 impl PostgresStore {
@@ -94,6 +101,9 @@ impl PostgresStore {
             pool,
             max_stale: pool_size + 1,
             posture,
+            group_commit: opts.group_commit,
+            reservations: Group::new(),
+            outcomes: Group::new(),
         })
     }
 

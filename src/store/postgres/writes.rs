@@ -3,6 +3,8 @@
 
 use super::client::{Client, PgError};
 use super::conn::rolled_back;
+use super::group::Turn;
+use super::jobs::{Grouped, OutcomeJob, ReserveJob};
 use super::oversight;
 use super::sql::{read_found, read_record, Found, Sql};
 use super::store::PostgresStore;
@@ -60,10 +62,34 @@ impl PostgresStore {
                 "{WHAT} for effect '{key}': the planner refused a key with no row"
             )));
         };
-        let reserved = self.autocommit(WHAT, key, |c, sql| match sql.reserve(c, &row, now) {
-            Ok(reserved) => Ok(Commit::Landed(Some(reserved))),
-            Err(e) => self.unsettled(WHAT, key, &e, None),
-        });
+        let alone = || {
+            self.autocommit(WHAT, key, |c, sql| match sql.reserve(c, &row, now) {
+                Ok(reserved) => Ok(Commit::Landed(Some(reserved))),
+                Err(e) => self.unsettled(WHAT, key, &e, None),
+            })
+        };
+        // With group commit, a reservation that arrives while another is in flight goes in
+        // the next batch ([`super::batches`]); one alone goes at once.
+        let reserved = if !self.group_commit || now.is_some() {
+            alone()
+        } else {
+            let lease = row.lease_expires_at.map(|until| until - row.created_at);
+            let job = ReserveJob {
+                row: row.clone(),
+                lease,
+            };
+            match self.reservations.turn(job, |jobs| self.reserve_many(jobs)) {
+                Turn::Alone(_, baton) => {
+                    let reserved = alone();
+                    drop(baton);
+                    reserved
+                }
+                Turn::Batched(Grouped::Wrote(record)) => return Ok(*record),
+                Turn::Batched(Grouped::NotWritten | Grouped::NotSent) => alone(),
+                Turn::Batched(Grouped::Refused(e)) => return Err(self.failed(WHAT, key, &e)),
+                Turn::Batched(Grouped::Unknown(why)) => Ok(Commit::Unknown(None, why)),
+            }
+        };
         let answer = match reserved? {
             Commit::Landed(answer) => answer,
             Commit::Unknown(_, why) => {
@@ -97,7 +123,7 @@ impl PostgresStore {
     /// Statements that commit by themselves, on a pooled connection. One that died idle in
     /// the pool is noticed before anything is sent on it (the driver looks at its socket once,
     /// no round trip) and the next is tried.
-    fn autocommit<T>(
+    pub(super) fn autocommit<T>(
         &self,
         what: &str,
         key: &str,
@@ -326,37 +352,69 @@ impl PostgresStore {
             call.now,
         );
         let what = t.name();
-        let committed = self.autocommit(what, key, |c, sql| {
-            let rows = match sql.transition_rows(c, t, key, action_id, attempt, now) {
-                Ok(rows) => rows,
-                Err(e) => return self.unsettled(what, key, &e, Ok(None)),
-            };
-            if let Some(row) = rows.first() {
-                return Ok(Commit::Landed(read_record(row, 0)));
-            }
-            let (found, n) = self.select_in(c, what, key, now)?;
-            Ok(
-                match planner::plan_mismatch(found, key, action_id, attempt, t, n) {
-                    Mismatch::Landed(row) => Commit::Landed(Ok(Some(row))),
-                    Mismatch::Refuse(e) => Commit::Landed(Err(e)),
-                    // A late outcome: a compare-and-set of the whole row; one that loses to a
-                    // concurrent writer fails and may be retried.
-                    Mismatch::Late { expected, row } => {
-                        match sql.cas(c, &expected, &row, Event::LateOutcome) {
-                            Ok(1) => Commit::Landed(Ok(Some(row))),
-                            Ok(_) => {
-                                return Err(Error::StoreWriteFailed(format!(
+        let alone = || {
+            self.autocommit(what, key, |c, sql| {
+                let rows = match sql.transition_rows(c, t, key, action_id, attempt, now) {
+                    Ok(rows) => rows,
+                    Err(e) => return self.unsettled(what, key, &e, Ok(None)),
+                };
+                if let Some(row) = rows.first() {
+                    return Ok(Commit::Landed(read_record(row, 0)));
+                }
+                let (found, n) = self.select_in(c, what, key, now)?;
+                Ok(
+                    match planner::plan_mismatch(found, key, action_id, attempt, t, n) {
+                        Mismatch::Landed(row) => Commit::Landed(Ok(Some(row))),
+                        Mismatch::Refuse(e) => Commit::Landed(Err(e)),
+                        // A late outcome: a compare-and-set of the whole row; one that loses to a
+                        // concurrent writer fails and may be retried.
+                        Mismatch::Late { expected, row } => {
+                            match sql.cas(c, &expected, &row, Event::LateOutcome) {
+                                Ok(1) => Commit::Landed(Ok(Some(row))),
+                                Ok(_) => {
+                                    return Err(Error::StoreWriteFailed(format!(
                                     "{what} for effect '{key}': the row changed while its late \
                                      outcome was written; nothing was committed, so the write \
                                      may be retried"
                                 )))
+                                }
+                                Err(e) => return self.unsettled(what, key, &e, Ok(Some(row))),
                             }
-                            Err(e) => return self.unsettled(what, key, &e, Ok(Some(row))),
                         }
-                    }
-                },
-            )
-        })?;
+                    },
+                )
+            })
+        };
+        // With group commit, an outcome that arrives while another is in flight goes in the
+        // next batch ([`super::batches`]); one alone goes at once. A re-issue goes alone.
+        let committed = if !self.group_commit || now.is_some() || !may_reissue {
+            alone()?
+        } else {
+            let w = t.write();
+            let from: Vec<&str> = w.from.iter().map(|s| s.as_str()).collect();
+            let job = OutcomeJob {
+                state: w.state.as_str(),
+                from: from.join(","),
+                clear_lease: w.clear_lease,
+                result: w.result.map(str::to_owned),
+                error: w.error.map(str::to_owned),
+                key: key.to_owned(),
+                action_id: action_id.to_owned(),
+                attempt,
+                event: Event::of_transition(t),
+            };
+            match self.outcomes.turn(job, |jobs| self.transition_many(jobs)) {
+                Turn::Alone(_, baton) => {
+                    let committed = alone();
+                    drop(baton);
+                    committed?
+                }
+                Turn::Batched(Grouped::Wrote(record)) => Commit::Landed(Ok(Some(*record))),
+                Turn::Batched(Grouped::NotWritten | Grouped::NotSent) => alone()?,
+                Turn::Batched(Grouped::Refused(e)) => return Err(self.failed(what, key, &e)),
+                Turn::Batched(Grouped::Unknown(why)) => Commit::Unknown(Ok(None), why),
+            }
+        };
         let reissue = may_reissue.then_some(|| self.transition_step(call, false).map(Some));
         settle_transition(self, call, committed, reissue, Some)?.ok_or_else(|| {
             Error::Store(format!(
