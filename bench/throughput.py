@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -116,33 +118,28 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    pg = pg_server()
-    if not pg:
-        sys.exit(
-            "needs a PostgreSQL server: python3 -m throwaway.pgserver -- python -m bench.throughput"
-        )
+    pg = pg_server() or sys.exit("needs a server: python3 -m throwaway.pgserver -- <this command>")
     s = args.seconds
     prepared = "&prepared_statements=on"  # a direct connection's option (docs/postgres.md)
     rows: Dict[str, Callable[[str], Dict[str, Any]]] = {
-        "ctrlrun, 1 thread": lambda u: threads(u, 1, s),
         "ctrlrun, 8 threads": lambda u: threads(u, 8, s),
-        "ctrlrun, 64 threads": lambda u: threads(u, 64, s),
         TASKS_64: lambda u: tasks(u, 64, s),
         PREPARED_8: lambda u: threads(u + prepared, 8, s),
         PREPARED_64: lambda u: tasks(u + prepared, 64, s),
+        "ctrlrun, 8 threads, group_commit=off": lambda u: threads(u + "&group_commit=off", 8, s),
+        f"{TASKS_64}, group_commit=off": lambda u: tasks(u + "&group_commit=off", 64, s),
     }
+    for gc in ("on", "off"):  # SQLite FULL: each commit an fsync (issue 51, item 3)
+        rows[f"SQLite FULL, 8 threads, group_commit={gc}"] = lambda u, g=gc: on_a_file(
+            lambda f: threads(f"sqlite:///{f}?group_commit={g}", 8, s)
+        )
     template = _pgbench.template(pg)
     floor = _pgbench.floor_script(pg, template, "autocommit")
-    for clients in (1, 8, 32):
-        rows[f"pgbench, {clients} client{'s' if clients > 1 else ''}"] = lambda u, c=clients: (
-            pgbench(pg, c, s, floor)
-        )
+    for clients in (8, 32):
+        rows[f"pgbench, {clients} clients"] = lambda u, c=clients: pgbench(pg, c, s, floor)
     ours = _pgbench.ctrlrun_script(pg)  # as ctrlrun sends them: unnamed, or prepared
     receipts = _pgbench.floor_script(pg, template, "receipts")
     for form, mode in (("unnamed", "extended"), ("prepared", "prepared")):
-        rows[f"pgbench, 1 client, ctrlrun's SQL, {form}"] = lambda u, m=mode: pgbench(
-            pg, 1, s, ours, m
-        )
         for clients in (8, 32):
             for what, script in (("ctrlrun's SQL", ours), ("receipts floor", receipts)):
                 rows[f"pgbench, {clients} clients, {what}, {form}"] = (
@@ -180,6 +177,11 @@ def main() -> None:
     write_json(args.json, {"runs": runs, "checks": report(med, doubles), "doubles": doubles})
 
 
+def on_a_file(run: Callable[[str], Dict[str, Any]]) -> Dict[str, Any]:
+    with tempfile.TemporaryDirectory(dir=_pgbench.ROOT / "bench") as folder:
+        return run(os.path.join(folder, "state.db"))
+
+
 def report(med: Dict[Tuple[str, str], float], doubles: int) -> List[Tuple[str, float, str]]:
     """Issue 51's checks, each a ratio of two medians of this run (``>=``/``<=`` goal), and
     for information the server's CPU per call of ctrlrun's client beside its SQL's alone."""
@@ -197,6 +199,10 @@ def report(med: Dict[Tuple[str, str], float], doubles: int) -> List[Tuple[str, f
             (f"3: {many} vs pgbench, 32 clients (two statements)", tps(many) / tps("pgbench, 32 clients"), ">= 1.0"),
             (f"info: server CPU/call, {eight} vs ctrlrun's SQL alone", cpu(eight) / cpu(sql), "info"),
         ]  # fmt: skip
+    checks += [
+        ("3: server CPU/call, 64 tasks vs group_commit=off", cpu(TASKS_64) / cpu(f"{TASKS_64}, group_commit=off"), "<= 0.5"),
+        ("3: SQLite FULL, 8 threads vs group_commit=off", tps("SQLite FULL, 8 threads, group_commit=on") / tps("SQLite FULL, 8 threads, group_commit=off"), ">= 3.0"),
+    ]  # fmt: skip
     print(f"\n{'check':<78} {'measured':>8} {'goal':>7} verdict")
     for name, ratio, goal in checks:
         op, want = goal.split(" ") if goal != "info" else ("", "0")

@@ -4,6 +4,7 @@
 pub(crate) mod api;
 pub(crate) mod backend;
 pub mod fork;
+mod group;
 mod lost;
 pub mod nowait;
 pub mod outcome;

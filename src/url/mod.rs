@@ -2,7 +2,7 @@
 //! `sqlite:///relative/state.db` (relative to the working directory),
 //! `sqlite:////abs/state.db` (absolute); a bare path is a SQLite file too.
 //! Query options: `synchronous=full|normal`, `busy_timeout=<seconds>`, `file_mode=<octal>`
-//! (the mode of a file and folder the store creates; default 0600).
+//! (the mode of a file and folder the store creates; default 0600), `group_commit=on|off`.
 //! PostgreSQL: `postgresql://user@host:port/db?schema=NAME` (schema default `public`); other
 //! options go to the driver.
 
@@ -152,6 +152,7 @@ pub fn parse(url: &str) -> Result<StoreUrl> {
         synchronous: Synchronous::Full,
         busy_timeout: DEFAULT_BUSY_TIMEOUT,
         file_mode: DEFAULT_FILE_MODE,
+        group_commit: true,
     };
     let mut seen = std::collections::HashSet::new();
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
@@ -187,11 +188,22 @@ pub fn parse(url: &str) -> Result<StoreUrl> {
                 opts.busy_timeout = Duration::from_secs_f64(secs);
             }
             "file_mode" => opts.file_mode = file_mode(&shown, v)?,
+            "group_commit" => {
+                opts.group_commit = match v {
+                    "on" => true,
+                    "off" => false,
+                    _ => {
+                        return Err(Error::InvalidArgument(format!(
+                            "store URL {shown:?}: group_commit must be on or off, got {v:?}"
+                        )))
+                    }
+                }
+            }
             "mode" if v == "memory" => return Err(memory_refused(&shown)),
             _ => {
                 return Err(Error::InvalidArgument(format!(
                     "store URL {shown:?}: unknown option '{k}' (SQLite accepts synchronous, \
-                     busy_timeout and file_mode)"
+                     busy_timeout, file_mode and group_commit)"
                 )))
             }
         }

@@ -23,6 +23,9 @@ pub struct SqliteOptions {
     /// [`DEFAULT_FILE_MODE`]); a folder it creates gets it with a search bit wherever it has a
     /// read bit. The umask applies on top. Files and folders that exist keep theirs.
     pub file_mode: u32,
+    /// Group commit (`group_commit`, default on): the reservations, and the outcomes, that
+    /// one process makes at once share a transaction and its fsync (`store::sqlite::batches`).
+    pub group_commit: bool,
 }
 
 /// A new SQLite store file is its owner's only unless the URL sets `file_mode`.

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use super::client::PgError;
-use super::group::Abandon;
 use crate::receipt::Event;
 use crate::record::EffectRecord;
+use crate::store::group::Abandon;
 
 /// How one call's row fared in its batch.
 pub(super) enum Grouped {

@@ -18,7 +18,6 @@ mod client;
 mod conn;
 mod duties;
 mod functions;
-mod group;
 mod hosts;
 mod jobs;
 mod oversight;

@@ -4,7 +4,6 @@ use tokio_postgres::error::SqlState;
 
 use super::client::{Client, PgError, PgResult};
 use super::conn::{describe, is_serialization, is_session_gone, Conn, Manager, Txn};
-use super::group::Group;
 use super::jobs::{Grouped, OutcomeJob, ReserveJob};
 use super::schema::init_schema;
 use super::sql::{read_found, Sql};
@@ -13,6 +12,7 @@ use crate::planner::{self, Expected, Proposal, Transition};
 use crate::receipt::Event;
 use crate::record::{EffectRecord, Micros};
 use crate::store::backend::{Backend, BackendKind, RowWrite};
+use crate::store::group::Group;
 use crate::store::pool::{Pool, Pooled};
 use crate::store::posture::PostureLine;
 use crate::store::recovery::{reread_failed, Commit, Reread, TransitionCall};

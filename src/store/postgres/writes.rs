@@ -3,7 +3,6 @@
 
 use super::client::{Client, PgError};
 use super::conn::rolled_back;
-use super::group::Turn;
 use super::jobs::{Grouped, OutcomeJob, ReserveJob};
 use super::oversight;
 use super::sql::{read_found, read_record, Found, Sql};
@@ -13,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::planner::{self, Expected, Mismatch, Proposal, ReservationPlan};
 use crate::receipt::Event;
 use crate::record::{EffectRecord, EffectState, Micros};
+use crate::store::group::Turn;
 use crate::store::recovery::{settle_transition, settle_write, Commit, Step, TransitionCall};
 
 impl PostgresStore {

@@ -5,9 +5,11 @@
 //! failed write: rolled back, `StoreWriteFailed`. An error on `COMMIT` is unknown: the row is
 //! re-read on a fresh connection and decides; a failed re-read is `StoreUnresolved`.
 
+mod batches;
 mod conn;
 mod files;
 mod identity;
+mod jobs;
 mod oversight;
 mod retention;
 mod schema;

@@ -9,11 +9,13 @@ use rusqlite::Connection;
 use super::conn::{open_connection, open_error, open_pinned, Conn, ConnectionInit, Manager};
 use super::files::create_folder;
 use super::identity::{refuse_unsupported, FileId, Held};
+use super::jobs::{Grouped, Job};
 use super::schema::init_schema;
 use super::sql::select;
 use crate::env::now_micros;
 use crate::error::{Error, Result};
 use crate::record::{EffectRecord, Micros};
+use crate::store::group::Group;
 use crate::store::nowait;
 use crate::store::pool::{Pool, Pooled};
 use crate::store::posture::{PostureLine, Standing};
@@ -27,6 +29,9 @@ pub struct SqliteStore {
     held: Held,
     /// A commit made without waiting deferred the log's checkpoint (see `conn`).
     checkpoint_due: Arc<AtomicBool>,
+    /// Group commit (the URL's `group_commit`): the writes in flight at once
+    /// ([`crate::store::group`], [`super::batches`]).
+    pub(super) writes: Group<Job, Grouped>,
 }
 
 impl SqliteStore {
@@ -92,6 +97,7 @@ impl SqliteStore {
             pool,
             held,
             checkpoint_due,
+            writes: Group::new(),
         })
     }
 

@@ -3,6 +3,7 @@
 
 use rusqlite::Connection;
 
+use super::jobs::{Grouped, Job, OutcomeJob, ReserveJob};
 use super::oversight;
 use super::sql::{compare_and_set, insert, select, set_synchronous, transition_cas};
 use super::store::SqliteStore;
@@ -12,8 +13,10 @@ use crate::planner::{self, Expected, Mismatch, Proposal, ReservationPlan};
 use crate::receipt::Event;
 use crate::record::{EffectRecord, Micros};
 use crate::store::backend::{Backend, BackendKind, RowWrite};
+use crate::store::group::Turn;
+use crate::store::nowait;
 use crate::store::posture::PostureLine;
-use crate::store::recovery::{settle_transition, settle_write, Step, TransitionCall};
+use crate::store::recovery::{settle_transition, settle_write, Commit, Step, TransitionCall};
 use crate::store::retention::{PruneBatch, PruneStep};
 use crate::url::Synchronous;
 
@@ -70,8 +73,79 @@ impl SqliteStore {
     }
 
     /// One transition under `BEGIN IMMEDIATE`, settled by [`settle_transition`]; with
-    /// `read_back`, the row written is read back in the same transaction.
+    /// `read_back`, the row written is read back in the same transaction. With group commit, an
+    /// outcome that arrives while another is in flight goes in the next batch; one alone (or a
+    /// re-issue) goes at once.
     pub(super) fn transition_step(
+        &self,
+        call: &TransitionCall<'_>,
+        read_back: bool,
+        may_reissue: bool,
+    ) -> Result<Option<EffectRecord>> {
+        let Some(now) = call.now.filter(|_| may_reissue && self.grouping()) else {
+            return self.transition_alone(call, read_back, may_reissue);
+        };
+        let job = Job::Outcome(OutcomeJob {
+            key: call.key.to_owned(),
+            action_id: call.action_id.to_owned(),
+            attempt: call.attempt,
+            transition: call.transition.clone(),
+            now,
+            read_back,
+        });
+        let committed = match self.writes.turn(job, |jobs| self.write_many(jobs)) {
+            Turn::Alone(_, baton) => {
+                let done = self.transition_alone(call, read_back, may_reissue);
+                drop(baton);
+                return done;
+            }
+            Turn::Batched(Grouped::NotWritten) => {
+                return self.transition_alone(call, read_back, may_reissue)
+            }
+            Turn::Batched(Grouped::Wrote(row)) => Commit::Landed(Ok(row.map(|r| *r))),
+            Turn::Batched(Grouped::Unknown(why)) => Commit::Unknown(Ok(None), why),
+        };
+        let reissue = Some(|| self.transition_alone(call, read_back, false));
+        settle_transition(self, call, committed, reissue, Some)
+    }
+
+    /// Whether this call may go in a batch: the URL's `group_commit`, and never on a thread
+    /// that must not wait (an event loop's, `nowait`), which would wait for the batch's sender.
+    fn grouping(&self) -> bool {
+        self.opts.group_commit && !nowait::must_not_wait()
+    }
+
+    /// A fresh key's reservation with group commit: alone at once, or in the next batch.
+    fn reserve_grouped(&self, row: EffectRecord, plan: &Plan<'_>) -> Result<EffectRecord> {
+        const WHAT: &str = "reserve_effect";
+        let key = row.effect_key.clone();
+        let job = Job::Reserve(ReserveJob { row: row.clone() });
+        match self.writes.turn(job, |jobs| self.write_many(jobs)) {
+            Turn::Alone(_, baton) => {
+                let done = self.read_plan_write(WHAT, &key, plan, true, true);
+                drop(baton);
+                done
+            }
+            Turn::Batched(Grouped::Wrote(_)) => Ok(row),
+            Turn::Batched(Grouped::NotWritten) => {
+                self.read_plan_write(WHAT, &key, plan, true, true)
+            }
+            Turn::Batched(Grouped::Unknown(why)) => {
+                let step = Step::wrote(row, Event::Reservation);
+                let retry = Some(|| self.read_plan_write(WHAT, &key, plan, false, false));
+                settle_write(
+                    self,
+                    WHAT,
+                    &key,
+                    Commit::Unknown(step, why),
+                    |_, _| None,
+                    retry,
+                )
+            }
+        }
+    }
+
+    fn transition_alone(
         &self,
         call: &TransitionCall<'_>,
         read_back: bool,
@@ -127,7 +201,7 @@ impl SqliteStore {
         }
         let committed = committed?;
         drop(conn);
-        let reissue = may_reissue.then_some(|| self.transition_step(call, read_back, false));
+        let reissue = may_reissue.then_some(|| self.transition_alone(call, read_back, false));
         settle_transition(self, call, committed, reissue, Some)
     }
 }
@@ -208,6 +282,11 @@ impl Backend for SqliteStore {
                     }
                     Ok(Step::of_reservation(plan))
                 };
+                if seen.is_none() && self.grouping() {
+                    if let ReservationPlan::Insert(row) = planner::plan_reservation(None, &p, now) {
+                        return self.reserve_grouped(row, &plan);
+                    }
+                }
                 self.read_plan_write("reserve_effect", p.key, &plan, seen.is_none(), true)
             }
         }

@@ -1,4 +1,5 @@
-//! Group commit: writes one process makes at once share a round trip and a commit.
+//! Group commit: writes one process makes at once share a round trip and a commit (both stores:
+//! `postgres::batches`, `sqlite::batches`).
 //!
 //! Per kind of write (reservations, outcomes), one is in flight at a time. A call that finds
 //! none in flight goes alone at once, as without grouping: a call alone never waits to fill a
@@ -10,13 +11,13 @@
 //! Our own code, because the rule is the product's: which calls may share a commit, and that a
 //! caller's wait is bounded by the write in flight (itself bounded by the URL's `timeout`).
 //! PostgreSQL's own group commit (`commit_delay`) shares a WAL flush between sessions, not a
-//! round trip, and makes each commit wait.
+//! round trip, and makes each commit wait; SQLite has none (each transaction is its fsync).
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 /// What a batch answers when its sender could not say (it panicked): the caller treats it as a
 /// write whose commit is unknown, which the re-read decides.
-pub(super) trait Abandon {
+pub(crate) trait Abandon {
     fn abandoned() -> Self;
 }
 
@@ -42,19 +43,19 @@ struct Line<J, A> {
 }
 
 /// The calls of one kind of write, and the one in flight.
-pub(super) struct Group<J, A> {
+pub(crate) struct Group<J, A> {
     line: Mutex<Line<J, A>>,
 }
 
 /// A caller's turn: go alone now (the baton hands the queue on when dropped), or the answer of
 /// the batch it went in.
-pub(super) enum Turn<'g, J, A: Abandon> {
+pub(crate) enum Turn<'g, J, A: Abandon> {
     Alone(J, Baton<'g, J, A>),
     Batched(A),
 }
 
 /// Held by the write in flight; dropping it sends the queue, if any.
-pub(super) struct Baton<'g, J, A: Abandon>(&'g Group<J, A>);
+pub(crate) struct Baton<'g, J, A: Abandon>(&'g Group<J, A>);
 
 impl<J, A: Abandon> Drop for Baton<'_, J, A> {
     fn drop(&mut self) {
@@ -68,7 +69,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl<J, A: Abandon> Group<J, A> {
-    pub(super) fn new() -> Group<J, A> {
+    pub(crate) fn new() -> Group<J, A> {
         Group {
             line: Mutex::new(Line {
                 busy: false,
@@ -79,7 +80,7 @@ impl<J, A: Abandon> Group<J, A> {
 
     /// Take a turn with `job`. When this caller is made the sender of a batch, `send` writes
     /// the batch's jobs (in queue order) and returns an answer for each, in the same order.
-    pub(super) fn turn(&self, job: J, send: impl FnOnce(Vec<J>) -> Vec<A>) -> Turn<'_, J, A> {
+    pub(crate) fn turn(&self, job: J, send: impl FnOnce(Vec<J>) -> Vec<A>) -> Turn<'_, J, A> {
         let place = {
             let mut line = lock(&self.line);
             if !line.busy {
