@@ -18,8 +18,12 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 /// What a batch answers when its sender could not say (it panicked): the caller treats it as a
 /// write whose commit is unknown, which the re-read decides.
 pub(crate) trait Abandon {
-    fn abandoned() -> Self;
+    /// The answer whose commit is unknown, for `why` ([`ABANDONED`]).
+    fn abandoned(why: &str) -> Self;
 }
+
+/// Why an abandoned batch's calls re-read their rows.
+const ABANDONED: &str = "the batch's sender stopped before it could say how it ended";
 
 enum Seat<J, A> {
     Waiting,
@@ -123,7 +127,7 @@ impl<J, A: Abandon> Group<J, A> {
         let mut answers = send(jobs).into_iter();
         let mut own = None;
         for p in std::mem::take(&mut sending.batch) {
-            let answer = answers.next().unwrap_or_else(A::abandoned);
+            let answer = answers.next().unwrap_or_else(|| A::abandoned(ABANDONED));
             if Arc::ptr_eq(&p, &place) {
                 own = Some(answer);
             } else {
@@ -132,7 +136,7 @@ impl<J, A: Abandon> Group<J, A> {
             }
         }
         sending.answered = true;
-        Turn::Batched(own.unwrap_or_else(A::abandoned))
+        Turn::Batched(own.unwrap_or_else(|| A::abandoned(ABANDONED)))
     }
 
     /// The write in flight returned: send the queue as the next (its first caller sends it),
@@ -165,7 +169,7 @@ impl<J, A: Abandon> Drop for Sending<J, A> {
             return;
         }
         for p in self.batch.drain(..) {
-            *lock(&p.seat) = Seat::Answered(A::abandoned());
+            *lock(&p.seat) = Seat::Answered(A::abandoned(ABANDONED));
             p.changed.notify_one();
         }
     }

@@ -56,40 +56,28 @@ def behind_a_held_write(proxy, pay, step: bytes, keys, arm_batch=None):
     return out, rule
 
 
-@pytest.mark.parametrize("action,branch", [("drop_after", "reread_identical_landed"),
-                                           ("drop_before", "reread_none_retry_insert")])  # fmt: skip
-def test_a_reservation_batch_whose_commit_reply_is_lost_is_settled_row_by_row(
-    proxy, proxied, direct, caplog, action, branch
+@pytest.mark.parametrize(
+    "step,action,branch",
+    [
+        (RESERVE, "drop_after", "reread_identical_landed"),
+        (RESERVE, "drop_before", "reread_none_retry_insert"),
+        (OUTCOME, "drop_after", "reread_landed"),
+        (OUTCOME, "drop_before", "reread_unchanged_reissue"),
+    ],
+)
+def test_a_batch_whose_commit_reply_is_lost_is_settled_row_by_row(
+    proxy, proxied, direct, caplog, step, action, branch
 ):
     caplog.set_level(logging.WARNING, logger=STORE_LOG)
     runs: list = []
     pay = counted(proxied, runs)
     keys = ["o1", "o2", "o3", "o4"]
-    out, rule = behind_a_held_write(proxy, pay, RESERVE, keys, lambda m: proxy.arm(action, m))
+    out, rule = behind_a_held_write(proxy, pay, step, keys, lambda m: proxy.arm(action, m))
     assert rule.fired == 1  # the four went as one batch
     assert sorted(runs) == sorted(["first", *keys])  # each ran once
     assert all(out[k]["order"] == k for k in keys)
     assert branches(caplog).count(branch) == 4  # each row re-read and decided alone
     for k in ["first", *keys]:
-        assert direct.get_effect(f"pay:{k}").state is EffectState.COMMITTED
-        assert_receipts_agree(direct, f"pay:{k}", ["reservation", "outcome"])
-
-
-@pytest.mark.parametrize("action,branch", [("drop_after", "reread_landed"),
-                                           ("drop_before", "reread_unchanged_reissue")])  # fmt: skip
-def test_an_outcome_batch_whose_commit_reply_is_lost_is_settled_row_by_row(
-    proxy, proxied, direct, caplog, action, branch
-):
-    caplog.set_level(logging.WARNING, logger=STORE_LOG)
-    runs: list = []
-    pay = counted(proxied, runs)
-    keys = ["o5", "o6", "o7"]
-    out, rule = behind_a_held_write(proxy, pay, OUTCOME, keys, lambda m: proxy.arm(action, m))
-    assert rule.fired == 1
-    assert sorted(runs) == sorted(["first", *keys])
-    assert all(out[k]["order"] == k for k in keys)
-    assert branches(caplog).count(branch) == 3
-    for k in keys:
         assert direct.get_effect(f"pay:{k}").state is EffectState.COMMITTED
         assert_receipts_agree(direct, f"pay:{k}", ["reservation", "outcome"])
 

@@ -16,8 +16,8 @@ pub(super) enum Grouped {
 }
 
 impl Abandon for Grouped {
-    fn abandoned() -> Grouped {
-        Grouped::Unknown("the batch's sender stopped before it could say how it ended".into())
+    fn abandoned(why: &str) -> Grouped {
+        Grouped::Unknown(why.to_owned())
     }
 }
 
