@@ -273,7 +273,10 @@ fn file_mode_is_octal_from_0600_to_0777_and_0600_unless_given() {
     }
     match parse("sqlite:///x.db?filemode=0640") {
         Err(Error::InvalidArgument(m)) => {
-            assert!(m.contains("synchronous, busy_timeout and file_mode"), "{m}")
+            assert!(
+                m.contains("busy_timeout, file_mode, group_commit and group_commit_wait"),
+                "{m}"
+            )
         }
         other => panic!("expected InvalidArgument, got {other:?}"),
     }

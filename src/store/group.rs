@@ -13,7 +13,15 @@
 //! PostgreSQL's own group commit (`commit_delay`) shares a WAL flush between sessions, not a
 //! round trip, and makes each commit wait; SQLite has none (each transaction is its fsync).
 
+use std::cell::Cell;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+thread_local! {
+    /// Batons this thread holds. A thread that holds one never queues: what it calls while its
+    /// write is in flight (a logging handler that calls a store) would wait for itself.
+    static HOLDING: Cell<u32> = const { Cell::new(0) };
+}
 
 /// What a batch answers when its sender could not say (it panicked): the caller treats it as a
 /// write whose commit is unknown, which the re-read decides.
@@ -49,6 +57,9 @@ struct Line<J, A> {
 /// The calls of one kind of write, and the one in flight.
 pub(crate) struct Group<J, A> {
     line: Mutex<Line<J, A>>,
+    /// How long a queued call waits before it goes alone (the URL's `group_commit_wait`,
+    /// [`crate::url::DEFAULT_GROUP_COMMIT_WAIT`]).
+    wait: Duration,
 }
 
 /// A caller's turn: go alone now (the baton hands the queue on when dropped), or the answer of
@@ -58,12 +69,23 @@ pub(crate) enum Turn<'g, J, A: Abandon> {
     Batched(A),
 }
 
-/// Held by the write in flight; dropping it sends the queue, if any.
-pub(crate) struct Baton<'g, J, A: Abandon>(&'g Group<J, A>);
+/// Held by the write in flight; dropping it sends the queue, if any. A call that goes alone
+/// beside the write in flight (see [`Group::turn`]) holds one that hands nothing on.
+pub(crate) struct Baton<'g, J, A: Abandon>(Option<&'g Group<J, A>>);
+
+impl<'g, J, A: Abandon> Baton<'g, J, A> {
+    fn held(group: Option<&'g Group<J, A>>) -> Self {
+        HOLDING.with(|h| h.set(h.get() + 1));
+        Baton(group)
+    }
+}
 
 impl<J, A: Abandon> Drop for Baton<'_, J, A> {
     fn drop(&mut self) {
-        self.0.hand_on();
+        HOLDING.with(|h| h.set(h.get().saturating_sub(1)));
+        if let Some(group) = self.0 {
+            group.hand_on();
+        }
     }
 }
 
@@ -73,23 +95,28 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl<J, A: Abandon> Group<J, A> {
-    pub(crate) fn new() -> Group<J, A> {
+    pub(crate) fn new(wait: Duration) -> Group<J, A> {
         Group {
             line: Mutex::new(Line {
                 busy: false,
                 queue: Vec::new(),
             }),
+            wait,
         }
     }
 
     /// Take a turn with `job`. When this caller is made the sender of a batch, `send` writes
     /// the batch's jobs (in queue order) and returns an answer for each, in the same order.
+    /// A thread that holds a baton already, and a call queued for the group's `wait`, go alone.
     pub(crate) fn turn(&self, job: J, send: impl FnOnce(Vec<J>) -> Vec<A>) -> Turn<'_, J, A> {
+        if HOLDING.with(Cell::get) > 0 {
+            return Turn::Alone(job, Baton::held(None));
+        }
         let place = {
             let mut line = lock(&self.line);
             if !line.busy {
                 line.busy = true;
-                return Turn::Alone(job, Baton(self));
+                return Turn::Alone(job, Baton::held(Some(self)));
             }
             let place = Arc::new(Place {
                 job: Mutex::new(Some(job)),
@@ -99,23 +126,41 @@ impl<J, A: Abandon> Group<J, A> {
             line.queue.push(Arc::clone(&place));
             place
         };
+        let queued = Instant::now();
+        let mut may_leave = true;
         let batch = {
             let mut seat = lock(&place.seat);
             loop {
                 match std::mem::replace(&mut *seat, Seat::Waiting) {
                     Seat::Answered(answer) => return Turn::Batched(answer),
                     Seat::Lead(batch) => break batch,
-                    Seat::Waiting => {
-                        seat = place
-                            .changed
-                            .wait(seat)
-                            .unwrap_or_else(PoisonError::into_inner);
+                    Seat::Waiting => {}
+                }
+                let waited = queued.elapsed();
+                if may_leave && waited >= self.wait {
+                    // Still queued (not yet in a batch): leave the queue and go alone. Once in
+                    // a batch, it waits for the batch's answer.
+                    may_leave = false;
+                    let mut line = lock(&self.line);
+                    if let Some(at) = line.queue.iter().position(|p| Arc::ptr_eq(p, &place)) {
+                        line.queue.remove(at);
+                        drop(line);
+                        if let Some(job) = lock(&place.job).take() {
+                            return Turn::Alone(job, Baton::held(None));
+                        }
                     }
                 }
+                seat = if may_leave {
+                    (place.changed.wait_timeout(seat, self.wait - waited))
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                } else {
+                    (place.changed.wait(seat)).unwrap_or_else(PoisonError::into_inner)
+                };
             }
         };
         // This caller sends the batch; every seat is answered, even if `send` panics.
-        let _baton = Baton(self);
+        let _baton = Baton::held(Some(self));
         let mut sending = Sending {
             batch,
             answered: false,

@@ -4,7 +4,7 @@
 pub(crate) mod api;
 pub(crate) mod backend;
 pub mod fork;
-mod group;
+pub(crate) mod group;
 mod lost;
 pub mod nowait;
 pub mod outcome;

@@ -2,7 +2,8 @@
 //! `sqlite:///relative/state.db` (relative to the working directory),
 //! `sqlite:////abs/state.db` (absolute); a bare path is a SQLite file too.
 //! Query options: `synchronous=full|normal`, `busy_timeout=<seconds>`, `file_mode=<octal>`
-//! (the mode of a file and folder the store creates; default 0600), `group_commit=on|off`.
+//! (the mode of a file and folder the store creates; default 0600), `group_commit=on|off`,
+//! `group_commit_wait=<seconds>`.
 //! PostgreSQL: `postgresql://user@host:port/db?schema=NAME` (schema default `public`); other
 //! options go to the driver.
 
@@ -16,7 +17,8 @@ mod postgres;
 mod redact;
 pub use options::{
     PgRisks, PgTls, PostgresOptions, SqliteOptions, SslMode, StoreUrl, Synchronous,
-    DEFAULT_BUSY_TIMEOUT, DEFAULT_FILE_MODE, DEFAULT_PG_TIMEOUT, DEFAULT_POOL_SIZE, MAX_POOL_SIZE,
+    DEFAULT_BUSY_TIMEOUT, DEFAULT_FILE_MODE, DEFAULT_GROUP_COMMIT_WAIT, DEFAULT_PG_TIMEOUT,
+    DEFAULT_POOL_SIZE, MAX_POOL_SIZE,
 };
 use postgres::parse_postgres;
 pub use redact::redact;
@@ -153,6 +155,7 @@ pub fn parse(url: &str) -> Result<StoreUrl> {
         busy_timeout: DEFAULT_BUSY_TIMEOUT,
         file_mode: DEFAULT_FILE_MODE,
         group_commit: true,
+        group_commit_wait: options::DEFAULT_GROUP_COMMIT_WAIT,
     };
     let mut seen = std::collections::HashSet::new();
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
@@ -188,6 +191,7 @@ pub fn parse(url: &str) -> Result<StoreUrl> {
                 opts.busy_timeout = Duration::from_secs_f64(secs);
             }
             "file_mode" => opts.file_mode = file_mode(&shown, v)?,
+            "group_commit_wait" => opts.group_commit_wait = options::group_commit_wait(&shown, v)?,
             "group_commit" => {
                 opts.group_commit = match v {
                     "on" => true,
@@ -203,7 +207,7 @@ pub fn parse(url: &str) -> Result<StoreUrl> {
             _ => {
                 return Err(Error::InvalidArgument(format!(
                     "store URL {shown:?}: unknown option '{k}' (SQLite accepts synchronous, \
-                     busy_timeout, file_mode and group_commit)"
+                     busy_timeout, file_mode, group_commit and group_commit_wait)"
                 )))
             }
         }

@@ -26,6 +26,29 @@ pub struct SqliteOptions {
     /// Group commit (`group_commit`, default on): the reservations, and the outcomes, that
     /// one process makes at once share a transaction and its fsync (`store::sqlite::batches`).
     pub group_commit: bool,
+    /// How long a call waits behind a write in flight before it goes alone
+    /// (`group_commit_wait`, seconds; default 0.1).
+    pub group_commit_wait: Duration,
+}
+
+/// How long a call waits behind a write in flight before it goes alone unless the URL says
+/// otherwise (`group_commit_wait`): a write in flight that long waits for something other than
+/// its commit (another transaction's row lock, a slow server), and the calls behind it must not
+/// wait for that too. A batch's commit takes a few milliseconds.
+pub const DEFAULT_GROUP_COMMIT_WAIT: Duration = Duration::from_millis(100);
+
+/// `group_commit_wait=<seconds>`: from 0.001 to 60 (a wait past the URL's own bounds would
+/// only hide a stuck write).
+pub fn group_commit_wait(shown: &str, v: &str) -> crate::error::Result<Duration> {
+    match v.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && (0.001..=60.0).contains(&secs) => {
+            Ok(Duration::from_secs_f64(secs))
+        }
+        _ => Err(crate::error::Error::InvalidArgument(format!(
+            "store URL {shown:?}: group_commit_wait must be a number of seconds from 0.001 to \
+             60 (how long a call waits behind a write in flight before it goes alone), got {v:?}"
+        ))),
+    }
 }
 
 /// A new SQLite store file is its owner's only unless the URL sets `file_mode`.
@@ -54,8 +77,11 @@ pub struct PostgresOptions {
     /// transaction pooler).
     pub prepared_statements: bool,
     /// Group commit (`group_commit`, default on): the reservations, and the outcomes, that
-    /// one process makes at once share a round trip and a commit (`store::postgres::group`).
+    /// one process makes at once share a round trip and a commit (`store::postgres::batches`).
     pub group_commit: bool,
+    /// How long a call waits behind a write in flight before it goes alone
+    /// (`group_commit_wait`, seconds; default 0.1).
+    pub group_commit_wait: Duration,
     /// The risks the URL accepts by name (none unless it says so).
     pub risks: PgRisks,
 }

@@ -34,6 +34,7 @@ pub(super) fn parse_postgres(url: &str) -> Result<StoreUrl> {
     let mut timeout = DEFAULT_PG_TIMEOUT;
     let mut prepared_statements = false;
     let mut group_commit = true;
+    let mut group_commit_wait = super::options::DEFAULT_GROUP_COMMIT_WAIT;
     let mut tls = PgTls {
         mode: SslMode::Prefer,
         root_cert: None,
@@ -132,6 +133,9 @@ pub(super) fn parse_postgres(url: &str) -> Result<StoreUrl> {
                     }
                 }
             }
+            Some(("group_commit_wait", v)) => {
+                group_commit_wait = super::options::group_commit_wait(&shown(), v)?;
+            }
             Some(("group_commit", v)) => {
                 group_commit = match percent_decode(v).as_str() {
                     "on" => true,
@@ -221,6 +225,7 @@ pub(super) fn parse_postgres(url: &str) -> Result<StoreUrl> {
         schema,
         pool_size,
         group_commit,
+        group_commit_wait,
         timeout,
         tls,
         prepared_statements,

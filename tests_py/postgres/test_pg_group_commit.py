@@ -22,7 +22,8 @@ MANY = {RESERVE: b"ctrlrun_reserve_many($1", OUTCOME: b"ctrlrun_transition_many(
 
 @pytest.fixture(params=["unnamed", "prepared"])
 def proxied(request, pg, pg_schema, proxy, direct):
-    url = pg.url(pg_schema, host=proxy.host, port=proxy.port)
+    # the calls queued behind the held write wait for it, however long it is held
+    url = pg.url(pg_schema, host=proxy.host, port=proxy.port) + "&group_commit_wait=30"
     s = ctrlrun.open_store(url + ("&prepared_statements=on" if request.param == "prepared" else ""))
     yield s
     s.close()
@@ -82,9 +83,10 @@ def test_a_batch_whose_commit_reply_is_lost_is_settled_row_by_row(
         assert_receipts_agree(direct, f"pay:{k}", ["reservation", "outcome"])
 
 
-def test_a_batch_the_server_refuses_writes_nothing_and_tells_every_call(
-    proxy, proxied, direct, pg, pg_schema
+def test_a_row_the_server_refuses_fails_no_neighbour_in_its_batch(
+    proxy, proxied, direct, pg, pg_schema, caplog
 ):
+    caplog.set_level(logging.WARNING, logger=STORE_LOG)
     # a row the server refuses (the owner's trigger stands in for any error it answers with)
     pg.psql(
         f'CREATE FUNCTION "{pg_schema}".refuse() RETURNS trigger LANGUAGE plpgsql AS $$ '
@@ -95,16 +97,104 @@ def test_a_batch_the_server_refuses_writes_nothing_and_tells_every_call(
     )
     runs: list = []
     pay = counted(proxied, runs)
-    keys = ["o8", "o9", "poison"]
-    out, _ = behind_a_held_write(proxy, pay, RESERVE, keys)
-    assert runs == ["first"]  # nothing in the batch ran
-    for k in keys:
-        assert isinstance(out[k], StoreWriteFailed), out[k]
-        assert "nothing was committed" in str(out[k]) and f"pay:{k}" in str(out[k])
-        assert direct.get_effect(f"pay:{k}") is None
+    out, _ = behind_a_held_write(proxy, pay, RESERVE, ["o8", "o9", "poison"])
+    # the batch wrote nothing; each call then went alone: its neighbours were written
+    assert branches(caplog).count("batch_refused_each_alone") == 1
+    assert sorted(runs) == ["first", "o8", "o9"]
+    assert out["o8"]["order"] == "o8" and out["o9"]["order"] == "o9"
+    assert isinstance(out["poison"], StoreWriteFailed), out["poison"]
+    assert "nothing was committed" in str(out["poison"])
+    assert direct.get_effect("pay:poison") is None
     assert direct.verify_receipts().ok
-    # and each may be retried: alone now, each is written
-    assert pay("o8")["order"] == "o8"
+
+
+def test_an_outcome_with_a_nul_key_is_refused_before_any_batch(proxy, proxied, direct):
+    act = "act_" + "b" * 32
+    for k in ("g:first", "g:1", "g:2"):
+        proxied.reserve_effect(k, act, 60)
+        proxied.begin_execution(k, act)
+    hold = proxy.arm("hold", OUTCOME)
+    out: dict = {}
+
+    def commit(k: str) -> None:
+        try:
+            out[k] = proxied.commit_effect(k, act, {"ok": k}).state
+        except Exception as e:
+            out[k] = e
+
+    first = threading.Thread(target=commit, args=("g:first",))
+    first.start()
+    assert hold.wait_fired()
+    threads = [threading.Thread(target=commit, args=(k,)) for k in ("g:1", "g:2", "g:\x00bad")]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    hold.release()
+    for t in [first, *threads]:
+        t.join(timeout=60)
+    assert [out[k] for k in ("g:first", "g:1", "g:2")] == [EffectState.COMMITTED] * 3
+    assert isinstance(out["g:\x00bad"], InvalidArgument)
+
+
+def test_a_store_call_made_while_this_thread_holds_the_write_in_flight_goes_alone(
+    proxy, proxied, direct
+):
+    """A logging handler on ``ctrlrun.store`` that calls the store while its thread's write is
+    in flight: it must not queue behind its own thread."""
+    nested: list = []
+
+    class Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "stale_connection_dropped" in record.getMessage() and not nested:
+                nested.append(proxied.reserve_effect("h:nested", "act_" + "c" * 32, 60).record)
+
+    handler, log = Handler(), logging.getLogger(STORE_LOG)
+    log.addHandler(handler)
+    log.setLevel(logging.WARNING)
+    try:
+        proxied.reserve_effect("h:0", "act_" + "c" * 32, 60)  # a pooled connection, now idle
+        proxy.drop_all()  # it dies idle: the next write notices it and logs, in flight
+        time.sleep(0.3)
+        done = threading.Event()
+        call = threading.Thread(
+            target=lambda: (proxied.reserve_effect("h:1", "act_" + "c" * 32, 60), done.set()),
+            daemon=True,
+        )
+        call.start()
+        assert done.wait(15), f"the call never returned; nested: {nested}"
+        assert nested and nested[0].effect_key == "h:nested"
+    finally:
+        log.removeHandler(handler)
+
+
+def test_a_write_stuck_on_a_row_lock_does_not_hold_up_the_calls_behind_it(pg, pg_schema, direct):
+    act = "act_" + "d" * 32
+    store = ctrlrun.open_store(pg.url(pg_schema))
+    try:
+        for k in ("x:locked", "y:free"):
+            store.reserve_effect(k, act, 60)
+            store.begin_execution(k, act)
+        # another session holds x's row for 3 s (an operator's transaction, a slow writer)
+        locker = threading.Thread(
+            target=pg.psql,
+            args=(
+                f'BEGIN; SELECT 1 FROM "{pg_schema}".ctrlrun_effects '
+                "WHERE effect_key = 'x:locked' FOR UPDATE; SELECT pg_sleep(3); COMMIT;",
+            ),
+        )
+        locker.start()
+        time.sleep(0.5)
+        stuck = threading.Thread(target=lambda: store.commit_effect("x:locked", act, 1))
+        stuck.start()
+        time.sleep(0.3)  # its outcome is in flight, waiting for the row
+        started = time.monotonic()
+        assert store.commit_effect("y:free", act, 2).state is EffectState.COMMITTED
+        assert time.monotonic() - started < 1.5  # queued a moment, then alone
+        stuck.join(timeout=30)
+        locker.join(timeout=30)
+        assert direct.get_effect("x:locked").state is EffectState.COMMITTED
+    finally:
+        store.close()
 
 
 def test_a_conflict_in_a_batch_fails_no_neighbour(proxy, proxied, direct):
@@ -149,6 +239,9 @@ def test_group_commit_off_sends_each_write_alone(proxy, pg, pg_schema, direct):
         store.close()
 
 
-def test_group_commit_takes_on_or_off(pg, pg_schema):
+def test_group_commit_takes_on_or_off_and_a_wait_in_seconds(pg, pg_schema):
     with pytest.raises(InvalidArgument, match="group_commit must be on or off"):
         ctrlrun.open_store(pg.url(pg_schema) + "&group_commit=maybe")
+    for wait in ("0", "61", "soon", "nan"):
+        with pytest.raises(InvalidArgument, match="group_commit_wait must be a number of seconds"):
+            ctrlrun.open_store(pg.url(pg_schema) + f"&group_commit_wait={wait}")

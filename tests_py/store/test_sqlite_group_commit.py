@@ -64,7 +64,8 @@ def behind_the_file_lock(path, store, calls):
 
 
 def test_a_refused_or_conflicting_row_fails_no_neighbour_in_its_batch(path):
-    store = ctrlrun.open_store(f"sqlite:///{path}")
+    # the calls queued behind the held write wait for it, however long it is held
+    store = ctrlrun.open_store(f"sqlite:///{path}?group_commit_wait=30")
     try:
         store.apply_policy([ActionRule("acme.deny", "deny")])
         runs: Counter = Counter()
@@ -124,6 +125,8 @@ def test_threads_on_shared_keys_run_each_once(path, group_commit, synchronous):
         store.close()
 
 
-def test_group_commit_takes_on_or_off(path):
+def test_group_commit_takes_on_or_off_and_a_wait_in_seconds(path):
     with pytest.raises(InvalidArgument, match="group_commit must be on or off"):
         ctrlrun.open_store(f"sqlite:///{path}?group_commit=yes")
+    with pytest.raises(InvalidArgument, match="group_commit_wait must be a number of seconds"):
+        ctrlrun.open_store(f"sqlite:///{path}?group_commit_wait=-1")

@@ -14,11 +14,9 @@
 //! `search_path` never looks in `pg_temp` for a function, so the bare name is the catalog's.)
 //!
 //! How a batch ended reaches every call in it: written rows landed with the `COMMIT`; an
-//! error the server answered rolled back the whole batch (nothing was written); a lost reply
-//! leaves each row's commit unknown, and each call re-reads and decides alone
-//! ([`crate::store::recovery`]).
-
-use std::sync::Arc;
+//! error the server answered rolled back the whole batch, so nothing was written and each call
+//! goes alone (one row the server refuses never fails its neighbours); a lost reply leaves each
+//! row's commit unknown, and each call re-reads and decides alone ([`crate::store::recovery`]).
 
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
@@ -55,8 +53,12 @@ pub(super) fn answers(n: usize, sent: Result<Vec<tokio_postgres::Row>, PgError>)
             out
         }
         Err(e) if rolled_back(&e) => {
-            let e = Arc::new(e);
-            (0..n).map(|_| Grouped::Refused(Arc::clone(&e))).collect()
+            log::warn!(
+                target: "ctrlrun.store",
+                "batch_refused_each_alone: a batch of {n} writes: {}",
+                e.describe()
+            );
+            (0..n).map(|_| Grouped::NotSent).collect()
         }
         Err(e) => {
             let why = e.describe();

@@ -1,9 +1,6 @@
 //! What group commit's batches carry (see [`super::group`], [`super::batches`]): one call's
 //! write, and how its row fared.
 
-use std::sync::Arc;
-
-use super::client::PgError;
 use crate::receipt::Event;
 use crate::record::EffectRecord;
 use crate::store::group::Abandon;
@@ -15,10 +12,10 @@ pub(super) enum Grouped {
     /// Not written (a row is there, or it is not in the state expected, or the store's policy
     /// asks more of the action): the call goes its own way, as alone.
     NotWritten,
-    /// Nothing was sent (no connection): the call goes alone, which says why.
+    /// Nothing was written: no connection, or the server refused the batch (one row it would
+    /// refuse alone, a deadlock, a role without `EXECUTE` on the batch functions). The call
+    /// goes alone, which writes it or says why not; its neighbours are not failed by it.
     NotSent,
-    /// The server refused the batch: nothing in it was written.
-    Refused(Arc<PgError>),
     /// The batch's `COMMIT` may or may not have landed (why): the call re-reads and decides.
     Unknown(String),
 }

@@ -102,8 +102,8 @@ impl PostgresStore {
             max_stale: pool_size + 1,
             posture,
             group_commit: opts.group_commit,
-            reservations: Group::new(),
-            outcomes: Group::new(),
+            reservations: Group::new(opts.group_commit_wait),
+            outcomes: Group::new(opts.group_commit_wait),
         })
     }
 
@@ -340,6 +340,8 @@ impl Backend for PostgresStore {
         call: &TransitionCall<'_>,
         _read_back: bool,
     ) -> Result<Option<EffectRecord>> {
+        // Refused before any write, so that it never reaches a batch as a row the server refuses.
+        check_key(call.key)?;
         self.transition_step(call, true).map(Some)
     }
 

@@ -86,7 +86,6 @@ impl PostgresStore {
                 }
                 Turn::Batched(Grouped::Wrote(record)) => return Ok(*record),
                 Turn::Batched(Grouped::NotWritten | Grouped::NotSent) => alone(),
-                Turn::Batched(Grouped::Refused(e)) => return Err(self.failed(WHAT, key, &e)),
                 Turn::Batched(Grouped::Unknown(why)) => Ok(Commit::Unknown(None, why)),
             }
         };
@@ -411,7 +410,6 @@ impl PostgresStore {
                 }
                 Turn::Batched(Grouped::Wrote(record)) => Commit::Landed(Ok(Some(*record))),
                 Turn::Batched(Grouped::NotWritten | Grouped::NotSent) => alone()?,
-                Turn::Batched(Grouped::Refused(e)) => return Err(self.failed(what, key, &e)),
                 Turn::Batched(Grouped::Unknown(why)) => Commit::Unknown(Ok(None), why),
             }
         };

@@ -92,12 +92,13 @@ impl SqliteStore {
         // No SQLite connection may stay open across a fork (see `store::fork`).
         let weak = Arc::downgrade(&pool);
         crate::store::fork::register(weak);
+        let wait = opts.group_commit_wait;
         Ok(SqliteStore {
             opts,
             pool,
             held,
             checkpoint_due,
-            writes: Group::new(),
+            writes: Group::new(wait),
         })
     }
 
