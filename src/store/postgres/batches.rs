@@ -58,7 +58,7 @@ pub(super) fn answers(n: usize, sent: Result<Vec<tokio_postgres::Row>, PgError>)
                 "batch_refused_each_alone: a batch of {n} writes: {}",
                 e.describe()
             );
-            (0..n).map(|_| Grouped::NotSent).collect()
+            (0..n).map(|_| Grouped::NotWritten).collect()
         }
         Err(e) => {
             let why = e.describe();
@@ -76,7 +76,7 @@ impl PostgresStore {
         });
         match sent {
             Ok(Commit::Landed(answer)) | Ok(Commit::Unknown(answer, _)) => answers(n, answer),
-            Err(_) => (0..n).map(|_| Grouped::NotSent).collect(),
+            Err(_) => (0..n).map(|_| Grouped::NotWritten).collect(),
         }
     }
 
@@ -88,7 +88,7 @@ impl PostgresStore {
         });
         match sent {
             Ok(Commit::Landed(answer)) | Ok(Commit::Unknown(answer, _)) => answers(n, answer),
-            Err(_) => (0..n).map(|_| Grouped::NotSent).collect(),
+            Err(_) => (0..n).map(|_| Grouped::NotWritten).collect(),
         }
     }
 }

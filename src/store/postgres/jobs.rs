@@ -9,13 +9,11 @@ use crate::store::group::Abandon;
 pub(super) enum Grouped {
     /// Written, and the batch's `COMMIT` returned: the row as written.
     Wrote(Box<EffectRecord>),
-    /// Not written (a row is there, or it is not in the state expected, or the store's policy
-    /// asks more of the action): the call goes its own way, as alone.
+    /// Not written: a row is there, it is not in the state expected, or the store's policy asks
+    /// more of the action; or nothing in the batch was (no connection, or the server refused
+    /// the batch: one row it would refuse alone, a deadlock, a role without `EXECUTE` on the
+    /// batch functions). The call goes alone, which writes it or says why not.
     NotWritten,
-    /// Nothing was written: no connection, or the server refused the batch (one row it would
-    /// refuse alone, a deadlock, a role without `EXECUTE` on the batch functions). The call
-    /// goes alone, which writes it or says why not; its neighbours are not failed by it.
-    NotSent,
     /// The batch's `COMMIT` may or may not have landed (why): the call re-reads and decides.
     Unknown(String),
 }

@@ -85,7 +85,7 @@ impl PostgresStore {
                     reserved
                 }
                 Turn::Batched(Grouped::Wrote(record)) => return Ok(*record),
-                Turn::Batched(Grouped::NotWritten | Grouped::NotSent) => alone(),
+                Turn::Batched(Grouped::NotWritten) => alone(),
                 Turn::Batched(Grouped::Unknown(why)) => Ok(Commit::Unknown(None, why)),
             }
         };
@@ -409,7 +409,7 @@ impl PostgresStore {
                     committed?
                 }
                 Turn::Batched(Grouped::Wrote(record)) => Commit::Landed(Ok(Some(*record))),
-                Turn::Batched(Grouped::NotWritten | Grouped::NotSent) => alone()?,
+                Turn::Batched(Grouped::NotWritten) => alone()?,
                 Turn::Batched(Grouped::Unknown(why)) => Commit::Unknown(Ok(None), why),
             }
         };
