@@ -174,6 +174,12 @@ impl Held {
     /// Refuse unless the path still names the held file and the connection about to write
     /// (`conn`: the file it opened) has it open. One `stat` of the path: a path that names the
     /// held identity names the held file (see above), which is therefore still linked.
+    /// Whether a connection that opened `conn` has the store's file open (no `stat` of the path:
+    /// the check a read makes, which writes nothing).
+    pub(super) fn opened_by(&self, conn: Option<FileId>) -> bool {
+        conn == Some(self.id)
+    }
+
     pub(super) fn check(&self, path: &Path, conn: Option<FileId>) -> Result<()> {
         let what = match path_id(path) {
             Ok(id) if id == self.id && conn == Some(self.id) => return Ok(()),

@@ -218,6 +218,11 @@ impl SqliteStore {
 
     pub(super) fn read(&self, key: &str) -> Result<Option<EffectRecord>> {
         let conn = self.read_conn()?;
+        // A connection opened after the file was deleted or replaced (the pool's idle ones may
+        // have been closed, before a fork) has another file open: refused, never read.
+        if !self.held.opened_by(conn.file) {
+            self.check_identity(conn.file)?;
+        }
         select(&conn.conn, key).map_err(|e| {
             Error::Store(format!(
                 "reading effect '{key}' from the SQLite store at {} failed: {e}",
